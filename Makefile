@@ -1,0 +1,45 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEMO    := data/demo
+OUT     := out/demo
+
+.PHONY: install demo test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch==2.13.0 first, by itself: it is the CPU build on local disk; a looser pin would pull CUDA.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p $(OUT)
+	$(BIN)/hrt ingest $(DEMO) --store $(OUT)/store.duckdb
+	$(BIN)/hrt run --dataset $(DEMO) --split test --store $(OUT)/store.duckdb --config bm25-only --out $(OUT)/bm25.trec
+	$(BIN)/hrt run --dataset $(DEMO) --split test --store $(OUT)/store.duckdb --config vector-only --out $(OUT)/vector.trec
+	$(BIN)/hrt run --dataset $(DEMO) --split test --store $(OUT)/store.duckdb --config qmd --out $(OUT)/qmd.trec
+	$(BIN)/hrt eval --dataset $(DEMO) --split test --run $(OUT)/bm25.trec --run $(OUT)/vector.trec --run $(OUT)/qmd.trec
+	$(BIN)/hrt search "why does the deploy fail with ECONNREFUSED?" --store $(OUT)/store.duckdb --config qmd --scope platform
+	@echo "demo output: $(OUT)/ (store.duckdb, *.trec)"
+
+test: $(STAMP)
+	$(BIN)/ruff check toolkit tests benchmarks
+	$(BIN)/pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check toolkit tests benchmarks
+	$(BIN)/ruff format --check toolkit tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/throughput.py
+
+clean:
+	rm -rf $(VENV) out .hrt

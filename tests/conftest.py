@@ -1,0 +1,42 @@
+"""Shared fixtures: one embedding model per session (loading it takes seconds), small corpora, shared data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkit.embed import SentenceTransformerEmbedder
+
+# The repository is cloned beside shared/ (here and in CI): <root>/<repo>/tests -> <root>/shared/datasets.
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+def shared(name: str) -> Path:
+    p = SHARED / name
+    if not p.exists():
+        pytest.skip(f"shared collection {name} not available at {p}")
+    return p
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder()
+
+
+DOCS = [
+    {"_id": "d1", "title": "Deploy failure", "text": "The deploy failed with ECONNREFUSED on port 5432 after the v2.14.3 upgrade.", "metadata": {"source": "incident-12", "scope": "platform", "team": "infra"}},
+    {"_id": "d2", "title": "Retry policy", "text": "We decided to set retryBackoffMs to 250 and cap retries at five.", "metadata": {"source": "decisions", "scope": "payments", "team": "pay"}},
+    {"_id": "d3", "title": "Pool sizing", "text": "max_pool_size is 40 in production; staging uses 10.", "metadata": {"source": "decisions", "scope": "platform", "team": "infra"}},
+    {"_id": "d4", "title": "Lunch", "text": "The team lunch moved to Thursday because of the offsite.", "metadata": {"source": "chat", "scope": "platform", "team": "infra"}},
+    {"_id": "d5", "title": "Version pin", "text": "Node is pinned at v2.13.0 of the SDK, not v2.14.3, until NW-1432 is fixed.", "metadata": {"source": "incident-12", "scope": "platform", "team": "infra"}},
+    {"_id": "d6", "title": "Rate limits", "text": "Stripe answers HTTP 429 when we exceed the rate limit; back off and retry.", "metadata": {"source": "runbook", "scope": "payments", "team": "pay"}},
+]
+
+
+@pytest.fixture
+def corpus_file(tmp_path: Path) -> Path:
+    p = tmp_path / "corpus.jsonl"
+    p.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    return p

@@ -1,0 +1,26 @@
+from toolkit.analysis import compound_forms, lexical_text
+from toolkit.chunking import chunk_text
+
+
+def test_short_document_stays_whole():
+    assert [c.text for c in chunk_text("one short note.", size=100, overlap=10)] == ["one short note."]
+
+
+def test_chunks_prefer_headings_and_sentence_ends():
+    text = "# Intro\n" + "This is a sentence about setup. " * 20 + "\n\n## Details\n" + "Another detail sentence here. " * 20
+    chunks = chunk_text(text, size=400, overlap=60)
+    assert len(chunks) > 2
+    assert all(len(c.text) <= 400 for c in chunks)
+    for c in chunks[:-1]:
+        assert c.text.rstrip().endswith((".", "setup.", "here.")) or c.text.rstrip().endswith("Intro")
+    assert any(c.text.startswith("## Details") for c in chunks)
+    # Overlap: consecutive chunks share text, and together they cover the document.
+    assert all(b.start <= a.end for a, b in zip(chunks, chunks[1:], strict=False))
+    assert chunks[0].start == 0 and chunks[-1].end == len(text)
+
+
+def test_compound_forms_keep_technical_tokens():
+    forms = compound_forms("HTTP 404 after v2.1.0; see deploy/helm/values-prod.yaml, CVE-2017-3156, max_pool_size, retryBackoffMs")
+    assert {"v2_1_0", "deploy_helm_values_prod_yaml", "cve_2017_3156", "max", "pool", "size", "retry", "backoff", "ms"} <= set(forms)
+    assert compound_forms("A plain sentence. Nothing here.") == []
+    assert lexical_text("plain") == "plain"

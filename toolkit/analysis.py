@@ -1,0 +1,42 @@
+"""Text analysis for the lexical index: keep the technical tokens users search for.
+
+DuckDB FTS splits on its `ignore` pattern, so `v2.1.0` becomes `v2 1 0` and `config_key` stays one token that
+the query `config key` never matches. We index (and query) the text plus the *compound forms* of such tokens:
+`v2.1.0` also as `v2_1_0`, `CVE-2017-3156` as `cve_2017_3156`, `retryBackoffMs` also as `retry backoff ms`,
+`max_pool_size` also as `max pool size`. Exact matches then score on a rare compound term, and partial
+matches still score on the parts. No library does this pre-tokenisation for DuckDB FTS, hence hand-written.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Characters the FTS tokenizer treats as separators: anything but letters, digits and underscore.
+FTS_IGNORE = r"[^\p{L}\p{N}_]+"
+
+# A run of alphanumerics joined by . - / : (versions, codes, paths, CVE ids).
+_JOINED = re.compile(r"[A-Za-z0-9]+(?:[._\-/:][A-Za-z0-9]+)+")
+_CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
+def compound_forms(text: str) -> list[str]:
+    """Extra index terms for the technical tokens in `text` (order-preserving, deduplicated)."""
+    out: list[str] = []
+    for m in _JOINED.finditer(text):
+        tok = m.group(0)
+        if re.search(r"[.\-/:]", tok) and (any(c.isdigit() for c in tok) or "/" in tok):
+            out.append(re.sub(r"[._\-/:]", "_", tok.lower()))
+    for m in _WORD.finditer(text):
+        tok = m.group(0)
+        parts = [p for p in re.split(r"_+", tok) if p]
+        camel = [q for p in parts for q in _CAMEL_SPLIT.split(p) if q]
+        if len(camel) > 1:
+            out.extend(q.lower() for q in camel)
+    return list(dict.fromkeys(out))
+
+
+def lexical_text(text: str) -> str:
+    """The string given to the FTS index (and to queries): the text followed by its compound forms."""
+    extra = compound_forms(text)
+    return f"{text}\n{' '.join(extra)}" if extra else text

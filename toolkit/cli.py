@@ -1,0 +1,210 @@
+"""`hrt`: ingest a corpus, search it, run a pipeline over a query set, and evaluate runs.
+
+Expected mistakes (bad files, wrong store, missing extension) print one clear line and exit non-zero;
+tracebacks are for bugs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+import polars as pl
+
+from .errors import ToolkitError
+
+MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "hybrid-rrf"}
+DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):  # noqa: D102 - turns expected errors into a message and exit 2
+        try:
+            return super().invoke(ctx)
+        except ToolkitError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hybrid-retrieval-toolkit")
+def main() -> None:
+    """Hybrid retrieval toolkit: BM25 + dense search in one DuckDB file, fusion, guarded reranking, dedup.
+
+    Typical session: `hrt ingest notes/ --store mem.duckdb`, then `hrt search "query" --store mem.duckdb`.
+    For evaluation: `hrt run --dataset DIR --split test --out run.trec`, then `hrt eval ... --run run.trec`.
+    """
+
+
+def _load_cfg(config: str | None, mode: str | None):
+    from .config import load_config
+
+    if config:
+        return load_config(config)
+    return load_config(MODES[mode or "hybrid"])
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=False))
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="DuckDB store file (created if missing).")
+@click.option("--chunk-size", default=None, type=click.IntRange(100), help="Max characters per chunk (default 1000).")
+@click.option("--chunk-overlap", default=None, type=click.IntRange(0), help="Characters of overlap between chunks (default 150).")
+@click.option("--stemmer", default=None, help="FTS stemmer: porter, english, none, ... (default porter).")
+@click.option("--stopwords", default=None, help="FTS stopword list: english or none (default english).")
+@click.option("--model", default=None, help="Embedding model: path or id (default: packaged all-MiniLM-L6-v2).")
+@click.option("--no-embed", is_flag=True, help="Skip embeddings (lexical search only).")
+@click.option("--prune", is_flag=True, help="Remove stored documents that are not in SOURCE.")
+def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, no_embed, prune) -> None:
+    """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
+
+    SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of .md/.txt files
+    (source = relative path, scope = top folder). Re-ingesting unchanged documents computes nothing; a
+    changed document replaces its chunks and embeddings; the whole update is one transaction.
+    """
+    from dataclasses import replace
+
+    from .loaders import load_corpus
+    from .store import IndexSettings, Store
+
+    t0 = time.perf_counter()
+    docs = load_corpus(source)
+    with Store(store_path) as st:
+        base = st.settings or IndexSettings()
+        over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords}.items() if v is not None}
+        settings = replace(base, **over)
+        if settings.chunk_overlap >= settings.chunk_size:
+            raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
+        rep = st.ingest(docs, settings=settings, embed=not no_embed, model=model, prune=prune, progress=True)
+    click.echo(f"{rep.summary()} in {time.perf_counter() - t0:.1f}s -> {store_path}")
+
+
+@main.command()
+@click.argument("query")
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
+@click.option("--mode", type=click.Choice(list(MODES)), default=None, help="lexical (BM25), dense (cosine) or hybrid (RRF). Default hybrid.")
+@click.option("--config", default=None, help="Pipeline config (YAML/JSON path or preset name); overrides --mode.")
+@click.option("-n", "n", default=5, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
+@click.option("--scope", default=None, help="Only documents whose scope equals this.")
+@click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
+def search(query, store_path, mode, config, n, scope, fmt) -> None:
+    """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars)."""
+    from .pipeline import run_pipeline
+    from .render import render
+    from .store import Store
+
+    if not query.strip():
+        raise ToolkitError("the query is empty")
+    cfg = _load_cfg(config, mode)
+    q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
+    with Store(store_path, read_only=True) as st:
+        res = run_pipeline(st, q, cfg)
+        top = res.final.filter(pl.col("rank") <= n).sort("rank")
+        docs = st.documents(top["doc_id"].to_list())
+        chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", pl.col("text").alias("excerpt"))
+    rows = top.join(docs, on="doc_id", how="left").join(chunks, on="chunk_id", how="left").sort("rank")
+    notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
+    click.echo(render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars, excerpt_chars=cfg.output.excerpt_chars))
+
+
+@main.command()
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
+@click.option("--split", default="test", show_default=True, help="Qrels split whose queries are run.")
+@click.option("--mode", type=click.Choice(list(MODES)), default=None, help="lexical, dense or hybrid (ignored with --config).")
+@click.option("--config", default=None, help="Pipeline config: YAML/JSON path or preset name (see `hrt presets`).")
+@click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False), help="Store file (default .hrt/<dataset>.duckdb); ingested if needed.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="TREC run file to write.")
+@click.option("--depth", default=100, show_default=True, help="Results kept per query in the run.")
+@click.option("--tag", default=None, help="Run tag (default: config name).")
+def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
+    """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
+
+    The corpus is ingested into the store first (a no-op when unchanged). Queries with `metadata.scope`
+    only see documents of that scope.
+    """
+    from .loaders import Dataset, load_corpus
+    from .pipeline import run_pipeline
+    from .runs import write_run
+    from .store import Store
+
+    ds = Dataset.open(dataset)
+    cfg = _load_cfg(config, mode)
+    store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    queries = ds.queries(split)
+    t0 = time.perf_counter()
+    with Store(store_path) as st:
+        rep = st.ingest(load_corpus(ds.root), embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, progress=True)
+        if rep.added or rep.changed:
+            click.echo(rep.summary(), err=True)
+        res = run_pipeline(st, queries, cfg, progress=True)
+    final = res.final.filter(pl.col("rank") <= depth)
+    write_run(final, out, tag=tag or cfg.name or "hrt")
+    took = time.perf_counter() - t0
+    click.echo(f"{cfg.name}: {final['qid'].n_unique()}/{len(queries)} queries, {len(final)} results in {took:.1f}s -> {out}")
+
+
+@main.command(name="eval")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
+@click.option("--split", default="test", show_default=True, help="Qrels split.")
+@click.option("--run", "run_path", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False), help="TREC run file (repeat to compare).")
+@click.option("--measures", default=",".join(DEFAULT_MEASURES), show_default=True, help="Comma-separated measures.")
+@click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures (2 for TREC DL).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--per-query", is_flag=True, help="Also print per-query values.")
+def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query) -> None:
+    """Evaluate TREC run(s) against a dataset's qrels (nDCG@10, R@5, R@10, MRR@10 by default).
+
+    Every judged query counts; a query missing from the run scores 0. Values agree with trec_eval.
+    """
+    from .loaders import Dataset
+    from .metrics import aggregate, evaluate
+    from .runs import read_run
+
+    ds = Dataset.open(dataset)
+    qrels = ds.qrels(split)
+    ms = [m.strip() for m in measures.split(",") if m.strip()]
+    out = {}
+    per = {}
+    for rp in run_path:
+        pq = evaluate(read_run(rp), qrels, ms, rel_threshold=rel_threshold)
+        out[rp] = aggregate(pq)
+        per[rp] = pq
+    if fmt == "json":
+        doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "runs": out}
+        if per_query:
+            doc["per_query"] = {rp: pq.to_dicts() for rp, pq in per.items()}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    width = max(len(r) for r in run_path)
+    click.echo(f"{'run':<{width}}  " + "  ".join(f"{m:>8}" for m in ms))
+    for rp, agg in out.items():
+        click.echo(f"{rp:<{width}}  " + "  ".join(f"{agg.get(m, float('nan')):>8.4f}" for m in ms))
+    if per_query:
+        for rp, pq in per.items():
+            click.echo(f"\n{rp}")
+            click.echo(str(pq.pivot(on="measure", index="qid", values="value").sort("qid")))
+
+
+@main.command()
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False))
+def info(store_path) -> None:
+    """Show what a store holds: documents, chunks, embeddings, model, index settings."""
+    from .store import Store
+
+    with Store(store_path, read_only=True) as st:
+        click.echo(json.dumps(st.stats(), indent=2))
+
+
+@main.command()
+def presets() -> None:
+    """List the shipped pipeline presets (use with --config NAME)."""
+    from .config import list_presets, load_config
+
+    for name in list_presets():
+        click.echo(f"{name:<14} {load_config(name).description}")
+
+
+if __name__ == "__main__":
+    main()

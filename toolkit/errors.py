@@ -1,0 +1,13 @@
+"""User-facing errors: expected mistakes become one clear message and a non-zero exit, never a traceback."""
+
+
+class ToolkitError(Exception):
+    """An expected problem with the user's input or environment; the message says what and where."""
+
+
+class InputError(ToolkitError):
+    """Bad input data: the message names the file, line or field."""
+
+
+class StoreError(ToolkitError):
+    """The store cannot do what was asked (wrong model, missing index, missing extension)."""

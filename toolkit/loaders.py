@@ -1,0 +1,176 @@
+"""Read corpora and query sets: BEIR directories, JSONL, Parquet, and folders of .md/.txt files.
+
+Every error names the file and, for line-oriented formats, the line. Documents come out as plain dicts
+(`doc_id, source, scope, title, text, metadata`) so the store can hash and validate them in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .errors import InputError
+
+TEXT_SUFFIXES = {".md", ".markdown", ".txt"}
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; bad UTF-8 or JSON names the file and line."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8") from e
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from e
+            if not isinstance(obj, dict):
+                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def _doc_from_record(obj: dict[str, Any], where: str) -> dict[str, Any]:
+    doc_id = obj.get("_id", obj.get("id", obj.get("doc_id")))
+    if doc_id is None or str(doc_id).strip() == "":
+        raise InputError(f"{where}: missing document id (field `_id`, `id` or `doc_id`)")
+    text = obj.get("text", obj.get("contents", ""))
+    if not isinstance(text, str):
+        raise InputError(f"{where}: field `text` must be a string")
+    title = obj.get("title") or ""
+    meta = obj.get("metadata") or {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where}: field `metadata` is not valid JSON") from e
+    if not isinstance(meta, dict):
+        raise InputError(f"{where}: field `metadata` must be an object")
+    doc_id = str(doc_id)
+    return {
+        "doc_id": doc_id,
+        "source": str(obj.get("source") or meta.get("source") or doc_id),
+        "scope": (str(obj.get("scope") or meta.get("scope")) if (obj.get("scope") or meta.get("scope")) else None),
+        "title": str(title),
+        "text": text,
+        "metadata": meta,
+    }
+
+
+def _check_unique(docs: Iterator[tuple[str, dict[str, Any]]], path: Path) -> list[dict[str, Any]]:
+    seen: dict[str, str] = {}
+    out = []
+    for where, d in docs:
+        if d["doc_id"] in seen:
+            raise InputError(f"{where}: duplicate document id {d['doc_id']!r} (first seen at {seen[d['doc_id']]})")
+        seen[d["doc_id"]] = where
+        out.append(d)
+    if not out:
+        raise InputError(f"{path}: the corpus is empty (no documents found)")
+    return out
+
+
+def load_corpus(path: str | Path) -> list[dict[str, Any]]:
+    """Documents from a BEIR dir, a .jsonl or .parquet file, or a folder of .md/.txt files."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file or directory")
+    if p.is_dir() and (p / "corpus.jsonl").exists():
+        p = p / "corpus.jsonl"
+    if p.is_file() and p.suffix in {".jsonl", ".json"}:
+        return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}")) for n, o in _read_jsonl(p)), p)
+    if p.is_file() and p.suffix == ".parquet":
+        try:
+            rows = pl.read_parquet(p).to_dicts()
+        except Exception as e:
+            raise InputError(f"{p}: cannot read Parquet ({e})") from e
+        return _check_unique(((f"{p} row {i}", _doc_from_record(r, f"{p} row {i}")) for i, r in enumerate(rows)), p)
+    if p.is_dir():
+        return _check_unique(_folder_docs(p), p)
+    raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, or a folder of .md/.txt)")
+
+
+def _folder_docs(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    files = sorted(f for f in root.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES)
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        try:
+            text = f.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = f.read_bytes()[: e.start].count(b"\n") + 1
+            raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
+        title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), f.stem)
+        top = rel.split("/")[0] if "/" in rel else None
+        yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": title[:200], "text": text, "metadata": {"path": rel}}
+
+
+def load_queries(path: str | Path) -> pl.DataFrame:
+    """Queries as a frame [qid, text, scope, metadata(JSON string)]; an empty query text is an error."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "queries.jsonl"
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    rows, seen = [], {}
+    for n, o in _read_jsonl(p):
+        qid = o.get("_id", o.get("id", o.get("qid")))
+        if qid is None:
+            raise InputError(f"{p}:{n}: missing query id (`_id`)")
+        qid = str(qid)
+        if qid in seen:
+            raise InputError(f"{p}:{n}: duplicate query id {qid!r} (first at line {seen[qid]})")
+        seen[qid] = n
+        text = o.get("text", o.get("query"))
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"{p}:{n}: query {qid!r} has an empty text")
+        meta = o.get("metadata") or {}
+        scope = o.get("scope") or meta.get("scope")
+        rows.append({"qid": qid, "text": text, "scope": str(scope) if scope else None, "metadata": json.dumps(meta)})
+    if not rows:
+        raise InputError(f"{p}: no queries found")
+    return pl.DataFrame(rows, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A BEIR-layout directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv."""
+
+    root: Path
+
+    @classmethod
+    def open(cls, path: str | Path) -> Dataset:
+        root = Path(path)
+        if not (root / "corpus.jsonl").exists():
+            raise InputError(f"{root}: not a BEIR dataset directory (no corpus.jsonl)")
+        return cls(root)
+
+    @property
+    def name(self) -> str:
+        return self.root.resolve().name
+
+    def splits(self) -> list[str]:
+        return sorted(f.stem for f in (self.root / "qrels").glob("*.tsv"))
+
+    def qrels(self, split: str) -> pl.DataFrame:
+        from .runs import read_qrels
+
+        f = self.root / "qrels" / f"{split}.tsv"
+        if not f.exists():
+            raise InputError(f"{f}: no qrels for split {split!r} (available: {', '.join(self.splits()) or 'none'})")
+        return read_qrels(f)
+
+    def queries(self, split: str | None = None) -> pl.DataFrame:
+        """All queries, or only those judged in `split`."""
+        q = load_queries(self.root / "queries.jsonl")
+        if split is None:
+            return q
+        judged = self.qrels(split).select("qid").unique()
+        return q.join(judged, on="qid", how="semi").sort("qid")

@@ -1,0 +1,228 @@
+"""The pipeline: expensive stages once (`prepare`), cheap stages on every change (`rescore`).
+
+`prepare` touches the index and the models: query features, variants (expansion), candidate lists, and
+reranker scores for every candidate the reranker could be asked about. `rescore` is a set of vectorised
+transforms of those frames (fusion, blending, dedup, thresholds), so a slider change re-scores every query
+in milliseconds. `run_pipeline` = `rescore(prepare(...))`, and a test checks that both give the same lists.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from . import blend as blend_stage
+from . import dedup as dedup_stage
+from . import expansion, features, fusion, rerank, threshold
+from .config import PipelineConfig
+from .retrieve import empty_candidates, retrieve
+from .store import Store
+
+TRACE_SCHEMA = {
+    "qid": pl.Utf8,
+    "doc_id": pl.Utf8,
+    "chunk_id": pl.Utf8,
+    "stage": pl.Utf8,
+    "rank": pl.Int64,
+    "score": pl.Float64,
+    "flags": pl.List(pl.Utf8),
+}
+
+
+@dataclass
+class Prepared:
+    """Outputs of the expensive stages for one (store generation, query set, retrieval settings)."""
+
+    queries: pl.DataFrame
+    features: pl.DataFrame
+    variants: pl.DataFrame
+    expansion_status: pl.DataFrame
+    candidates: pl.DataFrame
+    rerank_scores: pl.DataFrame
+    rerank_status: pl.DataFrame
+    doc_source: pl.DataFrame
+    vectors: pl.DataFrame | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """What the cheap stages return: the final lists, the trace of every stage, and per-query notes."""
+
+    final: pl.DataFrame
+    trace: pl.DataFrame
+    per_query: pl.DataFrame
+    removed: pl.DataFrame
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def run(self) -> pl.DataFrame:
+        """The final lists as a run frame [qid, doc_id, rank, score]."""
+        return self.final.select("qid", "doc_id", "rank", "score")
+
+
+def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
+    r = cfg.retrieval
+    lex = {"top_k": r.lexical.top_k, "k1": r.lexical.k1, "b": r.lexical.b} if r.lexical.enabled else None
+    den = {"top_k": r.dense.top_k} if r.dense.enabled else None
+    return lex, den
+
+
+def prepare(
+    store: Store,
+    queries: pl.DataFrame,
+    cfg: PipelineConfig,
+    *,
+    progress: bool = False,
+    rerank_pool: int | None = None,
+) -> Prepared:
+    """Run stages 1-5 for all queries. `rerank_pool` = list depth whose documents all get reranker scores
+    (default: the config's `rerank.top_n`), so any fusion setting finds its top-N already scored."""
+    t: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if "scope" not in queries.columns:
+        queries = queries.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
+    feats = features.query_features(queries, cfg.routing)
+    t["features"] = time.perf_counter() - t0
+
+    lex_args, dense_args = _retrieval_args(cfg)
+    level, scope_filter = cfg.retrieval.level, cfg.retrieval.scope_filter
+    skip = feats.select("qid", "skip_lexical")
+    orig = queries.select("qid", pl.lit("orig").alias("variant"), pl.lit("orig").alias("kind"), "text")
+
+    # Expansion, unless a strong lexical signal (or routing) says the original query is enough.
+    t0 = time.perf_counter()
+    expander = expansion.make_expander(**_expansion_kwargs(cfg)) if cfg.expansion.provider != "none" else None
+    if expander is not None:
+        skip_exp = feats.select("qid", "skip_expansion")
+        if cfg.expansion.strong_signal_skip and lex_args is not None:
+            first = retrieve(store, queries, orig, lexical=lex_args, dense=None, level=level, scope_filter=scope_filter)
+            strong = features.strong_signal(first, cfg.expansion)
+            skip_exp = skip_exp.join(strong.select("qid", "strong_signal"), on="qid", how="left").select(
+                "qid", (pl.col("skip_expansion") | pl.col("strong_signal").fill_null(False)).alias("skip_expansion")
+            )
+        variants, exp_status = expansion.variants(
+            queries.select("qid", "text"),
+            expander,
+            max_lex=cfg.expansion.max_lex,
+            max_vec=cfg.expansion.max_vec,
+            max_hyde=cfg.expansion.max_hyde,
+            skip=skip_exp,
+        )
+    else:
+        variants = orig
+        exp_status = queries.select("qid", pl.lit("none").alias("status"), pl.lit(None, pl.Utf8).alias("error"))
+    t["expansion"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    cands = retrieve(
+        store,
+        queries,
+        variants,
+        lexical=lex_args,
+        dense=dense_args,
+        level=level,
+        scope_filter=scope_filter,
+        skip_lexical=skip if cfg.routing.enabled else None,
+        progress=progress,
+    )
+    t["retrieve"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    doc_source = store.doc_sources().select("doc_id", "source")
+    rr_scores, rr_status = _rerank(store, queries, cands, feats, cfg, pool=rerank_pool, progress=progress)
+    t["rerank"] = time.perf_counter() - t0
+
+    vectors = None
+    if cfg.dedup.near_duplicate_enabled and len(cands):
+        vectors = store.chunk_vectors(cands["chunk_id"].unique().to_list())
+    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, t)
+
+
+def _expansion_kwargs(cfg: PipelineConfig) -> dict:
+    e = cfg.expansion
+    return {"provider": e.provider, "path": e.path, "url": e.url, "model": e.model, "api_key_env": e.api_key_env, "timeout_s": e.timeout_s}
+
+
+def _rerank(
+    store: Store,
+    queries: pl.DataFrame,
+    cands: pl.DataFrame,
+    feats: pl.DataFrame,
+    cfg: PipelineConfig,
+    *,
+    pool: int | None,
+    progress: bool,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    empty = pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64})
+    rc = cfg.rerank
+    if rc.provider == "none" or rc.blend == "none" or not len(cands):
+        status = queries.select("qid", pl.lit("skipped").alias("status"), pl.lit("no reranker configured").alias("error"))
+        return empty, status
+    reranker = rerank.make_reranker(
+        rc.provider, model=rc.model, url=rc.url, api_key_env=rc.api_key_env, timeout_s=rc.timeout_s, retries=rc.retries, path=rc.path
+    )
+    depth = pool or rc.top_n
+    # The pool: the fused top-N under this config plus every list's top-N, so fusion changes stay covered.
+    weights = fusion.list_weights(cands, feats, cfg.fusion, cfg.routing.enabled)
+    fused = fusion.fuse(cands, weights, cfg.fusion).filter(pl.col("rank") <= rc.top_n).select("qid", "doc_id")
+    pool_docs = pl.concat([fused, cands.filter(pl.col("rank") <= depth).select("qid", "doc_id")]).unique()
+    # Each document is represented by its chunk with the most query-term hits.
+    doc_chunks = store.chunks().select("chunk_id", "doc_id", "text")
+    pairs = pool_docs.join(doc_chunks, on="doc_id").join(queries.select("qid", pl.col("text").alias("query")), on="qid")
+    best = rerank.best_chunk(pairs.select("qid", "query", "doc_id", "chunk_id", "text"))
+    best = best.join(queries.select("qid", pl.col("text").alias("query")), on="qid") if "query" not in best.columns else best
+    return rerank.rerank_scores(best.select("qid", "query", "doc_id", "chunk_id", "text"), reranker, cache=store, progress=progress)
+
+
+def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace: bool = True) -> Result:
+    """Run stages 6-9 on cached frames: fusion, guarded blending, dedup, thresholds. All queries at once."""
+    t: dict[str, float] = {}
+    n = n or max(cfg.output.n, 100)
+    t0 = time.perf_counter()
+    cands = prep.candidates if len(prep.candidates) else empty_candidates()
+    weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing.enabled)
+    fused = fusion.fuse(cands, weights, cfg.fusion)
+    t["fuse"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    blended = blend_stage.blend(fused, prep.rerank_scores, cfg.rerank)
+    t["blend"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    kept, removed = dedup_stage.dedup(blended, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n)
+    t["dedup"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    final, per_query = threshold.apply_threshold(kept, cfg.threshold)
+    t["threshold"] = time.perf_counter() - t0
+
+    tr = _trace(cands, fused, blended, final) if trace else pl.DataFrame(schema=TRACE_SCHEMA)
+    return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t)
+
+
+def _trace(cands: pl.DataFrame, fused: pl.DataFrame, blended: pl.DataFrame, final: pl.DataFrame) -> pl.DataFrame:
+    def frame(df: pl.DataFrame, stage: pl.Expr) -> pl.DataFrame:
+        flags = pl.col("flags") if "flags" in df.columns else pl.lit([], pl.List(pl.Utf8))
+        return df.select(
+            pl.col("qid"), pl.col("doc_id"), pl.col("chunk_id"), stage.alias("stage"), pl.col("rank").cast(pl.Int64),
+            pl.col("score").cast(pl.Float64), flags.cast(pl.List(pl.Utf8)).alias("flags"),
+        )
+
+    return pl.concat(
+        [
+            frame(cands, pl.lit("retrieve:") + pl.col("list_id")),
+            frame(fused, pl.lit("fuse")),
+            frame(blended, pl.lit("blend")),
+            frame(final, pl.lit("final")),
+        ]
+    )
+
+
+def run_pipeline(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool = False) -> Result:
+    """Full run: prepare, then rescore."""
+    prep = prepare(store, queries, cfg, progress=progress)
+    res = rescore(prep, cfg)
+    res.timings = {**prep.timings, **res.timings}
+    return res

@@ -1,0 +1,658 @@
+"""The store: one DuckDB file holding documents, chunks, embeddings, the FTS index and every cache.
+
+The `Store` class owns all I/O of the toolkit. Stages receive frames from it and never open the file.
+
+Design notes
+- Ingest computes embeddings first (each batch saved to `embedding_cache` as it is made, so an interrupted
+  run resumes), then swaps documents, chunks and embeddings in ONE transaction with the FTS rebuild: a crash
+  leaves the store exactly as it was.
+- Tables carry no PRIMARY KEY constraints: DuckDB checks them eagerly inside a transaction, which breaks
+  delete-then-reinsert of a changed document; uniqueness is kept by the ingest logic and tested.
+- BM25 scores use the natural log (Lucene/bm25s convention), i.e. DuckDB's `match_bm25` times ln(10) (its
+  macro uses the base-10 `log`). Rankings are identical; the fixed |x|/(1+|x|) map then means what QMD meant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import polars as pl
+from tqdm.auto import tqdm
+
+from .analysis import FTS_IGNORE, lexical_text
+from .chunking import chunk_text
+from .embed import DEFAULT_MODEL, Embedder, SentenceTransformerEmbedder, resolve_model
+from .errors import InputError, StoreError
+
+SCHEMA_VERSION = "1"
+CAND_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """Index-time settings: changing any of them re-chunks (chunking) or rebuilds the FTS index (the rest)."""
+
+    chunk_size: int = 1000
+    chunk_overlap: int = 150
+    stemmer: str = "porter"
+    stopwords: str = "english"
+
+
+@dataclass
+class IngestReport:
+    documents: int
+    added: int
+    changed: int
+    unchanged: int
+    removed: int
+    chunks_written: int
+    embeddings_computed: int
+    embeddings_from_cache: int
+    fts_rebuilt: bool
+
+    def summary(self) -> str:
+        return (
+            f"{self.documents} documents: {self.added} added, {self.changed} changed, {self.unchanged} unchanged, "
+            f"{self.removed} removed; {self.chunks_written} chunks written; embeddings: "
+            f"{self.embeddings_computed} computed, {self.embeddings_from_cache} from cache; "
+            f"BM25 index {'rebuilt' if self.fts_rebuilt else 'unchanged'}"
+        )
+
+
+def sha1(s: str) -> str:
+    return hashlib.sha1(s.encode("utf-8")).hexdigest()
+
+
+def fts_extension_path() -> str:
+    """Path of the FTS extension shipped by the `duckdb-extension-fts` package (never downloaded)."""
+    try:
+        import duckdb_extension_fts
+    except ImportError as e:
+        raise StoreError(
+            "the DuckDB full-text-search extension is missing: `pip install duckdb-extension-fts==1.5.5` "
+            "(this machine cannot download extensions)"
+        ) from e
+    p = Path(duckdb_extension_fts.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "fts.duckdb_extension"
+    if not p.exists():
+        raise StoreError(f"no FTS extension for DuckDB {duckdb.__version__} at {p}; pin duckdb==1.5.5")
+    return str(p)
+
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta(key VARCHAR, value VARCHAR);
+CREATE TABLE IF NOT EXISTS documents(doc_id VARCHAR, source VARCHAR, scope VARCHAR, title VARCHAR, text VARCHAR,
+    metadata JSON, content_hash VARCHAR);
+CREATE TABLE IF NOT EXISTS chunks(chunk_id VARCHAR, doc_id VARCHAR, ord INTEGER, start_char INTEGER,
+    end_char INTEGER, text VARCHAR, text_hash VARCHAR, lex_text VARCHAR);
+CREATE TABLE IF NOT EXISTS embedding_cache(model VARCHAR, text_hash VARCHAR, vec FLOAT[]);
+CREATE TABLE IF NOT EXISTS rerank_cache(model VARCHAR, query_hash VARCHAR, text_hash VARCHAR, score DOUBLE);
+"""
+
+
+class Store:
+    """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None) -> None:
+        self.path = Path(path)
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as e:
+            raise StoreError(f"{self.path}: cannot open the store ({e})") from e
+        self.con.execute(f"LOAD '{fts_extension_path()}'")
+        if not read_only:
+            self.con.execute(_DDL)
+            if self._meta("schema_version") is None:
+                self._set_meta("schema_version", SCHEMA_VERSION)
+        elif self._meta("schema_version") is None:
+            raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
+        self._embedder = embedder
+        self._dense_cache: tuple[str, dict[str, Any]] | None = None
+
+    # ------------------------------------------------------------------ basics
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _meta(self, key: str) -> str | None:
+        try:
+            row = self.con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        except duckdb.CatalogException:
+            return None
+        return row[0] if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.con.execute("DELETE FROM meta WHERE key = ?", [key])
+        self.con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+
+    @property
+    def embedding_model(self) -> str | None:
+        return self._meta("embedding_model")
+
+    @property
+    def embedding_dim(self) -> int | None:
+        d = self._meta("embedding_dim")
+        return int(d) if d else None
+
+    @property
+    def settings(self) -> IndexSettings | None:
+        s = self._meta("index_settings")
+        return IndexSettings(**json.loads(s)) if s else None
+
+    def generation(self) -> str:
+        """Changes whenever the corpus or an index changes: cache keys of derived data include it."""
+        return self._meta("generation") or "0"
+
+    def stats(self) -> dict[str, Any]:
+        n_docs, n_src, n_scope = self.con.execute(
+            "SELECT count(*), count(DISTINCT source), count(DISTINCT scope) FROM documents"
+        ).fetchone()
+        n_chunks = self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        n_emb = self._count_embeddings()
+        return {
+            "store": str(self.path),
+            "documents": n_docs,
+            "sources": n_src,
+            "scopes": n_scope,
+            "chunks": n_chunks,
+            "embeddings": n_emb,
+            "embedding_model": self.embedding_model,
+            "embedding_dim": self.embedding_dim,
+            "index_settings": asdict(self.settings) if self.settings else None,
+            "generation": self.generation(),
+        }
+
+    def _count_embeddings(self) -> int:
+        if not self._has_table("embeddings"):
+            return 0
+        return self.con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+
+    def _has_table(self, name: str, schema: str = "main") -> bool:
+        return bool(
+            self.con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+                [schema, name],
+            ).fetchone()[0]
+        )
+
+    def has_lexical_index(self) -> bool:
+        return self._has_table("dict", "fts_main_chunks")
+
+    # ------------------------------------------------------------------ embedding
+    def embedder(self, model: str | None = None) -> Embedder:
+        """The embedder for this store: the one given, else the store's recorded model, else the default."""
+        want = model or self.embedding_model or DEFAULT_MODEL
+        want_id = resolve_model(want)[0]
+        if self._embedder is None or self._embedder.model_id != want_id:
+            self._embedder = SentenceTransformerEmbedder(want)
+        return self._embedder
+
+    def _check_model(self, emb: Embedder, *, dim_too: bool = True) -> None:
+        """Refuse to mix models in one store. The dimension check loads the model, so it is optional."""
+        have, dim = self.embedding_model, self.embedding_dim
+        if have is not None and have != emb.model_id:
+            raise StoreError(
+                f"{self.path} was built with embedding model {have!r} (dim {dim}); you asked for "
+                f"{emb.model_id!r}. Use that model, or a new store file for the other model."
+            )
+        if dim_too and dim is not None and dim != emb.dim:
+            raise StoreError(f"{self.path} holds {dim}-d embeddings but {emb.model_id!r} makes {emb.dim}-d vectors")
+
+    def embed_cached(self, texts: Sequence[str], emb: Embedder, *, progress: bool = False) -> np.ndarray:
+        """Embeddings for `texts`, computing only those not yet in the cache (keyed by model and text hash)."""
+        hashes = [sha1(t) for t in texts]
+        self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
+        self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
+        got = self.con.execute(
+            "SELECT w.i, c.vec FROM want w JOIN embedding_cache c ON c.text_hash = w.text_hash AND c.model = ? "
+            "ORDER BY w.i",
+            [emb.model_id],
+        ).pl()
+        return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
+
+    def _register(self, name: str, df: pl.DataFrame) -> None:
+        self.con.register(name, df.to_arrow())
+
+    def _fill_embedding_cache(self, by_hash: dict[str, str], emb: Embedder, *, progress: bool) -> tuple[int, int]:
+        """Compute and cache the missing embeddings; returns (computed, already cached)."""
+        if not by_hash:
+            return 0, 0
+        self._register("need", pl.DataFrame({"text_hash": list(by_hash)}))
+        missing = [
+            r[0]
+            for r in self.con.execute(
+                "SELECT n.text_hash FROM need n ANTI JOIN (SELECT text_hash FROM embedding_cache WHERE model = ?) c "
+                "ON c.text_hash = n.text_hash",
+                [emb.model_id],
+            ).fetchall()
+        ]
+        if missing:
+            self._check_model(emb)
+        batch = 512
+        bar = tqdm(total=len(missing), desc="embedding", unit="text", disable=not progress or not missing)
+        for i in range(0, len(missing), batch):
+            part = missing[i : i + batch]
+            vecs = emb.embed([by_hash[h] for h in part])
+            df = pl.DataFrame({"text_hash": part, "vec": vecs.tolist()}, schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)})
+            self._register("newvec", df)
+            self.con.execute("INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM newvec", [emb.model_id])
+            bar.update(len(part))
+        bar.close()
+        return len(missing), len(by_hash) - len(missing)
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(
+        self,
+        docs: list[dict[str, Any]],
+        *,
+        settings: IndexSettings | None = None,
+        embed: bool = True,
+        model: str | None = None,
+        prune: bool = False,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Add or update documents (idempotent). `prune=True` also removes stored documents not in `docs`."""
+        if not docs:
+            raise InputError("the corpus is empty: nothing to ingest")
+        settings = settings or self.settings or IndexSettings()
+        old_settings = self.settings
+        rechunk_all = old_settings is not None and (
+            (old_settings.chunk_size, old_settings.chunk_overlap) != (settings.chunk_size, settings.chunk_overlap)
+        )
+        emb = self.embedder(model) if embed else None
+        if emb is not None:
+            self._check_model(emb, dim_too=False)
+
+        chunk_key = f"{settings.chunk_size}/{settings.chunk_overlap}"
+        for d in docs:
+            d["content_hash"] = sha1(
+                json.dumps([d["title"], d["text"], d["source"], d["scope"], d["metadata"], chunk_key], sort_keys=True)
+            )
+        existing = dict(self.con.execute("SELECT doc_id, content_hash FROM documents").fetchall())
+        incoming = {d["doc_id"] for d in docs}
+        todo = [d for d in docs if rechunk_all or existing.get(d["doc_id"]) != d["content_hash"]]
+        removed = sorted(set(existing) - incoming) if prune else []
+        added = sum(1 for d in todo if d["doc_id"] not in existing)
+
+        chunk_rows = []
+        for d in tqdm(todo, desc="chunking", unit="doc", disable=not progress or len(todo) < 200):
+            for c in chunk_text(d["text"], settings.chunk_size, settings.chunk_overlap) or []:
+                body = f"{d['title']}\n{c.text}" if d["title"] else c.text
+                chunk_rows.append(
+                    (f"{d['doc_id']}#{c.ord}", d["doc_id"], c.ord, c.start, c.end, c.text, sha1(body), lexical_text(body), body)
+                )
+            if not d["text"].strip() and not d["title"].strip():
+                raise InputError(f"document {d['doc_id']!r} has no text and no title")
+
+        computed = cached = 0
+        need_embed = emb is not None and bool(chunk_rows or self._chunks_without_embeddings())
+        if emb is not None and need_embed:
+            by_hash = {r[6]: r[8] for r in chunk_rows}
+            # Chunks of unchanged documents that lack embeddings (e.g. the store was built with embed=False).
+            if self._has_table("embeddings"):
+                rows = self.con.execute(
+                    "SELECT c.text_hash, CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END "
+                    "FROM chunks c JOIN documents d USING (doc_id) ANTI JOIN embeddings e USING (chunk_id)"
+                ).fetchall()
+            else:
+                rows = self.con.execute(
+                    "SELECT c.text_hash, CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END "
+                    "FROM chunks c JOIN documents d USING (doc_id)"
+                ).fetchall()
+            by_hash.update(dict(rows))
+            computed, cached = self._fill_embedding_cache(by_hash, emb, progress=progress)
+
+        fts_changed = old_settings is None or (old_settings.stemmer, old_settings.stopwords) != (
+            settings.stemmer,
+            settings.stopwords,
+        )
+        rebuild = bool(todo or removed or fts_changed or not self.has_lexical_index())
+        if not rebuild and not need_embed:
+            return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False)
+
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            gone = [d["doc_id"] for d in todo] + removed
+            if gone:
+                self._register("gone", pl.DataFrame({"doc_id": gone}, schema={"doc_id": pl.Utf8}))
+                self.con.execute("DELETE FROM documents WHERE doc_id IN (SELECT doc_id FROM gone)")
+                if self._has_table("embeddings"):
+                    self.con.execute(
+                        "DELETE FROM embeddings WHERE chunk_id IN "
+                        "(SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone))"
+                    )
+                self.con.execute("DELETE FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone)")
+            if todo:
+                ddf = pl.DataFrame(
+                    {
+                        "doc_id": [d["doc_id"] for d in todo],
+                        "source": [d["source"] for d in todo],
+                        "scope": [d["scope"] for d in todo],
+                        "title": [d["title"] for d in todo],
+                        "text": [d["text"] for d in todo],
+                        "metadata": [json.dumps(d["metadata"], ensure_ascii=False) for d in todo],
+                        "content_hash": [d["content_hash"] for d in todo],
+                    },
+                    schema={k: pl.Utf8 for k in ("doc_id", "source", "scope", "title", "text", "metadata", "content_hash")},
+                )
+                self._register("newdocs", ddf)
+                self.con.execute("INSERT INTO documents SELECT * FROM newdocs")
+                cdf = pl.DataFrame(
+                    [r[:8] for r in chunk_rows],
+                    schema={
+                        "chunk_id": pl.Utf8,
+                        "doc_id": pl.Utf8,
+                        "ord": pl.Int32,
+                        "start_char": pl.Int32,
+                        "end_char": pl.Int32,
+                        "text": pl.Utf8,
+                        "text_hash": pl.Utf8,
+                        "lex_text": pl.Utf8,
+                    },
+                    orient="row",
+                )
+                self._register("newchunks", cdf)
+                self.con.execute("INSERT INTO chunks SELECT * FROM newchunks")
+            if emb is not None and need_embed:
+                dim = emb.dim
+                self.con.execute(f"CREATE TABLE IF NOT EXISTS embeddings(chunk_id VARCHAR, model VARCHAR, vec FLOAT[{dim}])")
+                self.con.execute(
+                    f"INSERT INTO embeddings SELECT c.chunk_id, ?, ec.vec::FLOAT[{dim}] FROM chunks c "
+                    "JOIN embedding_cache ec ON ec.text_hash = c.text_hash AND ec.model = ? "
+                    "ANTI JOIN embeddings e ON e.chunk_id = c.chunk_id",
+                    [emb.model_id, emb.model_id],
+                )
+                self._set_meta("embedding_model", emb.model_id)
+                self._set_meta("embedding_dim", str(dim))
+            if rebuild:
+                self._build_fts(settings)
+            self._set_meta("index_settings", json.dumps(asdict(settings)))
+            self._set_meta("generation", sha1(self.generation() + os.urandom(8).hex())[:12])
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self._dense_cache = None
+        return IngestReport(
+            documents=len(docs),
+            added=added,
+            changed=len(todo) - added,
+            unchanged=len(docs) - len(todo),
+            removed=len(removed),
+            chunks_written=len(chunk_rows),
+            embeddings_computed=computed,
+            embeddings_from_cache=cached,
+            fts_rebuilt=rebuild,
+        )
+
+    def _chunks_without_embeddings(self) -> int:
+        if not self._has_table("embeddings"):
+            return self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return self.con.execute("SELECT count(*) FROM chunks ANTI JOIN embeddings USING (chunk_id)").fetchone()[0]
+
+    def _build_fts(self, s: IndexSettings) -> None:
+        self.con.execute(
+            "PRAGMA create_fts_index('chunks', 'chunk_id', 'lex_text', "
+            f"stemmer='{s.stemmer}', stopwords='{s.stopwords}', ignore='{FTS_IGNORE}', "
+            "strip_accents=1, lower=1, overwrite=1)"
+        )
+
+    # ------------------------------------------------------------------ reads
+    def documents(self, doc_ids: Sequence[str] | None = None) -> pl.DataFrame:
+        """Documents as a frame (all, or the given ids)."""
+        if doc_ids is None:
+            return self.con.execute("SELECT doc_id, source, scope, title, text, metadata::VARCHAR AS metadata FROM documents").pl()
+        self._register("ids", pl.DataFrame({"doc_id": list(doc_ids)}, schema={"doc_id": pl.Utf8}))
+        return self.con.execute(
+            "SELECT d.doc_id, source, scope, title, text, metadata::VARCHAR AS metadata FROM documents d SEMI JOIN ids USING (doc_id)"
+        ).pl()
+
+    def doc_sources(self) -> pl.DataFrame:
+        return self.con.execute("SELECT doc_id, source, scope FROM documents").pl()
+
+    def chunks(self, chunk_ids: Sequence[str] | None = None) -> pl.DataFrame:
+        """Chunks with their document's title and source: [chunk_id, doc_id, ord, text, title, source]."""
+        sql = (
+            "SELECT c.chunk_id, c.doc_id, c.ord, c.text, c.text_hash, d.title, d.source FROM chunks c "
+            "JOIN documents d USING (doc_id)"
+        )
+        if chunk_ids is None:
+            return self.con.execute(sql).pl()
+        self._register("cids", pl.DataFrame({"chunk_id": list(chunk_ids)}, schema={"chunk_id": pl.Utf8}))
+        return self.con.execute(sql + " SEMI JOIN cids USING (chunk_id)").pl()
+
+    def chunk_vectors(self, chunk_ids: Sequence[str]) -> pl.DataFrame:
+        """[chunk_id, vec] for near-duplicate detection."""
+        if not self._has_table("embeddings"):
+            raise StoreError(f"{self.path} has no embeddings; ingest with embeddings to use near-duplicate dedup")
+        self._register("cids", pl.DataFrame({"chunk_id": list(chunk_ids)}, schema={"chunk_id": pl.Utf8}))
+        return self.con.execute("SELECT chunk_id, vec FROM embeddings SEMI JOIN cids USING (chunk_id)").pl()
+
+    # ------------------------------------------------------------------ rerank cache
+    def get_rerank(self, model: str, rows: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        if not rows:
+            return {}
+        self._register("rq", pl.DataFrame(rows, schema={"query_hash": pl.Utf8, "text_hash": pl.Utf8}, orient="row"))
+        got = self.con.execute(
+            "SELECT r.query_hash, r.text_hash, any_value(r.score) FROM rerank_cache r SEMI JOIN rq "
+            "USING (query_hash, text_hash) WHERE r.model = ? GROUP BY ALL",
+            [model],
+        ).fetchall()
+        return {(q, t): s for q, t, s in got}
+
+    def put_rerank(self, model: str, rows: list[tuple[str, str, float]]) -> None:
+        if not rows:
+            return
+        self._register(
+            "rp", pl.DataFrame(rows, schema={"query_hash": pl.Utf8, "text_hash": pl.Utf8, "score": pl.Float64}, orient="row")
+        )
+        self.con.execute(
+            "INSERT INTO rerank_cache SELECT ?, query_hash, text_hash, score FROM rp "
+            "ANTI JOIN (SELECT * FROM rerank_cache WHERE model = ?) r USING (query_hash, text_hash)",
+            [model, model],
+        )
+
+    # ------------------------------------------------------------------ lexical search
+    def _filter_sql(self, filters: dict[str, Any] | None, alias: str = "d") -> tuple[str, list[Any]]:
+        if not filters:
+            return "", []
+        parts, params = [], []
+        for k, v in filters.items():
+            if not k.replace("_", "").replace(".", "").isalnum():
+                raise InputError(f"metadata filter key {k!r}: use letters, digits, '_' and '.' only")
+            parts.append(f"json_extract_string({alias}.metadata, '$.{k}') = ?")
+            params.append(str(v))
+        return " AND " + " AND ".join(parts), params
+
+    def lexical_search(
+        self,
+        queries: pl.DataFrame,
+        *,
+        top_k: int = 100,
+        level: str = "document",
+        k1: float = 1.2,
+        b: float = 0.75,
+        scope_filter: bool = True,
+        filters: dict[str, Any] | None = None,
+    ) -> pl.DataFrame:
+        """BM25 for all queries in one SQL statement over the FTS tables -> [qid, doc_id, chunk_id, rank, score].
+
+        Equivalent to DuckDB's `match_bm25` (same tokenizer, stemmer, distinct query terms, k1, b) but batched:
+        `match_bm25` scores one query per call (~50 queries/s), this join scores ~1,000+/s.
+        """
+        if not self.has_lexical_index():
+            raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
+        settings = self.settings or IndexSettings()
+        q = queries.select(
+            "qid",
+            pl.col("text").map_elements(lexical_text, return_dtype=pl.Utf8).alias("lex"),
+            (pl.col("scope") if scope_filter and "scope" in queries.columns else pl.lit(None, pl.Utf8)).alias("scope"),
+        )
+        self._register("qin", q)
+        fsql, fparams = self._filter_sql(filters)
+        group = "doc_id" if level == "document" else "chunk_id"
+        # MATERIALIZED CTEs keep DuckDB from re-planning the postings join per query; the scope filter is
+        # applied before the group-by so out-of-scope documents are never scored.
+        sql = f"""
+        WITH qt AS MATERIALIZED (SELECT DISTINCT qid, scope, stem(tok, '{settings.stemmer}') AS t
+               FROM (SELECT qid, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE tok <> ''),
+        st AS (SELECT num_docs, avgdl FROM fts_main_chunks.stats),
+        qterm AS MATERIALIZED (SELECT qt.qid, qt.scope, d.termid,
+                 ln(((st.num_docs - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
+               FROM qt JOIN fts_main_chunks.dict d ON d.term = qt.t, st),
+        post AS MATERIALIZED (SELECT termid, docid, count(*) AS tf FROM fts_main_chunks.terms
+               WHERE termid IN (SELECT termid FROM qterm) GROUP BY termid, docid),
+        meta AS MATERIALIZED (SELECT fd.docid, fd.len, c.doc_id, c.chunk_id, d.scope
+               FROM fts_main_chunks.docs fd JOIN chunks c ON c.chunk_id = fd.name
+               JOIN documents d ON d.doc_id = c.doc_id WHERE true {fsql}),
+        sc AS (SELECT qterm.qid, meta.doc_id, meta.chunk_id,
+                 sum(qterm.idf * (post.tf * ({k1} + 1) / (post.tf + {k1} * (1 - {b} + {b} * meta.len / st.avgdl)))) AS score
+               FROM qterm JOIN post USING (termid) JOIN meta ON meta.docid = post.docid, st
+               WHERE qterm.scope IS NULL OR meta.scope = qterm.scope
+               GROUP BY qterm.qid, meta.doc_id, meta.chunk_id),
+        best AS (SELECT qid, {group} AS key, any_value(doc_id) AS doc_id, arg_max(chunk_id, score) AS chunk_id,
+                        max(score) AS score FROM sc GROUP BY qid, {group})
+        SELECT qid, doc_id, chunk_id, row_number() OVER (PARTITION BY qid ORDER BY score DESC, key) AS rank, score
+        FROM best QUALIFY rank <= {int(top_k)} ORDER BY qid, rank
+        """
+        out = self.con.execute(sql, fparams).pl()
+        return out.cast(CAND_SCHEMA) if len(out) else pl.DataFrame(schema=CAND_SCHEMA)
+
+    def match_bm25(self, text: str, *, top_k: int = 10, k1: float = 1.2, b: float = 0.75) -> pl.DataFrame:
+        """DuckDB's own per-query `match_bm25` at chunk level (reference path for tests and benchmarks)."""
+        return self.con.execute(
+            "SELECT chunk_id, fts_main_chunks.match_bm25(chunk_id, ?, k := ?, b := ?) AS score FROM chunks "
+            "WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?",
+            [lexical_text(text), k1, b, top_k],
+        ).pl()
+
+    # ------------------------------------------------------------------ dense search
+    def _dense_matrix(self) -> dict[str, Any]:
+        """Chunk vectors in doc order, read once per store generation (the batched path's working set)."""
+        gen = self.generation()
+        if self._dense_cache is None or self._dense_cache[0] != gen:
+            if not self._has_table("embeddings") or self._count_embeddings() == 0:
+                raise StoreError(f"{self.path} has no embeddings; ingest with embeddings (the default) to use dense search")
+            tbl = self.con.execute(
+                "SELECT c.chunk_id, c.doc_id, d.scope, e.vec FROM chunks c JOIN embeddings e USING (chunk_id) "
+                "JOIN documents d USING (doc_id) ORDER BY c.doc_id, c.ord"
+            ).arrow()
+            df = pl.from_arrow(tbl)
+            vecs = np.ascontiguousarray(df["vec"].to_numpy(), dtype=np.float32)
+            doc_ids = df["doc_id"].to_numpy()
+            starts = np.flatnonzero(np.r_[True, doc_ids[1:] != doc_ids[:-1]])
+            self._dense_cache = (
+                gen,
+                {
+                    "vecs": vecs,
+                    "chunk_ids": df["chunk_id"].to_numpy(),
+                    "doc_ids": doc_ids,
+                    "starts": starts,
+                    "doc_of_chunk": np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc_ids)])),
+                    "doc_scope": df["scope"].to_numpy()[starts],
+                },
+            )
+        return self._dense_cache[1]
+
+    def query_vectors(self, texts: Sequence[str], *, model: str | None = None, progress: bool = False) -> np.ndarray:
+        emb = self.embedder(model)
+        self._check_model(emb, dim_too=False)
+        return self.embed_cached(list(texts), emb, progress=progress)
+
+    def dense_search(
+        self,
+        queries: pl.DataFrame,
+        *,
+        top_k: int = 100,
+        level: str = "document",
+        scope_filter: bool = True,
+        filters: dict[str, Any] | None = None,
+        vectors: np.ndarray | None = None,
+        block: int = 256,
+        progress: bool = False,
+    ) -> pl.DataFrame:
+        """Cosine top-k for all queries by one matrix product per block of queries (vectors L2-normalised).
+
+        Returns the same rankings as `dense_search_sql` (DuckDB `array_cosine_similarity`), which a test checks.
+        """
+        m = self._dense_matrix()
+        qv = vectors if vectors is not None else self.query_vectors(queries["text"].to_list(), progress=progress)
+        allowed = None
+        if filters:
+            fsql, fparams = self._filter_sql(filters)
+            ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
+            allowed = np.array([d in ok for d in m["doc_ids"][m["starts"]]])
+        scopes = queries["scope"].to_list() if scope_filter and "scope" in queries.columns else [None] * len(queries)
+        qids = queries["qid"].to_list()
+        out_q, out_d, out_c, out_r, out_s = [], [], [], [], []
+        for lo in range(0, len(qids), block):
+            sims = qv[lo : lo + block] @ m["vecs"].T  # (nq, n_chunks)
+            if level == "document":
+                keys = np.maximum.reduceat(sims, m["starts"], axis=1)
+                # First chunk reaching the doc's max is its best chunk.
+                idx = np.where(sims >= keys[:, m["doc_of_chunk"]], np.arange(sims.shape[1]), sims.shape[1])
+                best = np.minimum.reduceat(idx, m["starts"], axis=1)
+                key_scope = m["doc_scope"]
+                key_ok = allowed
+            else:
+                keys, best = sims, None
+                key_scope = m["doc_scope"][m["doc_of_chunk"]]
+                key_ok = allowed[m["doc_of_chunk"]] if allowed is not None else None
+            for j in range(keys.shape[0]):
+                row = keys[j].astype(np.float64)
+                mask = np.ones(len(row), dtype=bool)
+                sc = scopes[lo + j]
+                if sc is not None:
+                    mask &= key_scope == sc
+                if key_ok is not None:
+                    mask &= key_ok
+                cand = np.flatnonzero(mask)
+                if len(cand) == 0:
+                    continue
+                k = min(top_k, len(cand))
+                part = cand[np.argpartition(-row[cand], k - 1)[:k]] if k < len(cand) else cand
+                order = part[np.lexsort((part, -row[part]))]
+                chunk_idx = best[j, order] if best is not None else order
+                out_q.extend([qids[lo + j]] * len(order))
+                out_d.extend(m["doc_ids"][chunk_idx].tolist())
+                out_c.extend(m["chunk_ids"][chunk_idx].tolist())
+                out_r.extend(range(1, len(order) + 1))
+                out_s.extend(row[order].tolist())
+        return pl.DataFrame({"qid": out_q, "doc_id": out_d, "chunk_id": out_c, "rank": out_r, "score": out_s}, schema=CAND_SCHEMA)
+
+    def dense_search_sql(
+        self, text: str, *, scope: str | None = None, top_k: int = 10, level: str = "document", vector: np.ndarray | None = None
+    ) -> pl.DataFrame:
+        """One query through DuckDB's `array_cosine_similarity` (the reference path; also what `hrt search` uses)."""
+        dim = self.embedding_dim
+        if dim is None:
+            raise StoreError(f"{self.path} has no embeddings")
+        v = vector if vector is not None else self.query_vectors([text])[0]
+        group = "c.doc_id" if level == "document" else "c.chunk_id"
+        return self.con.execute(
+            f"""WITH s AS (SELECT c.doc_id, c.chunk_id, array_cosine_similarity(e.vec, ?::FLOAT[{dim}]) AS score
+                FROM embeddings e JOIN chunks c USING (chunk_id) JOIN documents d USING (doc_id)
+                WHERE ? IS NULL OR d.scope = ?),
+            best AS (SELECT {group} AS key, any_value(doc_id) AS doc_id, arg_max(chunk_id, score) AS chunk_id,
+                     max(score) AS score FROM s c GROUP BY {group})
+            SELECT doc_id, chunk_id, row_number() OVER (ORDER BY score DESC, key) AS rank, score FROM best
+            ORDER BY rank LIMIT ?""",
+            [v.tolist(), scope, scope, top_k],
+        ).pl()
+
