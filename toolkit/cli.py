@@ -188,7 +188,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query) 
 
 
 @main.command()
-@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
 def info(store_path) -> None:
     """Show what a store holds: documents, chunks, embeddings, model, index settings."""
     from .store import Store

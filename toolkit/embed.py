@@ -54,6 +54,9 @@ class SentenceTransformerEmbedder:
             if Path(self._load_from).exists():
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar is noise in CLI output
 
             try:
                 self._model = SentenceTransformer(self._load_from, device=self.device)

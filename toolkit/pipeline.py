@@ -8,6 +8,7 @@ in milliseconds. `run_pipeline` = `rescore(prepare(...))`, and a test checks tha
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ from . import dedup as dedup_stage
 from . import expansion, features, fusion, rerank, threshold
 from .config import PipelineConfig
 from .retrieve import empty_candidates, retrieve
-from .store import Store
+from .store import Store, sha1
 
 TRACE_SCHEMA = {
     "qid": pl.Utf8,
@@ -69,6 +70,26 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     return lex, den
 
 
+_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors")
+
+
+def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
+    """Cache key of the expensive stages: everything they read, and nothing a slider changes."""
+    parts = {
+        "generation": store.generation(),
+        "queries": sha1(queries.select("qid", "text", *(["scope"] if "scope" in queries.columns else [])).write_csv()),
+        "retrieval": cfg.retrieval.model_dump(mode="json"),
+        "routing": cfg.routing.model_dump(mode="json"),
+        "expansion": cfg.expansion.model_dump(mode="json"),
+        "rerank": cfg.rerank.model_dump(mode="json", include={"provider", "model", "url", "path", "top_n"}),
+        "rerank_on": cfg.rerank.blend != "none",
+        "fusion_for_pool": cfg.fusion.model_dump(mode="json") if cfg.rerank.provider != "none" else None,
+        "near_dup": cfg.dedup.near_duplicate_enabled,
+        "pool": rerank_pool,
+    }
+    return "prepare:" + sha1(json.dumps(parts, sort_keys=True, default=str))
+
+
 def prepare(
     store: Store,
     queries: pl.DataFrame,
@@ -76,9 +97,28 @@ def prepare(
     *,
     progress: bool = False,
     rerank_pool: int | None = None,
+    use_cache: bool = True,
 ) -> Prepared:
-    """Run stages 1-5 for all queries. `rerank_pool` = list depth whose documents all get reranker scores
-    (default: the config's `rerank.top_n`), so any fusion setting finds its top-N already scored."""
+    """Run stages 1-5 for all queries, or load them from the store's stage cache.
+
+    `rerank_pool` = list depth whose documents all get reranker scores (default: the config's
+    `rerank.top_n`), so that other fusion settings find their top-N already scored.
+    """
+    key = prepare_key(store, queries, cfg, rerank_pool)
+    if use_cache:
+        got = store.get_frames(key)
+        if got is not None:
+            frames = {name: got.get(name) for name in _PREPARED_FRAMES}
+            return Prepared(**frames, timings={"cache_load": 0.0})
+    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool)
+    if use_cache and not store.read_only:
+        store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
+    return prep
+
+
+def _prepare(
+    store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None
+) -> Prepared:
     t: dict[str, float] = {}
     t0 = time.perf_counter()
     if "scope" not in queries.columns:

@@ -94,6 +94,7 @@ CREATE TABLE IF NOT EXISTS chunks(chunk_id VARCHAR, doc_id VARCHAR, ord INTEGER,
     end_char INTEGER, text VARCHAR, text_hash VARCHAR, lex_text VARCHAR);
 CREATE TABLE IF NOT EXISTS embedding_cache(model VARCHAR, text_hash VARCHAR, vec FLOAT[]);
 CREATE TABLE IF NOT EXISTS rerank_cache(model VARCHAR, query_hash VARCHAR, text_hash VARCHAR, score DOUBLE);
+CREATE TABLE IF NOT EXISTS stage_cache(key VARCHAR, name VARCHAR, data BLOB, created TIMESTAMP DEFAULT current_timestamp);
 """
 
 
@@ -102,6 +103,7 @@ class Store:
 
     def __init__(self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
         if not read_only:
@@ -217,6 +219,8 @@ class Store:
     def embed_cached(self, texts: Sequence[str], emb: Embedder, *, progress: bool = False) -> np.ndarray:
         """Embeddings for `texts`, computing only those not yet in the cache (keyed by model and text hash)."""
         hashes = [sha1(t) for t in texts]
+        if self.read_only:  # cannot write the cache: use what it has, compute the rest in memory
+            return self._embed_read_only(list(texts), hashes, emb)
         self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
         self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
         got = self.con.execute(
@@ -225,6 +229,25 @@ class Store:
             [emb.model_id],
         ).pl()
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
+
+    def _embed_read_only(self, texts: list[str], hashes: list[str], emb: Embedder) -> np.ndarray:
+        self._register("want", pl.DataFrame({"text_hash": hashes}))
+        have = dict(
+            self.con.execute(
+                "SELECT c.text_hash, any_value(c.vec) FROM embedding_cache c SEMI JOIN want w USING (text_hash) "
+                "WHERE c.model = ? GROUP BY c.text_hash",
+                [emb.model_id],
+            ).fetchall()
+        )
+        todo = [i for i, h in enumerate(hashes) if h not in have]
+        fresh = emb.embed([texts[i] for i in todo]) if todo else None
+        out = np.zeros((len(texts), emb.dim if todo else len(next(iter(have.values())))), dtype=np.float32)
+        for i, h in enumerate(hashes):
+            if h in have:
+                out[i] = have[h]
+        for j, i in enumerate(todo):
+            out[i] = fresh[j]
+        return out
 
     def _register(self, name: str, df: pl.DataFrame) -> None:
         self.con.register(name, df.to_arrow())
@@ -467,6 +490,35 @@ class Store:
             "ANTI JOIN (SELECT * FROM rerank_cache WHERE model = ?) r USING (query_hash, text_hash)",
             [model, model],
         )
+
+    # ------------------------------------------------------------------ stage cache
+    def put_frames(self, key: str, frames: dict[str, pl.DataFrame | None]) -> None:
+        """Keep the outputs of expensive stages under `key` (Parquet bytes: exact types, compact)."""
+        import io
+
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            self.con.execute("DELETE FROM stage_cache WHERE key = ?", [key])
+            for name, df in frames.items():
+                if df is None:
+                    continue
+                buf = io.BytesIO()
+                df.write_parquet(buf)
+                self.con.execute("INSERT INTO stage_cache(key, name, data) VALUES (?, ?, ?)", [key, name, buf.getvalue()])
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def get_frames(self, key: str) -> dict[str, pl.DataFrame] | None:
+        """The frames stored under `key`, or None when nothing is cached for it."""
+        import io
+
+        try:
+            rows = self.con.execute("SELECT name, data FROM stage_cache WHERE key = ?", [key]).fetchall()
+        except duckdb.CatalogException:
+            return None
+        return {name: pl.read_parquet(io.BytesIO(data)) for name, data in rows} or None
 
     # ------------------------------------------------------------------ lexical search
     def _filter_sql(self, filters: dict[str, Any] | None, alias: str = "d") -> tuple[str, list[Any]]:

@@ -1,0 +1,1 @@
+"""Authored content of the Northwind Platform team memory bank (see ../demo/README.md)."""

@@ -1,0 +1,191 @@
+"""A fake `/v1/rerank` + `/v1/chat/completions` server on 127.0.0.1 for testing the guarded providers.
+
+`http.server` in a thread (no third-party mock: the point is to exercise the real HTTP client, its
+timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`):
+
+- "good": rerank score = number of distinct shared words between query and document, results sorted by
+  score (so not in request order); chat answers typed lines derived from the query (`chat_answer`).
+- "500": HTTP 500.  "slow": sleep `delay_s` before answering.  "malformed": invalid JSON.
+- "wrong_shape": valid JSON of the wrong shape.  "out_of_range": a result index past the last document.
+- "partial": rerank answers only the even-indexed documents.
+- "tei": rerank wants TEI's `{"query", "texts"}` (HTTP 422 otherwise) and answers a bare list.
+- `fail_first = N`: the first N requests get HTTP 500, then the mode applies (tests retries).
+- `fail_queries`: queries (or user messages) containing any of these words get HTTP 500.
+
+Every request is recorded in `server.requests` (path, JSON body, headers) so tests can count calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+def words(s: str) -> set[str]:
+    return set(re.findall(r"\w+", s.lower()))
+
+
+def overlap(query: str, doc: str) -> float:
+    """The fake relevance: distinct words shared by query and document."""
+    return float(len(words(query) & words(doc)))
+
+
+def chat_answer(query: str) -> str:
+    """A chat answer mixing typed lines in several styles with lines the parser must ignore."""
+    return (
+        "Sure! Here are expansions for your query:\n"
+        f"1. LEX: {query} keywords\n"
+        f"- lex: {query}\n"  # a repeat of the original: dropped
+        f"* **Vec:** what is {query}\n"
+        "  vec:   \n"  # empty: dropped
+        f"hyde: A note explaining {query} in detail.\n"
+        f"2) lex - {query} synonyms\n"
+        "Hope this helps."
+    )
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.mode = "good"
+        self.fail_first = 0
+        self.delay_s = 3.0
+        self.fail_queries: set[str] = set()
+        self.chat_content: str | None = None  # overrides chat_answer() when set
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def rerank_url(self) -> str:
+        return self.base_url + "/v1/rerank"
+
+    @property
+    def chat_url(self) -> str:
+        return self.base_url + "/v1/chat/completions"
+
+    def count(self, path: str | None = None) -> int:
+        return sum(1 for r in self.requests if path is None or r["path"] == path)
+
+    def start(self) -> FakeServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()  # wakes handlers sleeping in "slow" mode
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ answers
+    def answer(self, path: str, body: Any, headers: dict[str, str]) -> tuple[int, bytes]:
+        with self._lock:
+            n = len(self.requests)
+            self.requests.append({"path": path, "body": body, "headers": headers})
+        if n < self.fail_first:
+            return 500, b'{"error": "warming up"}'
+        text = json.dumps(body)
+        if any(w in text for w in self.fail_queries):
+            return 500, b'{"error": "boom"}'
+        mode = self.mode
+        if mode == "500":
+            return 500, b'{"error": "internal"}'
+        if mode == "slow":
+            self._stop.wait(self.delay_s)
+        if mode == "malformed":
+            return 200, b'{"results": [{"index": 0, "relevance_score": 1.0}'
+        if path == "/v1/rerank":
+            return self._rerank(body, mode)
+        if path == "/v1/chat/completions":
+            return self._chat(body, mode)
+        return 404, b'{"error": "not found"}'
+
+    def _rerank(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
+        if mode == "tei":
+            if "texts" not in body:
+                return (
+                    422,
+                    b'{"error": "Json deserialize error: missing field `texts`", "error_type": "Validation"}',
+                )
+            return 200, json.dumps(
+                [{"index": i, "score": overlap(body["query"], d)} for i, d in enumerate(body["texts"])]
+            ).encode()
+        docs = body["documents"]
+        results = [{"index": i, "relevance_score": overlap(body["query"], d)} for i, d in enumerate(docs)]
+        results.sort(key=lambda r: -r["relevance_score"])
+        if mode == "wrong_shape":
+            return 200, json.dumps({"data": [r["relevance_score"] for r in results]}).encode()
+        if mode == "out_of_range":
+            results.append({"index": len(docs), "relevance_score": 0.5})
+        if mode == "partial":
+            results = [r for r in results if r["index"] % 2 == 0]
+        return 200, json.dumps({"model": body.get("model"), "results": results}).encode()
+
+    def _chat(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
+        if mode == "wrong_shape":
+            return 200, json.dumps({"answer": "lex: nothing"}).encode()
+        query = body["messages"][-1]["content"]
+        content = self.chat_content if self.chat_content is not None else chat_answer(query)
+        return 200, json.dumps(
+            {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+        ).encode()
+
+
+def _make_handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                body = json.loads(raw)
+            except json.JSONDecodeError:
+                body = None
+            code, payload = server.answer(self.path, body, {k.lower(): v for k, v in self.headers.items()})
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError:  # the client gave up (timeout test): nothing to answer
+                pass
+
+        def log_message(self, *args: object) -> None:  # keep pytest output clean
+            pass
+
+    return Handler
+
+
+@pytest.fixture(name="fake_server")
+def fake_server_fixture() -> Iterator[FakeServer]:
+    """A running `FakeServer` in "good" mode; import `fake_server_fixture` and ask for `fake_server`."""
+    with FakeServer() as s:
+        yield s
+
+
+def wait_until(pred, timeout_s: float = 2.0) -> bool:
+    """Poll `pred` (for server-side effects that land just after the client returned)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return pred()

@@ -1,0 +1,80 @@
+"""The `hrt` commands end to end on a tiny corpus: what a user types, what they see, and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from toolkit.cli import main
+
+
+@pytest.fixture
+def beir(tmp_path, corpus_file):
+    root = tmp_path / "ds"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(corpus_file.read_text())
+    qs = [
+        {"_id": "q1", "text": "deploy fails with ECONNREFUSED", "metadata": {"scope": "platform"}},
+        {"_id": "q2", "text": "what is the retry backoff?", "metadata": {"scope": "payments"}},
+        {"_id": "q3", "text": "which SDK version is pinned", "metadata": {"scope": "platform"}},
+    ]
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td5\t1\n")
+    return root
+
+
+def test_help_explains_every_command():
+    r = CliRunner().invoke(main, ["--help"])
+    assert r.exit_code == 0
+    for cmd in ("ingest", "search", "run", "eval", "info", "presets"):
+        assert cmd in r.output
+        sub = CliRunner().invoke(main, [cmd, "--help"])
+        assert sub.exit_code == 0 and "Options:" in sub.output and len(sub.output) > 140
+
+
+def test_ingest_search_run_eval(tmp_path, beir):
+    run = CliRunner()
+    store = str(tmp_path / "s.duckdb")
+    r = run.invoke(main, ["ingest", str(beir), "--store", store])
+    assert r.exit_code == 0, r.output
+    assert "6 added" in r.output
+    r = run.invoke(main, ["ingest", str(beir), "--store", store])
+    assert "6 unchanged" in r.output and "0 computed" in r.output
+
+    r = run.invoke(main, ["search", "ECONNREFUSED port 5432", "--store", store, "--mode", "lexical", "--format", "json", "-n", "2"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["results"][0]["doc_id"] == "d1"
+
+    r = run.invoke(main, ["search", "retry backoff", "--store", store, "-n", "3"])
+    assert r.exit_code == 0, r.output
+    assert len(r.output) <= 2000 and "d2" in r.output or "decisions" in r.output
+
+    for mode in ("lexical", "dense", "hybrid"):
+        out = tmp_path / f"{mode}.trec"
+        r = run.invoke(main, ["run", "--dataset", str(beir), "--split", "test", "--mode", mode, "--store", store, "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        lines = out.read_text().splitlines()
+        assert lines and all(len(ln.split()) == 6 for ln in lines)
+        # Scope filter: q2 (payments) only sees payments documents.
+        assert {ln.split()[2] for ln in lines if ln.startswith("q2 ")} <= {"d2", "d6"}
+    r = run.invoke(main, ["eval", "--dataset", str(beir), "--split", "test", "--run", str(tmp_path / "lexical.trec"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)["runs"][str(tmp_path / "lexical.trec")]
+    assert set(res) >= {"nDCG@10", "R@5", "R@10", "MRR@10"}
+    assert res["MRR@10"] > 0.5
+
+
+def test_expected_mistakes_exit_2_without_traceback(tmp_path):
+    run = CliRunner()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"_id": "a", "text": "ok"}\n{oops}\n')
+    r = run.invoke(main, ["ingest", str(bad), "--store", str(tmp_path / "s.duckdb")])
+    assert r.exit_code == 2
+    assert "bad.jsonl:2: malformed JSON" in r.output and "Traceback" not in r.output
+    r = run.invoke(main, ["search", "x", "--store", str(tmp_path / "missing.duckdb")])
+    assert r.exit_code == 2 and "no such store" in r.output
+    r = run.invoke(main, ["search", "x", "--store", str(tmp_path / "s.duckdb"), "--config", "no-such-preset"])
+    assert r.exit_code == 2

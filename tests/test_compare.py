@@ -1,0 +1,151 @@
+"""Baseline comparison: win/tie/loss, paired t-test (scipy), sign-flip randomisation, bootstrap CI, Holm."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats
+
+from toolkit.compare import bootstrap_ci, compare, holm, randomization_test, ttest
+from toolkit.errors import InputError
+from toolkit.metrics import evaluate_systems
+
+
+def frame(
+    system: str, values: list[float], measure: str = "nDCG@10", qids: list[str] | None = None
+) -> pl.DataFrame:
+    qids = qids or [f"q{i}" for i in range(len(values))]
+    return pl.DataFrame({"system": system, "qid": qids, "measure": measure, "value": values})
+
+
+def test_holm_worked_example():
+    # Sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> monotone max: 0.06.
+    adj = holm([0.01, 0.04, 0.03, 0.005])
+    assert adj == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    got = holm([0.02, float("nan"), 0.04])  # NaN is not a test: m = 2
+    assert np.isnan(got[1]) and got[[0, 2]] == pytest.approx([0.04, 0.04])
+
+
+def test_ttest_matches_scipy_known_result():
+    a = np.array([0.61, 0.42, 0.88, 0.35, 0.70, 0.52, 0.47, 0.93])
+    b = np.array([0.55, 0.40, 0.80, 0.36, 0.61, 0.50, 0.41, 0.85])
+    expected = stats.ttest_rel(a, b).pvalue
+    assert ttest(a - b) == pytest.approx(expected, rel=1e-12)
+    # Differences: mean 0.05, sd sqrt(0.009 / 7) -> t = 3.944 on 7 degrees of freedom.
+    assert expected == pytest.approx(0.005574, abs=1e-6)
+    out = compare(pl.concat([frame("base", b.tolist()), frame("new", a.tolist())]), "base", test="ttest")
+    assert out["p_value"][0] == pytest.approx(expected, rel=1e-12)
+    assert out["p_holm"][0] == pytest.approx(expected, rel=1e-12)  # a single system: nothing to correct
+    assert ttest(np.zeros(5)) == 1.0
+
+
+def test_randomization_exact_small_sample_worked_example():
+    # 5 queries all +1: of the 2^5 sign patterns only all-plus and all-minus reach |sum| = 5.
+    assert randomization_test(np.ones(5)) == pytest.approx(2 / 32)
+    # [3, -1, 1]: |sum| = 3; patterns reaching |sum| >= 3: +3-1+1 (3), +3+1+1 (5), +3+1-1 (3) and negations.
+    assert randomization_test(np.array([3.0, -1.0, 1.0])) == pytest.approx(6 / 8)
+
+
+def test_randomization_identical_is_one_and_clear_win_is_tiny():
+    rng = np.random.default_rng(1)
+    base = rng.random(300)
+    assert randomization_test(np.zeros(300)) == 1.0
+    better = np.clip(base + 0.1 + 0.05 * rng.standard_normal(300), 0, 1)
+    p = randomization_test(better - base)
+    assert p == pytest.approx(1 / 10_001)  # no permutation reaches it; the +1 keeps p above 0
+    assert randomization_test(better - base, seed=5) == p  # deterministic
+
+
+def test_sampled_randomization_agrees_with_exact():
+    d = np.random.default_rng(3).normal(0.05, 0.2, size=12)
+    exact = randomization_test(d, n_permutations=4096)  # 2^12 patterns: enumerated
+    sampled = randomization_test(d, n_permutations=4095, seed=0)  # one short: sampled
+    assert 0.01 < exact < 0.99
+    assert sampled == pytest.approx(exact, abs=0.03)
+
+
+def test_bootstrap_ci():
+    assert bootstrap_ci(np.full(50, 0.1)) == pytest.approx((0.1, 0.1))
+    d = np.random.default_rng(0).normal(0.05, 0.1, size=400)
+    lo, hi = bootstrap_ci(d)
+    assert lo < d.mean() < hi
+    half = 1.96 * d.std(ddof=1) / np.sqrt(d.size)  # normal approximation of the same interval
+    assert hi - lo == pytest.approx(2 * half, rel=0.1)
+    assert bootstrap_ci(d, seed=0) == (lo, hi)
+
+
+def test_compare_counts_missing_queries_and_holm_across_systems():
+    base = frame("bm25", [0.5, 0.2, 0.0, 0.4])
+    same = frame("same", [0.5, 0.2, 0.0, 0.4])
+    # q3 missing for "partial": counts as 0 there (a loss against 0.4).
+    partial = frame("partial", [0.6, 0.2, 0.1], qids=["q0", "q1", "q2"])
+    other_measure = frame("bm25", [1.0, 0.0, 1.0, 1.0], measure="R@5")
+    out = compare(pl.concat([base, same, partial, other_measure]), "bm25")
+    assert out.columns == [
+        "system",
+        "measure",
+        "mean",
+        "baseline_mean",
+        "delta",
+        "wins",
+        "ties",
+        "losses",
+        "p_value",
+        "p_holm",
+        "significant",
+        "ci_low",
+        "ci_high",
+    ]
+    nd = {r["system"]: r for r in out.filter(pl.col("measure") == "nDCG@10").to_dicts()}
+    assert (nd["partial"]["wins"], nd["partial"]["ties"], nd["partial"]["losses"]) == (2, 1, 1)
+    assert nd["partial"]["mean"] == pytest.approx(0.9 / 4) and nd["partial"][
+        "baseline_mean"
+    ] == pytest.approx(0.275)
+    assert nd["partial"]["delta"] == pytest.approx(0.9 / 4 - 0.275)
+    assert (nd["same"]["wins"], nd["same"]["ties"], nd["same"]["losses"]) == (0, 4, 0)
+    assert nd["same"]["p_value"] == 1.0 and not nd["same"]["significant"]
+    # 4 queries -> exact test; Holm over the two systems of this measure.
+    assert nd["partial"]["p_holm"] == pytest.approx(holm([nd["partial"]["p_value"], 1.0])[0])
+    # R@5: only the baseline has values -> the others score 0 on every query.
+    r5 = {r["system"]: r for r in out.filter(pl.col("measure") == "R@5").to_dicts()}
+    assert r5["same"]["mean"] == 0.0 and r5["same"]["losses"] == 3 and r5["same"]["ties"] == 1
+
+
+def test_compare_finds_the_clearly_better_system():
+    rng = np.random.default_rng(0)
+    n = 200
+    base = rng.random(n)
+    systems = {
+        "base": base,
+        "better": np.clip(base + 0.08 + 0.05 * rng.standard_normal(n), 0, 1),
+        "noise": np.clip(base + 0.05 * rng.standard_normal(n), 0, 1),
+    }
+    pq = pl.concat([frame(s, v.tolist()) for s, v in systems.items()])
+    for test in ("randomization", "ttest"):
+        out = {r["system"]: r for r in compare(pq, "base", test=test).to_dicts()}
+        assert out["better"]["significant"] and out["better"]["p_holm"] < 1e-3
+        assert out["better"]["ci_low"] > 0
+        assert out["noise"]["p_value"] > 0.01 and out["noise"]["p_holm"] >= out["noise"]["p_value"]
+        assert out["better"]["wins"] > out["better"]["losses"]
+
+
+def test_compare_runs_on_evaluate_output():
+    qrels = pl.DataFrame({"qid": ["a", "b"], "doc_id": ["d1", "d2"], "rel": [1, 1]})
+    good = pl.DataFrame({"qid": ["a", "b"], "doc_id": ["d1", "d2"], "score": [1.0, 1.0]})
+    bad = pl.DataFrame({"qid": ["a", "b"], "doc_id": ["x", "d2"], "score": [1.0, 1.0]})
+    pq = evaluate_systems({"good": good, "bad": bad}, qrels, ["RR@10", "P@1"])
+    out = compare(pq, "good")
+    assert out["system"].to_list() == ["bad", "bad"] and out["measure"].to_list() == ["RR@10", "P@1"]
+    assert out["delta"].to_list() == pytest.approx([-0.5, -0.5]) and out["losses"].to_list() == [1, 1]
+
+
+def test_compare_errors():
+    pq = frame("a", [0.1, 0.2])
+    with pytest.raises(InputError, match=r"baseline 'b': no such system \(have a\)"):
+        compare(pq, "b")
+    with pytest.raises(InputError, match="test 'wilcoxon'"):
+        compare(pq, "a", test="wilcoxon")
+    with pytest.raises(InputError, match="missing column"):
+        compare(pq.drop("qid"), "a")

@@ -1,0 +1,242 @@
+"""The typed config: defaults, presets, lossless YAML/JSON round trips, and errors that name file and field."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from toolkit.config import (
+    PRESETS_DIR,
+    PipelineConfig,
+    config_from_dict,
+    list_presets,
+    load_config,
+    save_config,
+)
+from toolkit.errors import InputError
+
+EXPECTED_PRESETS = {
+    "bm25-only",
+    "vector-only",
+    "qmd",
+    "cems-p0",
+    "ace",
+    "a0x-adaptive",
+    "memoria",
+    "hybrid-rrf",
+}
+
+
+def test_defaults_are_the_qmd_guardrails():
+    c = PipelineConfig()
+    assert c.schema_version == 1
+    assert (c.retrieval.level, c.retrieval.lexical.top_k, c.retrieval.lexical.k1, c.retrieval.lexical.b) == (
+        "document",
+        100,
+        1.2,
+        0.75,
+    )
+    assert c.retrieval.dense.model == "all-MiniLM-L6-v2"
+    assert (c.fusion.method, c.fusion.rrf_k, c.fusion.original_weight) == ("rrf", 60, 2.0)
+    assert c.fusion.rank_bonus == [(1, 0.05), (3, 0.02)]
+    assert (c.rerank.provider, c.rerank.top_n, c.rerank.blend) == ("none", 40, "position")
+    assert c.rerank.buckets == [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
+    assert (c.expansion.strong_signal_min, c.expansion.strong_signal_gap) == (0.85, 0.15)
+    assert (c.output.format, c.output.n, c.output.max_chars) == ("compact", 5, 2000)
+    assert c.routing.enabled is False and c.dedup.source_enabled is False
+
+
+def test_all_presets_load_and_document_themselves():
+    assert set(list_presets()) == EXPECTED_PRESETS
+    for name in list_presets():
+        cfg = load_config(name)
+        assert cfg.name == name and cfg.description
+        text = (PRESETS_DIR / f"{name}.yaml").read_text()
+        assert text.startswith(f"# {name}:"), name  # first line says what the preset reproduces
+    assert not load_config("bm25-only").retrieval.dense.enabled
+    assert not load_config("vector-only").retrieval.lexical.enabled
+    assert (
+        load_config("hybrid-rrf").fusion.rank_bonus == []
+        and load_config("hybrid-rrf").fusion.original_weight == 1.0
+    )
+    qmd = load_config("qmd")
+    assert (qmd.fusion.rrf_k, qmd.fusion.original_weight, qmd.rerank.top_n, qmd.rerank.blend) == (
+        60,
+        2.0,
+        40,
+        "position",
+    )
+    assert qmd.expansion.strong_signal_skip and qmd.rerank.provider == "none"
+    assert load_config("cems-p0").rerank.top_n == 30
+    ace = load_config("ace")
+    assert (
+        ace.routing.enabled
+        and ace.routing.conversational_skip_lexical
+        and ace.dedup.near_duplicate_threshold == 0.90
+    )
+    a0x = load_config("a0x-adaptive")
+    assert (a0x.fusion.method, a0x.fusion.alpha, a0x.routing.technical_lexical_boost) == ("convex", 0.7, 1.5)
+    mem = load_config("memoria")
+    assert (mem.fusion.method, mem.fusion.alpha, mem.dedup.source_enabled, mem.output.format) == (
+        "convex",
+        0.95,
+        True,
+        "compact",
+    )
+
+
+@pytest.mark.parametrize("ext", ["yaml", "yml", "json"])
+def test_round_trip_is_lossless_including_inf(tmp_path, ext):
+    cfg = load_config("qmd").with_updates(
+        {
+            "rerank.buckets": [[2, 0.9], [7.5, 0.5], [math.inf, 0.1]],
+            "fusion.rank_bonus": [[1, 0.1]],
+            "expansion.api_key_env": "QMD_KEY",
+        }
+    )
+    p = save_config(cfg, tmp_path / f"c.{ext}")
+    back = load_config(p)
+    assert back == cfg
+    assert math.isinf(back.rerank.buckets[-1][0])
+    text = p.read_text()
+    if ext == "json":
+        json.loads(text)  # strict JSON: no bare Infinity
+        assert "Infinity" not in text and '"inf"' in text
+    else:
+        assert ".inf" in text
+    for name in list_presets():
+        q = save_config(load_config(name), tmp_path / f"{name}.{ext}")
+        assert load_config(q) == load_config(name)
+
+
+def test_errors_name_the_file_and_dotted_field(tmp_path):
+    p = tmp_path / "qmd.yaml"
+    p.write_text("fusion:\n  rrf_k: 0\n")
+    with pytest.raises(InputError, match=r"qmd\.yaml: fusion\.rrf_k: Input should be greater than 0"):
+        load_config(p)
+    p.write_text("fusion:\n  rrf_kk: 30\n")
+    with pytest.raises(
+        InputError, match=r"qmd\.yaml: fusion\.rrf_kk: unknown field \(did you mean rrf_k\?\)"
+    ):
+        load_config(p)
+    p.write_text("output:\n  n: many\n")
+    with pytest.raises(InputError, match=r"qmd\.yaml: output\.n: Input should be a valid integer"):
+        load_config(p)
+    p.write_text("rerank:\n  blend: sometimes\n")
+    with pytest.raises(InputError, match=r"rerank\.blend: Input should be 'replace', 'position' or 'none'"):
+        load_config(p)
+    p.write_text("fusoin: {}\n")
+    with pytest.raises(InputError, match=r"fusoin: unknown field \(did you mean fusion\?\)"):
+        load_config(p)
+    p.write_text("fusion: [1, 2\n")
+    with pytest.raises(InputError, match=r"qmd\.yaml:\d+: invalid YAML"):
+        load_config(p)
+
+
+def test_several_errors_are_all_reported():
+    with pytest.raises(InputError) as e:
+        config_from_dict({"fusion": {"rrf_k": -1, "alpha": 2}}, origin="x.json")
+    msg = str(e.value)
+    assert (
+        "x.json: fusion.rrf_k:" in msg
+        and "x.json: fusion.alpha: Input should be less than or equal to 1" in msg
+    )
+
+
+def test_unknown_schema_version_is_a_clear_error():
+    with pytest.raises(
+        InputError,
+        match=r"f\.yaml: schema_version: unsupported schema_version 2: this toolkit reads version 1",
+    ):
+        config_from_dict({"schema_version": 2}, origin="f.yaml")
+
+
+@pytest.mark.parametrize(
+    ("buckets", "message"),
+    [
+        ([[3, 0.75], [2, 0.6], [math.inf, 0.4]], "strictly increasing"),
+        ([[3, 0.75], [10, 0.6]], "last bucket must end at .inf"),
+        ([[3, 1.5], [math.inf, 0.4]], r"retrieval weight must be in \[0, 1\]"),
+        ([], "at least one bucket"),
+    ],
+)
+def test_bucket_validation(buckets, message):
+    with pytest.raises(InputError, match=rf"rerank\.buckets: .*{message}"):
+        config_from_dict({"rerank": {"buckets": buckets}})
+
+
+def test_rank_bonus_validation():
+    with pytest.raises(InputError, match="strictly increasing"):
+        config_from_dict({"fusion": {"rank_bonus": [[3, 0.02], [1, 0.05]]}})
+    with pytest.raises(InputError, match=r"bonus must be in \[0, 1\]"):
+        config_from_dict({"fusion": {"rank_bonus": [[1, -0.1]]}})
+    assert config_from_dict({"fusion": {"rank_bonus": []}}).fusion.rank_bonus == []
+
+
+def test_secrets_never_go_into_a_config():
+    with pytest.raises(InputError, match=r"rerank: 'api_key' is not allowed"):
+        config_from_dict({"rerank": {"api_key": "sk-123"}})
+    for bad in ["sk-proj-abcdef1234567890", "hf_AbCdEf123456", "aB3dE5gH7jK9mN1pQ3sT5vX7"]:
+        with pytest.raises(InputError, match=r"expansion\.api_key_env: looks like a secret value"):
+            config_from_dict({"expansion": {"api_key_env": bad}})
+    with pytest.raises(InputError, match="not an environment variable name"):
+        config_from_dict({"rerank": {"api_key_env": "my key"}})
+    with pytest.raises(InputError, match="carries credentials"):
+        config_from_dict({"rerank": {"provider": "http", "url": "https://u:p4ss@host/v1/rerank"}})
+    with pytest.raises(InputError, match="carries credentials"):
+        config_from_dict({"rerank": {"provider": "http", "url": "https://host/v1/rerank?api_key=abc"}})
+    ok = config_from_dict(
+        {"rerank": {"provider": "http", "url": "https://host/v1/rerank", "api_key_env": "RERANK_API_KEY"}}
+    )
+    assert ok.rerank.api_key_env == "RERANK_API_KEY"
+
+
+def test_providers_need_their_target_and_retrievers_must_make_sense():
+    with pytest.raises(InputError, match=r"rerank: provider 'http' needs rerank\.url"):
+        config_from_dict({"rerank": {"provider": "http"}})
+    with pytest.raises(InputError, match=r"provider 'cross-encoder' needs rerank\.model"):
+        config_from_dict({"rerank": {"provider": "cross-encoder"}})
+    with pytest.raises(InputError, match=r"expansion: provider 'file' needs expansion\.path"):
+        config_from_dict({"expansion": {"provider": "file"}})
+    with pytest.raises(InputError, match="enable at least one of lexical and dense"):
+        config_from_dict({"retrieval": {"lexical": {"enabled": False}, "dense": {"enabled": False}}})
+    with pytest.raises(InputError, match="no results"):
+        config_from_dict({"retrieval": {"dense": {"enabled": False}}, "routing": {"enabled": True}})
+
+
+def test_with_updates_returns_a_new_validated_config():
+    base = load_config("qmd")
+    new = base.with_updates(
+        {"fusion.rrf_k": np.int64(30), "rerank.top_n": 20, "fusion.alpha": np.float64(0.25)}
+    )
+    assert (new.fusion.rrf_k, new.rerank.top_n, new.fusion.alpha) == (30, 20, 0.25)
+    assert base.fusion.rrf_k == 60  # unchanged
+    assert new.diff(base) == {"fusion.rrf_k": (30, 60), "rerank.top_n": (20, 40), "fusion.alpha": (0.25, 0.5)}
+    assert new.get("fusion.rrf_k") == 30 and new.flat()["rerank.top_n"] == 20
+    with pytest.raises(InputError, match=r"<updates>: fusion\.rrf_k: Input should be greater than 0"):
+        base.with_updates({"fusion.rrf_k": 0})
+    with pytest.raises(
+        InputError, match=r"unknown config field fusion\.rrf_kk \(did you mean fusion\.rrf_k\?\)"
+    ):
+        base.with_updates({"fusion.rrf_kk": 3})
+    with pytest.raises(InputError, match=r"unknown config field fusoin"):
+        base.with_updates({"fusoin.rrf_k": 3})
+    with pytest.raises(ValidationError):
+        base.fusion.rrf_k = 10  # frozen: change configs through with_updates
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(InputError, match=r"qdm: neither a config file nor a preset \(did you mean qmd\?\)"):
+        load_config("qdm")
+    with pytest.raises(InputError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(InputError, match=r"end in \.yaml, \.yml or \.json"):
+        save_config(PipelineConfig(), tmp_path / "c.txt")
+    p = tmp_path / "list.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(InputError, match="must be a mapping"):
+        load_config(p)

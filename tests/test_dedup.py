@@ -1,0 +1,142 @@
+"""Dedup: near duplicates keep the higher-ranked result; sources are filled before a source repeats."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolkit.config import DedupConfig
+from toolkit.dedup import dedup
+from toolkit.errors import ToolkitError
+
+
+def ranked(docs: list[str], qid: str = "q") -> pl.DataFrame:
+    n = len(docs)
+    return pl.DataFrame(
+        {
+            "qid": [qid] * n,
+            "doc_id": docs,
+            "chunk_id": [f"{d}#0" for d in docs],
+            "score": [1.0 - i / (2 * n) for i in range(n)],
+            "rank": list(range(1, n + 1)),
+            "flags": [["reranked"]] * n,
+        }
+    )
+
+
+def sources(mapping: dict[str, str]) -> pl.DataFrame:
+    return pl.DataFrame({"doc_id": list(mapping), "source": list(mapping.values())})
+
+
+SRC = {"d1": "A", "d2": "A", "d3": "B", "d4": "A", "d5": "C", "d6": "B", "d7": "D"}
+
+
+def test_worked_fill_order():
+    kept, removed = dedup(ranked(list(SRC)), sources(SRC), DedupConfig(source_enabled=True), n=5)
+    # First pass: best of each source (d1 A, d3 B, d5 C, d7 D); then the next round: d2 (A) before d6 (B).
+    assert kept["doc_id"].to_list() == ["d1", "d3", "d5", "d7", "d2"]
+    assert kept["rank"].to_list() == [1, 2, 3, 4, 5]
+    assert kept["source"].to_list() == ["A", "B", "C", "D", "A"]
+    assert kept["flags"].to_list() == [["reranked"]] * 4 + [["reranked", "extra_from_source"]]
+    s = kept["score"].to_list()
+    assert all(a > b for a, b in zip(s, s[1:], strict=False))  # sorting by score gives the same order
+    assert s[:4] == pytest.approx([1.0, 1 - 2 / 14, 1 - 4 / 14, 1 - 6 / 14])  # first pass keeps its scores
+    # d4 (A, original rank 4) was pushed out of the top 5 by the source limit; d1 stands for source A.
+    assert removed.select("doc_id", "rank", "reason", "kept_instead").rows() == [
+        ("d4", 4, "source_limit", "d1")
+    ]
+
+
+def test_round_robin_with_more_slots():
+    kept, _ = dedup(ranked(list(SRC)), sources(SRC), DedupConfig(source_enabled=True), n=7)
+    assert kept["doc_id"].to_list() == ["d1", "d3", "d5", "d7", "d2", "d6", "d4"]  # second round before third
+
+
+def test_sources_only_and_max_per_source():
+    kept, removed = dedup(
+        ranked(list(SRC)), sources(SRC), DedupConfig(source_enabled=True, fill="sources_only"), n=5
+    )
+    assert kept["doc_id"].to_list() == ["d1", "d3", "d5", "d7"]  # fewer than n rather than a repeated source
+    assert set(removed["doc_id"]) == {"d2", "d4"}
+    two, _ = dedup(ranked(list(SRC)), sources(SRC), DedupConfig(source_enabled=True, max_per_source=2), n=5)
+    assert two["doc_id"].to_list() == ["d1", "d2", "d3", "d5", "d6"]
+    assert two["flags"].to_list() == [["reranked"]] * 5
+
+
+def test_missing_source_is_its_own_source_and_disabled_dedup_only_truncates():
+    kept, _ = dedup(
+        ranked(["x", "y", "z"]), sources({"x": "A", "y": "A"}), DedupConfig(source_enabled=True), n=3
+    )
+    assert kept["doc_id"].to_list() == ["x", "z", "y"]
+    assert kept["source"].to_list() == ["A", "z", "A"]
+    plain, removed = dedup(ranked(list(SRC)), sources(SRC), DedupConfig(), n=3)
+    assert plain["doc_id"].to_list() == ["d1", "d2", "d3"] and removed.is_empty()
+
+
+def vectors(mapping: dict[str, list[float]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"chunk_id": [f"{d}#0" for d in mapping], "vec": list(mapping.values())}
+    ).with_columns(pl.col("vec").cast(pl.Array(pl.Float32, 2)))
+
+
+def test_near_duplicate_keeps_the_higher_ranked_and_is_greedy():
+    # d2 ~ d1 (cos 0.99), d3 ~ d2 (cos 0.95) but not ~ d1 (cos 0.89): d2 goes, so d3 stays.
+    v = vectors({"d1": [1.0, 0.0], "d2": [0.99, 0.141], "d3": [0.89, 0.456], "d4": [0.0, 1.0]})
+    cfg = DedupConfig(near_duplicate_enabled=True, near_duplicate_threshold=0.9)
+    kept, removed = dedup(ranked(["d1", "d2", "d3", "d4"]), None, cfg, vectors=v, n=10)
+    assert kept["doc_id"].to_list() == ["d1", "d3", "d4"]
+    assert kept["rank"].to_list() == [1, 2, 3]
+    assert removed.select("doc_id", "reason", "kept_instead").rows() == [("d2", "near_duplicate", "d1")]
+    # A lower-ranked copy names the most similar kept result.
+    kept2, removed2 = dedup(ranked(["d4", "d1", "d3", "d2"]), None, cfg, vectors=v, n=10)
+    assert kept2["doc_id"].to_list() == ["d4", "d1", "d3"]
+    assert removed2["kept_instead"].to_list() == ["d1"]
+
+
+def test_near_duplicates_then_sources_and_list_vectors():
+    v = pl.DataFrame(
+        {"chunk_id": ["d1#0", "d3#0"], "vec": [[1.0, 0.0, 0.0], [1.0, 0.0, 0.01]]}
+    )  # List, not Array
+    cfg = DedupConfig(near_duplicate_enabled=True, source_enabled=True)
+    kept, removed = dedup(ranked(list(SRC)), sources(SRC), cfg, vectors=v, n=4)
+    assert kept["doc_id"].to_list() == ["d1", "d5", "d6", "d7"]  # d3 was a copy of d1, so d6 speaks for B
+    assert removed.filter(pl.col("reason") == "near_duplicate")["doc_id"].to_list() == ["d3"]
+    with pytest.raises(ToolkitError, match="needs the chunk vectors"):
+        dedup(ranked(["d1"]), None, cfg, vectors=None, n=4)
+
+
+def test_queries_are_independent_and_depth_limits_the_comparison():
+    v = vectors({"a": [1.0, 0.0], "b": [1.0, 0.0]})
+    r = pl.concat([ranked(["a", "b"], qid="q1"), ranked(["c", "a", "b"], qid="q2")])
+    cfg = DedupConfig(near_duplicate_enabled=True)
+    kept, _ = dedup(r, None, cfg, vectors=v, n=5)
+    assert kept.filter(pl.col("qid") == "q1")["doc_id"].to_list() == ["a"]
+    assert kept.filter(pl.col("qid") == "q2")["doc_id"].to_list() == ["c", "a"]
+    shallow, _ = dedup(r, None, cfg, vectors=v, n=5, depth=2)
+    assert shallow.filter(pl.col("qid") == "q2")["doc_id"].to_list() == ["c", "a", "b"]  # b is beyond depth 2
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(
+    srcs=st.lists(st.sampled_from("ABCDEF"), min_size=1, max_size=20),
+    n=st.integers(1, 12),
+    per=st.integers(1, 3),
+)
+def test_no_source_repeats_while_an_unseen_source_is_available(srcs, n, per):
+    docs = [f"d{i}" for i in range(len(srcs))]
+    mapping = dict(zip(docs, srcs, strict=True))
+    kept, _ = dedup(ranked(docs), sources(mapping), DedupConfig(source_enabled=True, max_per_source=per), n=n)
+    shown = kept["source"].to_list()
+    assert len(shown) == min(n, len(docs))
+    for i, s in enumerate(shown):
+        if shown[:i].count(s) >= per:
+            # a source goes over its limit only when no unseen source is left in the candidate list
+            assert set(shown[:i]) == set(srcs), (shown, i)
+            assert "extra_from_source" in kept["flags"][i]
+    for s in set(shown):
+        in_list = kept.filter(pl.col("source") == s)["doc_id"].to_list()
+        assert in_list == sorted(in_list, key=lambda d: int(d[1:]))  # a source's results keep their order
+    sc = kept["score"].to_list()
+    assert all(a > b for a, b in zip(sc, sc[1:], strict=False))

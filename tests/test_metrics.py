@@ -1,0 +1,367 @@
+"""Evaluation measures: hand-worked examples, trec_eval conventions, and per-query agreement with
+ir_measures (pytrec_eval backend) on real BM25 runs and on synthetic runs full of tied scores."""
+
+from __future__ import annotations
+
+import json
+import time
+from math import log2
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import shared
+
+import toolkit.metrics as metrics
+from toolkit.errors import InputError
+from toolkit.metrics import aggregate, evaluate, evaluate_systems, parse_measure, to_wide
+from toolkit.runs import read_qrels
+
+# q1: graded judgements; d5 is relevant but never retrieved, x is retrieved but unjudged.
+# q2: judged relevant, absent from the run (scores 0).  q3: judged, nothing relevant (not evaluated).
+# q4: in the run, not judged (not evaluated).
+QRELS = pl.DataFrame(
+    {
+        "qid": ["q1", "q1", "q1", "q1", "q1", "q2", "q3"],
+        "doc_id": ["d1", "d2", "d3", "d4", "d5", "d9", "d1"],
+        "rel": [3, 1, 2, 0, 1, 1, 0],
+    }
+)
+# q1 order by score: d4 (non-relevant), d1 (3), x (unjudged), d2 (1), d3 (2).
+RUN = pl.DataFrame(
+    {
+        "qid": ["q1", "q1", "q1", "q1", "q1", "q4"],
+        "doc_id": ["d3", "d2", "x", "d1", "d4", "d1"],
+        "rank": [1, 2, 3, 4, 5, 1],  # deliberately wrong: trec_eval orders by score, not rank
+        "score": [0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+    }
+)
+
+
+def values(per_query: pl.DataFrame, qid: str = "q1") -> dict[str, float]:
+    return dict(per_query.filter(pl.col("qid") == qid).select("measure", "value").iter_rows())
+
+
+def test_hand_worked_binary_measures_threshold_1():
+    # Relevant (rel >= 1): d1, d2, d3, d5 -> R = 4. Relevant at positions 2, 4, 5.
+    ms = [
+        "P@3",
+        "P@5",
+        "R@2",
+        "R@5",
+        "R",
+        "RR@10",
+        "RR@1",
+        "MRR@10",
+        "Hit@1",
+        "Success@2",
+        "AP",
+        "AP@2",
+        "MAP",
+        "Rprec",
+    ]
+    v = values(evaluate(RUN, QRELS, ms))
+    assert v["P@3"] == pytest.approx(1 / 3)
+    assert v["P@5"] == pytest.approx(3 / 5)
+    assert v["R@2"] == pytest.approx(1 / 4)
+    assert v["R@5"] == pytest.approx(3 / 4) and v["R"] == pytest.approx(3 / 4)
+    assert v["RR@10"] == pytest.approx(1 / 2) and v["MRR@10"] == pytest.approx(1 / 2)
+    assert v["RR@1"] == 0.0
+    assert v["Hit@1"] == 0.0 and v["Success@2"] == 1.0
+    assert v["AP"] == pytest.approx((1 / 2 + 2 / 4 + 3 / 5) / 4)  # 0.4: divided by R, the missed d5 costs
+    assert v["MAP"] == v["AP"]
+    assert v["AP@2"] == pytest.approx((1 / 2) / 4)  # trec_eval map_cut: still divided by R, not min(R, k)
+    assert v["Rprec"] == pytest.approx(2 / 4)  # top 4 = d4, d1, x, d2
+
+
+def test_hand_worked_binary_measures_threshold_2():
+    # Relevant (rel >= 2): d1 (pos 2), d3 (pos 5) -> R = 2.
+    v = values(evaluate(RUN, QRELS, ["P@5", "R@5", "AP", "Rprec", "RR@10"], rel_threshold=2))
+    assert v["P@5"] == pytest.approx(2 / 5)
+    assert v["R@5"] == pytest.approx(1.0)
+    assert v["AP"] == pytest.approx((1 / 2 + 2 / 5) / 2)
+    assert v["Rprec"] == pytest.approx(1 / 2)
+    assert v["RR@10"] == pytest.approx(1 / 2)
+
+
+def test_hand_worked_ndcg_linear_and_exp_ignore_threshold():
+    # Gains in run order: 0, 3, 0, 1, 2. Ideal from ALL judged docs (d5 included): 3, 2, 1, 1.
+    dcg3 = 3 / log2(3)
+    idcg3 = 3 + 2 / log2(3) + 1 / log2(4)
+    dcg_all = 3 / log2(3) + 1 / log2(5) + 2 / log2(6)
+    idcg_all = idcg3 + 1 / log2(5)
+    for thr in (1, 2):  # nDCG uses raw grades whatever the binary threshold
+        v = values(evaluate(RUN, QRELS, ["nDCG@3", "nDCG"], rel_threshold=thr))
+        assert v["nDCG@3"] == pytest.approx(dcg3 / idcg3)
+        assert v["nDCG"] == pytest.approx(dcg_all / idcg_all)
+    v = values(evaluate(RUN, QRELS, ["nDCG@3"], gain="exp"))  # gains 2^g - 1: 7, 3, 1, 1
+    assert v["nDCG@3"] == pytest.approx((7 / log2(3)) / (7 + 3 / log2(3) + 1 / 2))
+
+
+def test_query_set_missing_queries_score_zero_and_only_run_queries():
+    pq = evaluate(RUN, QRELS, ["nDCG@10", "R@5"])
+    assert pq["qid"].unique().sort().to_list() == ["q1", "q2"]  # q3: nothing relevant; q4: not judged
+    assert values(pq, "q2") == {"nDCG@10": 0.0, "R@5": 0.0}
+    assert pq.columns == ["qid", "measure", "value"] and pq["measure"].to_list() == ["nDCG@10", "R@5"] * 2
+    only = evaluate(RUN, QRELS, ["nDCG@10", "R@5"], only_run_queries=True)
+    assert only["qid"].unique().to_list() == ["q1"]
+    assert aggregate(pq)["R@5"] == pytest.approx(aggregate(only)["R@5"] / 2)
+
+
+def test_ties_broken_by_doc_id_descending_and_rank_ignored():
+    run = pl.DataFrame(
+        {
+            "qid": ["q"] * 4,
+            "doc_id": ["a", "c", "b", "10"],
+            "rank": [1, 2, 3, 4],
+            "score": [1.0, 1.0, 1.0, 2.0],
+        }
+    )
+    # Order: 10 (higher score), then the tie a/b/c as c, b, a (byte-wise descending).
+    for rel_doc, rr in [("10", 1.0), ("c", 1 / 2), ("b", 1 / 3), ("a", 1 / 4)]:
+        qrels = pl.DataFrame({"qid": ["q"], "doc_id": [rel_doc], "rel": [1]})
+        assert values(evaluate(run, qrels, ["RR@10"]), "q")["RR@10"] == pytest.approx(rr)
+    # "9" > "10" as strings: trec_eval compares doc ids as strings, not numbers.
+    run2 = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["10", "9"], "score": [0.0, 0.0]})
+    qrels2 = pl.DataFrame({"qid": ["q"], "doc_id": ["9"], "rel": [1]})
+    assert values(evaluate(run2, qrels2, ["RR@10"]), "q")["RR@10"] == 1.0
+
+
+def test_repeated_document_keeps_its_best_place():
+    run = pl.DataFrame({"qid": ["q", "q", "q"], "doc_id": ["a", "b", "a"], "score": [0.1, 0.5, 0.9]})
+    qrels = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "b"], "rel": [1, 1]})
+    v = values(evaluate(run, qrels, ["P@2", "RR@10", "AP"]), "q")
+    assert v == {"P@2": 1.0, "RR@10": 1.0, "AP": 1.0}
+
+
+def test_hash_collision_fallback_gives_the_same_result(monkeypatch):
+    ms = ["nDCG@3", "AP", "Rprec", "RR@10"]
+    expected = evaluate(RUN, QRELS, ms)
+    monkeypatch.setattr(metrics, "_query_key", lambda qid: pl.lit(7, dtype=pl.UInt64))  # every qid collides
+    run = pl.concat([RUN, RUN.with_columns(pl.lit("q2").alias("qid"))])
+    got = evaluate(run, QRELS, ms)
+    assert got.filter(pl.col("qid") == "q1").equals(expected.filter(pl.col("qid") == "q1"))
+    assert values(got, "q2")["RR@10"] == 0.0 and values(got, "q2")["AP"] == 0.0  # q2 judges only d9
+
+
+def test_source_level_keeps_first_document_per_source():
+    doc_source = pl.DataFrame({"doc_id": ["d1", "d2", "d3"], "source": ["s1", "s1", "s2"]})
+    run = pl.DataFrame({"qid": ["q"] * 4, "doc_id": ["d1", "d2", "d3", "x"], "score": [0.9, 0.8, 0.7, 0.6]})
+    qrels = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["d2", "d3"], "rel": [2, 1]})
+    doc = values(evaluate(run, qrels, ["RR@10", "P@2", "R@2", "nDCG@2"]), "q")
+    assert doc["RR@10"] == pytest.approx(1 / 2) and doc["P@2"] == pytest.approx(1 / 2)
+    assert doc["nDCG@2"] == pytest.approx((2 / log2(3)) / (2 + 1 / log2(3)))
+    # Sources: s1 (from d1, graded max(2) = 2), s2 (grade 1), x (unmapped: its own source, unjudged).
+    src = values(
+        evaluate(run, qrels, ["RR@10", "P@2", "R@2", "nDCG@2"], level="source", doc_source=doc_source), "q"
+    )
+    assert src == pytest.approx({"RR@10": 1.0, "P@2": 1.0, "R@2": 1.0, "nDCG@2": 1.0})
+    with pytest.raises(InputError, match="needs doc_source"):
+        evaluate(run, qrels, level="source")
+
+
+def test_measure_parsing_and_errors():
+    assert parse_measure("nDCG@10") == metrics.Measure("nDCG@10", "ndcg", 10)
+    assert parse_measure("mrr@10").kind == "rr" and parse_measure("Success@5").kind == "success"
+    assert parse_measure("AP").k is None and parse_measure("Rprec").kind == "rprec"
+    with pytest.raises(InputError, match=r"measure 'F1@10': unknown; known measures: nDCG\[@k\], R\[@k\]"):
+        parse_measure("F1@10")
+    with pytest.raises(InputError, match="needs a cutoff"):
+        parse_measure("P")
+    with pytest.raises(InputError, match="takes no cutoff"):
+        parse_measure("Rprec@5")
+    with pytest.raises(InputError, match="cutoff must be >= 1"):
+        parse_measure("nDCG@0")
+    with pytest.raises(InputError, match="rel_threshold"):
+        evaluate(RUN, QRELS, rel_threshold=0)
+    with pytest.raises(InputError, match="run: missing column"):
+        evaluate(RUN.drop("score"), QRELS)
+    # Labels are kept as written, so the CLI can look its own strings up.
+    assert set(aggregate(evaluate(RUN, QRELS, ["mrr@10", "ndcg@10"]))) == {"mrr@10", "ndcg@10"}
+
+
+def test_wide_and_systems_helpers():
+    pq = evaluate(RUN, QRELS, ["P@5", "R@5"])
+    wide = to_wide(pq)
+    assert wide.columns == ["qid", "P@5", "R@5"] and wide.sort("qid")["P@5"].to_list() == pytest.approx(
+        [0.6, 0.0]
+    )
+    both = evaluate_systems({"a": RUN, "b": RUN.filter(pl.col("doc_id") != "d1")}, QRELS, ["P@5"])
+    assert both.columns == ["system", "qid", "measure", "value"]
+    means = both.group_by("system").agg(pl.col("value").mean()).sort("system")["value"].to_list()
+    assert means == pytest.approx([0.3, 0.2])
+
+
+def test_empty_run_scores_every_judged_query_zero():
+    pq = evaluate(RUN.clear(), QRELS, ["nDCG@10", "AP"])
+    assert pq.height == 4 and pq["value"].sum() == 0.0
+
+
+def test_fast_enough_for_live_widgets():
+    # 1,536 queries x 100 results (the LoCoMo shape). Quiet 2-core machine: ~30-50 ms; bound is loose for CI.
+    rng = np.random.default_rng(0)
+    nq, depth = 1536, 100
+    run = pl.DataFrame(
+        {
+            "qid": np.repeat([f"conv-{i % 10}-q{i}" for i in range(nq)], depth),
+            "doc_id": [f"D{i}" for i in rng.permutation(nq * depth)],
+            "score": rng.random(nq * depth).round(2),
+        }
+    )
+    qrels = run.sample(4000, seed=1).select("qid", "doc_id", pl.lit(1).alias("rel"))
+    evaluate(run, qrels)  # warm-up
+    took = []
+    for _ in range(3):
+        t = time.perf_counter()
+        pq = evaluate(run, qrels)
+        took.append(time.perf_counter() - t)
+    assert pq.height == qrels["qid"].n_unique() * 4
+    assert sorted(took)[1] < 0.5, took
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Agreement with ir_measures (pytrec_eval backend).
+
+ir_measures = pytest.importorskip("ir_measures")
+
+
+def ir_measure_pairs(thr: int):
+    """Our label -> ir_measures measure, all served by its pytrec_eval provider (i.e. trec_eval)."""
+    M = ir_measures
+    return [
+        ("nDCG@10", M.nDCG @ 10),
+        ("nDCG", M.nDCG),
+        ("R@5", M.R(rel=thr) @ 5),
+        ("R@100", M.R(rel=thr) @ 100),
+        ("P@3", M.P(rel=thr) @ 3),
+        ("RR", M.RR(rel=thr)),
+        ("AP", M.AP(rel=thr)),
+        ("AP@10", M.AP(rel=thr) @ 10),
+        ("Success@10", M.Success(rel=thr) @ 10),
+        ("Rprec", M.Rprec(rel=thr)),
+    ]
+
+
+def check_agreement(run: pl.DataFrame, qrels: pl.DataFrame, thr: int) -> int:
+    """Compare every measure on every query pytrec_eval evaluates; return the number of values checked.
+
+    The pytrec_eval provider is named explicitly: ir_measures' default pipeline sends RR@10 to its
+    msmarco provider, which breaks tied scores its own way (measured: it disagrees with trec_eval on
+    tied runs). trec_eval has no RR cutoff, so the RR@10 reference is pytrec_eval's RR on each query's
+    top 10, cut in trec_eval order (score desc, doc id desc) by a plain Python sort written here.
+    """
+    qd: dict[str, dict[str, int]] = {}
+    for q, d, r in qrels.iter_rows():
+        qd.setdefault(q, {})[d] = r
+    rd: dict[str, dict[str, float]] = {}
+    for q, d, s in run.select("qid", "doc_id", "score").iter_rows():
+        rd.setdefault(q, {})[d] = s
+    top10 = {
+        q: dict(sorted(docs.items(), key=lambda ds: (ds[1], ds[0]), reverse=True)[:10])
+        for q, docs in rd.items()
+    }
+    pairs = ir_measure_pairs(thr)
+    exp_gain = ir_measures.nDCG(gains={g: 2**g - 1 for g in range(0, 4)}) @ 10
+    pte = ir_measures.pytrec_eval
+    ref = {
+        (m.query_id, str(m.measure)): m.value
+        for m in pte.iter_calc([m for _, m in pairs] + [exp_gain], qd, rd)
+    }
+    ref |= {(m.query_id, "RR@10"): m.value for m in pte.iter_calc([ir_measures.RR(rel=thr)], qd, top10)}
+
+    labels = [label for label, _ in pairs] + ["RR@10"]
+    ours = evaluate(run, qrels, labels, rel_threshold=thr, only_run_queries=True)
+    ours_exp = evaluate(run, qrels, ["nDCG@10"], gain="exp", only_run_queries=True)
+    got = {(q, m): v for q, m, v in ours.iter_rows()}
+    got.update({(q, "exp"): v for q, _, v in ours_exp.iter_rows()})
+    names = {str(m): label for label, m in pairs} | {str(exp_gain): "exp", "RR@10": "RR@10"}
+
+    # pytrec_eval also reports judged queries without any positive grade (all 0); we leave those out.
+    no_positive = set(qrels.group_by("qid").agg(pl.col("rel").max()).filter(pl.col("rel") <= 0)["qid"])
+    checked = 0
+    for (q, m), v in ref.items():
+        if q in no_positive:
+            assert v == 0.0
+            continue
+        assert got[(q, names[m])] == pytest.approx(v, abs=1e-6), (q, m)
+        checked += 1
+    assert len(got) == checked  # and no query of ours is missing from pytrec_eval's answer
+    return checked
+
+
+def test_rr_cutoff_follows_trec_eval_order_on_ties():
+    # On this tie trec_eval's order is b, a (doc id descending): RR = 1/2 and RR@1 = 0. ir_measures 0.4.3's
+    # default pipeline (msmarco provider) answers RR@1 = 1.0 here, which is why check_agreement names the
+    # pytrec_eval provider.
+    qd, rd = {"q": {"a": 1}}, {"q": {"a": 1.0, "b": 1.0}}
+    ours = values(
+        evaluate(
+            pl.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "b"], "score": [1.0, 1.0]}),
+            pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "rel": [1]}),
+            ["RR@1", "RR"],
+        ),
+        "q",
+    )
+    assert ours == {"RR@1": 0.0, "RR": 0.5}
+    assert [m.value for m in ir_measures.pytrec_eval.iter_calc([ir_measures.RR], qd, rd)] == [0.5]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_agrees_with_ir_measures_on_tied_synthetic_runs(seed):
+    rng = np.random.default_rng(seed)
+    nq = 40
+    # Ids of varying length and digits-only ids, so string order differs from numeric order.
+    doc_ids = np.array([str(i) for i in range(60)] + [f"doc-{i}" for i in range(60)])
+    runs, qrels = [], []
+    for q in range(nq):
+        n = int(rng.integers(1, 50))
+        docs = rng.choice(doc_ids, size=n, replace=False)
+        scores = rng.choice([0.0, 0.5, 1.0, 1.5, 2.0], size=n)  # heavy ties
+        runs.append(pl.DataFrame({"qid": f"{q:02d}", "doc_id": docs, "score": scores}))
+        judged = rng.choice(doc_ids, size=int(rng.integers(1, 30)), replace=False)
+        grades = rng.choice([-1, 0, 0, 1, 2, 3], size=judged.size)
+        qrels.append(pl.DataFrame({"qid": f"{q:02d}", "doc_id": judged, "rel": grades}))
+    run, qrel = pl.concat(runs), pl.concat(qrels).with_columns(pl.col("rel").cast(pl.Int64))
+    for thr in (1, 2):
+        assert check_agreement(run, qrel, thr) > 300
+
+
+def read_jsonl(path) -> list[dict]:
+    # split("\n"), not splitlines(): the msmarco texts contain U+0085 and friends inside strings.
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
+def bm25_run(name: str, split: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """bm25s top 100 over title + newline + text, default English stopwords, no stemmer."""
+    bm25s = pytest.importorskip("bm25s")
+    root = shared(name)
+    docs = read_jsonl(root / "corpus.jsonl")
+    qrels = read_qrels(root / "qrels" / f"{split}.tsv")
+    judged = set(qrels["qid"].to_list())
+    queries = [q for q in read_jsonl(root / "queries.jsonl") if q["_id"] in judged]
+    retriever = bm25s.BM25()
+    retriever.index(
+        bm25s.tokenize([d["title"] + "\n" + d["text"] for d in docs], stopwords="en", show_progress=False),
+        show_progress=False,
+    )
+    tokens = bm25s.tokenize([q["text"] for q in queries], stopwords="en", show_progress=False)
+    idx, scores = retriever.retrieve(tokens, k=100, show_progress=False)
+    ids = np.array([d["_id"] for d in docs])
+    run = pl.DataFrame(
+        {
+            "qid": np.repeat([q["_id"] for q in queries], idx.shape[1]),
+            "doc_id": ids[idx.ravel()],
+            "score": scores.ravel().astype(np.float64),  # trailing zero scores are ties: kept on purpose
+        }
+    )
+    return run, qrels
+
+
+@pytest.mark.parametrize(("name", "thr"), [("cacm", 1), ("msmarco-dl19-5k", 2)])
+def test_agrees_with_ir_measures_on_bm25_runs(name, thr):
+    for split in ("dev", "test"):
+        run, qrels = bm25_run(name, split)
+        n_queries = qrels["qid"].n_unique()
+        assert check_agreement(run, qrels, thr) == n_queries * (len(ir_measure_pairs(thr)) + 2)
+        ndcg = aggregate(evaluate(run, qrels, ["nDCG@10"]))["nDCG@10"]
+        assert 0.3 < ndcg < 0.8  # a sane BM25 (no stemmer, so a little under the README's numbers)

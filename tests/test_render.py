@@ -1,0 +1,107 @@
+"""Rendering one query's results: compact within budget, detailed with fallback, JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import polars as pl
+import pytest
+
+from toolkit.errors import InputError
+from toolkit.render import render, shorten
+
+
+def results(n: int = 5, words: int = 400) -> list[dict]:
+    return [
+        {
+            "rank": i,
+            "score": 1.0 / i,
+            "raw_score": 8.0 - i,
+            "source": f"incident-{i}",
+            "doc_id": f"d{i}",
+            "chunk_id": f"d{i}#0",
+            "title": f"Deploy failure report number {i}",
+            "text": " ".join(f"w{i}x{j}" for j in range(words)),
+            "flags": ["reranked", "extra_from_source"] if i == 5 else [],
+        }
+        for i in range(1, n + 1)
+    ]
+
+
+def blocks(text: str) -> list[list[str]]:
+    """Lines grouped per result (a result starts with "<rank>. score")."""
+    out: list[list[str]] = []
+    for line in text.splitlines():
+        if line[:1].isdigit() and ". score " in line:
+            out.append([line])
+        elif out:
+            out[-1].append(line)
+    return out
+
+
+def test_compact_fits_five_long_results_in_2000_chars():
+    out = render(results(), fmt="compact", max_chars=2000, excerpt_chars=240)
+    assert len(out) <= 2000
+    b = blocks(out)
+    assert len(b) == 5 and all(len(x) <= 4 for x in b)
+    assert b[0][0] == "1. score 1.0000 (raw 7.0000) · incident-1 · Deploy failure report number 1 [d1]"
+    assert b[0][1].startswith("   w1x0 w1x1") and b[0][1].endswith("…") and len(b[0][1]) <= 3 + 240
+    assert b[4][-1] == "   flags: reranked, extra_from_source"
+
+
+def test_compact_shortens_excerpts_to_fit_a_small_budget():
+    out = render(results(), max_chars=700, excerpt_chars=240)
+    assert len(out) <= 700
+    assert len(blocks(out)) == 5 and all(x[1].startswith("   w") for x in blocks(out))
+    short = render(results(words=5), max_chars=2000)
+    assert "w3x4" in short and "…" not in short  # short texts are shown whole
+
+
+def test_notes_for_low_differentiation_and_low_confidence():
+    out = render(
+        results(3),
+        notes={
+            "low_differentiation": True,
+            "spread": 0.004,
+            "low_confidence": True,
+            "messages": ["rerank skipped: no reranker configured"],
+        },
+    )
+    lines = out.splitlines()
+    assert lines[0].startswith("note: no result reached the minimum score")
+    assert lines[1] == "note: scores barely differ (spread 0.004); the order among these results is weak"
+    assert lines[2] == "note: rerank skipped: no reranker configured"
+    assert "note" not in render(results(3), notes={"low_differentiation": False, "low_confidence": False})
+
+
+def test_detailed_shows_full_text_and_flags_then_falls_back():
+    rows = results(2, words=20)
+    out = render(rows, fmt="detailed", max_chars=5000)
+    assert rows[0]["text"] in out and rows[1]["text"] in out
+    assert (
+        "source: incident-1  doc: d1  chunk: d1#0" in out and "title: Deploy failure report number 2" in out
+    )
+    flagged = render(results(5, words=3), fmt="detailed", max_chars=5000)
+    assert "[reranked, extra_from_source]" in flagged
+    long = render(results(), fmt="detailed", max_chars=2000)
+    assert len(long) <= 2000 and long.startswith("note: detailed output (")
+    assert "showing compact" in long.splitlines()[0] and len(blocks(long)) == 5
+
+
+def test_json_and_dataframe_input():
+    rows = results(2, words=3)
+    rows[1]["raw_score"] = math.nan
+    doc = json.loads(render(pl.DataFrame(rows[::-1]), fmt="json", notes={"spread": 0.5}))
+    assert [r["rank"] for r in doc["results"]] == [1, 2]  # sorted by rank
+    assert doc["results"][1]["raw_score"] is None and doc["results"][0]["text"] == rows[0]["text"]
+    assert doc["notes"] == {"spread": 0.5}
+    assert render([], notes={"low_confidence": True}).endswith("no results")
+    with pytest.raises(InputError, match="unknown output format"):
+        render(rows, fmt="xml")
+
+
+def test_shorten_cuts_at_a_word_boundary():
+    assert shorten("alpha beta   gamma\ndelta", 100) == "alpha beta gamma delta"
+    assert shorten("alpha beta gamma delta", 14) == "alpha beta…"
+    assert len(shorten("x" * 50, 10)) == 10

@@ -1,0 +1,135 @@
+"""TREC runs and qrels: ids stay strings, both qrels layouts read, errors name file and line."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from conftest import shared
+
+from toolkit.errors import InputError
+from toolkit.runs import read_qrels, read_run, write_run
+
+
+def test_read_run_keeps_string_ids_and_ignores_q0_and_tag(tmp_path):
+    p = tmp_path / "r.trec"
+    p.write_text("01 Q0 007 1 12.5 bm25\n\n01\tQ0   10  2 3e-1 bm25\n2 0 a-b 1 -1 x\n")
+    r = read_run(p)
+    assert r.schema == {"qid": pl.Utf8, "doc_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
+    assert r.rows() == [("01", "007", 1, 12.5), ("01", "10", 2, 0.3), ("2", "a-b", 1, -1.0)]
+
+
+@pytest.mark.parametrize(
+    ("text", "msg"),
+    [
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 0.4\n", r"r\.trec:2: malformed line, expected 6 fields"),
+        ("q1 Q0 d1 1 0.5 t\n\nq1 Q0 d2 two 0.4 t\n", r"r\.trec:3: rank 'two' is not a number"),
+        ("q1 Q0 d1 1 high t\n", r"r\.trec:1: score 'high' is not a number"),
+        (
+            "q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 0.4 t\nq1 Q0 d1 3 0.3 t\n",
+            r"r\.trec:3: run line for query 'q1', document 'd1' repeats line 1",
+        ),
+    ],
+)
+def test_read_run_errors_name_file_and_line(tmp_path, text, msg):
+    p = tmp_path / "r.trec"
+    p.write_text(text)
+    with pytest.raises(InputError, match=msg):
+        read_run(p)
+
+
+def test_missing_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_run(tmp_path / "nope.trec")
+
+
+def test_write_run_keeps_valid_ranks_and_round_trips_scores(tmp_path):
+    run = pl.DataFrame(
+        {
+            "qid": ["2", "01", "01"],
+            "doc_id": ["x", "b", "a"],
+            "rank": [1, 2, 1],
+            "score": [0.1, 0.30000000000000004, 1 / 3],
+        }
+    )
+    p = tmp_path / "out.trec"
+    write_run(run, p, tag="sys1")
+    lines = p.read_text().splitlines()
+    assert lines == [
+        "01 Q0 a 1 0.3333333333333333 sys1",
+        "01 Q0 b 2 0.30000000000000004 sys1",
+        "2 Q0 x 1 0.1 sys1",
+    ]
+    back = read_run(p)
+    assert back.sort("qid", "rank").equals(run.sort("qid", "rank"))
+
+
+def test_write_run_recomputes_ranks_in_trec_eval_order(tmp_path):
+    # No rank column: order by score desc, ties by doc id desc (what trec_eval would do anyway).
+    run = pl.DataFrame({"qid": ["q", "q", "q"], "doc_id": ["a", "c", "b"], "score": [1.0, 1.0, 2.0]})
+    p = tmp_path / "o.trec"
+    write_run(run, p)
+    assert [ln.split()[2:4] for ln in p.read_text().splitlines()] == [["b", "1"], ["c", "2"], ["a", "3"]]
+    # Ranks with a gap are not 1..n: recomputed too.
+    write_run(run.with_columns(rank=pl.Series([1, 5, 2])), p)
+    assert [ln.split()[2:4] for ln in p.read_text().splitlines()] == [["b", "1"], ["c", "2"], ["a", "3"]]
+    assert p.read_text().splitlines()[0].endswith(" hrt")
+
+
+def test_write_run_rejects_bad_frames(tmp_path):
+    with pytest.raises(InputError, match="missing column"):
+        write_run(pl.DataFrame({"qid": ["q"], "doc_id": ["d"]}), tmp_path / "o")
+    with pytest.raises(InputError, match="whitespace"):
+        write_run(pl.DataFrame({"qid": ["q"], "doc_id": ["d 1"], "score": [1.0]}), tmp_path / "o")
+    with pytest.raises(InputError, match="NaN"):
+        write_run(pl.DataFrame({"qid": ["q"], "doc_id": ["d"], "score": [float("nan")]}), tmp_path / "o")
+    with pytest.raises(InputError, match="tag"):
+        write_run(pl.DataFrame({"qid": ["q"], "doc_id": ["d"], "score": [1.0]}), tmp_path / "o", tag="my run")
+
+
+def test_read_qrels_beir_with_header(tmp_path):
+    p = tmp_path / "test.tsv"
+    p.write_text("query-id\tcorpus-id\tscore\n007\t01\t1\n007\tdoc with space\t2\n8\t02\t0\n")
+    q = read_qrels(p)
+    assert q.schema == {"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}
+    assert q.rows() == [("007", "01", 1), ("007", "doc with space", 2), ("8", "02", 0)]
+
+
+def test_read_qrels_trec_four_columns_and_float_grades(tmp_path):
+    p = tmp_path / "qrels.txt"
+    p.write_text("01 0 D1 2\n01 0 D2 0\n2  Q0  D3  1.0\n3 0 D4 -1\n")
+    assert read_qrels(p).rows() == [("01", "D1", 2), ("01", "D2", 0), ("2", "D3", 1), ("3", "D4", -1)]
+
+
+def test_read_qrels_beir_without_header(tmp_path):
+    p = tmp_path / "q.tsv"
+    p.write_text("1\tA\t1\n2\tB\t3\n")
+    assert read_qrels(p).rows() == [("1", "A", 1), ("2", "B", 3)]
+
+
+@pytest.mark.parametrize(
+    ("text", "msg"),
+    [
+        (
+            "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n",
+            r"q\.tsv:3: malformed line, expected 3 tab-separated fields",
+        ),
+        ("query-id\tcorpus-id\tscore\nq1\td1\tyes\n", r"q\.tsv:2: relevance grade 'yes' is not a number"),
+        ("q1 0 d1 1\nq1 0 d2 0.5\n", r"q\.tsv:2: relevance grade '0.5' is not an integer"),
+        ("q1 0 d1 1\nq1 d2 1\n", r"q\.tsv:2: malformed line, expected 4 fields"),
+        (
+            "q1 0 d1 1\nq2 0 d1 1\nq1 0 d1 2\n",
+            r"q\.tsv:3: judgement for query 'q1', document 'd1' repeats line 1",
+        ),
+    ],
+)
+def test_read_qrels_errors_name_file_and_line(tmp_path, text, msg):
+    p = tmp_path / "q.tsv"
+    p.write_text(text)
+    with pytest.raises(InputError, match=msg):
+        read_qrels(p)
+
+
+def test_shared_qrels_read_as_strings():
+    q = read_qrels(shared("msmarco-dl19-5k") / "qrels" / "test.tsv")
+    assert q.height == 1847 and q["qid"].n_unique() == 19
+    assert q["qid"].dtype == pl.Utf8 and set(q["rel"].unique()) == {1, 2, 3}

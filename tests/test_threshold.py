@@ -1,0 +1,57 @@
+"""Thresholds: drop weak results but never empty a query; flag low confidence and low differentiation."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from toolkit.config import ThresholdConfig
+from toolkit.threshold import PER_QUERY_SCHEMA, apply_threshold
+
+
+def run(rows: dict[str, list[float]]) -> pl.DataFrame:
+    out = []
+    for qid, scores in rows.items():
+        out += [(qid, f"{qid}-d{i}", i, s) for i, s in enumerate(scores, start=1)]
+    return pl.DataFrame(out, schema=["qid", "doc_id", "rank", "score"], orient="row")
+
+
+def test_min_score_drops_and_falls_back_to_low_confidence():
+    r = run({"good": [0.9, 0.5, 0.2], "weak": [0.25, 0.1]})
+    kept, pq = apply_threshold(r, ThresholdConfig(min_score=0.3, low_spread=0.1))
+    assert kept.filter(pl.col("qid") == "good")["doc_id"].to_list() == ["good-d1", "good-d2"]
+    weak = kept.filter(pl.col("qid") == "weak")
+    assert weak["doc_id"].to_list() == ["weak-d1", "weak-d2"]  # nothing passed: the list stays, flagged
+    assert weak["flags"].to_list() == [["low_confidence"]] * 2
+    assert kept.filter(pl.col("qid") == "good")["flags"].to_list() == [[], []]
+    assert pq.schema == pl.Schema(PER_QUERY_SCHEMA)
+    rows = {r["qid"]: r for r in pq.to_dicts()}
+    assert rows["good"]["spread"] == pytest.approx(0.4) and rows["good"]["n_results"] == 2
+    assert (
+        rows["good"]["top_score"] == 0.9
+        and not rows["good"]["low_confidence"]
+        and not rows["good"]["low_differentiation"]
+    )
+    assert rows["weak"]["low_confidence"] and rows["weak"]["spread"] == pytest.approx(0.15)
+
+
+def test_spread_and_low_differentiation():
+    r = run({"flat": [0.52, 0.51, 0.50, 0.2], "one": [0.7], "neg": [0.1, -0.3]})
+    kept, pq = apply_threshold(r, ThresholdConfig(low_spread=0.1))
+    assert len(kept) == 7  # min_score 0 keeps everything, negative scores included
+    rows = {r["qid"]: r for r in pq.to_dicts()}
+    assert rows["flat"]["spread"] == pytest.approx(0.32) and not rows["flat"]["low_differentiation"]
+    assert rows["one"]["spread"] is None and not rows["one"]["low_differentiation"]
+    assert rows["neg"]["spread"] == pytest.approx(0.4)
+    # Over the 3 results the user is shown, the flat query barely differs.
+    _, shown = apply_threshold(r, ThresholdConfig(low_spread=0.1), n=3)
+    flat = shown.filter(pl.col("qid") == "flat").row(0, named=True)
+    assert flat["spread"] == pytest.approx(0.02) and flat["low_differentiation"] and flat["n_results"] == 3
+
+
+def test_flags_are_appended_and_empty_input():
+    r = run({"q": [0.1]}).with_columns(pl.lit(["reranked"]).alias("flags"))
+    kept, _ = apply_threshold(r, ThresholdConfig(min_score=0.5))
+    assert kept["flags"].to_list() == [["reranked", "low_confidence"]]
+    empty, pq = apply_threshold(r.head(0), ThresholdConfig(min_score=0.5))
+    assert empty.is_empty() and pq.is_empty() and pq.schema == pl.Schema(PER_QUERY_SCHEMA)

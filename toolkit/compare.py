@@ -1,0 +1,205 @@
+"""Compare systems against a baseline on per-query values: win/tie/loss, paired significance tests, a
+bootstrap confidence interval of the mean difference, and Holm's correction across the systems.
+
+The randomisation test is the paired sign-flip permutation test usual in IR (Smucker, Allan & Carterette
+2007): under H0 each per-query difference is as likely to have either sign. It is vectorised as one matrix
+product per chunk of permutations; with few queries (2^n <= n_permutations) every sign pattern is
+enumerated and the p-value is exact. Random numbers come from a generator seeded per (system, measure),
+so a result does not change when other systems are added or reordered.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from .errors import InputError
+
+_TIE = 1e-12  # values computed the same way for the same ranking are bit-equal; this only absorbs rounding
+_CHUNK = 1 << 21  # matrix cells per chunk: bounds memory (~16 MB as float64) whatever the query count
+
+
+def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
+    """Holm-Bonferroni step-down adjusted p-values (NaN stays NaN and is not counted).
+
+    Hand-written because scipy only ships Benjamini-Hochberg (`false_discovery_control`) and statsmodels
+    is not a dependency; it is six lines. Adjusted p_(i) = max_{j<=i} min(1, (m - j + 1) p_(j)).
+    """
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    m = int(ok.sum())
+    if m == 0:
+        return out
+    idx = np.flatnonzero(ok)[np.argsort(p[ok], kind="stable")]
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[idx]))
+    out[idx] = adj
+    return out
+
+
+def randomization_test(diff: np.ndarray, n_permutations: int = 10_000, seed: int | list[int] = 0) -> float:
+    """Two-sided paired sign-flip test of mean(diff) == 0; p = (1 + #{|perm mean| >= |observed|}) / (1 + P).
+
+    The +1 counts the observed assignment itself (Phipson & Smyth 2010), so a sampled p is never 0.
+    """
+    d = np.asarray(diff, dtype=float)
+    n = d.size
+    if n == 0:
+        return float("nan")
+    obs = abs(d.sum())
+    tol = 1e-9 * max(1.0, np.abs(d).sum())
+    if n <= 30 and 2**n <= n_permutations:
+        # Exact: all 2^n sign patterns (the identity among them), no sampling error.
+        bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
+        sums = (1 - 2 * bits) @ d
+        return float(np.mean(np.abs(sums) >= obs - tol))
+    rng = np.random.default_rng(seed)
+    total, hits, done = d.sum(), 0, 0
+    rows = max(1, _CHUNK // n)
+    while done < n_permutations:
+        b = min(rows, n_permutations - done)
+        # Random bytes unpacked to bits are ~2x faster than integers(0, 2) and feed a BLAS float product.
+        raw = np.frombuffer(rng.bytes(b * ((n + 7) // 8)), dtype=np.uint8).reshape(b, -1)
+        flip = np.unpackbits(raw, axis=1, count=n).astype(np.float64)
+        # Sum with the flipped signs = total - 2 * (sum of the flipped values).
+        sums = total - 2.0 * (flip @ d)
+        hits += int(np.count_nonzero(np.abs(sums) >= obs - tol))
+        done += b
+    return (hits + 1) / (n_permutations + 1)
+
+
+def bootstrap_ci(
+    diff: np.ndarray, n_resamples: int = 10_000, level: float = 0.95, seed: int | list[int] = 0
+) -> tuple[float, float]:
+    """Percentile interval of the mean difference over queries resampled with replacement (paired).
+
+    `compare` uses 2,000 resamples by default: enough for stable 95% percentile endpoints (Efron &
+    Tibshirani suggest >= 1,000) at a fifth of the cost of 10,000 on 2 cores.
+    """
+    d = np.asarray(diff, dtype=float)
+    n = d.size
+    if n == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_resamples)
+    rows, done = max(1, _CHUNK // n), 0
+    while done < n_resamples:
+        b = min(rows, n_resamples - done)
+        means[done : done + b] = d[rng.integers(0, n, size=(b, n), dtype=np.int32)].mean(axis=1)
+        done += b
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [a, 1.0 - a])
+    return float(lo), float(hi)
+
+
+def ttest(diff: np.ndarray) -> float:
+    """Two-sided paired t-test p-value (scipy's ttest_rel); all-zero differences give p = 1, not NaN."""
+    d = np.asarray(diff, dtype=float)
+    if d.size >= 1 and np.all(np.abs(d) <= _TIE):
+        return 1.0
+    if d.size < 2:
+        return float("nan")
+    # Imported here: scipy.stats takes seconds to import on these machines and only the t-test needs it.
+    from scipy.stats import ttest_rel
+
+    return float(ttest_rel(d, np.zeros_like(d)).pvalue)
+
+
+def compare(
+    per_query: pl.DataFrame,
+    baseline: str,
+    *,
+    test: str = "randomization",
+    alpha: float = 0.05,
+    n_permutations: int = 10_000,
+    n_bootstrap: int = 2_000,
+    ci_level: float = 0.95,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Each system against `baseline`, per measure, on [system, qid, measure, value] (e.g. `evaluate_systems`).
+
+    Returns [system, measure, mean, baseline_mean, delta, wins, ties, losses, p_value, p_holm, significant,
+    ci_low, ci_high]: p from the chosen paired `test`, `p_holm` corrected across the compared systems of
+    each measure, `significant` = p_holm <= alpha, and the bootstrap CI of delta. The queries of a measure
+    are all queries any system has for it; a query missing for a system counts as 0 there (as a query with
+    no results scores 0 in `evaluate`).
+    """
+    need = [c for c in ("system", "qid", "measure", "value") if c not in per_query.columns]
+    if need:
+        raise InputError(
+            f"per-query frame: missing column(s) {', '.join(need)} (have {', '.join(per_query.columns)})"
+        )
+    if test not in ("randomization", "ttest"):
+        raise InputError(f"test {test!r}: expected 'randomization' or 'ttest'")
+    if not 0.0 < alpha < 1.0:
+        raise InputError(f"alpha {alpha!r}: expected a value between 0 and 1")
+    pq = per_query.select(
+        pl.col("system").cast(pl.Utf8),
+        pl.col("qid").cast(pl.Utf8),
+        pl.col("measure").cast(pl.Utf8),
+        pl.col("value").cast(pl.Float64),
+    )
+    systems = pq["system"].unique(maintain_order=True).to_list()
+    if baseline not in systems:
+        raise InputError(f"baseline {baseline!r}: no such system (have {', '.join(systems) or 'none'})")
+    others = [s for s in systems if s != baseline]
+
+    rows: list[dict] = []
+    for measure in pq["measure"].unique(maintain_order=True).to_list():
+        wide = (
+            pq.filter(pl.col("measure") == measure)
+            .pivot(on="system", index="qid", values="value", aggregate_function="mean")
+            .fill_null(0.0)
+        )
+        base = wide[baseline].to_numpy() if baseline in wide.columns else np.zeros(len(wide))
+        block = []
+        for s in others:
+            vals = wide[s].to_numpy() if s in wide.columns else np.zeros(len(wide))
+            d = vals - base
+            p = (
+                ttest(d)
+                if test == "ttest"
+                else randomization_test(d, n_permutations, seed=_seed(seed, s, measure))
+            )
+            lo, hi = bootstrap_ci(d, n_bootstrap, ci_level, seed=_seed(seed + 1, s, measure))
+            block.append(
+                {
+                    "system": s,
+                    "measure": measure,
+                    "mean": float(vals.mean()) if vals.size else float("nan"),
+                    "baseline_mean": float(base.mean()) if base.size else float("nan"),
+                    "delta": float(d.mean()) if d.size else float("nan"),
+                    "wins": int(np.count_nonzero(d > _TIE)),
+                    "ties": int(np.count_nonzero(np.abs(d) <= _TIE)),
+                    "losses": int(np.count_nonzero(d < -_TIE)),
+                    "p_value": p,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
+        adj = holm([r["p_value"] for r in block])
+        for r, a in zip(block, adj, strict=True):
+            r["p_holm"] = float(a)
+            r["significant"] = bool(a <= alpha) if not np.isnan(a) else False
+        rows += block
+    schema = {
+        "system": pl.Utf8,
+        "measure": pl.Utf8,
+        "mean": pl.Float64,
+        "baseline_mean": pl.Float64,
+        "delta": pl.Float64,
+        "wins": pl.Int64,
+        "ties": pl.Int64,
+        "losses": pl.Int64,
+        "p_value": pl.Float64,
+        "p_holm": pl.Float64,
+        "significant": pl.Boolean,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _seed(seed: int, system: str, measure: str) -> list[int]:
+    """A seed sequence from the user's seed and the pair's names, stable across runs and orderings."""
+    return [seed, *(system + "\x00" + measure).encode("utf-8")]

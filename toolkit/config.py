@@ -1,0 +1,509 @@
+"""One typed config for a whole pipeline: every knob a widget shows is a field here.
+
+Configs are plain YAML/JSON files (presets ship in `toolkit/presets/`). Validation is strict (unknown keys,
+wrong types and out-of-range values are errors naming the file and the dotted field) because a typo in a
+tuning file silently falling back to a default is the worst kind of wrong result. Models are frozen:
+change a config with `cfg.with_updates({"fusion.rrf_k": 30})`, which returns a new validated config.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import InputError
+
+SCHEMA_VERSION = 1
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+
+# DuckDB FTS stemmers (PRAGMA create_fts_index `stemmer`), plus "none".
+# fmt: off
+Stemmer = Literal[
+    "arabic", "basque", "catalan", "danish", "dutch", "english", "finnish", "french", "german", "greek",
+    "hindi", "hungarian", "indonesian", "irish", "italian", "lithuanian", "nepali", "norwegian", "porter",
+    "portuguese", "romanian", "russian", "serbian", "spanish", "swedish", "tamil", "turkish", "none",
+]
+# fmt: on
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Prefixes of common API tokens: a config that contains one has a secret pasted where a name belongs.
+_SECRET_PREFIX = re.compile(
+    r"^(sk-|sk_|pk_|rk_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|hf_|AKIA|AIza|Bearer\s)"
+)
+
+
+def _looks_like_secret(value: str) -> bool:
+    """Heuristic: known token prefixes, or a long mixed-case/digit string no one would name a variable."""
+    if _SECRET_PREFIX.match(value):
+        return True
+    mixed = (
+        any(c.islower() for c in value)
+        and any(c.isupper() for c in value)
+        and any(c.isdigit() for c in value)
+    )
+    return len(value) >= 20 and mixed and "_" not in value
+
+
+def _check_env_name(v: str | None) -> str | None:
+    if v is None:
+        return v
+    if _looks_like_secret(v):
+        raise ValueError(
+            "looks like a secret value; put the NAME of the environment variable that holds it (e.g. RERANK_API_KEY)"
+        )
+    if not _ENV_NAME.match(v):
+        raise ValueError(f"{v!r} is not an environment variable name (letters, digits, underscore)")
+    return v
+
+
+def _check_url(v: str | None) -> str | None:
+    if v is None:
+        return v
+    if re.match(r"^[a-z][a-z0-9+.-]*://[^/@\s]*:[^/@\s]*@", v, re.I) or re.search(
+        r"[?&](api[_-]?key|key|token|secret)=", v, re.I
+    ):
+        raise ValueError(
+            "the URL carries credentials; put the key in an environment variable and name it in api_key_env"
+        )
+    if not re.match(r"^https?://", v):
+        raise ValueError("must start with http:// or https://")
+    return v
+
+
+def _no_pasted_key(data: Any) -> Any:
+    """A friendlier message than 'extra inputs' for the most dangerous typo: a key pasted into the config."""
+    if isinstance(data, dict):
+        for k in ("api_key", "apikey", "key", "token", "secret"):
+            if k in data:
+                raise ValueError(
+                    f"'{k}' is not allowed: never store keys in a config; set api_key_env to the NAME of the environment variable"
+                )
+    return data
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+# ------------------------------------------------------------------ retrieval
+class LexicalConfig(_Model):
+    enabled: bool = True
+    top_k: int = Field(100, ge=1, le=10_000)
+    k1: float = Field(1.2, ge=0.0, le=10.0)
+    b: float = Field(0.75, ge=0.0, le=1.0)
+    stemmer: Stemmer = "porter"
+    stopwords: Literal["english", "none"] = "english"
+
+
+class DenseConfig(_Model):
+    enabled: bool = True
+    top_k: int = Field(100, ge=1, le=10_000)
+    model: str = Field("all-MiniLM-L6-v2", min_length=1)
+
+
+class RetrievalConfig(_Model):
+    level: Literal["document", "chunk"] = "document"
+    lexical: LexicalConfig = LexicalConfig()
+    dense: DenseConfig = DenseConfig()
+    scope_filter: bool = True
+
+
+# ------------------------------------------------------------------ routing
+class RoutingConfig(_Model):
+    enabled: bool = False
+    conversational_stopword_ratio: float = Field(0.5, ge=0.0, le=1.0)
+    conversational_min_tokens: int = Field(4, ge=0, le=1000)
+    conversational_skip_lexical: bool = True
+    conversational_skip_expansion: bool = True
+    technical_lexical_boost: float = Field(1.0, gt=0.0, le=100.0)
+
+
+# ------------------------------------------------------------------ expansion
+class ExpansionConfig(_Model):
+    provider: Literal["none", "file", "http"] = "none"
+    path: str | None = None
+    url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(20.0, gt=0.0, le=600.0)
+    max_lex: int = Field(2, ge=0, le=10)
+    max_vec: int = Field(2, ge=0, le=10)
+    max_hyde: int = Field(1, ge=0, le=10)
+    strong_signal_skip: bool = True
+    strong_signal_min: float = Field(0.85, ge=0.0, le=1.0)
+    strong_signal_gap: float = Field(0.15, ge=0.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key(cls, d: Any) -> Any:
+        return _no_pasted_key(d)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _check_env_name(v)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return _check_url(v)
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> ExpansionConfig:
+        if self.provider == "file" and not self.path:
+            raise ValueError("provider 'file' needs expansion.path (a JSONL of precomputed expansions)")
+        if self.provider == "http" and not self.url:
+            raise ValueError(
+                "provider 'http' needs expansion.url (an OpenAI-compatible chat completions endpoint)"
+            )
+        return self
+
+
+# ------------------------------------------------------------------ fusion
+class FusionConfig(_Model):
+    method: Literal["rrf", "convex"] = "rrf"
+    rrf_k: int = Field(60, gt=0, le=10_000)
+    lexical_weight: float = Field(1.0, ge=0.0, le=100.0)
+    dense_weight: float = Field(1.0, ge=0.0, le=100.0)
+    original_weight: float = Field(2.0, ge=0.0, le=100.0)
+    expansion_weight: float = Field(1.0, ge=0.0, le=100.0)
+    # (last rank of the band, bonus): [(1, .05), (3, .02)] = rank 1 gets .05, ranks 2-3 get .02 (RRF only).
+    rank_bonus: list[tuple[int, float]] = [(1, 0.05), (3, 0.02)]
+    alpha: float = Field(0.5, ge=0.0, le=1.0)
+    normalization: Literal["minmax", "zscore", "rank", "fixed"] = "minmax"
+
+    @field_validator("rank_bonus")
+    @classmethod
+    def _bands(cls, v: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        last = 0
+        for i, (r, bonus) in enumerate(v):
+            if r <= last:
+                raise ValueError(
+                    f"band {i}: ranks must be >= 1 and strictly increasing (got {r} after {last})"
+                )
+            if not 0.0 <= bonus <= 1.0:
+                raise ValueError(f"band {i}: bonus must be in [0, 1] (got {bonus})")
+            last = r
+        return v
+
+
+# ------------------------------------------------------------------ rerank
+class RerankConfig(_Model):
+    provider: Literal["none", "cross-encoder", "http", "file"] = "none"
+    model: str | None = None
+    url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(10.0, gt=0.0, le=600.0)
+    retries: int = Field(2, ge=0, le=10)
+    path: str | None = None
+    top_n: int = Field(40, ge=1, le=1000)
+    blend: Literal["replace", "position", "none"] = "position"
+    # (last fused rank of the bucket, retrieval weight); YAML writes inf as .inf.
+    buckets: list[tuple[float, float]] = [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
+    score_normalization: Literal["minmax", "sigmoid"] = "minmax"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key(cls, d: Any) -> Any:
+        return _no_pasted_key(d)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _check_env_name(v)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return _check_url(v)
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        if not v:
+            raise ValueError("at least one bucket is needed; the last must end at .inf")
+        last = 0.0
+        for i, (bound, w) in enumerate(v):
+            if math.isnan(bound) or bound < 1 or bound <= last:
+                raise ValueError(
+                    f"bucket {i}: rank bounds must be >= 1 and strictly increasing (got {bound} after {last})"
+                )
+            if not 0.0 <= w <= 1.0:
+                raise ValueError(f"bucket {i}: retrieval weight must be in [0, 1] (got {w})")
+            last = bound
+        if not math.isinf(v[-1][0]):
+            raise ValueError(f"the last bucket must end at .inf (infinity), got {v[-1][0]}")
+        return v
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> RerankConfig:
+        need = {
+            "cross-encoder": ("model", "a CrossEncoder path or id"),
+            "http": ("url", "a /v1/rerank endpoint"),
+            "file": ("path", "a file of precomputed scores"),
+        }
+        if self.provider in need:
+            fld, what = need[self.provider]
+            if not getattr(self, fld):
+                raise ValueError(f"provider '{self.provider}' needs rerank.{fld} ({what})")
+        return self
+
+
+# ------------------------------------------------------------------ dedup, threshold, output
+class DedupConfig(_Model):
+    source_enabled: bool = False
+    max_per_source: int = Field(1, ge=1, le=1000)
+    fill: Literal["sources_then_chunks", "sources_only"] = "sources_then_chunks"
+    near_duplicate_enabled: bool = False
+    near_duplicate_threshold: float = Field(0.90, gt=0.0, le=1.0)
+
+
+class ThresholdConfig(_Model):
+    # 0 keeps everything: zscore fusion and the tail below a reranked block can score below zero.
+    min_score: float = Field(0.0, ge=0.0)
+    low_spread: float = Field(0.10, ge=0.0)
+
+
+class OutputConfig(_Model):
+    format: Literal["compact", "detailed", "json"] = "compact"
+    n: int = Field(5, ge=1, le=1000)
+    max_chars: int = Field(2000, ge=200, le=1_000_000)
+    excerpt_chars: int = Field(240, ge=20, le=100_000)
+
+
+class PipelineConfig(_Model):
+    schema_version: int = SCHEMA_VERSION
+    name: str = "custom"
+    description: str = ""
+    retrieval: RetrievalConfig = RetrievalConfig()
+    routing: RoutingConfig = RoutingConfig()
+    expansion: ExpansionConfig = ExpansionConfig()
+    fusion: FusionConfig = FusionConfig()
+    rerank: RerankConfig = RerankConfig()
+    dedup: DedupConfig = DedupConfig()
+    threshold: ThresholdConfig = ThresholdConfig()
+    output: OutputConfig = OutputConfig()
+
+    @field_validator("schema_version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {v}: this toolkit reads version {SCHEMA_VERSION}")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> PipelineConfig:
+        r = self.retrieval
+        if not (r.lexical.enabled or r.dense.enabled):
+            raise ValueError("retrieval: enable at least one of lexical and dense")
+        if self.routing.enabled and self.routing.conversational_skip_lexical and not r.dense.enabled:
+            raise ValueError(
+                "routing.conversational_skip_lexical with dense retrieval disabled would leave conversational queries with no results"
+            )
+        return self
+
+    # -------------------------------------------------------------- helpers for tuners and widgets
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (lists, not tuples; inf stays a float) that YAML and `config_from_dict` round-trip."""
+        return _plain(self.model_dump())
+
+    def get(self, path: str) -> Any:
+        """Value at a dotted path, e.g. `cfg.get("fusion.rrf_k")`."""
+        node: Any = self.to_dict()
+        for i, part in enumerate(path.split(".")):
+            if not isinstance(node, dict) or part not in node:
+                raise InputError(f"unknown config field {_suggest(path, i, node)}")
+            node = node[part]
+        return node
+
+    def with_updates(self, updates: dict[str, Any]) -> PipelineConfig:
+        """A new validated config with dotted-path updates applied: `{"fusion.rrf_k": 30, "rerank.top_n": 20}`."""
+        d = self.to_dict()
+        for path, value in updates.items():
+            parts = path.split(".")
+            node = d
+            for i, part in enumerate(parts[:-1]):
+                if not isinstance(node.get(part), dict):
+                    raise InputError(f"unknown config field {_suggest(path, i, node)}")
+                node = node[part]
+            if parts[-1] not in node:
+                raise InputError(f"unknown config field {_suggest(path, len(parts) - 1, node)}")
+            node[parts[-1]] = _plain(_unwrap(value))
+        return config_from_dict(d, origin="<updates>")
+
+    def flat(self) -> dict[str, Any]:
+        """Every leaf as `{dotted.path: value}` (for run logs, tuner records and diffs)."""
+        out: dict[str, Any] = {}
+
+        def walk(node: Any, prefix: str) -> None:
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    walk(v, f"{prefix}{k}.")
+            else:
+                out[prefix[:-1]] = node
+
+        walk(self.to_dict(), "")
+        return out
+
+    def diff(self, other: PipelineConfig) -> dict[str, tuple[Any, Any]]:
+        """Fields that differ: `{dotted.path: (self value, other value)}`."""
+        a, b = self.flat(), other.flat()
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+# ------------------------------------------------------------------ plumbing
+def _unwrap(v: Any) -> Any:
+    """numpy scalars (tuners produce them) -> Python scalars, so int fields accept them."""
+    if hasattr(v, "item") and not isinstance(v, list | tuple | dict | str):
+        try:
+            return v.item()
+        except (TypeError, ValueError):
+            return v
+    return v
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _suggest(path: str, i: int, node: Any) -> str:
+    parts = path.split(".")
+    msg = ".".join(parts[: i + 1])
+    if isinstance(node, dict):
+        close = difflib.get_close_matches(parts[i], list(node), n=1)
+        if close:
+            msg += f" (did you mean {'.'.join([*parts[:i], close[0]])}?)"
+    return msg
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for p in loc:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out
+
+
+def _format_errors(e: ValidationError, origin: str) -> str:
+    lines = []
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and loc:
+            known = _known_fields(loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            msg = "unknown field" + (
+                f" (did you mean {close[0]}?)" if close else f"; known: {', '.join(known)}"
+            )
+        where = _loc(loc)
+        lines.append(f"{origin}: {where}: {msg}" if where else f"{origin}: {msg}")
+    return "\n".join(lines)
+
+
+def _known_fields(loc: tuple) -> list[str]:
+    model: Any = PipelineConfig
+    for p in loc:
+        f = model.model_fields.get(p) if isinstance(p, str) and hasattr(model, "model_fields") else None
+        if f is None or not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)):
+            return []
+        model = f.annotation
+    return list(model.model_fields)
+
+
+def config_from_dict(d: dict[str, Any], origin: str = "<file>") -> PipelineConfig:
+    """Validate a plain dict (parsed YAML/JSON) into a config; errors name `origin` and the dotted field."""
+    if not isinstance(d, dict):
+        raise InputError(
+            f"{origin}: a config must be a mapping of sections (retrieval, fusion, ...), got {type(d).__name__}"
+        )
+    version = d.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise InputError(
+            f"{origin}: schema_version: unsupported schema_version {version!r}: this toolkit reads version {SCHEMA_VERSION}"
+        )
+    try:
+        return PipelineConfig.model_validate(d)
+    except ValidationError as e:
+        raise InputError(_format_errors(e, origin)) from None
+
+
+def list_presets() -> list[str]:
+    """Names of the shipped presets (`load_config(name)` loads one)."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read config: {e.strerror or e}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text) or {}
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise InputError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+
+
+def load_config(path_or_name: str | Path | PipelineConfig) -> PipelineConfig:
+    """Load a config from a YAML/JSON file, or a shipped preset by name (`qmd`, `bm25-only`, ...)."""
+    if isinstance(path_or_name, PipelineConfig):
+        return path_or_name
+    p = Path(path_or_name)
+    if p.is_file():
+        return config_from_dict(_read(p), origin=str(path_or_name))
+    name = str(path_or_name)
+    preset = PRESETS_DIR / f"{name}.yaml"
+    if preset.is_file() and "/" not in name and "\\" not in name:
+        return config_from_dict(_read(preset), origin=f"preset {name} ({preset.name})")
+    if p.suffix.lower() in (".yaml", ".yml", ".json"):
+        raise InputError(f"{path_or_name}: config file not found")
+    close = difflib.get_close_matches(name, list_presets(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise InputError(
+        f"{name}: neither a config file nor a preset{hint}; presets: {', '.join(list_presets())}"
+    )
+
+
+def save_config(cfg: PipelineConfig, path: str | Path) -> Path:
+    """Write YAML (.yaml/.yml) or JSON (.json); both load back to an equal config (inf included)."""
+    p = Path(path)
+    d = cfg.to_dict()
+    suffix = p.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        text = yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+    elif suffix == ".json":
+        # JSON has no infinity; the string "inf" is what pydantic reads back as a float.
+        text = json.dumps(_json_safe(d), indent=2, ensure_ascii=False) + "\n"
+    else:
+        raise InputError(f"{path}: config files end in .yaml, .yml or .json")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v

@@ -1,0 +1,248 @@
+"""Stage 1: query features and routing, and the strong-signal test that lets a query skip expansion.
+
+Two query shapes break hybrid retrieval in opposite ways: a stopword-heavy conversational question ("when
+did Caroline go to the support group?") drowns BM25 in common words, while a query carrying an exact token
+(`ECONNREFUSED`, `retryBackoffMs`, `CVE-2017-3156`, `v2.14.3`) is what dense embeddings blur. The features
+are always computed (the panels group metrics by them); the routing policy acts on them only when
+`routing.enabled`.
+
+Technical-token detection is a set of hand-written regexes: no library classifies identifiers, codes and
+versions in free text, and the rules must stay readable and testable (see tests/test_features.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import signal
+
+import polars as pl
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+from .config import ExpansionConfig, RoutingConfig
+
+FEATURE_SCHEMA = {
+    "qid": pl.Utf8,
+    "n_tokens": pl.Int64,
+    "stopword_ratio": pl.Float64,
+    "technical": pl.Boolean,
+    "technical_tokens": pl.List(pl.Utf8),
+    "conversational": pl.Boolean,
+    "route": pl.Utf8,
+    "skip_lexical": pl.Boolean,
+    "skip_expansion": pl.Boolean,
+    "lexical_boost": pl.Float64,
+}
+
+# Short all-caps words that are technical on their own (protocols, formats, tools). Ordinary acronyms
+# ("I", "OK", "USA", "NASA", "LGBTQ") must not make a question technical, so all-caps words count only
+# if listed here, if they are errno/signal names, or if they look like constants (see _keep).
+# fmt: off
+TECH_ACRONYMS = frozenset([
+    "API", "APIS", "AWS", "CLI", "CORS", "CPU", "CSRF", "CSS", "CSV", "DNS", "GCP", "GPU", "GRPC", "HTML",
+    "HTTP", "HTTPS", "IAM", "JSON", "JWT", "K8S", "LDAP", "NFS", "OOM", "PID", "RAM", "REST", "RPC", "S3",
+    "SAML", "SDK", "SMTP", "SQL", "SSH", "SSL", "SSO", "TCP", "TLS", "TTL", "UDP", "URI", "URL", "UUID",
+    "VPC", "VPN", "XML", "YAML",
+])
+# fmt: on
+_FILE_EXT = (
+    "py|pyi|ipynb|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|ini|cfg|conf|env|md|rst|txt|csv|tsv|parquet|"
+    "sql|duckdb|db|sqlite|sh|bash|zsh|ps1|go|rs|java|kt|scala|c|cc|cpp|h|hpp|cs|rb|php|swift|lua|r|html|css|"
+    "scss|xml|lock|log|tf|proto|gradle|pem|crt|key|whl|tar|gz|tgz|zip|dll|so|exe|pdf|docx|xlsx"
+)
+_UNITS = r"(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x\b)"
+
+# (kind, pattern). Longer/more specific patterns first: overlapping shorter matches are dropped.
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "url",
+        re.compile(
+            r"\b(?:https?|ftp)://[^\s\"'<>]+|\bwww\.[\w-]+\.[\w.-]+[^\s\"'<>]*|\b[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|dev|ai|app)\b(?:/[^\s\"'<>]*)?"
+        ),
+    ),
+    (
+        "path",
+        re.compile(
+            r"(?<![\w/~.])(?:~|\.{1,2})/[\w.\-]+(?:/[\w.\-]+)*/?|(?<![\w/])/[\w.\-]+(?:/[\w.\-]+)+/?|\b[A-Za-z]:\\[\w.\\\-]+|\b[\w.\-]+(?:/[\w.\-]+){2,}"
+        ),
+    ),
+    (
+        "file",
+        re.compile(
+            rf"(?<![\w/])[\w\-]*\w\.(?:{_FILE_EXT})\b|(?<![\w/])\.(?:env|bashrc|zshrc|profile|gitignore|npmrc|dockerignore|editorconfig)\b",
+            re.I,
+        ),
+    ),
+    (
+        "version",
+        re.compile(
+            rf"(?<![\w$€£.])v\d+(?:\.\d+)*\b|(?<![\w$€£.])\d+\.\d+(?:\.\d+)+\b|(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?!\.\d)",
+            re.I,
+        ),
+    ),
+    ("code", re.compile(r"\b[A-Za-z]+\d*(?:-[A-Za-z\d]+)+\b")),
+    (
+        "status",
+        re.compile(
+            r"\b(?:HTTP|HTTPS|status|error|err|errno|code|port|exit|signal|pid|issue|ticket|PR|build)\s*#?\s*\d{2,}\b",
+            re.I,
+        ),
+    ),
+    ("flag", re.compile(r"(?<![\w-])--[a-z][\w-]+")),
+    ("call", re.compile(r"\b[A-Za-z_][\w.]*\(\)")),
+    ("snake", re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b|\b_[A-Za-z]\w*")),
+    ("camel", re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")),
+    # PascalCase with an inner capital (PostgreSQL, TypeError); not Mc/Mac names (McDonald, MacArthur).
+    ("pascal", re.compile(r"\b(?!Mc[A-Z][a-z]+\b)(?!Mac[A-Z][a-z]+\b)[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*\b")),
+    ("alnum", re.compile(r"\b(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z\d]{2,}\b")),
+    ("caps", re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")),
+]
+# Letters+digits words that are ordinary English: ordinals, decades, times, quantities ("2nd", "1990s", "5pm").
+_ORDINARY_ALNUM = re.compile(
+    r"^\d+(?:st|nd|rd|th|s|am|pm|d|k|m|km|kg|lb|lbs|h|hr|hrs|min|mins|yo|x)$|^[a-z]\d$", re.I
+)
+_CAPS_TECH = re.compile(r"^(?:[A-Z]{8,}|[A-Z]+\d[A-Z\d]*)$")
+# errno and signal names from the standard library (ENOENT, ECONNREFUSED, SIGTERM, ...).
+_SYSTEM_NAMES = frozenset(errno.errorcode.values()) | frozenset(s.name for s in signal.Signals)
+# Hyphenated words with digits that are ordinary English ("mid-2020", "covid-19", "top-10").
+_ORDINARY_PREFIX = frozenset(["mid", "pre", "post", "late", "early", "circa", "covid", "top", "over", "under", "age", "class", "grade", "size"])  # fmt: skip
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
+
+
+def _keep(kind: str, tok: str) -> bool:
+    if kind == "alnum":
+        return not _ORDINARY_ALNUM.match(tok)
+    if kind == "caps":
+        # All caps counts if it is a known technical acronym or looks like an errno/signal name
+        # (ECONNREFUSED, ENOENT, SIGTERM), a long constant (NXDOMAIN), or carries digits (S3, K8S).
+        return tok in TECH_ACRONYMS or tok in _SYSTEM_NAMES or bool(_CAPS_TECH.match(tok))
+    if kind == "code":
+        # A code carries letters and digits (PG-40001, CVE-2017-3156, utf-8), and is not an ordinary
+        # hyphenated word ("mid-2020", "COVID-19", "3-year-old" never matches: codes start with letters).
+        return any(c.isdigit() for c in tok) and tok.split("-")[0].lower() not in _ORDINARY_PREFIX
+    if kind == "path":
+        return any(c.isalpha() for c in tok)  # "05/08/2023" is a date
+    return True
+
+
+def technical_tokens(text: str) -> list[str]:
+    """The technical tokens of `text` in order of appearance (identifiers, codes, versions, files, URLs, paths)."""
+    spans: list[tuple[int, int, str]] = []
+    for kind, pat in _PATTERNS:
+        for m in pat.finditer(text):
+            s, e = m.span()
+            tok = m.group(0).rstrip(".,;:!?")
+            if tok.endswith(")") and tok.count("(") < tok.count(")"):
+                tok = tok.rstrip(")")  # "(see config.py)" - a closing parenthesis of the sentence
+            e = s + len(tok)
+            if not tok or not _keep(kind, tok):
+                continue
+            if any(s >= a and e <= b for a, b, _ in spans):
+                continue  # inside a longer match already kept
+            spans = [(a, b, t) for a, b, t in spans if not (a >= s and b <= e)]
+            spans.append((s, e, tok))
+    return list(dict.fromkeys(t for _, _, t in sorted(spans)))
+
+
+def _tokens(text: str) -> list[str]:
+    return [t.lower() for t in _TOKEN.findall(text)]
+
+
+def _is_stopword(tok: str) -> bool:
+    # scikit-learn's list has no contractions: "what's"/"i'm" count by their base, negated auxiliaries
+    # ("didn't", "doesn't") are function words too.
+    if tok in ENGLISH_STOP_WORDS:
+        return True
+    base, sep, suffix = tok.replace("’", "'").partition("'")
+    return bool(sep) and (base in ENGLISH_STOP_WORDS or (suffix == "t" and base.endswith("n")))
+
+
+def _text_features(text: str) -> dict:
+    toks = _tokens(text or "")
+    n = len(toks)
+    stop = sum(_is_stopword(t) for t in toks)
+    tech = technical_tokens(text or "")
+    return {"n_tokens": n, "stopword_ratio": stop / n if n else 0.0, "technical_tokens": tech}
+
+
+def query_features(queries: pl.DataFrame, routing: RoutingConfig) -> pl.DataFrame:
+    """Features [qid, n_tokens, stopword_ratio, technical, technical_tokens, conversational, route,
+    skip_lexical, skip_expansion, lexical_boost], one row per query.
+
+    Conversational = no technical token, at least `conversational_min_tokens` tokens and a stopword ratio
+    of at least `conversational_stopword_ratio`. Route is technical > conversational > default. The
+    policy columns (skip_*, lexical_boost) are neutral unless `routing.enabled`.
+    """
+    if not len(queries):
+        return pl.DataFrame(schema=FEATURE_SCHEMA)
+    # Regex work per query string: runs once per query set in `prepare`, not on slider changes.
+    rows = [_text_features(t) for t in queries["text"].to_list()]
+    f = pl.DataFrame(
+        {
+            "qid": queries["qid"].cast(pl.Utf8),
+            "n_tokens": [r["n_tokens"] for r in rows],
+            "stopword_ratio": [r["stopword_ratio"] for r in rows],
+            "technical_tokens": [r["technical_tokens"] for r in rows],
+        },
+        schema={
+            "qid": pl.Utf8,
+            "n_tokens": pl.Int64,
+            "stopword_ratio": pl.Float64,
+            "technical_tokens": pl.List(pl.Utf8),
+        },
+    )
+    on = routing.enabled
+    technical = pl.col("technical_tokens").list.len() > 0
+    conversational = (
+        ~technical
+        & (pl.col("n_tokens") >= routing.conversational_min_tokens)
+        & (pl.col("stopword_ratio") >= routing.conversational_stopword_ratio)
+    )
+    f = f.with_columns(technical.alias("technical"), conversational.alias("conversational"))
+    return f.with_columns(
+        pl.when(pl.col("technical"))
+        .then(pl.lit("technical"))
+        .when(pl.col("conversational"))
+        .then(pl.lit("conversational"))
+        .otherwise(pl.lit("default"))
+        .alias("route"),
+        (pl.col("conversational") & on & routing.conversational_skip_lexical).alias("skip_lexical"),
+        (pl.col("conversational") & on & routing.conversational_skip_expansion).alias("skip_expansion"),
+        pl.when(pl.col("technical") & on)
+        .then(pl.lit(routing.technical_lexical_boost))
+        .otherwise(pl.lit(1.0))
+        .alias("lexical_boost"),
+    ).select(list(FEATURE_SCHEMA))
+
+
+def strong_signal(lex_candidates: pl.DataFrame, expansion: ExpansionConfig) -> pl.DataFrame:
+    """[qid, strong_signal, top_norm, gap] from each query's original-query BM25 list (QMD's skip test).
+
+    Scores are mapped x -> |x|/(1+|x|) so the thresholds do not depend on corpus size; gap = top minus
+    second (the whole top score when there is one hit). Only queries with an original lexical list
+    appear; whether to act on the flag is the caller's (`expansion.strong_signal_skip`).
+    """
+    c = lex_candidates
+    if "list_id" in c.columns:
+        c = c.filter(pl.col("list_id") == "orig:lex")
+    else:
+        c = c.filter((pl.col("variant") == "orig") & (pl.col("retriever") == "lex"))
+    norm = pl.col("score").abs() / (1 + pl.col("score").abs())
+    top2 = (
+        c.select("qid", "rank", norm.alias("norm"))
+        .sort(["qid", "rank"])
+        .group_by("qid", maintain_order=True)
+        .agg(
+            pl.col("norm").first().alias("top_norm"),
+            pl.col("norm").get(1, null_on_oob=True).fill_null(0.0).alias("second"),
+        )
+    )
+    return top2.select(
+        pl.col("qid").cast(pl.Utf8),
+        (
+            (pl.col("top_norm") >= expansion.strong_signal_min)
+            & (pl.col("top_norm") - pl.col("second") >= expansion.strong_signal_gap)
+        ).alias("strong_signal"),
+        pl.col("top_norm").cast(pl.Float64),
+        (pl.col("top_norm") - pl.col("second")).cast(pl.Float64).alias("gap"),
+    )

@@ -1,0 +1,240 @@
+"""Stage 6: fuse the candidate lists of every query into one ranking (weighted RRF or convex combination).
+
+Runs on every slider change, so all queries are fused at once: ids become integer codes, and grouping is
+one sort plus numpy segment reductions (1,536 queries x 2 lists x 100 candidates: tens of milliseconds).
+
+RRF:    score(d) = sum_l w_l / (k + rank_l(d)) + bonus(best rank of d in any list)
+Convex: score(d) = sum_l w_l * side_l * norm_l(d), side = alpha for dense lists, 1 - alpha for lexical;
+        a document missing from a list contributes 0 there.
+A list whose weight is 0 takes no part (its documents do not enter the fused list through it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from .config import FusionConfig
+from .errors import InputError
+
+FUSED_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int64}
+WEIGHT_SCHEMA = {"qid": pl.Utf8, "list_id": pl.Utf8, "weight": pl.Float64}
+
+
+def list_weights(
+    candidates: pl.DataFrame,
+    features: pl.DataFrame | None,
+    cfg: FusionConfig,
+    routing_enabled: bool,
+) -> pl.DataFrame:
+    """[qid, list_id, weight] = retriever weight x variant weight (original vs expansion) x lexical boost.
+
+    The boost (features.lexical_boost, set for technical queries) applies only when routing is enabled;
+    lists of a skipped route are already absent from `candidates`.
+    """
+    lists = candidates.select("qid", "list_id", "variant", "retriever").unique()
+    if features is not None and routing_enabled and len(features):
+        lists = lists.join(features.select("qid", "lexical_boost"), on="qid", how="left")
+        boost = pl.col("lexical_boost").fill_null(1.0)
+    else:
+        boost = pl.lit(1.0)
+    retriever_w = (
+        pl.when(pl.col("retriever") == "lex")
+        .then(pl.lit(cfg.lexical_weight))
+        .otherwise(pl.lit(cfg.dense_weight))
+    )
+    variant_w = (
+        pl.when(pl.col("variant") == "orig")
+        .then(pl.lit(cfg.original_weight))
+        .otherwise(pl.lit(cfg.expansion_weight))
+    )
+    lex_boost = pl.when(pl.col("retriever") == "lex").then(boost).otherwise(pl.lit(1.0))
+    return lists.select(
+        pl.col("qid").cast(pl.Utf8),
+        pl.col("list_id").cast(pl.Utf8),
+        (retriever_w * variant_w * lex_boost).cast(pl.Float64).alias("weight"),
+    ).sort("qid", "list_id")
+
+
+# Contributions are summed as integers in units of 2**-32 (~2e-10): integer addition is associative, so
+# the fused score (and every tie-break after it) is identical whatever the order of the input rows.
+_SCALE = float(2**32)
+
+
+def _normalize(
+    score: np.ndarray, rank: np.ndarray, lex: np.ndarray, group: np.ndarray, n_groups: int, method: str
+) -> np.ndarray:
+    """Per-list normalisation for convex fusion; `group` numbers each (query, list).
+
+    minmax: (x-min)/(max-min); zscore: (x-mean)/std (population); rank: 1-(rank-1)/n; fixed:
+    |x|/(1+|x|) for lexical lists, (cos+1)/2 for dense ones. A degenerate list (one document, or no
+    spread) falls back to rank normalisation, so a single list keeps its order and one document gets 1.0.
+    """
+    n = np.bincount(group, minlength=n_groups).astype(np.float64)
+    by_rank = 1.0 - (rank - 1) / n[group]
+    if method == "rank":
+        return by_rank
+    if method == "fixed":
+        return np.where(lex, np.abs(score) / (1.0 + np.abs(score)), (score + 1.0) / 2.0)
+    if method == "minmax":
+        lo = np.full(n_groups, np.inf)
+        hi = np.full(n_groups, -np.inf)
+        np.minimum.at(lo, group, score)
+        np.maximum.at(hi, group, score)
+        lo_r, span = lo[group], (hi - lo)[group]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(span > 0, (score - lo_r) / span, by_rank)
+    if method == "zscore":
+        mean = np.bincount(group, weights=score, minlength=n_groups) / np.maximum(n, 1)
+        dev = score - mean[group]  # two passes: exact zero spread for a constant list
+        sd = np.sqrt(np.bincount(group, weights=dev * dev, minlength=n_groups) / np.maximum(n, 1))[group]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(sd > 0, dev / sd, by_rank)
+    raise ValueError(f"unknown normalization {method!r}")
+
+
+def normalized_scores(candidates: pl.DataFrame, method: str) -> pl.Series:
+    """The per-list normalised score of each candidate row (what convex fusion adds up), for panels."""
+    if not len(candidates):
+        return pl.Series("norm", [], dtype=pl.Float64)
+    group = (
+        candidates.select(pl.struct("qid", "list_id").rank("dense").cast(pl.Int64) - 1).to_series().to_numpy()
+    )
+    norm = _normalize(
+        candidates["score"].cast(pl.Float64).to_numpy(),
+        candidates["rank"].cast(pl.Int64).to_numpy(),
+        (candidates["retriever"] == "lex").to_numpy(),
+        group,
+        int(group.max()) + 1,
+        method,
+    )
+    return pl.Series("norm", norm, dtype=pl.Float64)
+
+
+def _order(keys: list[tuple[np.ndarray, int]]) -> np.ndarray:
+    """Argsort by several non-negative integer keys (most significant first), each with its maximum.
+
+    Packing them into one uint64 lets numpy's single-key SIMD sort do the work (several times faster
+    than a multi-key sort here); np.lexsort is the fallback when the keys need more than 63 bits.
+    """
+    bits = [max(int(m), 1).bit_length() for _, m in keys]
+    if sum(bits) <= 63:
+        packed = np.zeros(len(keys[0][0]), dtype=np.uint64)
+        for (k, _), b in zip(keys, bits, strict=True):
+            packed = (packed << np.uint64(b)) | k.astype(np.uint64)
+        return np.argsort(packed)
+    return np.lexsort([k for k, _ in reversed(keys)])
+
+
+def _dense_rank_desc(x: np.ndarray) -> np.ndarray:
+    """0 for the largest value, 1 for the next distinct one, ... (np.unique's inverse, without its slow path)."""
+    o = np.argsort(-x)
+    xs = x[o]
+    dense = np.empty(len(x), dtype=np.int64)
+    dense[o] = np.cumsum(np.r_[False, xs[1:] != xs[:-1]])
+    return dense
+
+
+def _codes(s: pl.Series, values: pl.Series) -> np.ndarray:
+    """Integer code of each value in sorted order (codes compare like the strings)."""
+    return s.cast(pl.Utf8).cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy()
+
+
+def fuse(candidates: pl.DataFrame, weights: pl.DataFrame | None, cfg: FusionConfig) -> pl.DataFrame:
+    """Fused ranking [qid, doc_id, chunk_id, score, rank] for all queries, sorted by qid and rank.
+
+    chunk_id is the chunk of the document's best-ranked appearance (ties: list_id order). A document
+    that appears several times in one list (chunk-level retrieval) counts once there, at its best rank.
+    Ties are broken by score, then best rank across lists, then doc_id, so the result does not depend on
+    the order of the input rows. Lists missing from `weights` get weight 1; weight 0 drops a list.
+    """
+    if not len(candidates):
+        return pl.DataFrame(schema=FUSED_SCHEMA)
+    # Strings become sorted integer codes once and the grouping is a sort plus segment reductions in
+    # numpy: a full re-fusion of every query has to fit in a slider tick.
+    qids = candidates["qid"].cast(pl.Utf8).unique().sort()
+    docs = candidates["doc_id"].cast(pl.Utf8).unique().sort()
+    lists = candidates["list_id"].cast(pl.Utf8).unique().sort()
+    nq, nd, nl, nr = len(qids), len(docs), len(lists), len(candidates)
+    q = _codes(candidates["qid"], qids)
+    d = _codes(candidates["doc_id"], docs)
+    li = _codes(candidates["list_id"], lists)
+    rank = candidates["rank"].cast(pl.Int64).to_numpy()
+    if rank.min() < 1:
+        raise InputError(f"candidates: ranks are 1-based, found rank {int(rank.min())}")
+    ql = q * nl + li
+
+    table = np.ones(nq * nl)
+    if weights is not None and len(weights):
+        w = weights.filter(pl.col("qid").is_in(qids.implode()) & pl.col("list_id").is_in(lists.implode()))
+        table[_codes(w["qid"], qids) * nl + _codes(w["list_id"], lists)] = (
+            w["weight"].cast(pl.Float64).to_numpy()
+        )
+    weight = table[ql]
+
+    if cfg.method == "rrf":
+        contrib = weight / (cfg.rrf_k + rank)
+    else:
+        lex = (candidates["retriever"] == "lex").to_numpy()
+        norm = _normalize(
+            candidates["score"].cast(pl.Float64).to_numpy(), rank, lex, ql, nq * nl, cfg.normalization
+        )
+        contrib = weight * np.where(lex, 1.0 - cfg.alpha, cfg.alpha) * norm
+    icontrib = np.round(np.nan_to_num(contrib, nan=0.0) * _SCALE).astype(np.int64)
+
+    # Rows sorted by (query, doc, list, rank): a document's rows are contiguous, its first row in each
+    # list is its best there, and later rows of the same list (chunk-level repeats) are dropped.
+    rows = np.flatnonzero(weight > 0)
+    if not len(rows):
+        return pl.DataFrame(schema=FUSED_SCHEMA)
+    key = q * nd + d
+    lr = rank * nl + li  # (rank, list code) in one integer: order of appearances within a document
+    o = rows[_order([(key[rows], nq * nd), (li[rows], nl), (rank[rows], int(rank.max()))])]
+    key, lr = key[o], lr[o]
+    new_doc = np.r_[True, key[1:] != key[:-1]]
+    lo = lr % nl
+    first_in_list = new_doc | np.r_[True, lo[1:] != lo[:-1]]
+    if not first_in_list.all():
+        o, key, lr, new_doc = o[first_in_list], key[first_in_list], lr[first_in_list], new_doc[first_in_list]
+    starts = np.flatnonzero(new_doc)
+    isum = np.add.reduceat(icontrib[o], starts)
+    # The best appearance: smallest (rank, list code, row) packed into one integer per row.
+    best = np.minimum.reduceat(lr * nr + o, starts)
+    best_rank, best = best // nr // nl, best % nr
+    gq, gd = key[starts] // nd, key[starts] % nd
+    if cfg.method == "rrf":
+        isum = isum + np.round(_bonus_np(cfg, best_rank) * _SCALE).astype(np.int64)
+
+    # Final order: query, score desc, best rank, doc_id. The exact integer score packs directly when the
+    # bits allow, otherwise its dense rank stands in for it.
+    s_key = isum.max() - isum
+    if (
+        int(s_key.max()).bit_length() + nq.bit_length() + int(best_rank.max()).bit_length() + nd.bit_length()
+        > 63
+    ):
+        s_key = _dense_rank_desc(isum)
+    f = _order([(gq, nq), (s_key, int(s_key.max())), (best_rank, int(best_rank.max())), (gd, nd)])
+    gq, gd, isum, best = gq[f], gd[f], isum[f], best[f]
+    block = np.flatnonzero(np.r_[True, gq[1:] != gq[:-1]])
+    pos = np.arange(len(gq)) - np.repeat(block, np.diff(np.r_[block, len(gq)])) + 1
+    return pl.DataFrame(
+        {
+            "qid": qids.gather(gq),
+            "doc_id": docs.gather(gd),
+            "chunk_id": candidates["chunk_id"].cast(pl.Utf8).gather(best),
+            "score": isum / _SCALE,
+            "rank": pos,
+        },
+        schema=FUSED_SCHEMA,
+    )
+
+
+def _bonus_np(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:
+    """Bonus by best rank: bands [(1, .05), (3, .02)] give rank 1 -> .05, ranks 2-3 -> .02, else 0."""
+    out = np.zeros(len(best_rank))
+    done = np.zeros(len(best_rank), dtype=bool)
+    for upto, bonus in cfg.rank_bonus:
+        hit = ~done & (best_rank <= upto)
+        out[hit] = bonus
+        done |= hit
+    return out

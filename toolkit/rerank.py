@@ -1,0 +1,633 @@
+"""Reranker providers and the guarded rerank stage.
+
+A reranker scores (query, passage) pairs: a local sentence-transformers `CrossEncoder`, an HTTP `/v1/rerank`
+endpoint (Jina / Cohere / TEI / vLLM / Infinity shape), or a file of precomputed scores. `rerank_scores` asks
+the provider once per query for the pairs the cache does not have, and is *guarded*: a failed call never
+raises and never loses a result. The query gets no scores and status "fallback", so the blend stage keeps
+its retrieval order and the trace says why. Setup mistakes (unknown provider, missing API key variable, a
+model that cannot be loaded) do raise `ToolkitError`: a misconfigured run should stop, not quietly degrade.
+
+Each candidate document is represented by one chunk (`best_chunk`): the chunk with the most query terms,
+because cross-encoders truncate long inputs and a document's first chunk is often not the relevant one.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+import polars as pl
+from tqdm.auto import tqdm
+
+from .errors import InputError, ToolkitError
+
+PAIR_COLUMNS = ("qid", "query", "doc_id", "chunk_id", "text")
+SCORES_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64}
+STATUS_SCHEMA = {"qid": pl.Utf8, "status": pl.Utf8, "error": pl.Utf8}
+PROGRESS_MIN_QUERIES = 20
+
+
+class ProviderError(ToolkitError):
+    """One provider call failed (HTTP error, timeout, malformed answer). Guarded stages degrade on it."""
+
+
+class Reranker(Protocol):
+    """`name` identifies the model (it is the cache key); `score` returns one score per document, in the
+    order given, or None for a document the provider did not score. It raises on failure."""
+
+    name: str
+
+    def score(self, query: str, documents: list[str]) -> list[float | None]: ...
+
+
+def text_hash(s: str) -> str:
+    """sha1 hex of the UTF-8 text: the key of queries and passages in the rerank cache (same as the store's)."""
+    return hashlib.sha1(s.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- HTTP
+
+
+def api_key_headers(api_key_env: str | None, field: str) -> dict[str, str]:
+    """Bearer auth from the environment variable *named* in the config (secrets never live in config)."""
+    if not api_key_env:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise ToolkitError(
+            f"{field}: environment variable {api_key_env!r} is not set (it should hold the API key)"
+        )
+    return {"Authorization": f"Bearer {key}"}
+
+
+def post_json(
+    client: Any,
+    url: str,
+    payload: dict[str, Any],
+    *,
+    headers: dict[str, str],
+    retries: int,
+    backoff_s: float,
+    timeout_s: float,
+) -> Any:
+    """POST `payload` and return the decoded JSON answer, or raise `ProviderError`.
+
+    Retries (with exponential backoff from `backoff_s`) on timeouts, connection errors, 5xx and 429;
+    other 4xx and malformed JSON fail at once, since repeating the request cannot fix them.
+    """
+    import httpx
+
+    last = ""
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+        try:
+            r = client.post(url, json=payload, headers=headers)
+        except httpx.TimeoutException:
+            last = f"timed out after {timeout_s:g}s"
+            continue
+        except httpx.TransportError as e:
+            last = f"connection error: {type(e).__name__}: {e}"
+            continue
+        if r.status_code >= 500 or r.status_code == 429:
+            last = f"HTTP {r.status_code}: {r.text[:200]}"
+            continue
+        if r.status_code >= 400:
+            raise ProviderError(f"HTTP {r.status_code} from {url}: {r.text[:300]}")
+        try:
+            return r.json()
+        except (ValueError, json.JSONDecodeError) as e:
+            raise ProviderError(f"malformed JSON from {url}: {e}; body starts {r.text[:120]!r}") from e
+    raise ProviderError(f"{url}: {last} ({retries + 1} attempt{'s' if retries else ''})")
+
+
+def http_client(timeout_s: float):
+    import httpx
+
+    # One timeout for connect, read, write and pool: no phase of a request may stall longer than this.
+    return httpx.Client(timeout=httpx.Timeout(timeout_s))
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_rerank_response(data: Any, n: int) -> list[float | None]:
+    """Scores in request order from `{"results": [{"index", "relevance_score"}]}` (Cohere, Jina, vLLM) or a
+    bare list `[{"index", "score"}]` (TEI). Results may come in any order and omit documents (-> None)."""
+    items = data.get("results") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ProviderError(f"unexpected rerank answer: expected a 'results' list, got {str(data)[:120]!r}")
+    out: list[float | None] = [None] * n
+    for item in items:
+        if not isinstance(item, dict):
+            raise ProviderError(f"unexpected rerank result {str(item)[:80]!r}: expected an object")
+        idx = item.get("index")
+        score = item.get("relevance_score", item.get("score"))
+        if not isinstance(idx, int) or isinstance(idx, bool) or not _number(score):
+            raise ProviderError(
+                f"rerank result needs an integer 'index' and a numeric 'relevance_score': {str(item)[:120]}"
+            )
+        if not 0 <= idx < n:
+            raise ProviderError(f"rerank result index {idx} out of range for {n} documents")
+        if out[idx] is not None:
+            raise ProviderError(f"rerank result index {idx} given twice")
+        out[idx] = float(score)
+    return out
+
+
+class HttpReranker:
+    """A `/v1/rerank` endpoint: POST {model, query, documents, top_n} -> {results: [{index, relevance_score}]}.
+
+    TEI's native `/rerank` wants `texts` instead of `documents`: on a 422 that mentions `texts` the request is
+    repeated in that shape, and later calls keep it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 2,
+        backoff_s: float = 0.25,
+    ) -> None:
+        if not url:
+            raise ToolkitError(
+                "rerank.url: the http reranker needs the endpoint URL (e.g. http://host:8080/v1/rerank)"
+            )
+        self.url, self.model = url, model
+        self.name = model or url
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._headers = api_key_headers(api_key_env, "rerank.api_key_env")
+        self._client = None
+        self._tei = False
+
+    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
+        if self._tei:
+            return {"query": query, "texts": documents}
+        body: dict[str, Any] = {"query": query, "documents": documents, "top_n": len(documents)}
+        if self.model:
+            body["model"] = self.model
+        return body
+
+    def score(self, query: str, documents: list[str]) -> list[float | None]:
+        if not documents:
+            return []
+        if self._client is None:
+            self._client = http_client(self.timeout_s)
+        kw = {
+            "headers": self._headers,
+            "retries": self.retries,
+            "backoff_s": self.backoff_s,
+            "timeout_s": self.timeout_s,
+        }
+        try:
+            data = post_json(self._client, self.url, self._payload(query, documents), **kw)
+        except ProviderError as e:
+            if self._tei or "HTTP 422" not in str(e) or "texts" not in str(e):
+                raise
+            self._tei = True
+            data = post_json(self._client, self.url, self._payload(query, documents), **kw)
+        return parse_rerank_response(data, len(documents))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+# ---------------------------------------------------------------------------------------------- local model
+
+
+def _dir_stamp(p: Path) -> str:
+    """A short fingerprint of a model directory (file names, sizes, mtimes): retraining a model in place
+    (`hrt train-reranker`) must not reuse the old model's cached scores."""
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    h = hashlib.sha1()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.relative_to(p) if f != p else f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:10]
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """The Hugging Face client retries an unreachable hub for about a minute before failing; a quick
+    connect test lets an offline machine fail in seconds with a useful message instead."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}:
+        return False
+    u = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((u.hostname or "huggingface.co", u.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    from huggingface_hub import constants
+
+    return (Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))).is_dir()
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers `CrossEncoder` on the CPU, by local path or hub id, loaded once on first use
+    (so a run whose scores are all cached never loads it). `name` includes `max_length`, which changes scores."""
+
+    def __init__(self, model: str, batch_size: int = 32, max_length: int = 256, device: str = "cpu") -> None:
+        if not model:
+            raise ToolkitError("rerank.model: the cross-encoder reranker needs a model path or hub id")
+        p = Path(model).expanduser()
+        self._local = p.exists()
+        if self._local:
+            p = p.resolve()
+            self._load_from, model_id = str(p), f"local:{p.name}:{_dir_stamp(p)}"
+        else:
+            self._load_from, model_id = model, model
+        self.name = f"{model_id}@{max_length}"
+        self.batch_size, self.max_length, self.device = batch_size, max_length, device
+        self._model = None
+
+    def _fail(self, reason: str) -> ToolkitError:
+        return ToolkitError(
+            f"could not load reranker model {self._load_from!r} ({reason}); give a local CrossEncoder directory "
+            "(rerank.model), or train one from your judgements with `hrt train-reranker`"
+        )
+
+    def _get(self):
+        if self._model is not None:
+            return self._model
+        cached = self._local or _in_hf_cache(self._load_from)
+        # Decide before importing sentence-transformers (seconds) that an uncached hub id cannot be fetched.
+        if not cached and not _hub_reachable():
+            raise self._fail("not in the local Hugging Face cache and the model hub is not reachable")
+        from sentence_transformers import CrossEncoder
+
+        kw = {"device": self.device, "max_length": self.max_length}
+        if cached:
+            try:
+                # Local directories and cached hub ids load without any network access.
+                self._model = CrossEncoder(self._load_from, local_files_only=True, **kw)
+                return self._model
+            except Exception as e:
+                if self._local or not _hub_reachable():
+                    raise self._fail(f"{type(e).__name__}: {str(e)[:300]}") from e
+        try:
+            self._model = CrossEncoder(self._load_from, **kw)
+        except Exception as e:
+            raise self._fail(f"{type(e).__name__}: {str(e)[:300]}") from e
+        return self._model
+
+    def score(self, query: str, documents: list[str]) -> list[float | None]:
+        if not documents:
+            return []
+        import numpy as np
+
+        arr = np.asarray(
+            self._get().predict(
+                [(query, d) for d in documents],
+                batch_size=self.batch_size,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            ),
+            dtype=np.float64,
+        )
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        if arr.ndim != 1 or len(arr) != len(documents):
+            raise ProviderError(
+                f"{self.name}: expected one score per pair, got shape {arr.shape}; "
+                "a reranker needs a CrossEncoder with a single output label"
+            )
+        return arr.tolist()
+
+
+# ---------------------------------------------------------------------------------------------- file
+
+
+class FileReranker:
+    """Precomputed scores, keyed by (query text, passage text).
+
+    Rows `{query, text, score}` (plus optional `qid`, `doc_id` for people reading the file), from JSONL or
+    Parquet. Keying by the two texts (not by qid/doc_id) makes one file valid for any query set and any chunk
+    ids: a pair is found exactly when the same query is asked about the same passage text (`best_chunk`'s
+    chunk, as written by `rerank_scores`' inputs). Pairs missing from the file get no score.
+    """
+
+    cacheable = False  # the file already is the cache
+
+    def __init__(self, path: str | Path) -> None:
+        if not path:
+            raise ToolkitError(
+                "rerank.path: the file reranker needs the path of a JSONL or Parquet score file"
+            )
+        self.path = Path(path).expanduser()
+        if not self.path.exists():
+            raise InputError(f"{self.path}: rerank score file not found (rerank.path)")
+        self._scores = self._load()
+        self.name = f"file:{self.path.name}"
+
+    def _load(self) -> dict[tuple[str, str], float]:
+        if self.path.suffix.lower() in {".parquet", ".pq"}:
+            df = pl.read_parquet(self.path)
+            missing = {"query", "text", "score"} - set(df.columns)
+            if missing:
+                raise InputError(f"{self.path}: missing column(s) {sorted(missing)}; need query, text, score")
+            rows = enumerate(df.select("query", "text", "score").iter_rows(named=True), start=1)
+            where = "row"
+        else:
+            rows = self._jsonl_rows()
+            where = "line"
+        out: dict[tuple[str, str], float] = {}
+        for n, row in rows:
+            q, t, s = row.get("query"), row.get("text"), row.get("score")
+            if not isinstance(q, str) or not isinstance(t, str):
+                raise InputError(f"{self.path}:{where} {n}: 'query' and 'text' must be strings")
+            if not _number(s):
+                raise InputError(f"{self.path}:{where} {n}: 'score' must be a finite number, got {s!r}")
+            out[(text_hash(q), text_hash(t))] = float(s)
+        return out
+
+    def _jsonl_rows(self):
+        with self.path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{self.path}:line {n}: invalid JSON ({e.msg})") from e
+                if not isinstance(obj, dict):
+                    raise InputError(f"{self.path}:line {n}: expected a JSON object")
+                yield n, obj
+
+    def score(self, query: str, documents: list[str]) -> list[float | None]:
+        qh = text_hash(query)
+        return [self._scores.get((qh, text_hash(d))) for d in documents]
+
+
+def make_reranker(
+    provider: str,
+    *,
+    model: str | None = None,
+    url: str | None = None,
+    api_key_env: str | None = None,
+    timeout_s: float = 10.0,
+    retries: int = 2,
+    path: str | Path | None = None,
+    batch_size: int = 32,
+    max_length: int = 256,
+) -> Reranker | None:
+    """The reranker named by config `rerank.provider` ("none" -> None). Arguments a provider does not use are ignored."""
+    if provider in (None, "none"):
+        return None
+    if provider == "cross-encoder":
+        return CrossEncoderReranker(model or "", batch_size=batch_size, max_length=max_length)
+    if provider == "http":
+        return HttpReranker(url or "", model, api_key_env=api_key_env, timeout_s=timeout_s, retries=retries)
+    if provider == "file":
+        return FileReranker(path or "")
+    raise ToolkitError(
+        f"rerank.provider: unknown provider {provider!r}; use none, cross-encoder, http or file"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- stage
+
+
+@functools.cache
+def _stopwords() -> frozenset[str]:
+    # scikit-learn's English list (a dependency already); imported lazily because sklearn takes ~1 s to import.
+    from sklearn.feature_extraction._stop_words import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
+
+
+def _tokens(col: str) -> pl.Expr:
+    return pl.col(col).str.to_lowercase().str.extract_all(r"\w+")
+
+
+def best_chunk(chunks: pl.DataFrame, query: str | pl.DataFrame | None = None) -> pl.DataFrame:
+    """One chunk per (qid, doc_id): the one matching the most distinct query terms, then the most query-term
+    occurrences, then the earliest (`ord` if given, else the number after '#' in the chunk id, else input order).
+
+    `chunks` has [qid, doc_id, chunk_id, text] and the query text either as a `query` column or given as
+    `query` (one string for all rows, or a frame [qid, query|text]). Terms are lowercased word tokens minus
+    English stopwords. Returns [qid, doc_id, chunk_id, text] (+ `query` when it was a column of `chunks`).
+    """
+    need = {"qid", "doc_id", "chunk_id", "text"}
+    if not need <= set(chunks.columns):
+        raise InputError(f"best_chunk: chunks frame needs columns {sorted(need)}, has {chunks.columns}")
+    keep_query = "query" in chunks.columns and query is None
+    if isinstance(query, str):
+        qframe = chunks.select("qid").unique().with_columns(pl.lit(query).alias("query"))
+    elif isinstance(query, pl.DataFrame):
+        qcol = "query" if "query" in query.columns else "text"
+        qframe = query.select("qid", pl.col(qcol).alias("query")).unique("qid")
+    elif "query" in chunks.columns:
+        qframe = chunks.select("qid", "query").unique("qid")
+    else:
+        raise InputError("best_chunk: give the query text as a `query` column or argument")
+    out_cols = ["qid", "doc_id", "chunk_id", "text"] + (["query"] if keep_query else [])
+    if chunks.is_empty():
+        return chunks.select(out_cols)
+
+    stop = list(_stopwords())
+    qterms = (
+        qframe.select("qid", _tokens("query").alias("term"))
+        .explode("term")
+        .filter(pl.col("term").is_not_null() & ~pl.col("term").is_in(stop))
+        .unique()
+    )
+    # Tokenise each distinct chunk once (not once per query that retrieved it), then join on (chunk, term).
+    cterms = (
+        chunks.select("chunk_id", "text")
+        .unique("chunk_id")
+        .select("chunk_id", _tokens("text").alias("term"))
+        .explode("term")
+        .group_by("chunk_id", "term")
+        .agg(pl.len().alias("n"))
+    )
+    order = (
+        pl.col("ord").cast(pl.Int64)
+        if "ord" in chunks.columns
+        else pl.col("chunk_id").str.extract(r"#(\d+)$").cast(pl.Int64, strict=False)
+    )
+    rows = chunks.with_row_index("_row").with_columns(order.alias("_ord"))
+    hits = (
+        rows.select("_row", "qid", "chunk_id")
+        .join(qterms, on="qid")
+        .join(cterms, on=["chunk_id", "term"])
+        .group_by("_row")
+        .agg(pl.len().alias("_distinct"), pl.col("n").sum().alias("_hits"))
+    )
+    return (
+        rows.join(hits, on="_row", how="left")
+        .with_columns(pl.col("_distinct", "_hits").fill_null(0))
+        .sort(
+            ["qid", "doc_id", "_distinct", "_hits", "_ord", "_row"],
+            descending=[False, False, True, True, False, False],
+            nulls_last=True,
+        )
+        .unique(["qid", "doc_id"], keep="first", maintain_order=True)
+        .select(out_cols)
+    )
+
+
+def _empty_scores() -> pl.DataFrame:
+    return pl.DataFrame(schema=SCORES_SCHEMA)
+
+
+def _hashes(s: pl.Series) -> pl.Series:
+    # No stable cryptographic hash in polars (`Series.hash` changes across versions); hashlib per distinct value.
+    uniq = s.unique()
+    return s.replace_strict(uniq, [text_hash(x) for x in uniq], return_dtype=pl.Utf8)
+
+
+def rerank_scores(
+    pairs: pl.DataFrame,
+    reranker: Reranker | None,
+    *,
+    cache: Any = None,
+    top_n: int | None = None,
+    progress: bool | None = None,
+    max_consecutive_failures: int | None = 3,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Reranker scores for `pairs` [qid, query, doc_id, chunk_id, text]; never raises for provider failures.
+
+    Returns (scores [qid, doc_id, chunk_id, rerank_score], status [qid, status, error]) with one status row
+    per query of `pairs`: "cached" (every pair from the cache), "ok" (provider called; `error` notes documents
+    it left unscored), "fallback" (the call failed or returned nothing: no scores, `error` says why), or
+    "skipped" (no reranker). One provider call per query, for the pairs the cache lacks; duplicate passage
+    texts within a query are sent once. `top_n` keeps each query's first N pairs (in frame order). After
+    `max_consecutive_failures` failed queries in a row, the rest fall back without calls, so a dead endpoint
+    costs seconds, not (queries x timeout x retries). `cache` has `get_rerank(model, [(query_hash,
+    text_hash)])` and `put_rerank(model, [(query_hash, text_hash, score)])`. `progress=None`: a bar when
+    more than 20 queries.
+    """
+    missing = set(PAIR_COLUMNS) - set(pairs.columns)
+    if missing:
+        raise InputError(f"rerank pairs: missing column(s) {sorted(missing)}; need {list(PAIR_COLUMNS)}")
+    pairs = pairs.select(PAIR_COLUMNS).unique(["qid", "doc_id", "chunk_id"], maintain_order=True)
+    for c in ("query", "text"):
+        if pairs[c].null_count():
+            raise InputError(f"rerank pairs: column {c!r} has null values")
+    multi = pairs.group_by("qid").agg(pl.col("query").n_unique().alias("n")).filter(pl.col("n") > 1)
+    if len(multi):
+        raise InputError(f"rerank pairs: qid {multi['qid'][0]!r} has more than one query text")
+    qids = pairs["qid"].unique(maintain_order=True)
+    if reranker is None:
+        status = pl.DataFrame({"qid": qids}).with_columns(
+            pl.lit("skipped").alias("status"), pl.lit("no reranker configured").alias("error")
+        )
+        return _empty_scores(), status
+    if top_n is not None:
+        if top_n < 1:
+            raise InputError(f"rerank top_n must be at least 1, got {top_n}")
+        pairs = pairs.filter(pl.int_range(pl.len()).over("qid") < top_n)
+    pairs = pairs.with_columns(
+        _hashes(pairs["query"]).alias("query_hash"), _hashes(pairs["text"]).alias("text_hash")
+    )
+
+    model = reranker.name
+    use_cache = cache is not None and getattr(reranker, "cacheable", True)
+    cached: dict[tuple[str, str], float] = {}
+    if use_cache and len(pairs):
+        cached = cache.get_rerank(model, pairs.select("query_hash", "text_hash").unique().rows())
+
+    got_q: list[str] = []
+    got_t: list[str] = []
+    got_s: list[float] = []
+    status_rows: list[tuple[str, str, str | None]] = []
+    pending: list[tuple[str, str, float]] = []
+    failures, tripped = 0, None
+    show = len(qids) > PROGRESS_MIN_QUERIES if progress is None else progress
+    groups = pairs.group_by("qid", maintain_order=True)
+    try:
+        for (qid,), g in tqdm(groups, total=len(qids), disable=not show, desc="rerank", unit="query"):
+            query, qh = g["query"][0], g["query_hash"][0]
+            texts = dict(zip(g["text_hash"].to_list(), g["text"].to_list(), strict=True))
+            have = {th: cached[(qh, th)] for th in texts if (qh, th) in cached}
+            todo = [th for th in texts if th not in have]
+            if not todo:
+                status_rows.append((qid, "cached", None))
+                scores = have
+            elif tripped is not None:
+                status_rows.append((qid, "fallback", tripped))
+                continue
+            else:
+                try:
+                    result = list(reranker.score(query, [texts[th] for th in todo]))
+                    if len(result) != len(todo):
+                        raise ProviderError(f"returned {len(result)} scores for {len(todo)} documents")
+                except ProviderError as e:
+                    err = str(e)
+                except ToolkitError:
+                    raise  # setup problems (model cannot be loaded, ...) stop the run
+                except Exception as e:  # an unknown provider failure degrades like a known one
+                    err = f"{type(e).__name__}: {e}"
+                else:
+                    err = None
+                if err is not None:
+                    status_rows.append((qid, "fallback", f"{model}: {err}"))
+                    failures += 1
+                    if max_consecutive_failures and failures >= max_consecutive_failures:
+                        tripped = f"{model}: not called after {failures} consecutive failures (last: {err})"
+                    continue
+                failures = 0
+                new = {
+                    th: float(s)
+                    for th, s in zip(todo, result, strict=True)
+                    if s is not None and math.isfinite(s)
+                }
+                if use_cache:
+                    pending.extend((qh, th, s) for th, s in new.items())
+                scores = have | new
+                if not scores:
+                    status_rows.append((qid, "fallback", f"{model}: provider returned no scores"))
+                    continue
+                unscored = len(texts) - len(scores)
+                note = f"{unscored} of {len(texts)} passages not scored by the provider" if unscored else None
+                status_rows.append((qid, "ok", note))
+            got_q.extend([qid] * len(scores))
+            got_t.extend(scores)
+            got_s.extend(scores.values())
+            if len(pending) >= 2000:  # flush now and then, so an interrupted long run keeps its scores
+                cache.put_rerank(model, pending)
+                pending = []
+    finally:
+        if pending:
+            cache.put_rerank(model, pending)
+
+    got = pl.DataFrame(
+        {"qid": got_q, "text_hash": got_t, "rerank_score": got_s},
+        schema={"qid": pl.Utf8, "text_hash": pl.Utf8, "rerank_score": pl.Float64},
+    )
+    scores_df = pairs.join(got, on=["qid", "text_hash"], how="inner", maintain_order="left").select(
+        list(SCORES_SCHEMA)
+    )
+    status = pl.DataFrame(status_rows, schema=STATUS_SCHEMA, orient="row")
+    return scores_df.cast(SCORES_SCHEMA), status
+
+
+__all__ = [
+    "CrossEncoderReranker",
+    "FileReranker",
+    "HttpReranker",
+    "ProviderError",
+    "Reranker",
+    "best_chunk",
+    "make_reranker",
+    "parse_rerank_response",
+    "post_json",
+    "rerank_scores",
+    "text_hash",
+]

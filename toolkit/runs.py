@@ -1,0 +1,220 @@
+"""TREC run files and qrels (TREC 4-column or BEIR tsv) to and from polars frames.
+
+Ids are always read as strings: letting a CSV reader infer integers would turn "01" into 1 and silently
+break every join against the corpus. Lines are split with one vectorised regex over the whole file, and
+only the error path goes back to find the offending line number.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from .errors import InputError
+
+RUN_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
+QRELS_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}
+
+_WS = r"[ \t]+"
+_FIELD = r"([^ \t]+)"
+_RUN_RE = r"^[ \t]*" + _WS.join([_FIELD] * 6) + r"[ \t]*$"
+_TREC_QRELS_RE = r"^[ \t]*" + _WS.join([_FIELD] * 4) + r"[ \t]*$"
+_BEIR_QRELS_RE = r"^[ \t]*([^\t]+?)[ \t]*\t[ \t]*([^\t]+?)[ \t]*\t[ \t]*([^\t]+?)[ \t]*$"
+_BEIR_HEADER = ["query-id", "corpus-id", "score"]
+
+
+def _lines(path: Path) -> pl.DataFrame:
+    """Non-blank lines of a text file with their 1-based line numbers."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    lines = text.splitlines()
+    df = pl.DataFrame({"line": pl.Series(lines, dtype=pl.Utf8)}).with_row_index("lineno", offset=1)
+    return df.filter(pl.col("line").str.strip_chars() != "")
+
+
+def _split(df: pl.DataFrame, pattern: str, names: list[str], path: Path, expect: str) -> pl.DataFrame:
+    """Fields of every line by one regex; an unmatched line is reported with its number."""
+    parts = df.select(
+        "lineno", pl.col("line").str.extract_groups(pattern).struct.rename_fields(names).alias("f")
+    ).unnest("f")
+    bad = parts.filter(pl.col(names[0]).is_null())
+    if len(bad):
+        ln = bad["lineno"][0]
+        text = df.filter(pl.col("lineno") == ln)["line"][0]
+        raise InputError(f"{path}:{ln}: malformed line, expected {expect}: {text[:120]!r}")
+    return parts
+
+
+def _cast(parts: pl.DataFrame, col: str, dtype: pl.DataType, path: Path, what: str) -> pl.Series:
+    out = parts[col].cast(dtype, strict=False)
+    bad = out.is_null() | (out.is_nan() if dtype == pl.Float64 else False)
+    if bad.any():
+        i = bad.arg_max()
+        raise InputError(f"{path}:{parts['lineno'][i]}: {what} {parts[col][i]!r} is not a number")
+    return out
+
+
+def _int_grades(parts: pl.DataFrame, col: str, path: Path) -> pl.Series:
+    """Integer grades; "1.0" is accepted (some tools write floats), "0.5" is not (trec_eval grades are ints)."""
+    as_float = _cast(parts, col, pl.Float64, path, "relevance grade")
+    frac = as_float != as_float.round(0)
+    if frac.any():
+        i = frac.arg_max()
+        raise InputError(f"{path}:{parts['lineno'][i]}: relevance grade {parts[col][i]!r} is not an integer")
+    return as_float.cast(pl.Int64)
+
+
+def _check_unique(df: pl.DataFrame, path: Path, what: str) -> None:
+    dup = df.filter(pl.struct("qid", "doc_id").is_duplicated())
+    if len(dup):
+        first = dup.sort("lineno").head(1)
+        q, d = first["qid"][0], first["doc_id"][0]
+        lines = dup.filter((pl.col("qid") == q) & (pl.col("doc_id") == d))["lineno"].sort().to_list()
+        raise InputError(f"{path}:{lines[1]}: {what} for query {q!r}, document {d!r} repeats line {lines[0]}")
+
+
+def read_run(path: str | Path) -> pl.DataFrame:
+    """A TREC run (`qid Q0 docid rank score tag`, whitespace separated) as [qid, doc_id, rank, score].
+
+    The second and sixth columns are ignored. A document listed twice for one query is an error, as in
+    trec_eval, because which of the two scores counts would be arbitrary.
+    """
+    path = Path(path)
+    df = _lines(path)
+    if df.is_empty():
+        return pl.DataFrame(schema=RUN_SCHEMA)
+    parts = _split(
+        df,
+        _RUN_RE,
+        ["qid", "q0", "doc_id", "rank", "score", "tag"],
+        path,
+        "6 fields 'qid Q0 docid rank score tag'",
+    )
+    out = pl.DataFrame(
+        {
+            "lineno": parts["lineno"],
+            "qid": parts["qid"],
+            "doc_id": parts["doc_id"],
+            "rank": _cast(parts, "rank", pl.Int64, path, "rank"),
+            "score": _cast(parts, "score", pl.Float64, path, "score"),
+        }
+    )
+    _check_unique(out, path, "run line")
+    return out.drop("lineno")
+
+
+def _valid_ranks(run: pl.DataFrame) -> bool:
+    """True when every query's ranks are exactly 1..n."""
+    if run["rank"].null_count():
+        return False
+    chk = run.group_by("qid").agg(
+        pl.col("rank").min().alias("lo"),
+        pl.col("rank").max().alias("hi"),
+        pl.len().alias("n"),
+        pl.col("rank").n_unique().alias("u"),
+    )
+    return bool(
+        chk.select(
+            ((pl.col("lo") == 1) & (pl.col("hi") == pl.col("n")) & (pl.col("u") == pl.col("n"))).all()
+        ).item()
+    )
+
+
+def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
+    """Write [qid, doc_id, (rank), score] as a TREC run, sorted by qid then rank.
+
+    The frame's ranks are kept when they are 1..n per query; otherwise (missing, gaps, repeats) they are
+    recomputed from the score order with trec_eval's tie-break (score descending, then doc id descending),
+    so the file states the order trec_eval will use anyway. Note that trec_eval ignores the rank column:
+    a run whose scores disagree with its ranks is evaluated in score order.
+    """
+    missing = {"qid", "doc_id", "score"} - set(run.columns)
+    if missing:
+        raise InputError(
+            f"run frame: missing column(s) {', '.join(sorted(missing))} (have {', '.join(run.columns)})"
+        )
+    if re.search(r"\s", tag) or not tag:
+        raise InputError(f"run tag {tag!r}: must be non-empty and contain no whitespace")
+    r = run.select(
+        pl.col("qid").cast(pl.Utf8),
+        pl.col("doc_id").cast(pl.Utf8),
+        pl.col("score").cast(pl.Float64),
+        *(["rank"] if "rank" in run.columns else []),
+    )
+    bad_id = r.filter(
+        pl.col("qid").str.contains(r"\s")
+        | pl.col("doc_id").str.contains(r"\s")
+        | pl.col("qid").is_null()
+        | pl.col("doc_id").is_null()
+    )
+    if len(bad_id):
+        raise InputError(
+            f"run frame: query {bad_id['qid'][0]!r}, document {bad_id['doc_id'][0]!r}: ids must be non-null and contain no whitespace"
+        )
+    bad_score = r.filter(pl.col("score").is_null() | pl.col("score").is_nan())
+    if len(bad_score):
+        raise InputError(
+            f"run frame: query {bad_score['qid'][0]!r}, document {bad_score['doc_id'][0]!r}: score is null or NaN"
+        )
+    if "rank" in r.columns:
+        r = r.with_columns(pl.col("rank").cast(pl.Int64, strict=False))
+    if "rank" not in r.columns or not _valid_ranks(r):
+        r = r.sort(["qid", "score", "doc_id"], descending=[False, True, True]).with_columns(
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")
+        )
+    r = r.sort("qid", "rank")
+    # polars prints the shortest decimal that round-trips, so reading the file back gives the same ties.
+    body = r.select(
+        pl.format(
+            "{} Q0 {} {} {} {}", "qid", "doc_id", "rank", pl.col("score").cast(pl.Utf8), pl.lit(tag)
+        ).alias("l")
+    )["l"]
+    text = "\n".join(body.to_list())
+    Path(path).write_text(text + "\n" if text else "", encoding="utf-8")
+
+
+def read_qrels(path: str | Path) -> pl.DataFrame:
+    """Qrels as [qid, doc_id, rel]: BEIR tsv (`query-id corpus-id score`, tab separated, header optional)
+    or TREC (`qid 0 docid rel`, whitespace separated), told apart by the first line."""
+    path = Path(path)
+    df = _lines(path)
+    if df.is_empty():
+        return pl.DataFrame(schema=QRELS_SCHEMA)
+    first = df["line"][0]
+    if first.split() == _BEIR_HEADER:
+        df = df.slice(1)
+        beir = True
+    else:
+        beir = "\t" in first and len(first.strip().split("\t")) == 3
+    if beir:
+        parts = _split(
+            df,
+            _BEIR_QRELS_RE,
+            ["qid", "doc_id", "rel"],
+            path,
+            "3 tab-separated fields 'query-id corpus-id score'",
+        )
+    else:
+        parts = _split(
+            df,
+            _TREC_QRELS_RE,
+            ["qid", "iter", "doc_id", "rel"],
+            path,
+            "4 fields 'qid 0 docid rel' (or BEIR tsv)",
+        )
+    out = pl.DataFrame(
+        {
+            "lineno": parts["lineno"],
+            "qid": parts["qid"],
+            "doc_id": parts["doc_id"],
+            "rel": _int_grades(parts, "rel", path),
+        }
+    )
+    _check_unique(out, path, "judgement")
+    return out.drop("lineno")

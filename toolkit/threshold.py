@@ -1,0 +1,64 @@
+"""Stage 9: score thresholds and per-query confidence notes.
+
+An agent reading memory needs to know when to distrust the list: nothing cleared the minimum score
+("low_confidence"), or the scores barely differ so the order is close to arbitrary ("low_differentiation").
+A query is never left empty by the threshold: if nothing passes, its best results stay, flagged.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .config import ThresholdConfig
+
+PER_QUERY_SCHEMA = {
+    "qid": pl.Utf8,
+    "n_results": pl.Int64,
+    "top_score": pl.Float64,
+    "spread": pl.Float64,
+    "low_confidence": pl.Boolean,
+    "low_differentiation": pl.Boolean,
+}
+
+
+def apply_threshold(
+    ranked: pl.DataFrame, cfg: ThresholdConfig, *, n: int | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(ranked with flags, per-query [qid, n_results, top_score, spread, low_confidence, low_differentiation]).
+
+    Results scoring below `min_score` are dropped (0 = keep everything); a query where nothing passes keeps
+    its list with every row flagged "low_confidence". spread = top score minus the last score of the
+    returned list, or of its first `n` results when given (what the user is shown); null with fewer than
+    two results. low_differentiation = spread < low_spread.
+    """
+    r = ranked.sort("qid", "rank")
+    if "flags" not in r.columns:
+        r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
+    if not len(r):
+        return r, pl.DataFrame(schema=PER_QUERY_SCHEMA)
+    if cfg.min_score > 0:
+        passes = pl.col("score") >= cfg.min_score
+        r = r.with_columns(passes.alias("_pass"), passes.any().over("qid").alias("_any"))
+        r = r.filter(pl.col("_pass") | ~pl.col("_any")).with_columns(
+            pl.when(~pl.col("_any"))
+            .then(pl.col("flags").list.concat(pl.lit(["low_confidence"], pl.List(pl.Utf8))))
+            .otherwise(pl.col("flags"))
+            .alias("flags"),
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"),
+        )
+        low_conf = ~pl.col("_any").first()
+        r_out = r.drop("_pass", "_any")
+    else:
+        low_conf = pl.lit(False)
+        r_out = r
+    shown = r.filter(pl.col("rank") <= n) if n else r
+    per_query = shown.group_by("qid", maintain_order=True).agg(
+        pl.len().cast(pl.Int64).alias("n_results"),
+        pl.col("score").first().alias("top_score"),
+        pl.when(pl.len() >= 2).then(pl.col("score").first() - pl.col("score").last()).alias("spread"),
+        low_conf.alias("low_confidence"),
+    )
+    per_query = per_query.with_columns(
+        (pl.col("spread") < cfg.low_spread).fill_null(False).alias("low_differentiation")
+    )
+    return r_out, per_query.select(list(PER_QUERY_SCHEMA)).cast(PER_QUERY_SCHEMA)
