@@ -20,12 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.dont_write_bytecode = True  # keep data/ free of __pycache__ when the tests rebuild into a temp dir
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from demo_content import dashboard, longdocs, markdown, payments, platform  # noqa: E402
 from demo_content.model import KINDS, PEOPLE, Copy, Doc  # noqa: E402
-from demo_content.queries import QUERIES, Query  # noqa: E402
+from demo_content.queries import MODES, QUERIES, Query  # noqa: E402
 
 SCOPE_PREFIX = {"payments": "pay", "platform": "plat", "dashboard": "dash"}
 STYLES = ("technical", "conversational", "paraphrase", "keyword")
@@ -59,16 +60,28 @@ def resolve_copies(docs: list[Doc], copies: list[Copy]) -> list[Doc]:
         text = c.prefix + text + c.suffix
         if text == o.text and c.source == o.source:
             raise ContentError(f"copy {c.key!r} is identical to {c.of!r} in the same source")
-        out.append(replace(o, key=c.key, source=c.source, date=c.date, author=c.author or o.author,
-                           kind=c.kind or o.kind, title=c.title or o.title, text=text))
+        out.append(
+            replace(
+                o,
+                key=c.key,
+                source=c.source,
+                date=c.date,
+                author=c.author or o.author,
+                kind=c.kind or o.kind,
+                title=c.title or o.title,
+                text=text,
+            )
+        )
     return out
 
 
 def assign_ids(docs: list[Doc]) -> dict[str, str]:
-    """key -> `<scope prefix>-NNN`, numbered per scope in date order (ties by key), like an append-only store."""
+    """key -> `<scope prefix>-NNN`, numbered per scope in date order like an append-only store; documents of
+    the same day keep their authored order, so the messages of a thread stay in sequence."""
+    order = {d.key: i for i, d in enumerate(docs)}
     ids: dict[str, str] = {}
     for scope, prefix in SCOPE_PREFIX.items():
-        in_scope = sorted((d for d in docs if d.scope == scope), key=lambda d: (d.date, d.key))
+        in_scope = sorted((d for d in docs if d.scope == scope), key=lambda d: (d.date, order[d.key]))
         for n, d in enumerate(in_scope, start=1):
             ids[d.key] = f"{prefix}-{n:03d}"
     return ids
@@ -87,6 +100,23 @@ def judgements(queries: list[Query], copies: list[Copy]) -> dict[str, dict[str, 
                 rels.setdefault(ck, min(grade, COPY_GRADE))
         out[q.qid] = rels
     return out
+
+
+def modes_of(queries: list[Query], copies: list[Copy]) -> dict[str, list[str]]:
+    """qid -> sorted failure modes: the hand-assigned MODES plus `near-duplicate` and `unscoped`."""
+    copied = {c.of for c in copies}
+    out: dict[str, set[str]] = {q.qid: set() for q in queries}
+    for mode, qids in MODES.items():
+        for qid in qids:
+            if qid not in out:
+                raise ContentError(f"MODES[{mode!r}] names unknown query {qid!r}")
+            out[qid].add(mode)
+    for q in queries:
+        if copied & set(q.rels):
+            out[q.qid].add("near-duplicate")
+        if q.scope is None:
+            out[q.qid].add("unscoped")
+    return {qid: sorted(m) for qid, m in out.items()}
 
 
 def split_of(queries: list[Query]) -> dict[str, str]:
@@ -127,7 +157,17 @@ def validate(docs: list[Doc], queries: list[Query], rels: dict[str, dict[str, in
             if grade not in (1, 2):
                 raise ContentError(f"{q.qid}: grade {grade} for {key!r} (use 1 or 2)")
             if q.scope is not None and by_key[key].scope != q.scope:
-                raise ContentError(f"{q.qid}: judged {key!r} is in scope {by_key[key].scope!r}, query in {q.scope!r}")
+                raise ContentError(
+                    f"{q.qid}: judged {key!r} is in scope {by_key[key].scope!r}, query in {q.scope!r}"
+                )
+
+    for qid in MODES["chunk"]:
+        q = next(q for q in queries if q.qid == qid)
+        if not any(g == 2 and len(by_key[k].text) > LONG_DOC_CHARS for k, g in q.rels.items()):
+            raise ContentError(f"{qid}: a 'chunk' query needs a long document as a direct answer")
+    for qid in MODES["source-concentration"]:
+        if len({by_key[k].source for k in rels[qid]}) < 3:
+            raise ContentError(f"{qid}: a 'source-concentration' query needs answers from 3 or more sources")
 
 
 def _line(obj: dict) -> str:
@@ -142,20 +182,43 @@ def build(out: Path, notes_out: Path) -> dict[str, int]:
     validate(docs, QUERIES, rels)
     ids = assign_ids(docs)
     split = split_of(QUERIES)
+    modes = modes_of(QUERIES, copies)
 
     records = []
     for d in docs:
         tags = list(dict.fromkeys(d.tags))
-        records.append({"_id": ids[d.key], "title": d.title, "text": d.text,
-                        "metadata": {"source": d.source, "scope": d.scope, "kind": d.kind, "date": d.date,
-                                     "author": PEOPLE[d.author], "tags": tags}})
+        records.append(
+            {
+                "_id": ids[d.key],
+                "title": d.title,
+                "text": d.text,
+                "metadata": {
+                    "source": d.source,
+                    "scope": d.scope,
+                    "kind": d.kind,
+                    "date": d.date,
+                    "author": PEOPLE[d.author],
+                    "tags": tags,
+                },
+            }
+        )
     records.sort(key=lambda r: r["_id"])
 
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     _write(out / "corpus.jsonl", "".join(_line(r) for r in records))
-    _write(out / "queries.jsonl", "".join(
-        _line({"_id": q.qid, "text": q.text, "metadata": {"scope": q.scope, "style": q.style, "note": q.note}})
-        for q in sorted(QUERIES, key=lambda q: q.qid)))
+    _write(
+        out / "queries.jsonl",
+        "".join(
+            _line(
+                {
+                    "_id": q.qid,
+                    "text": q.text,
+                    "metadata": {"scope": q.scope, "style": q.style, "note": q.note, "modes": modes[q.qid]},
+                }
+            )
+            for q in sorted(QUERIES, key=lambda q: q.qid)
+        ),
+    )
     for name in ("dev", "test"):
         rows = ["query-id\tcorpus-id\tscore\n"]
         for q in sorted(QUERIES, key=lambda q: q.qid):
@@ -172,7 +235,7 @@ def build(out: Path, notes_out: Path) -> dict[str, int]:
         _write(p, text)
 
     counts = _counts(docs, copies, rels, split, records)
-    _write(out / "README.md", _readme(counts, ids, copies))
+    _write(out / "README.md", _readme(counts, ids, copies, modes))
     return counts
 
 
@@ -201,7 +264,7 @@ def _counts(docs, copies, rels, split, records) -> dict:
     }
 
 
-def _readme(c: dict, ids: dict[str, str], copies: list[Copy]) -> str:
+def _readme(c: dict, ids: dict[str, str], copies: list[Copy], modes: dict[str, list[str]]) -> str:
     scopes = ", ".join(f"{s} {c['scopes'][s]}" for s in SCOPE_PREFIX)
     kinds = ", ".join(f"{k} {c['kinds'][k]}" for k in KINDS)
     styles = ", ".join(f"{s} {c['styles'][s]}" for s in STYLES)
@@ -209,6 +272,8 @@ def _readme(c: dict, ids: dict[str, str], copies: list[Copy]) -> str:
     groups = defaultdict(list)
     for q in sorted(QUERIES, key=lambda q: q.qid):
         groups[q.style].append(q.qid)
+        for m in modes[q.qid]:
+            groups[m].append(q.qid)
     examples = "\n".join(f"| `{ids[cp.of]}` | `{ids[cp.key]}` | `{cp.source}` |" for cp in copies[:6])
     return f"""# Demo memory bank: the Northwind Platform team
 
@@ -227,8 +292,8 @@ use the data under CC0.
 
 | file | content |
 |---|---|
-| `corpus.jsonl` | {c['docs']} documents: `_id`, `title`, `text`, `metadata` (`source`, `scope`, `kind`, `date`, `author`, `tags`) |
-| `queries.jsonl` | {c['queries']} queries: `_id`, `text`, `metadata` (`scope`, `style`, `note` = the failure mode it exercises) |
+| `corpus.jsonl` | {c["docs"]} documents: `_id`, `title`, `text`, `metadata` (`source`, `scope`, `kind`, `date`, `author`, `tags`) |
+| `queries.jsonl` | {c["queries"]} queries: `_id`, `text`, `metadata` (`scope`, `style`, `note` on what it exercises, `modes`) |
 | `qrels/dev.tsv`, `qrels/test.tsv` | graded judgements (`2` the direct answer, `1` relevant), header `query-id corpus-id score` |
 
 Generated by `python data/build_demo.py` from the content in `data/demo_content/` (deterministic; the test
@@ -236,19 +301,19 @@ suite checks that a rebuild is byte-identical). Edit the content there, not the 
 
 ## Counts
 
-- Documents: {c['docs']} ({c['authored']} authored + {c['copies']} pasted copies of {c['copied_notes']} notes), {c['bytes'] // 1024} KiB of JSONL.
+- Documents: {c["docs"]} ({c["authored"]} authored + {c["copies"]} pasted copies of {c["copied_notes"]} notes), {c["bytes"] // 1024} KiB of JSONL.
 - Scopes: {scopes}. Kinds: {kinds}.
-- {c['long']} long documents over {LONG_DOC_CHARS:,} characters (postmortems, runbooks, design docs with markdown
+- {c["long"]} long documents over {LONG_DOC_CHARS:,} characters (postmortems, runbooks, design docs with markdown
   headings) that the chunker splits into several chunks; the rest are 1-6 sentence memory entries.
-- {c['sources']} distinct sources (a file, page, ticket or Slack channel).
-- Queries: {c['queries']} ({styles}); {c['unscoped']} carry no scope, the rest carry the scope of their answers.
-- Judgements: {c['judgements']}; split {c['split']['test']} test / {c['split']['dev']} dev queries, alternating within each style.
+- {c["sources"]} distinct sources (a file, page, ticket or Slack channel).
+- Queries: {c["queries"]} ({styles}); {c["unscoped"]} carry no scope, the rest carry the scope of their answers.
+- Judgements: {c["judgements"]}; split {c["split"]["test"]} test / {c["split"]["dev"]} dev queries, alternating within each style.
 
 Document ids are `pay-NNN`, `plat-NNN` and `dash-NNN`, numbered per scope in date order.
 
 ## The failure modes it contains, and the queries that exercise them
 
-**Exact technical tokens** ({len(groups['technical'])} technical queries: {', '.join(groups['technical'])}).
+**Exact technical tokens** ({len(groups["technical"])} technical queries: {", ".join(groups["technical"])}).
 Error codes, config keys, versions, file paths, CVE and ticket ids, each with a near-identical twin elsewhere in
 the corpus: `PG-40001` / `PG-40P01`, `v2.14.3` / `v2.14.2` / `v2.13.0`, `ERR_PAYMENT_DECLINED_51` / `_05` / `_54`,
 `retryBackoffMs` / `retryBackoffMaxMs`, `max_pool_size` / `min_pool_size`, `ECONNREFUSED` / `ECONNRESET`,
@@ -257,41 +322,49 @@ the corpus: `PG-40001` / `PG-40P01`, `v2.14.3` / `v2.14.2` / `v2.13.0`, `ERR_PAY
 `NW-1432` / `NW-1423` / `NW-1342`. BM25 with a tokenizer that keeps digits finds them; dense search returns the
 twin about as often as the answer, and a reranker that overrides retrieval loses them.
 
-**Conversational, stopword-heavy questions** ({len(groups['conversational'])} queries: {', '.join(groups['conversational'])}).
+**Conversational, stopword-heavy questions** ({len(groups["conversational"])} queries: {", ".join(groups["conversational"])}).
 "hey, what did we end up deciding about the thing with retries again?" Most words match everything; BM25 drifts
 to whatever repeats "retries" or "queue", dense search and routing do better.
 
-**Paraphrases** ({len(groups['paraphrase'])} queries: {', '.join(groups['paraphrase'])}). The answer shares
+**Paraphrases** ({len(groups["paraphrase"])} queries: {", ".join(groups["paraphrase"])}). The answer shares
 almost no words with the question ("how do we check that inbound event notifications are authentic and not forged?" is
 answered by a note on Stripe-Signature HMACs). BM25 fails, dense search wins.
 
-**Short keyword queries** ({len(groups['keyword'])} queries: {', '.join(groups['keyword'])}).
+**Short keyword queries** ({len(groups["keyword"])} queries: {", ".join(groups["keyword"])}).
 
-**Answers inside one chunk of a long document**: q07, q12, q14, q21, q22, q34, q40, q45, q56 (deploy runbook
-troubleshooting, design-doc defaults table, webhook secret rotation, postmortem changes and action items,
-failover runbook sections, on-call handover).
+**Answers inside one chunk of a long document** ({len(groups["chunk"])} queries: {", ".join(groups["chunk"])}): deploy
+runbook troubleshooting, a design doc's defaults table, the webhook secret rotation steps, a postmortem's changes
+and action items, failover runbook sections, the on-call handover. A document-level score built from the wrong
+chunk misses them.
 
-**Near-duplicates.** {c['copied_notes']} notes were pasted into {c['copies']} other places with trivial edits (a
-prefix like "FYI", a sign-off, a changed date format), usually in a different source. Copies of a judged note
-are judged too, at grade {COPY_GRADE}; the original keeps its grade. Examples:
+**Near-duplicates** ({len(groups["near-duplicate"])} queries judge a note that has copies:
+{", ".join(groups["near-duplicate"])}). {c["copied_notes"]} notes were pasted into {c["copies"]} other places with trivial
+edits (a prefix like "FYI", a sign-off, a changed date format), usually in a different source. Copies of a
+judged note are judged too, at grade {COPY_GRADE}; the original keeps its grade. Examples:
 
 | original | copy | copy's source |
 |---|---|---|
 {examples}
 
-**Source concentration.** These sources hold 10 or more documents on one topic; without source-level dedup
-the top 5 for a question about that topic comes from one of them ("I asked for 5 and got 1"): q10, q26, q28,
-q40, q58.
+**Source concentration** ({len(groups["source-concentration"])} queries: {", ".join(groups["source-concentration"])}).
+The incident channel, the INC-2377 thread in `#dashboard-dev`, the handoffs in `#oncall` and the PG16 meeting
+page each hold many documents on one topic; without source-level dedup the top 5 for a question about that
+topic comes from one of them ("I asked for 5 and got 1") while the postmortem, ticket or recap that answers it
+best falls below. Sources with 10 or more documents:
 
 | source | documents |
 |---|---|
 {big}
 
-**Distractors.** Documents that share surface words with a query but answer something else: a pending card
+**Distractors** ({len(groups["distractor"])} queries: {", ".join(groups["distractor"])}). Documents that share surface words with a query but answer something else: a pending card
 authorisation that looks "charged twice", React StrictMode effects that "run twice", a payouts table that
 "freezes", search box "input lag", the on-call "rotation", CI "re-runs" and Playwright "retries", telemetry
 retention, the STRIPE_SECRET_KEY and Grafana secret rotations, the local-Redis `ECONNREFUSED`, the public
 API's `HTTP 429`.
+
+Each query's `metadata.modes` lists these groups (`chunk`, `source-concentration`, `distractor`,
+`near-duplicate`, `unscoped`), so results can be broken down by failure mode as well as by `style`.
+Unscoped queries: {", ".join(groups["unscoped"])}.
 
 ## The markdown folder
 
@@ -303,17 +376,25 @@ a folder of markdown" tutorial: `hrt ingest data/markdown-notes --store notes.du
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=HERE / "demo", help="BEIR directory to write (default data/demo)")
-    ap.add_argument("--notes-out", type=Path, default=HERE / "markdown-notes",
-                    help="folder of markdown files to write (default data/markdown-notes)")
+    ap.add_argument(
+        "--out", type=Path, default=HERE / "demo", help="BEIR directory to write (default data/demo)"
+    )
+    ap.add_argument(
+        "--notes-out",
+        type=Path,
+        default=HERE / "markdown-notes",
+        help="folder of markdown files to write (default data/markdown-notes)",
+    )
     args = ap.parse_args(argv)
     try:
         counts = build(args.out, args.notes_out)
     except ContentError as e:
         print(f"build_demo: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {counts['docs']} documents, {counts['queries']} queries, {counts['judgements']} judgements "
-          f"to {args.out}; markdown folder to {args.notes_out}")
+    print(
+        f"wrote {counts['docs']} documents, {counts['queries']} queries, {counts['judgements']} judgements "
+        f"to {args.out}; markdown folder to {args.notes_out}"
+    )
     return 0
 
 

@@ -160,6 +160,37 @@ def test_source_level_keeps_first_document_per_source():
         evaluate(run, qrels, level="source")
 
 
+def test_source_level_equals_doc_level_on_a_deduplicated_run():
+    # Reference built by hand in Python: trec_eval order, first document of each source, grade = max.
+    rng = np.random.default_rng(7)
+    docs = [f"d{i}" for i in range(80)]
+    source = {d: f"s{int(rng.integers(0, 25))}" for d in docs[:70]}  # d70..d79 unmapped: own source
+    doc_source = pl.DataFrame({"doc_id": list(source), "source": list(source.values())})
+    runs, qrels, ref_runs = [], [], []
+    for q in range(30):
+        picked = rng.choice(docs, size=40, replace=False).tolist()
+        scores = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=40).tolist()
+        runs.append(pl.DataFrame({"qid": f"q{q}", "doc_id": picked, "score": scores}))
+        ordered = sorted(zip(picked, scores, strict=True), key=lambda ds: (ds[1], ds[0]), reverse=True)
+        seen: list[str] = []
+        for d, _ in ordered:
+            if source.get(d, d) not in seen:
+                seen.append(source.get(d, d))
+        ref_runs.append(
+            pl.DataFrame({"qid": f"q{q}", "doc_id": seen, "score": [-float(i) for i in range(len(seen))]})
+        )
+        judged = rng.choice(docs, size=15, replace=False).tolist()
+        qrels.append(pl.DataFrame({"qid": f"q{q}", "doc_id": judged, "rel": rng.integers(0, 4, size=15)}))
+    run, qrel = pl.concat(runs), pl.concat(qrels)
+    src_qrels = (
+        qrel.with_columns(pl.col("doc_id").replace(source)).group_by("qid", "doc_id").agg(pl.col("rel").max())
+    )
+    ms = ["nDCG@10", "P@5", "R@10", "RR@10", "AP", "Rprec"]
+    got = evaluate(run, qrel, ms, level="source", doc_source=doc_source)
+    want = evaluate(pl.concat(ref_runs), src_qrels, ms)
+    assert got.equals(want)
+
+
 def test_measure_parsing_and_errors():
     assert parse_measure("nDCG@10") == metrics.Measure("nDCG@10", "ndcg", 10)
     assert parse_measure("mrr@10").kind == "rr" and parse_measure("Success@5").kind == "success"

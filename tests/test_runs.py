@@ -118,7 +118,7 @@ def test_read_qrels_beir_without_header(tmp_path):
         ("q1 0 d1 1\nq1 d2 1\n", r"q\.tsv:2: malformed line, expected 4 fields"),
         (
             "q1 0 d1 1\nq2 0 d1 1\nq1 0 d1 2\n",
-            r"q\.tsv:3: judgement for query 'q1', document 'd1' repeats line 1",
+            r"q\.tsv:3: judgement \(with a different grade\) for query 'q1', document 'd1' repeats line 1",
         ),
     ],
 )
@@ -133,3 +133,9 @@ def test_shared_qrels_read_as_strings():
     q = read_qrels(shared("msmarco-dl19-5k") / "qrels" / "test.tsv")
     assert q.height == 1847 and q["qid"].n_unique() == 19
     assert q["qid"].dtype == pl.Utf8 and set(q["rel"].unique()) == {1, 2, 3}
+
+
+def test_read_qrels_tolerates_an_identical_repeated_judgement(tmp_path):
+    p = tmp_path / "q.tsv"
+    p.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t1\nq1\td2\t2\n")
+    assert read_qrels(p).rows() == [("q1", "d1", 1), ("q1", "d2", 2)]

@@ -55,3 +55,21 @@ def test_flags_are_appended_and_empty_input():
     assert kept["flags"].to_list() == [["reranked", "low_confidence"]]
     empty, pq = apply_threshold(r.head(0), ThresholdConfig(min_score=0.5))
     assert empty.is_empty() and pq.is_empty() and pq.schema == pl.Schema(PER_QUERY_SCHEMA)
+
+
+def test_ties_are_broken_in_rank_order_so_evaluation_by_score_agrees():
+    r = run({"tied": [0.5, 0.5, 0.5, 0.2, 0.2], "clean": [0.9, 0.5, 0.1]}).with_columns(
+        pl.when(pl.col("qid") == "tied")
+        .then(pl.format("z{}", pl.col("rank")))
+        .otherwise(pl.col("doc_id"))
+        .alias("doc_id")
+    )
+    kept, _ = apply_threshold(r, ThresholdConfig())
+    tied = kept.filter(pl.col("qid") == "tied")
+    s = tied["score"].to_list()
+    assert all(a > b for a, b in zip(s, s[1:], strict=False))
+    assert s == pytest.approx([0.5, 0.5, 0.5, 0.2, 0.2], abs=1e-10)
+    # ordering by score then doc id descending (trec_eval) now gives the rank order
+    by_eval = tied.sort(["score", "doc_id"], descending=[True, True])["doc_id"].to_list()
+    assert by_eval == ["z1", "z2", "z3", "z4", "z5"]
+    assert kept.filter(pl.col("qid") == "clean")["score"].to_list() == [0.9, 0.5, 0.1]  # untouched

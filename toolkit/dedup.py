@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .blend import scores_below
 from .config import DedupConfig
 from .errors import ToolkitError
 
@@ -32,54 +31,189 @@ def _add_flag(flags: pl.Expr, cond: pl.Expr, flag: str) -> pl.Expr:
     return pl.when(cond).then(flags.list.concat(pl.lit([flag], pl.List(pl.Utf8)))).otherwise(flags)
 
 
+def _unit_matrix(vectors: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """([chunk_id, vi], unit-length float32 matrix) with one row per distinct chunk."""
+    v = vectors.select(pl.col("chunk_id").cast(pl.Utf8), "vec").filter(pl.col("vec").is_not_null())
+    v = v.unique("chunk_id", keep="first", maintain_order=True)
+    if not len(v):
+        return v.select("chunk_id", pl.lit(0, pl.Int64).alias("vi")), np.zeros((0, 1), dtype=np.float32)
+    vec = v["vec"]
+    if isinstance(vec.dtype, pl.List):
+        vec = vec.list.to_array(len(vec[0]))
+    mat = vec.cast(pl.Array(pl.Float32, vec.dtype.size)).to_numpy()
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    mat = np.divide(mat, norms, out=np.zeros_like(mat), where=norms > 0)
+    return v.select("chunk_id").with_row_index("vi").select("chunk_id", pl.col("vi").cast(pl.Int64)), mat
+
+
+def _edges_per_query(
+    vi: np.ndarray, bounds: np.ndarray, unit: np.ndarray, threshold: float
+) -> tuple[np.ndarray, ...]:
+    """(row i, row j, cosine) with i < j in the same query block and cosine >= threshold: one small
+    matrix product per query."""
+    out_i, out_j, out_s = [], [], []
+    for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+        if e - s < 2:
+            continue
+        m = unit[vi[s:e]]
+        sim = m @ m.T
+        i, j = np.nonzero(np.triu(sim >= threshold, k=1))
+        out_i.append(i + s)
+        out_j.append(j + s)
+        out_s.append(sim[i, j])
+    if not out_i:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_s)
+
+
+def _edges_global(
+    vi: np.ndarray, qcode: np.ndarray, unit: np.ndarray, threshold: float
+) -> tuple[np.ndarray, ...]:
+    """The same edges via all near-identical pairs among the distinct chunks present (blocked matrix
+    products): cheaper than per-query products when queries share their candidates (a memory bank)."""
+    used = np.unique(vi)
+    u = unit[used]
+    pa, pb, ps = [], [], []
+    for s in range(0, len(used), 1024):
+        sim = u[s : s + 1024] @ u.T
+        i, j = np.nonzero(sim >= threshold)
+        keep = i + s != j
+        pa.append(used[i[keep] + s])
+        pb.append(used[j[keep]])
+        ps.append(sim[i[keep], j[keep]])
+    pairs = pl.DataFrame({"va": np.concatenate(pa), "vb": np.concatenate(pb), "sim": np.concatenate(ps)})
+    rows = pl.DataFrame({"row": np.arange(len(vi)), "q": qcode, "v": vi})
+    e = (
+        rows.join(pairs, left_on="v", right_on="va")
+        .join(rows.select(pl.col("row").alias("row_b"), "q", pl.col("v").alias("vb")), on=["q", "vb"])
+        .filter(pl.col("row") < pl.col("row_b"))
+    )
+    return e["row"].to_numpy(), e["row_b"].to_numpy(), e["sim"].to_numpy()
+
+
 def near_duplicates(
     ranked: pl.DataFrame, vectors: pl.DataFrame, threshold: float, depth: int
 ) -> pl.DataFrame:
     """[qid, doc_id, kept_instead] of results to drop: cosine >= threshold to a higher-ranked kept result.
 
-    `ranked` must be sorted by (qid, rank). Greedy in rank order; a result without a vector is never a
-    duplicate. The kept result named is the most similar one.
+    Greedy in rank order over each query's top `depth`; a result without a vector is never a duplicate.
+    The kept result named is the most similar one.
     """
-    top = ranked.filter(pl.col("rank") <= depth).select("qid", "doc_id", "chunk_id", "rank")
-    top = top.join(vectors.select("chunk_id", "vec"), on="chunk_id", how="left", maintain_order="left")
-    has = top["vec"].is_not_null().to_numpy()
-    if not has.any():
-        return pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "kept_instead": pl.Utf8})
-    vec = top["vec"].filter(top["vec"].is_not_null())
-    if isinstance(vec.dtype, pl.List):
-        vec = vec.list.to_array(len(vec[0]))
-    present = vec.cast(pl.Array(pl.Float32, vec.dtype.size)).to_numpy()
-    mat = np.zeros((len(top), present.shape[1]), dtype=np.float32)
-    mat[has] = present
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    mat = np.divide(mat, norms, out=np.zeros_like(mat), where=norms > 0)
-
-    qid = top["qid"].to_list()
-    doc = top["doc_id"].to_list()
+    schema = {"qid": pl.Utf8, "doc_id": pl.Utf8, "kept_instead": pl.Utf8}
+    index, unit = _unit_matrix(vectors)
+    top = (
+        ranked.filter(pl.col("rank") <= depth)
+        .select("qid", "doc_id", "chunk_id", "rank")
+        .join(index, on="chunk_id", how="inner")
+        .sort("qid", "rank")
+    )
+    if not len(top):
+        return pl.DataFrame(schema=schema)
+    vi = top["vi"].to_numpy()
     new_q = top.select(pl.col("qid") != pl.col("qid").shift(1)).to_series().fill_null(True).to_numpy()
     bounds = np.r_[np.flatnonzero(new_q), len(top)]
-    drop_q, drop_d, kept_by = [], [], []
-    # One matrix product per query block (numpy); the greedy pass only visits rows that have a
-    # near-identical earlier row, which are few.
-    for s, e in zip(bounds[:-1], bounds[1:], strict=True):
-        sim = mat[s:e] @ mat[s:e].T
-        close = np.triu(sim >= threshold, k=1)
-        suspects = np.flatnonzero(close.any(axis=0))
-        if not len(suspects):
-            continue
-        kept = np.ones(e - s, dtype=bool)
-        for j in suspects:
-            earlier = close[:j, j] & kept[:j]
-            if earlier.any():
-                kept[j] = False
-                i = np.flatnonzero(earlier)[np.argmax(sim[:j, j][earlier])]
-                drop_q.append(qid[s + j])
-                drop_d.append(doc[s + j])
-                kept_by.append(doc[s + i])
+    # Whichever is cheaper: per-query products, or all pairs of the distinct chunks. Large blocked
+    # products run ~10x faster per multiply-add than many small ones (measured on LoCoMo: 0.6 s vs 5.3 s
+    # with 5,877 distinct chunks), hence the factor 8.
+    if len(np.unique(vi)) ** 2 < 8 * int((np.diff(bounds) ** 2).sum()):
+        i, j, sim = _edges_global(vi, np.cumsum(new_q), unit, threshold)
+    else:
+        i, j, sim = _edges_per_query(vi, bounds, unit, threshold)
+    if not len(i):
+        return pl.DataFrame(schema=schema)
+    # Greedy in rank order: a row goes if an earlier row that is still kept is near-identical. Edges are
+    # few (duplicates are the exception), so a loop over them is cheap.
+    order = np.lexsort((i, j))
+    gone: set[int] = set()
+    drop_rows, kept_rows = [], []
+    cur, cands = -1, []
+    for a, b, s in [
+        *zip(i[order].tolist(), j[order].tolist(), sim[order].tolist(), strict=True),
+        (-1, -1, 0.0),
+    ]:
+        if b != cur:
+            if cands:
+                gone.add(cur)
+                drop_rows.append(cur)
+                kept_rows.append(max(cands, key=lambda c: (c[0], -c[1]))[1])
+            cur, cands = b, []
+        if a >= 0 and a not in gone:
+            cands.append((s, a))
+    qid, doc = top["qid"], top["doc_id"]
     return pl.DataFrame(
-        {"qid": drop_q, "doc_id": drop_d, "kept_instead": kept_by},
-        schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "kept_instead": pl.Utf8},
+        {
+            "qid": qid.gather(drop_rows),
+            "doc_id": doc.gather(drop_rows),
+            "kept_instead": doc.gather(kept_rows),
+        },
+        schema=schema,
     )
+
+
+def _runs(key: np.ndarray) -> np.ndarray:
+    """For a sorted key array: index of the first element of each element's run of equal keys."""
+    first = np.r_[True, key[1:] != key[:-1]]
+    return np.maximum.accumulate(np.where(first, np.arange(len(key)), 0))
+
+
+def _source_pass(r: pl.DataFrame, cfg: DedupConfig, n: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Round-robin over sources for rows sorted by (qid, rank): every source's first `max_per_source`
+    results, then their next ones, ... (or only the first pass with fill="sources_only"). Integer codes
+    and numpy: string windows over (query, source) cost ~10x more on every slider change."""
+    m = len(r)
+    qc = (
+        np.cumsum(r.select(pl.col("qid") != pl.col("qid").shift(1)).to_series().fill_null(True).to_numpy())
+        - 1
+    )
+    sources = r["source"].unique().sort()
+    sc = r["source"].cast(pl.Enum(sources)).to_physical().cast(pl.Int64).to_numpy()
+    # Position of each row within its (query, source), in rank order: a stable sort keeps rank order.
+    by_src = np.argsort(qc * len(sources) + sc, kind="stable")
+    head = _runs((qc * len(sources) + sc)[by_src])
+    pos = np.empty(m, dtype=np.int64)
+    pos[by_src] = np.arange(m) - head
+    source_best = np.empty(m, dtype=np.int64)
+    source_best[by_src] = by_src[head]
+    tier = pos // cfg.max_per_source
+    extra = tier > 0
+
+    if cfg.fill == "sources_only":
+        order = np.flatnonzero(~extra)
+    else:
+        order = np.argsort(qc * (int(tier.max()) + 1) + tier, kind="stable")
+    q_o, extra_o = qc[order], extra[order]
+    q_head = _runs(q_o)
+    new_rank = np.arange(len(order)) - q_head + 1
+    score = r["score"].cast(pl.Float64).to_numpy()
+    score_o = score[order]
+    if extra_o.any():
+        # Filled results score strictly below the first pass of their query (rule of blend.scores_below).
+        starts = np.flatnonzero(np.r_[True, q_o[1:] != q_o[:-1]])
+        floor = np.minimum.reduceat(np.where(extra_o, np.inf, score_o), starts)
+        count = np.add.reduceat(extra_o.astype(np.int64), starts)
+        qi = np.cumsum(np.r_[True, q_o[1:] != q_o[:-1]]) - 1
+        cum = np.cumsum(extra_o) - np.r_[0, np.cumsum(extra_o)][q_head]
+        f, frac = floor[qi], cum / (count[qi] + 1.0)
+        below = np.where(f > 0, f * (1.0 - frac), f - frac)
+        score_o = np.where(extra_o, below, score_o)
+    out = r[order].with_columns(
+        pl.Series("score", score_o, dtype=pl.Float64),
+        _add_flag(pl.col("flags"), pl.lit(pl.Series(extra_o)), "extra_from_source").alias("flags"),
+    )
+    # Results of the original top n that the source limit pushed out of the new top n.
+    shown = np.zeros(m, dtype=bool)
+    shown[order[new_rank <= n]] = True
+    rank = r["rank"].to_numpy()
+    gone = np.flatnonzero(extra & (rank <= n) & ~shown)
+    pushed = r[gone].select(
+        "qid",
+        "doc_id",
+        "chunk_id",
+        "rank",
+        pl.lit("source_limit").alias("reason"),
+        pl.Series("kept_instead", r["doc_id"].gather(source_best[gone]), dtype=pl.Utf8),
+    )
+    return out, pushed
 
 
 def dedup(
@@ -136,42 +270,8 @@ def dedup(
             r = r.join(dups.select("qid", "doc_id"), on=["qid", "doc_id"], how="anti", maintain_order="left")
 
     if cfg.source_enabled and len(r):
-        r = r.with_columns(
-            (pl.int_range(pl.len(), dtype=pl.Int64).over("qid", "source") // cfg.max_per_source).alias(
-                "_tier"
-            ),
-            pl.col("doc_id").first().over("qid", "source").alias("_source_best"),
-        )
-        extra = pl.col("_tier") > 0
-        if cfg.fill == "sources_only":
-            out = r.filter(~extra)
-        else:
-            # Round-robin over sources: every source's first results, then their next ones, ...
-            floor = pl.when(~extra).then(pl.col("score")).min().over("qid")
-            out = r.sort(["qid", "_tier", "rank"]).with_columns(
-                pl.when(extra)
-                .then(
-                    scores_below(floor, extra.cast(pl.Int64).cum_sum().over("qid"), extra.sum().over("qid"))
-                )
-                .otherwise(pl.col("score"))
-                .alias("score"),
-                _add_flag(pl.col("flags"), extra, "extra_from_source").alias("flags"),
-            )
-        out = out.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("_new_rank"))
-        pushed = r.filter(extra & (pl.col("rank") <= n)).join(
-            out.filter(pl.col("_new_rank") <= n).select("qid", "doc_id"), on=["qid", "doc_id"], how="anti"
-        )
-        removed.append(
-            pushed.select(
-                "qid",
-                "doc_id",
-                "chunk_id",
-                "rank",
-                pl.lit("source_limit").alias("reason"),
-                pl.col("_source_best").alias("kept_instead"),
-            )
-        )
-        r = out.drop("_tier", "_source_best", "_new_rank")
+        r, pushed = _source_pass(r, cfg, n)
+        removed.append(pushed)
 
     kept = r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")).filter(
         pl.col("rank") <= n

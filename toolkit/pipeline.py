@@ -235,7 +235,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     t["dedup"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    final, per_query = threshold.apply_threshold(kept, cfg.threshold)
+    final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
     t["threshold"] = time.perf_counter() - t0
 
     tr = _trace(cands, fused, blended, final) if trace else pl.DataFrame(schema=TRACE_SCHEMA)

@@ -216,5 +216,8 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
             "rel": _int_grades(parts, "rel", path),
         }
     )
-    _check_unique(out, path, "judgement")
+    # A judgement repeated with the same grade is harmless (the shared LoCoMo qrels have some): keep one.
+    # The same pair with two different grades is ambiguous, so it stays an error.
+    out = out.unique(["qid", "doc_id", "rel"], keep="first", maintain_order=True)
+    _check_unique(out, path, "judgement (with a different grade)")
     return out.drop("lineno")

@@ -21,6 +21,26 @@ PER_QUERY_SCHEMA = {
 }
 
 
+def strictly_decreasing(ranked: pl.DataFrame) -> pl.DataFrame:
+    """Make scores strictly decreasing with rank within each query (rows sorted by qid, rank).
+
+    trec_eval and ir_measures order a run by score and break ties by doc id, not by our rank: two tied
+    RRF scores would be evaluated in another order than the one shown. Queries with a tie (or a score
+    above its predecessor) get f_i = min_{j<=i}(s_j + j*d) - i*d with d = 1e-12 x the query's largest
+    |score|: every step is at least d, the shown digits do not change, other queries are untouched.
+    """
+    same = pl.col("qid") == pl.col("qid").shift(1)
+    bad = (same & (pl.col("score") >= pl.col("score").shift(1))).fill_null(False)
+    if not len(ranked) or not ranked.select(bad.any()).item():
+        return ranked
+    step = (pl.col("score").abs().max().over("qid") * 1e-12).clip(lower_bound=1e-300)
+    i = pl.col("rank").cast(pl.Float64)
+    fixed = (pl.col("score") + i * step).cum_min().over("qid") - i * step
+    return ranked.with_columns(
+        pl.when(bad.any().over("qid")).then(fixed).otherwise(pl.col("score")).alias("score")
+    )
+
+
 def apply_threshold(
     ranked: pl.DataFrame, cfg: ThresholdConfig, *, n: int | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -29,7 +49,8 @@ def apply_threshold(
     Results scoring below `min_score` are dropped (0 = keep everything); a query where nothing passes keeps
     its list with every row flagged "low_confidence". spread = top score minus the last score of the
     returned list, or of its first `n` results when given (what the user is shown); null with fewer than
-    two results. low_differentiation = spread < low_spread.
+    two results. low_differentiation = spread < low_spread. Scores come out strictly decreasing with rank
+    (see `strictly_decreasing`), so evaluating the run by score gives exactly this order.
     """
     r = ranked.sort("qid", "rank")
     if "flags" not in r.columns:
@@ -51,6 +72,7 @@ def apply_threshold(
     else:
         low_conf = pl.lit(False)
         r_out = r
+    r_out = strictly_decreasing(r_out)
     shown = r.filter(pl.col("rank") <= n) if n else r
     per_query = shown.group_by("qid", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("n_results"),

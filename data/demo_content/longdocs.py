@@ -31,7 +31,7 @@ delivery used a new idempotency key. Stripe treated each delivery as a new reque
 ## Timeline (UTC)
 
 - **27 Feb** - v2.13.0 released. Async capture path present, flag off.
-- **13 Mar 16:40** - `capture.async` enabled at 100% after a week at 0% in production and green staging tests.
+- **13 Mar 16:40** - `capture.async` enabled at 100%, after two weeks dark in production and green staging tests.
 - **13 Mar 19:10** - first duplicate capture (found later from Stripe events).
 - **14 Mar 08:58** - first customer ticket; 09:20 incident declared, Jonas paged.
 - **14 Mar 09:41** - duplicates confirmed in Stripe; 10:05 cause identified (random key per delivery).
@@ -369,8 +369,8 @@ a slightly longer average delay and a much flatter load on the thing that was fa
 | `maxAttempts` | 8 | the first run counts as attempt 1 |
 | `visibilityTimeoutSec` | 30 | at least 3x the handler's p99 |
 
-With the defaults a job that keeps failing is retried over roughly two minutes in the worst case before it is
-parked. Queues with long outages on the other side (merchant webhooks) use much larger values; see the
+With the defaults a job that keeps failing is parked after seven retries and at most 63.5 seconds of waiting
+in total (about half that on average, thanks to the jitter). Queues with long outages on the other side (merchant webhooks) use much larger values; see the
 webhook-delivery queue settings.
 
 ### Which errors are retried
@@ -640,20 +640,92 @@ plus request time) to 400 ms.
 """
 
 DOCS: list[Doc] = [
-    Doc("pm-inc2291", "payments", "incident", "2024-03-19", "priya", "postmortems/INC-2291.md",
-        "Postmortem: INC-2291 duplicate card captures", PM_INC2291, ("INC-2291", "postmortem", "idempotency")),
-    Doc("rb-webhooks", "payments", "runbook", "2024-08-14", "priya", "wiki/payments/runbook-webhooks.md",
-        "Runbook: Stripe webhooks", RB_WEBHOOKS, ("webhooks", "runbook", "stripe")),
-    Doc("rb-failover", "platform", "runbook", "2024-09-12", "hana", "wiki/platform/runbooks/postgres-failover.md",
-        "Runbook: Postgres failover and replication lag", RB_FAILOVER, ("postgres", "runbook", "patroni")),
-    Doc("pm-inc2340", "platform", "incident", "2024-07-09", "hana", "postmortems/INC-2340.md",
-        "Postmortem: INC-2340 pgbouncer refused client connections", PM_INC2340, ("INC-2340", "postmortem", "pgbouncer")),
-    Doc("dd-conveyor", "platform", "decision", "2024-04-09", "leah", "wiki/platform/design/conveyor-retries.md",
-        "Design: retries and redelivery in conveyor", DD_CONVEYOR, ("conveyor", "retries", "design")),
-    Doc("rb-deploy", "platform", "runbook", "2024-06-03", "marcus", "wiki/platform/deploy-pipeline.md",
-        "Deploy pipeline", RB_DEPLOY, ("deploy", "runbook", "helm")),
-    Doc("rb-oncall", "platform", "runbook", "2024-10-01", "sam", "wiki/platform/oncall-handbook.md",
-        "On-call handbook", RB_ONCALL, ("oncall", "runbook")),
-    Doc("dd-live-data", "dashboard", "decision", "2024-10-08", "tomas", "wiki/dashboard/design/live-data.md",
-        "Design: live data in the merchant console", DD_LIVE_DATA, ("sse", "design", "polling")),
+    Doc(
+        "pm-inc2291",
+        "payments",
+        "incident",
+        "2024-03-19",
+        "priya",
+        "postmortems/INC-2291.md",
+        "Postmortem: INC-2291 duplicate card captures",
+        PM_INC2291,
+        ("INC-2291", "postmortem", "idempotency"),
+    ),
+    Doc(
+        "rb-webhooks",
+        "payments",
+        "runbook",
+        "2024-08-14",
+        "priya",
+        "wiki/payments/runbook-webhooks.md",
+        "Runbook: Stripe webhooks",
+        RB_WEBHOOKS,
+        ("webhooks", "runbook", "stripe"),
+    ),
+    Doc(
+        "rb-failover",
+        "platform",
+        "runbook",
+        "2024-09-12",
+        "hana",
+        "wiki/platform/runbooks/postgres-failover.md",
+        "Runbook: Postgres failover and replication lag",
+        RB_FAILOVER,
+        ("postgres", "runbook", "patroni"),
+    ),
+    Doc(
+        "pm-inc2340",
+        "platform",
+        "incident",
+        "2024-07-09",
+        "hana",
+        "postmortems/INC-2340.md",
+        "Postmortem: INC-2340 pgbouncer refused client connections",
+        PM_INC2340,
+        ("INC-2340", "postmortem", "pgbouncer"),
+    ),
+    Doc(
+        "dd-conveyor",
+        "platform",
+        "decision",
+        "2024-04-09",
+        "leah",
+        "wiki/platform/design/conveyor-retries.md",
+        "Design: retries and redelivery in conveyor",
+        DD_CONVEYOR,
+        ("conveyor", "retries", "design"),
+    ),
+    Doc(
+        "rb-deploy",
+        "platform",
+        "runbook",
+        "2024-06-03",
+        "marcus",
+        "wiki/platform/deploy-pipeline.md",
+        "Deploy pipeline",
+        RB_DEPLOY,
+        ("deploy", "runbook", "helm"),
+    ),
+    Doc(
+        "rb-oncall",
+        "platform",
+        "runbook",
+        "2024-10-01",
+        "sam",
+        "wiki/platform/oncall-handbook.md",
+        "On-call handbook",
+        RB_ONCALL,
+        ("oncall", "runbook"),
+    ),
+    Doc(
+        "dd-live-data",
+        "dashboard",
+        "decision",
+        "2024-10-08",
+        "tomas",
+        "wiki/dashboard/design/live-data.md",
+        "Design: live data in the merchant console",
+        DD_LIVE_DATA,
+        ("sse", "design", "polling"),
+    ),
 ]

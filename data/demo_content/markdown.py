@@ -46,8 +46,15 @@ DECLINE_HEADINGS = {
     "decl-61": "61: exceeds withdrawal limit",
     "decl-91": "91: issuer unavailable",
 }
-CONVEYOR_TXT = ["conveyor-overview", "conveyor-schedules", "conveyor-concurrency", "conveyor-visibility",
-                "conveyor-dlq", "conveyor-keepalive", "conveyor-new-queue"]
+CONVEYOR_TXT = [
+    "conveyor-overview",
+    "conveyor-schedules",
+    "conveyor-concurrency",
+    "conveyor-visibility",
+    "conveyor-dlq",
+    "conveyor-keepalive",
+    "conveyor-new-queue",
+]
 
 
 def render(docs: dict[str, Doc]) -> dict[str, str]:
@@ -55,8 +62,10 @@ def render(docs: dict[str, Doc]) -> dict[str, str]:
     files: dict[str, str] = {}
     for path, key in ADRS:
         d = docs[key]
-        files[path] = (f"# {d.title}\n\nStatus: accepted, {d.date}. Author: {PEOPLE[d.author]}.\n\n"
-                       f"## Decision\n\n{d.text}\n")
+        files[path] = (
+            f"# {d.title}\n\nStatus: accepted, {d.date}. Author: {PEOPLE[d.author]}.\n\n"
+            f"## Decision\n\n{d.text}\n"
+        )
     for path, key in WHOLE:
         files[path] = docs[key].text
     by_source: dict[str, list[Doc]] = {}
@@ -72,10 +81,13 @@ def render(docs: dict[str, Doc]) -> dict[str, str]:
             body = "\n".join(f"- {d.text}" for d in items)
             files[path] = f"# {first.title}\n\nNotes taken by {PEOPLE[first.author]}.\n\n{body}\n"
     decl = by_source["wiki/payments/decline-codes.md"]
-    parts = ["# Decline codes\n", next(d.text for d in decl if d.key == "decl-overview")]
+    parts = ["# Decline codes", next(d.text for d in decl if d.key == "decl-overview")]
     parts += [f"## {DECLINE_HEADINGS[d.key]}\n\n{d.text}" for d in decl if d.key in DECLINE_HEADINGS]
     files["wiki/decline-codes.md"] = "\n\n".join(parts) + "\n"
     conveyor = [docs[k] for k in CONVEYOR_TXT]
-    files["wiki/conveyor-notes.txt"] = "conveyor: notes collected from the README and the operations page\n\n" + \
-        "\n\n".join(f"{d.title.upper()}\n{d.text}" for d in conveyor) + "\n"
+    files["wiki/conveyor-notes.txt"] = (
+        "conveyor: notes collected from the README and the operations page\n\n"
+        + "\n\n".join(f"{d.title.upper()}\n{d.text}" for d in conveyor)
+        + "\n"
+    )
     return dict(sorted(files.items()))

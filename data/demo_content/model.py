@@ -51,7 +51,9 @@ class Copy:
     edits: tuple[tuple[str, str], ...] = ()
 
 
-def thread(source: str, scope: str, title: str, tags: tuple[str, ...], entries: list[tuple], kind: str = "chat") -> list[Doc]:
+def thread(
+    source: str, scope: str, title: str, tags: tuple[str, ...], entries: list[tuple], kind: str = "chat"
+) -> list[Doc]:
     """Messages of one chat thread or channel: entries are (key, date, author, text[, extra tags])."""
     out = []
     for e in entries:
@@ -61,8 +63,16 @@ def thread(source: str, scope: str, title: str, tags: tuple[str, ...], entries: 
     return out
 
 
-def page(source: str, scope: str, title: str, date: str, author: str, tags: tuple[str, ...], entries: list[tuple],
-         kind: str = "meeting") -> list[Doc]:
+def page(
+    source: str,
+    scope: str,
+    title: str,
+    date: str,
+    author: str,
+    tags: tuple[str, ...],
+    entries: list[tuple],
+    kind: str = "meeting",
+) -> list[Doc]:
     """Items of one page (meeting notes, a log): entries are (key, text[, extra tags]); one date and author."""
     out = []
     for e in entries:

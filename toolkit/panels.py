@@ -1,0 +1,517 @@
+"""Figures of what each stage did: pure functions from frames (trace, metrics, features, removed) to plotly.
+
+The live lab (`toolkit.lab`) copies these figures into FigureWidgets on every change; reports and tested
+notebooks call the same functions and get static `go.Figure`s. Each figure has a frame function beside it
+(`metric_deltas`, `score_spread`, `failure_cases`, `stage_lists`, `route_counts`, `dedup_counts`) so the
+numbers can be checked, tabulated or tested without reading plotly traces.
+
+    from toolkit import panels
+    res = rescore(prep, cfg)
+    lost = panels.failure_cases(res.trace, qrels, res.removed, k=10)   # who buried which relevant doc
+    panels.failures_figure(lost, queries).show()
+    panels.spread_figure(res.trace, res.per_query, low_spread=cfg.threshold.low_spread).show()
+
+Stages are read from the trace's `stage` column: `retrieve:<list_id>` for every candidate list, then
+`fuse`, `blend`, `final` (see docs/frames.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+import numpy as np
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from .compare import ttest
+
+LATER_STAGES = ("fuse", "blend", "final")
+CULPRITS = ("fuse", "blend", "dedup", "threshold")
+_WS = re.compile(r"\s+")
+_COLORS = {"fuse": "#1f77b4", "blend": "#ff7f0e", "final": "#2ca02c"}
+
+
+def stage_order(stages: Iterable[str]) -> list[str]:
+    """Retrieval lists (sorted) first, then fuse, blend, final; unknown stages keep their place after."""
+    s = list(dict.fromkeys(stages))
+    lists = sorted(x for x in s if x.startswith("retrieve:"))
+    later = [x for x in LATER_STAGES if x in s]
+    rest = [x for x in s if x not in lists and x not in later]
+    return lists + later + rest
+
+
+def _empty_figure(title: str, note: str, height: int = 260) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        title=title,
+        height=height,
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[{"text": note, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}],
+    )
+    return fig
+
+
+# ------------------------------------------------------------------ 1. metrics vs baseline
+def metric_deltas(current: pl.DataFrame, baseline: pl.DataFrame | None) -> pl.DataFrame:
+    """[measure, current, baseline, delta, wins, losses, p_value] from per-query frames [qid, measure, value].
+
+    Paired over the union of queries (a query missing on one side counts 0, as in `compare.compare`);
+    p_value is the paired t-test (`compare.ttest`), the cheap test that can run on every slider change.
+    Without a baseline the baseline columns are null.
+    """
+    schema = {
+        "measure": pl.Utf8,
+        "current": pl.Float64,
+        "baseline": pl.Float64,
+        "delta": pl.Float64,
+        "wins": pl.Int64,
+        "losses": pl.Int64,
+        "p_value": pl.Float64,
+    }
+    order = current["measure"].unique(maintain_order=True).to_list()
+    if baseline is None or not len(baseline):
+        means = current.group_by("measure", maintain_order=True).agg(pl.col("value").mean().alias("current"))
+        return means.select(
+            "measure",
+            "current",
+            *(pl.lit(None, dt).alias(c) for c, dt in schema.items() if c not in ("measure", "current")),
+        ).cast(schema)
+    cur = current.select("qid", "measure", pl.col("value").alias("a"))
+    base = baseline.filter(pl.col("measure").is_in(order)).select("qid", "measure", pl.col("value").alias("b"))
+    both = cur.join(base, on=["qid", "measure"], how="full", coalesce=True).with_columns(
+        pl.col("a").fill_null(0.0), pl.col("b").fill_null(0.0), (pl.col("a").fill_null(0.0) - pl.col("b").fill_null(0.0)).alias("d")
+    )
+    rows = []
+    for m in order:  # one t-test per measure (3-5 of them), not per query
+        d = both.filter(pl.col("measure") == m)
+        diff = d["d"].to_numpy()
+        rows.append(
+            {
+                "measure": m,
+                "current": float(d["a"].mean()),
+                "baseline": float(d["b"].mean()),
+                "delta": float(diff.mean()) if diff.size else float("nan"),
+                "wins": int((diff > 1e-12).sum()),
+                "losses": int((diff < -1e-12).sum()),
+                "p_value": ttest(diff),
+            }
+        )
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _stars(p: float | None) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return ""
+    return "**" if p <= 0.01 else "*" if p <= 0.05 else ""
+
+
+def metrics_figure(table: pl.DataFrame, *, current_name: str = "current", baseline_name: str = "baseline") -> go.Figure:
+    """Grouped bars, current vs baseline per measure; labels carry the delta and the t-test p-value
+    (* p <= 0.05, ** p <= 0.01). `table` is `metric_deltas` output."""
+    if not len(table):
+        return _empty_figure("Metrics", "no judgements (qrels): metrics need relevance labels")
+    measures = table["measure"].to_list()
+    cur = table["current"].to_list()
+    has_base = table["baseline"].null_count() < len(table)
+    fig = go.Figure()
+    if has_base:
+        fig.add_bar(x=measures, y=table["baseline"].to_list(), name=baseline_name, marker_color="#b0b0b0",
+                    text=[f"{v:.3f}" for v in table["baseline"].to_list()], textposition="outside")
+        labels = [
+            f"{c:.3f}<br>Δ {d:+.3f}{_stars(p)}"
+            for c, d, p in zip(cur, table["delta"].to_list(), table["p_value"].to_list(), strict=True)
+        ]
+        hover = [
+            f"{m}: {c:.4f} vs {b:.4f}<br>Δ {d:+.4f}, wins {w} / losses {lo}<br>paired t-test p = {p:.3g}"
+            for m, c, b, d, w, lo, p in table.select(
+                "measure", "current", "baseline", "delta", "wins", "losses", pl.col("p_value").fill_null(float("nan"))
+            ).iter_rows()
+        ]
+    else:
+        labels = [f"{c:.3f}" for c in cur]
+        hover = [f"{m}: {c:.4f}" for m, c in zip(measures, cur, strict=True)]
+    fig.add_bar(x=measures, y=cur, name=current_name, marker_color="#1f77b4", text=labels, textposition="outside",
+                hovertext=hover, hoverinfo="text")
+    top = max([v for v in [*cur, *(table["baseline"].drop_nulls().to_list())] if v is not None] or [1.0])
+    fig.update_layout(
+        title=f"Metrics: {current_name} vs {baseline_name}" if has_base else "Metrics",
+        barmode="group",
+        height=320,
+        yaxis={"range": [0, min(1.0, top) * 1.3 or 1.0]},
+        legend={"orientation": "h", "y": -0.15},
+        margin={"t": 50, "b": 40},
+    )
+    return fig
+
+
+# ------------------------------------------------------------------ 2. score spread
+def score_spread(trace: pl.DataFrame, *, depth: int | None = None, stages: Iterable[str] = LATER_STAGES) -> pl.DataFrame:
+    """[qid, stage, n, top, last, spread] per query and stage: spread = top score minus the last score of
+    the list (cut at `depth` when given), the threshold stage's definition of score spread; null with
+    fewer than two results."""
+    t = trace.filter(pl.col("stage").is_in(list(stages)))
+    if depth is not None:
+        t = t.filter(pl.col("rank") <= depth)
+    return (
+        t.sort("qid", "stage", "rank")
+        .group_by("qid", "stage", maintain_order=True)
+        .agg(
+            pl.len().cast(pl.Int64).alias("n"),
+            pl.col("score").first().alias("top"),
+            pl.col("score").last().alias("last"),
+        )
+        .with_columns(pl.when(pl.col("n") >= 2).then(pl.col("top") - pl.col("last")).alias("spread"))
+    )
+
+
+def _box_stats(values: np.ndarray) -> dict[str, float]:
+    q = np.quantile(values, [0.0, 0.25, 0.5, 0.75, 1.0]) if values.size else np.full(5, np.nan)
+    return {"lowerfence": q[0], "q1": q[1], "median": q[2], "q3": q[3], "upperfence": q[4]}
+
+
+def spread_figure(
+    trace: pl.DataFrame,
+    per_query: pl.DataFrame | None = None,
+    *,
+    k: int = 10,
+    depth: int | None = None,
+    low_spread: float | None = None,
+) -> go.Figure:
+    """Left: distribution of the top-k scores per stage (box, precomputed quartiles so updates stay small).
+    Right: histogram across queries of each stage's spread (`score_spread` at `depth`), with the
+    low-differentiation line. The title counts the queries the threshold stage flagged (`per_query`)."""
+    stages = [s for s in LATER_STAGES if s in set(trace["stage"].unique().to_list())]
+    if not stages:
+        return _empty_figure("Score spread", "no fused results")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"scores in the top {k}", "top minus last score, per query"))
+    top = trace.filter(pl.col("stage").is_in(stages) & (pl.col("rank") <= k))
+    spread = score_spread(trace, depth=depth, stages=stages)
+    for s in stages:
+        st = _box_stats(top.filter(pl.col("stage") == s)["score"].drop_nulls().to_numpy())
+        fig.add_trace(
+            go.Box(x=[s], name=s, marker_color=_COLORS.get(s), showlegend=False, **{k_: [v] for k_, v in st.items()}),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Histogram(x=spread.filter(pl.col("stage") == s)["spread"].drop_nulls().to_list(), name=s,
+                         marker_color=_COLORS.get(s), opacity=0.6, nbinsx=40),
+            row=1,
+            col=2,
+        )
+    if low_spread is not None:
+        fig.add_vline(x=low_spread, line_dash="dash", line_color="red", row=1, col=2)
+    n_q = spread["qid"].n_unique()
+    flagged = int(per_query["low_differentiation"].fill_null(False).sum()) if per_query is not None and len(per_query) else 0
+    fig.update_layout(
+        title=f"Score spread: {flagged} of {n_q} queries flagged low-differentiation"
+        + (f" (spread < {low_spread:g})" if low_spread is not None else ""),
+        barmode="overlay",
+        height=340,
+        margin={"t": 70},
+    )
+    return fig
+
+
+# ------------------------------------------------------------------ 3. failure cases
+FAILURE_SCHEMA = {
+    "qid": pl.Utf8,
+    "doc_id": pl.Utf8,
+    "rel": pl.Int64,
+    "best_list": pl.Utf8,
+    "list_rank": pl.Int64,
+    "fuse_rank": pl.Int64,
+    "blend_rank": pl.Int64,
+    "final_rank": pl.Int64,
+    "culprit": pl.Utf8,
+    "detail": pl.Utf8,
+}
+
+
+def failure_cases(
+    trace: pl.DataFrame,
+    qrels: pl.DataFrame,
+    removed: pl.DataFrame | None = None,
+    *,
+    k: int = 10,
+    rel_threshold: int = 1,
+) -> pl.DataFrame:
+    """Relevant documents that were in the top k at some stage but are not in the final top k.
+
+    One row per (query, document), FAILURE_SCHEMA. `culprit` is the stage right after the last one that
+    had the document in its top k: "fuse" (some retrieval list had it in the top k, fusion did not),
+    "blend" (fused top k, pushed out by the reranker blend), "dedup" (in the blended top k, then removed
+    as a near duplicate / by the source limit (see `removed`) or moved down by the source fill), or
+    "threshold" (gone from the final list without a dedup record: min_score).
+    """
+    rel = qrels.filter(pl.col("rel") >= rel_threshold).select(
+        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
+    ).group_by("qid", "doc_id").agg(pl.col("rel").max())
+    rel = rel.join(trace.select("qid").unique(), on="qid", how="semi")
+    t = trace.join(rel.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
+    lists = (
+        t.filter(pl.col("stage").str.starts_with("retrieve:"))
+        .sort("rank", "stage")
+        .group_by("qid", "doc_id")
+        .agg(pl.col("stage").first().str.strip_prefix("retrieve:").alias("best_list"), pl.col("rank").first().alias("list_rank"))
+    )
+    later = (
+        t.filter(pl.col("stage").is_in(LATER_STAGES))
+        .group_by("qid", "doc_id", "stage")
+        .agg(pl.col("rank").min())
+    )
+    out = rel.join(lists, on=["qid", "doc_id"], how="left")
+    for s in LATER_STAGES:
+        out = out.join(
+            later.filter(pl.col("stage") == s).select("qid", "doc_id", pl.col("rank").alias(f"{s}_rank")),
+            on=["qid", "doc_id"],
+            how="left",
+        )
+    if removed is not None and len(removed):
+        rm = removed.group_by(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).agg(
+            pl.col("reason").first(), pl.col("kept_instead").first()
+        )
+    else:
+        rm = pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "reason": pl.Utf8, "kept_instead": pl.Utf8})
+    out = out.join(rm, on=["qid", "doc_id"], how="left")
+
+    def top(c: str) -> pl.Expr:
+        return (pl.col(c) <= k).fill_null(False)
+
+    def rank_txt(c: str) -> pl.Expr:
+        return pl.col(c).cast(pl.Utf8).fill_null("-")
+
+    dedup_detail = (
+        pl.when(pl.col("reason").is_not_null())
+        .then(pl.lit("removed: ") + pl.col("reason") + pl.lit(" (kept ") + pl.col("kept_instead").fill_null("?") + pl.lit(")"))
+        .otherwise(pl.lit("blend ") + rank_txt("blend_rank") + pl.lit(" -> final ") + rank_txt("final_rank") + pl.lit(" (source fill)"))
+    )
+    culprit = (
+        pl.when(top("final_rank"))
+        .then(pl.lit(None, pl.Utf8))
+        .when(top("blend_rank"))
+        .then(
+            pl.when(pl.col("reason").is_not_null() | pl.col("final_rank").is_not_null())
+            .then(pl.lit("dedup"))
+            .otherwise(pl.lit("threshold"))
+        )
+        .when(top("fuse_rank"))
+        .then(pl.lit("blend"))
+        .when(top("list_rank"))
+        .then(pl.lit("fuse"))
+    )
+    detail = (
+        pl.when(pl.col("culprit") == "fuse")
+        .then(pl.lit("list ") + pl.col("best_list") + pl.lit(" rank ") + rank_txt("list_rank") + pl.lit(" -> fused ") + rank_txt("fuse_rank"))
+        .when(pl.col("culprit") == "blend")
+        .then(pl.lit("fused ") + rank_txt("fuse_rank") + pl.lit(" -> blended ") + rank_txt("blend_rank"))
+        .when(pl.col("culprit") == "dedup")
+        .then(dedup_detail)
+        .otherwise(pl.lit("blended ") + rank_txt("blend_rank") + pl.lit(" -> dropped below min_score"))
+    )
+    order = pl.DataFrame({"culprit": list(CULPRITS), "_o": list(range(len(CULPRITS)))})
+    return (
+        out.with_columns(culprit.alias("culprit"))
+        .filter(pl.col("culprit").is_not_null())
+        .with_columns(detail.alias("detail"))
+        .join(order, on="culprit", how="left")
+        .sort("_o", "qid", "doc_id")
+        .select(list(FAILURE_SCHEMA))
+        .cast(FAILURE_SCHEMA)
+    )
+
+
+def failures_figure(failures: pl.DataFrame, queries: pl.DataFrame | None = None, *, max_rows: int = 300) -> go.Figure:
+    """Table of lost relevant documents (`failure_cases`), with counts per culprit in the title."""
+    counts = failures.group_by("culprit").len()
+    by = dict(zip(counts["culprit"].to_list(), counts["len"].to_list(), strict=True))
+    summary = ", ".join(f"{c} {by[c]}" for c in CULPRITS if c in by) or "none"
+    title = f"Relevant documents lost from the top k: {summary} ({failures['qid'].n_unique()} queries)"
+    f = failures.head(max_rows)
+    if queries is not None:
+        f = f.join(queries.select(pl.col("qid").cast(pl.Utf8), pl.col("text").str.slice(0, 80)), on="qid", how="left")
+    else:
+        f = f.with_columns(pl.lit("").alias("text"))
+    cols = ["qid", "text", "doc_id", "culprit", "list_rank", "fuse_rank", "blend_rank", "final_rank", "detail"]
+    f = f.select(cols)
+    fig = go.Figure(
+        go.Table(
+            header={"values": ["query", "text", "document", "culprit", "best list", "fuse", "blend", "final", "what happened"],
+                    "align": "left", "fill_color": "#e8e8e8"},
+            cells={"values": [["" if v is None else v for v in f[c].to_list()] for c in cols], "align": "left"},
+            columnwidth=[70, 180, 90, 55, 40, 40, 40, 40, 200],
+        )
+    )
+    fig.update_layout(title=title, height=360, margin={"t": 50, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+def rank_trajectory(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, rel_threshold: int = 1) -> pl.DataFrame:
+    """[doc_id, stage, rank] of each relevant document of `qid` at every stage of its trace (null = absent)."""
+    t = trace.filter(pl.col("qid") == qid)
+    rel = qrels.filter((pl.col("qid") == qid) & (pl.col("rel") >= rel_threshold)).select(pl.col("doc_id").cast(pl.Utf8)).unique()
+    stages = pl.DataFrame({"stage": stage_order(t["stage"].unique().to_list())}, schema={"stage": pl.Utf8})
+    grid = rel.sort("doc_id").join(stages, how="cross")
+    ranks = t.group_by("doc_id", "stage").agg(pl.col("rank").min())
+    return grid.join(ranks, on=["doc_id", "stage"], how="left", maintain_order="left")
+
+
+def trajectory_figure(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, k: int = 10) -> go.Figure:
+    """Rank of each relevant document of `qid` across stages (lists, fuse, blend, final); gaps = absent."""
+    traj = rank_trajectory(trace, qrels, qid)
+    if not len(traj):
+        return _empty_figure(f"Relevant documents across stages: {qid}", "no relevant document for this query")
+    fig = go.Figure()
+    for doc in traj["doc_id"].unique(maintain_order=True).to_list():
+        d = traj.filter(pl.col("doc_id") == doc)
+        fig.add_scatter(x=d["stage"].to_list(), y=d["rank"].to_list(), mode="lines+markers", name=doc, connectgaps=False)
+    fig.add_hline(y=k + 0.5, line_dash="dot", line_color="red", annotation_text=f"top {k}")
+    fig.update_layout(
+        title=f"Relevant documents across stages: {qid}",
+        yaxis={"title": "rank", "autorange": "reversed", "type": "log"},
+        xaxis={"type": "category", "categoryorder": "array", "categoryarray": stage_order(traj["stage"].unique().to_list())},
+        height=320,
+        margin={"t": 50},
+    )
+    return fig
+
+
+def _excerpt(text: pl.Expr, chars: int) -> pl.Expr:
+    t = text.str.replace_all(r"\s+", " ").str.strip_chars()
+    return pl.when(t.str.len_chars() > chars).then(t.str.slice(0, chars - 1) + pl.lit("…")).otherwise(t)
+
+
+def stage_lists(
+    trace: pl.DataFrame,
+    qid: str,
+    *,
+    k: int = 10,
+    texts: pl.DataFrame | None = None,
+    qrels: pl.DataFrame | None = None,
+    excerpt_chars: int = 160,
+    stages: Iterable[str] | None = None,
+) -> pl.DataFrame:
+    """[stage, rank, doc_id, score, rel, flags, excerpt]: the top k of each stage for one query, stages in
+    pipeline order. `texts` [chunk_id, text] (e.g. `store.chunks(ids)`) gives the excerpts; `rel` is the
+    judged grade (null when unjudged)."""
+    t = trace.filter((pl.col("qid") == qid) & (pl.col("rank") <= k))
+    if stages is not None:
+        t = t.filter(pl.col("stage").is_in(list(stages)))
+    order = stage_order(t["stage"].unique().to_list())
+    t = t.join(pl.DataFrame({"stage": order, "_o": list(range(len(order)))}, schema={"stage": pl.Utf8, "_o": pl.Int64}), on="stage")
+    if texts is not None and len(texts):
+        t = t.join(texts.select(pl.col("chunk_id").cast(pl.Utf8), _excerpt(pl.col("text"), excerpt_chars).alias("excerpt")).unique("chunk_id"),
+                   on="chunk_id", how="left")
+    else:
+        t = t.with_columns(pl.lit(None, pl.Utf8).alias("excerpt"))
+    if qrels is not None and len(qrels):
+        q = qrels.filter(pl.col("qid") == qid).group_by(pl.col("doc_id").cast(pl.Utf8)).agg(pl.col("rel").max().cast(pl.Int64))
+        t = t.join(q, on="doc_id", how="left")
+    else:
+        t = t.with_columns(pl.lit(None, pl.Int64).alias("rel"))
+    return t.sort("_o", "rank").select("stage", "rank", "doc_id", "score", "rel", "flags", "excerpt")
+
+
+def drilldown_figure(lists: pl.DataFrame, qid: str = "") -> go.Figure:
+    """`stage_lists` as a table; relevant rows shaded green."""
+    if not len(lists):
+        return _empty_figure(f"Top results per stage: {qid}", "no results")
+    relevant = (lists["rel"].fill_null(0) > 0).to_list()
+    fill = ["#d9f2d9" if r else "white" for r in relevant]
+    cols = [
+        lists["stage"].to_list(),
+        lists["rank"].to_list(),
+        lists["doc_id"].to_list(),
+        [f"{s:.4f}" for s in lists["score"].to_list()],
+        ["✓" if r else "" for r in relevant],
+        [", ".join(f) if f else "" for f in lists["flags"].to_list()],
+        [e or "" for e in lists["excerpt"].to_list()],
+    ]
+    fig = go.Figure(
+        go.Table(
+            header={"values": ["stage", "rank", "document", "score", "rel", "flags", "excerpt"], "align": "left", "fill_color": "#e8e8e8"},
+            cells={"values": cols, "align": "left", "fill_color": [fill] * len(cols)},
+            columnwidth=[70, 30, 90, 50, 25, 70, 330],
+        )
+    )
+    fig.update_layout(title=f"Top results per stage: {qid}", height=420, margin={"t": 50, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+def side_by_side(lists: pl.DataFrame) -> pl.DataFrame:
+    """`stage_lists` pivoted: one row per rank, one column per stage, cells "doc_id ✓ (score)" (✓ = relevant)."""
+    if not len(lists):
+        return pl.DataFrame(schema={"rank": pl.Int64})
+    order = lists["stage"].unique(maintain_order=True).to_list()
+    cell = lists.with_columns(
+        (
+            pl.col("doc_id")
+            + pl.when(pl.col("rel").fill_null(0) > 0).then(pl.lit(" ✓")).otherwise(pl.lit(""))
+            + pl.lit(" (")
+            + pl.col("score").round(4).cast(pl.Utf8)
+            + pl.lit(")")
+        ).alias("cell")
+    )
+    return cell.pivot(on="stage", index="rank", values="cell", aggregate_function="first").sort("rank").select("rank", *order)
+
+
+def side_by_side_figure(lists: pl.DataFrame, title: str = "Stage lists") -> go.Figure:
+    """Each stage's top k next to each other (query inspector)."""
+    wide = side_by_side(lists)
+    if wide.width <= 1:
+        return _empty_figure(title, "no results")
+    cols = [wide[c].to_list() for c in wide.columns]
+    cols = [[("" if v is None else v) for v in c] for c in cols]
+    fig = go.Figure(
+        go.Table(
+            header={"values": [c.removeprefix("retrieve:") for c in wide.columns], "align": "left", "fill_color": "#e8e8e8"},
+            cells={"values": cols, "align": "left"},
+            columnwidth=[25] + [100] * (wide.width - 1),
+        )
+    )
+    fig.update_layout(title=title, height=380, margin={"t": 50, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+# ------------------------------------------------------------------ 4. routing and dedup
+def route_counts(features: pl.DataFrame) -> pl.DataFrame:
+    """[route, queries]: how many queries each route took (conversational / technical / default)."""
+    if not len(features):
+        return pl.DataFrame(schema={"route": pl.Utf8, "queries": pl.Int64})
+    return features.group_by("route").agg(pl.len().cast(pl.Int64).alias("queries")).sort("queries", "route", descending=[True, False])
+
+
+def dedup_counts(removed: pl.DataFrame) -> pl.DataFrame:
+    """[reason, removed, queries]: what dedup removed, by reason, and in how many queries."""
+    if not len(removed):
+        return pl.DataFrame(schema={"reason": pl.Utf8, "removed": pl.Int64, "queries": pl.Int64})
+    return (
+        removed.group_by("reason")
+        .agg(pl.len().cast(pl.Int64).alias("removed"), pl.col("qid").n_unique().cast(pl.Int64).alias("queries"))
+        .sort("reason")
+    )
+
+
+def routing_dedup_figure(features: pl.DataFrame, removed: pl.DataFrame, *, routing_enabled: bool = True) -> go.Figure:
+    """Left: queries per route (routing acts on them only when enabled). Right: dedup removals by reason."""
+    rc, dc = route_counts(features), dedup_counts(removed)
+    left = "queries per route" + ("" if routing_enabled else " (routing off: informational)")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(left, "removed by dedup, by reason"))
+    fig.add_bar(x=rc["route"].to_list(), y=rc["queries"].to_list(), text=rc["queries"].to_list(), name="queries",
+                marker_color="#9467bd", showlegend=False, row=1, col=1)
+    fig.add_bar(
+        x=dc["reason"].to_list() or ["nothing removed"],
+        y=dc["removed"].to_list() or [0],
+        text=[f"{r} in {q} queries" for r, q in zip(dc["removed"].to_list(), dc["queries"].to_list(), strict=True)] or ["0"],
+        name="removed",
+        marker_color="#8c564b",
+        showlegend=False,
+        row=1,
+        col=2,
+    )
+    fig.update_layout(title="Routing and dedup", height=300, margin={"t": 70})
+    return fig
