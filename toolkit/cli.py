@@ -188,6 +188,44 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query) 
 
 
 @main.command()
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
+@click.option("--split", default="test", show_default=True, help="Qrels split to report on.")
+@click.option("--config", "configs", multiple=True, required=True, help="Config (preset name or path); repeat. NAME=PATH gives it a label.")
+@click.option("--baseline", default=None, help="Label of the baseline config (default: the first).")
+@click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False), help="Store file (default .hrt/<dataset>.duckdb).")
+@click.option("--group-by", default="", help="Comma-separated query metadata fields to break results down by (e.g. category).")
+@click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures.")
+@click.option("--latency-sample", default=30, show_default=True, help="Queries timed one by one for per-stage p50/p95 (0 = skip).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write (self-contained).")
+def report(dataset, split, configs, baseline, store_path, group_by, rel_threshold, latency_sample, out) -> None:
+    """Compare configs on a dataset: A/B table (R@1, R@5, P@3, nDCG@10, MRR@10, latency), significance
+    against the baseline (randomisation test, Holm), break-downs by query metadata, per-stage latency,
+    and plotly figures, in one self-contained HTML file."""
+    from .loaders import Dataset, load_corpus
+    from .report import build_report
+    from .store import Store
+
+    ds = Dataset.open(dataset)
+    named = {}
+    for c in configs:
+        label, sep, src = c.partition("=")
+        named[label if sep else Path(c).stem] = src if sep else c
+    base = baseline or next(iter(named))
+    if base not in named:
+        raise ToolkitError(f"--baseline {base!r} is not one of {list(named)}")
+    store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    with Store(store_path) as st:
+        st.ingest(load_corpus(ds.root), progress=True)
+        rep = build_report(
+            st, ds.queries(split), ds.qrels(split), named, baseline=base, dataset=ds.name, split=split,
+            group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
+        )
+    rep.write_html(out)
+    click.echo(str(rep.ab))
+    click.echo(f"report -> {out}")
+
+
+@main.command()
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
 def info(store_path) -> None:
     """Show what a store holds: documents, chunks, embeddings, model, index settings."""

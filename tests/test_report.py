@@ -1,0 +1,33 @@
+import json
+
+import polars as pl
+
+from toolkit.loaders import load_corpus
+from toolkit.report import build_report
+from toolkit.store import Store
+
+
+def test_report_tables_significance_breakdown_and_html(tmp_path, corpus_file, embedder):
+    queries = pl.DataFrame(
+        {
+            "qid": ["q1", "q2", "q3"],
+            "text": ["deploy fails with ECONNREFUSED", "retry backoff decision", "which SDK version is pinned"],
+            "scope": [None, None, None],
+            "metadata": [json.dumps({"style": "technical"}), json.dumps({"style": "paraphrase"}), json.dumps({"style": "technical"})],
+        }
+    )
+    qrels = pl.DataFrame({"qid": ["q1", "q2", "q3"], "doc_id": ["d1", "d2", "d5"], "rel": [1, 1, 1]})
+    with Store(tmp_path / "r.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(corpus_file))
+        rep = build_report(
+            st, queries, qrels, {"bm25": "bm25-only", "hybrid": "hybrid-rrf"}, baseline="bm25", group_by=["style"], latency_sample=2
+        )
+    assert rep.ab["system"].to_list() == ["bm25", "hybrid"]
+    assert {"R@1", "R@5", "P@3", "nDCG@10", "latency_p50_ms"} <= set(rep.ab.columns)
+    assert set(rep.significance["measure"]) >= {"nDCG@10", "R@5"}
+    assert set(rep.breakdown["group"]) == {"technical", "paraphrase"}
+    tech = rep.breakdown.filter((pl.col("group") == "technical") & (pl.col("measure") == "nDCG@10") & (pl.col("system") == "bm25"))
+    assert tech["n"][0] == 2
+    assert {"retrieve", "fuse", "total"} <= set(rep.latency["stage"])
+    page = rep.write_html(tmp_path / "r.html").read_text()
+    assert page.count("<table>") >= 4 and "plotly" in page.lower() and "Retrieval report" in page

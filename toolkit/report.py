@@ -1,0 +1,192 @@
+"""Evaluation reports: the practitioners' A/B table, significance against a baseline, break-downs by query
+metadata, per-stage latency, and a self-contained HTML page with the tables and plotly figures.
+
+Latency is measured per query (each sampled query run alone through every stage, as a deployed search
+would), so p50/p95 mean what they say; batch timings of a whole run would hide the per-query cost.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import polars as pl
+
+from .compare import compare
+from .config import PipelineConfig, load_config
+from .metrics import evaluate
+from .pipeline import prepare, rescore
+from .store import Store
+
+AB_MEASURES = ["R@1", "R@5", "P@3", "nDCG@10", "MRR@10"]
+STAGES = ["features", "expansion", "retrieve", "rerank", "fuse", "blend", "dedup", "threshold"]
+
+
+@dataclass
+class Report:
+    """Everything a report shows, as frames (for notebooks) and as HTML (for people)."""
+
+    dataset: str
+    split: str
+    baseline: str
+    per_query: pl.DataFrame  # [system, qid, measure, value]
+    ab: pl.DataFrame  # one row per system: measures + latency p50/p95 ms
+    significance: pl.DataFrame  # compare() output per measure
+    breakdown: pl.DataFrame  # [system, field, value, measure, mean, n]
+    latency: pl.DataFrame  # [system, stage, p50_ms, p95_ms]
+    figures: dict[str, go.Figure] = field(default_factory=dict)
+
+    def to_html(self) -> str:
+        parts = [
+            f"<h1>Retrieval report: {html.escape(self.dataset)} ({html.escape(self.split)})</h1>",
+            f"<p>Baseline: <b>{html.escape(self.baseline)}</b>. Significance: paired randomisation test, "
+            "Holm-corrected across systems; * marks p &lt; 0.05.</p>",
+            "<h2>A/B table</h2>",
+            _table(self.ab),
+            "<h2>Against the baseline</h2>",
+            _table(self.significance.select("measure", "system", "mean", "baseline_mean", "delta", "wins", "ties", "losses", "p_holm", "significant")),
+        ]
+        if len(self.breakdown):
+            parts += ["<h2>By query group</h2>", _table(self.breakdown)]
+        parts += ["<h2>Latency per stage (ms per query)</h2>", _table(self.latency)]
+        first = True
+        for name, fig in self.figures.items():
+            parts.append(f"<h2>{html.escape(name)}</h2>")
+            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs="inline" if first else False))
+            first = False
+        style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+        return f"<!doctype html><html><head><meta charset='utf-8'><title>hrt report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>"
+
+    def write_html(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(self.to_html(), encoding="utf-8")
+        return p
+
+
+def _table(df: pl.DataFrame) -> str:
+    def cell(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:.4f}"
+        if isinstance(v, bool):
+            return "*" if v else ""
+        return html.escape("" if v is None else str(v))
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in df.iter_rows())
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def stage_latency(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, sample: int = 30, seed: int = 0) -> pl.DataFrame:
+    """p50/p95 milliseconds per stage, each sampled query run alone and uncached."""
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(len(queries), size=min(sample, len(queries)), replace=False)
+    rows: list[dict] = []
+    for i in sorted(idx.tolist()):
+        q = queries.slice(i, 1)
+        t0 = time.perf_counter()
+        prep = prepare(store, q, cfg, use_cache=False)
+        res = rescore(prep, cfg, trace=False)
+        total = time.perf_counter() - t0
+        for stage, secs in {**prep.timings, **res.timings, "total": total}.items():
+            rows.append({"stage": stage, "ms": secs * 1000})
+    df = pl.DataFrame(rows)
+    return df.group_by("stage").agg(
+        pl.col("ms").quantile(0.5, "linear").alias("p50_ms"), pl.col("ms").quantile(0.95, "linear").alias("p95_ms")
+    )
+
+
+def build_report(
+    store: Store,
+    queries: pl.DataFrame,
+    qrels: pl.DataFrame,
+    configs: dict[str, str | PipelineConfig],
+    *,
+    baseline: str,
+    dataset: str = "",
+    split: str = "",
+    group_by: list[str] | None = None,
+    rel_threshold: int = 1,
+    latency_sample: int = 30,
+    progress: bool = False,
+) -> Report:
+    """Run each config over `queries`, evaluate, compare with `baseline`, and break results down."""
+    if baseline not in configs:
+        raise ValueError(f"baseline {baseline!r} is not one of the configs {list(configs)}")
+    measures = sorted(set(AB_MEASURES))
+    per, lat = [], []
+    for name, src in configs.items():
+        cfg = load_config(src)
+        res = rescore(prepare(store, queries, cfg, progress=progress), cfg, trace=False)
+        pq = evaluate(res.run(), qrels, measures, rel_threshold=rel_threshold)
+        per.append(pq.with_columns(pl.lit(name).alias("system")))
+        if latency_sample:
+            lat.append(stage_latency(store, queries, cfg, latency_sample).with_columns(pl.lit(name).alias("system")))
+    per_query = pl.concat(per).select("system", "qid", "measure", "value")
+    latency = pl.concat(lat).select("system", "stage", "p50_ms", "p95_ms").sort("system", "stage") if lat else pl.DataFrame()
+
+    means = per_query.group_by("system", "measure").agg(pl.col("value").mean()).pivot(on="measure", index="system", values="value")
+    ab = means.select("system", *AB_MEASURES)
+    if len(latency):
+        tot = latency.filter(pl.col("stage") == "total").select("system", pl.col("p50_ms").alias("latency_p50_ms"), pl.col("p95_ms").alias("latency_p95_ms"))
+        ab = ab.join(tot, on="system", how="left")
+    order = {n: i for i, n in enumerate(configs)}
+    ab = ab.sort(pl.col("system").replace_strict(order, return_dtype=pl.Int64))
+    sig = pl.concat(
+        [compare(per_query.filter(pl.col("measure") == m), baseline).with_columns(pl.lit(m).alias("measure")) for m in AB_MEASURES]
+    )
+    breakdown = _breakdown(per_query, queries, group_by or [])
+    figs = {
+        "nDCG@10 per system": _bar(ab, "nDCG@10"),
+        "Per-query nDCG@10 difference from the baseline": _delta_hist(per_query, baseline, "nDCG@10"),
+    }
+    if len(latency):
+        figs["Latency per stage (p50, ms)"] = _latency_fig(latency)
+    return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, figs)
+
+
+def _breakdown(per_query: pl.DataFrame, queries: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
+    """Mean of each measure per (system, field value): e.g. LoCoMo `category`, or the demo's `style`."""
+    if not fields or "metadata" not in queries.columns:
+        return pl.DataFrame()
+    metas = [json.loads(m) if m else {} for m in queries["metadata"].to_list()]
+    out = []
+    for f in fields:
+        groups = pl.DataFrame({"qid": queries["qid"], "group": [str(m.get(f)) for m in metas]})
+        g = per_query.join(groups, on="qid").group_by("system", "group", "measure").agg(
+            pl.col("value").mean().alias("mean"), pl.len().alias("n")
+        )
+        out.append(g.with_columns(pl.lit(f).alias("field")).select("field", "group", "system", "measure", "mean", "n"))
+    return pl.concat(out).sort("field", "group", "system", "measure")
+
+
+def _bar(ab: pl.DataFrame, measure: str) -> go.Figure:
+    fig = go.Figure(go.Bar(x=ab["system"].to_list(), y=ab[measure].to_list()))
+    fig.update_layout(yaxis_title=measure, height=350, margin={"t": 30})
+    return fig
+
+
+def _delta_hist(per_query: pl.DataFrame, baseline: str, measure: str) -> go.Figure:
+    wide = per_query.filter(pl.col("measure") == measure).pivot(on="system", index="qid", values="value").fill_null(0)
+    fig = go.Figure()
+    for s in wide.columns:
+        if s in ("qid", baseline):
+            continue
+        fig.add_trace(go.Histogram(x=(wide[s] - wide[baseline]).to_list(), name=s, opacity=0.6, nbinsx=40))
+    fig.update_layout(barmode="overlay", xaxis_title=f"{measure} minus {baseline}", height=350, margin={"t": 30})
+    return fig
+
+
+def _latency_fig(latency: pl.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    for s in latency["system"].unique(maintain_order=True):
+        part = latency.filter((pl.col("system") == s) & (pl.col("stage") != "total"))
+        fig.add_trace(go.Bar(x=part["stage"].to_list(), y=part["p50_ms"].to_list(), name=s))
+    fig.update_layout(barmode="group", yaxis_title="ms (p50)", height=350, margin={"t": 30})
+    return fig
