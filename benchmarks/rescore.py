@@ -88,7 +88,9 @@ def main() -> None:
     t_ours, agg = timed(ours, args.repeats)
     t_trace, _ = timed(lambda i: rescore(prep, cfg.with_updates({"fusion.rrf_k": 40 + i}), trace=True), args.repeats)
 
-    from ranx import Qrels, Run, evaluate as rx_eval, fuse as rx_fuse
+    from ranx import Qrels, Run
+    from ranx import evaluate as rx_eval
+    from ranx import fuse as rx_fuse
 
     def pdf(df: pl.DataFrame):  # ranx asserts object-dtype id columns (pandas 3 defaults to its string dtype)
         out = df.to_pandas()

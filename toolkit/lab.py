@@ -21,8 +21,9 @@ and its top_n when one is configured) change what `prepare` computes: the lab re
 setting) and says "recomputing candidates". With a reranker, fusion changes do NOT re-prepare: the pool
 scored in `prepare` covers every list's top-N, and documents outside it keep their fused order.
 
-Live figures are plotly FigureWidgets, which need `anywidget` with plotly >= 6; without it the lab falls
-back to static figures redrawn in an Output widget.
+Live figures are plotly FigureWidgets, which need `anywidget` with plotly >= 6; without it (or with
+`live_figures=False`) the lab falls back to static figures redrawn in Output widgets. Each FigureWidget's
+state carries plotly's ~5 MB JS bundle (anywidget `_esm`): leave "save widget state" off in notebooks.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as W
+import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
@@ -53,6 +55,7 @@ from .store import Store
 
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "MRR@10")
 _BONUS_KEY = re.compile(r"^fusion\.rank_bonus@(\d+)$")
+LATER = ("fuse", "blend", "final")
 _MAX_PREPS = 4  # prepared frame sets kept in memory (switching a routing skip back is then instant)
 
 
@@ -134,6 +137,11 @@ class BucketEditor:
             self._quiet = False
 
     @property
+    def rows(self) -> list[tuple[W.FloatText | None, W.FloatSlider]]:
+        """(bound input, weight slider) per bucket; the open-ended last bucket has no bound input."""
+        return list(self._rows)
+
+    @property
     def disabled(self) -> bool:
         return self.add_button.disabled
 
@@ -194,21 +202,59 @@ def _figure_widgets_available() -> bool:
     return True
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Deep equality of figure specs (dicts, lists, numpy arrays), to send only what changed."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _changes(old: dict, new: dict) -> dict:
+    """Top-level keys of `new` that differ from `old`; keys gone from `new` are reset (None)."""
+    out = {k: v for k, v in new.items() if not _same(old.get(k), v)}
+    out.update({k: None for k in old if k not in new})
+    return out
+
+
 class _Slot:
-    """One panel: a FigureWidget updated in place, or (without anywidget) a static figure in an Output."""
+    """One panel. Live: a FigureWidget patched in place with only the traces / layout keys that changed
+    (plotly validates every property it is handed, which dominated the update time when whole figures
+    were re-sent). Static (no anywidget): a Figure redrawn in an Output widget."""
 
     def __init__(self, live: bool) -> None:
         self.live = live
+        self.spec: dict = {"data": [], "layout": {}}
+        self._static: go.Figure | None = None
         if live:
-            self.figure: go.Figure = go.FigureWidget()
-            self.widget: W.Widget = self.figure
+            self._widget_figure = go.FigureWidget()
+            self.widget: W.Widget = self._widget_figure
         else:
-            self.figure = go.Figure()
             self.widget = W.Output()
 
-    def set(self, new: go.Figure) -> None:
+    @property
+    def figure(self) -> go.Figure:
+        if self.live:
+            return self._widget_figure
+        if self._static is None:
+            self._static = go.Figure(self.spec)
+        return self._static
+
+    def set(self, spec: dict) -> None:
+        old, self.spec = self.spec, spec
         if not self.live:
-            self.figure = new
+            self._static = None
             from IPython import get_ipython
 
             if get_ipython() is not None:  # outside a kernel display() would print the figure's repr
@@ -216,21 +262,26 @@ class _Slot:
 
                 self.widget.clear_output(wait=True)
                 with self.widget:
-                    display(new)
+                    display(self.figure)
             return
-        fw = self.figure
-        same = len(fw.data) == len(new.data) and all(a.type == b.type for a, b in zip(fw.data, new.data, strict=True))
+        fw = self._widget_figure
+        same = len(old["data"]) == len(spec["data"]) and all(
+            a.get("type") == b.get("type") for a, b in zip(old["data"], spec["data"], strict=True)
+        )
         if not same:
             fw.data = ()
-            fw.add_traces(list(new.data))
+            if spec["data"]:
+                fw.add_traces(spec["data"])
+        trace_updates = (
+            [(i, _changes(a, b)) for i, (a, b) in enumerate(zip(old["data"], spec["data"], strict=True))] if same else []
+        )
+        layout_updates = _changes(old["layout"], spec["layout"])
         with fw.batch_update():
-            if same:
-                for old, tr in zip(fw.data, new.data, strict=True):
-                    j = tr.to_plotly_json()
-                    j.pop("type", None)
-                    j.pop("uid", None)
-                    old.update(j, overwrite=True)
-            fw.update_layout(new.layout.to_plotly_json(), overwrite=True)
+            for i, upd in trace_updates:
+                if upd:
+                    fw.data[i].update(upd, overwrite=True)
+            if layout_updates:
+                fw.update_layout(layout_updates, overwrite=True)
 
 
 # ------------------------------------------------------------------ the lab
@@ -303,7 +354,8 @@ class Lab:
             else None
         )
         self.config: PipelineConfig = load_config(config)
-        self.message = ""
+        self.message = ""  # the status line: "" when all is well, else the last error or notice
+        self.history: list[str] = []  # recent status messages (notices like "recomputing candidates")
         self.last_update_ms: float | None = None
         self.timings: dict[str, float] = {}
         self.per_query: pl.DataFrame | None = None
@@ -312,6 +364,7 @@ class Lab:
         self.inspected: pl.DataFrame | None = None
         self.last_export: str | None = None
         self._owns_store = False
+        self._recomputed_ms = 0.0
         self._pending: dict[str, Any] = {}
         self._syncing = False
         self._lock = threading.RLock()
@@ -337,13 +390,23 @@ class Lab:
 
     # -------------------------------------------------------------- constructors
     @classmethod
-    def from_dataset(cls, store_path: str | Path, dataset_dir: str | Path, split: str = "dev", *, ingest: bool = True, **kw: Any) -> Lab:
+    def from_dataset(
+        cls,
+        store_path: str | Path,
+        dataset_dir: str | Path,
+        split: str = "dev",
+        *,
+        ingest: bool = True,
+        embedder: Any = None,
+        **kw: Any,
+    ) -> Lab:
         """Open (and, unless `ingest=False`, ingest: a no-op when unchanged) a store for a BEIR-layout
-        dataset and start a lab on the judged queries of `split`. The lab closes the store in `close()`."""
+        dataset and start a lab on the judged queries of `split`; `kw` goes to `Lab`. The lab closes the
+        store in `close()`."""
         from .loaders import Dataset, load_corpus
 
         ds = Dataset.open(dataset_dir)
-        store = Store(store_path)
+        store = Store(store_path, embedder=embedder)
         try:
             if ingest:
                 store.ingest(load_corpus(ds.root))
@@ -366,7 +429,8 @@ class Lab:
         return aggregate(self.per_query) if self.per_query is not None and len(self.per_query) else {}
 
     @property
-    def figures(self) -> dict[str, go.Figure]:
+    def figures(self) -> dict[str, go.Figure | go.FigureWidget]:
+        """Panel name -> figure: FigureWidgets patched in place (live), else static Figures."""
         return {name: slot.figure for name, slot in self._slots.items()}
 
     def set(self, path: str, value: Any) -> bool:
@@ -394,9 +458,14 @@ class Lab:
     def pin_baseline(self) -> None:
         """Make the current config (and its per-query metrics) the baseline the metrics panel compares to."""
         with self._lock:
+            if self.per_query is None:
+                raise InputError("pin_baseline: no judgements (qrels), so there are no metrics to compare")
             self._baseline_pq = self.per_query
             self.baseline_name = f"pinned {self.config.name} @ {time.strftime('%H:%M:%S')}"
-            self.result = self._run(self.config, time.perf_counter())
+            self.deltas = panels.metric_deltas(self.per_query, self._baseline_pq)
+            self._slots["metrics"].set(
+                panels.metrics_figure(self.deltas, current_name=self.config.name, baseline_name=self.baseline_name, raw=True)
+            )
 
     def add_bucket(self) -> bool:
         """Add a blend bucket (as the widget's button does) and re-score; False if the result is invalid."""
@@ -419,6 +488,12 @@ class Lab:
                 if qid not in set(self.queries["qid"].to_list()):
                     raise InputError(f"query {qid!r}: not in this lab's queries")
                 self._inspect_state = {"qid": qid}
+                if hasattr(self, "_inspect_pick") and self._inspect_pick.value != qid:
+                    self._syncing = True
+                    try:
+                        self._inspect_pick.value = qid
+                    finally:
+                        self._syncing = False
             else:
                 raise InputError("inspect: give a dataset query id (qid=...) or a query text (text=...)")
             self._refresh_inspector()
@@ -505,8 +580,11 @@ class Lab:
         except (InputError, ValueError, TypeError) as e:
             self._show(f"invalid value, config unchanged: {e}", error=True)
             return False
-        self.result = self._run(cfg, t0)
-        self.config = cfg
+        try:
+            self._run(cfg, t0)
+        except ToolkitError as e:  # e.g. near-duplicate dedup on a store without embeddings
+            self._show(f"cannot apply, config unchanged: {e}", error=True)
+            return False
         return True
 
     def _prepared(self, cfg: PipelineConfig, *, remember: bool = True) -> Prepared:
@@ -517,7 +595,7 @@ class Lab:
                 self._show("recomputing candidates (a retrieval-side setting changed)…")
             t = time.perf_counter()
             prep = prepare(self.store, self.queries, cfg)
-            self.timings["prepare"] = (time.perf_counter() - t) * 1000
+            self._recomputed_ms = (time.perf_counter() - t) * 1000
             if remember:
                 self._preps[sig] = prep
                 while len(self._preps) > _MAX_PREPS:
@@ -534,10 +612,10 @@ class Lab:
 
     def _run(self, cfg: PipelineConfig, t0: float) -> Result:
         timings: dict[str, float] = {}
-        t = time.perf_counter()
+        self._recomputed_ms = 0.0
         prep = self._prepared(cfg)
         self._prep = prep
-        timings["prepare"] = (time.perf_counter() - t) * 1000
+        timings["prepare"] = self._recomputed_ms  # 0 unless candidates had to be recomputed
         t = time.perf_counter()
         res = rescore(prep, cfg)
         timings["rescore"] = (time.perf_counter() - t) * 1000
@@ -545,8 +623,10 @@ class Lab:
         if self.qrels is not None:
             self.per_query = evaluate(res.run(), self.qrels, self.measures)
             self.deltas = panels.metric_deltas(self.per_query, self._baseline_pq)
+            timings["metrics"] = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()
             self.failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k)
-        timings["metrics"] = (time.perf_counter() - t) * 1000
+        timings["failures"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         self.result, self.config = res, cfg
         self._refresh_figures(res, cfg, prep)
@@ -568,12 +648,12 @@ class Lab:
 
     def _refresh_figures(self, res: Result, cfg: PipelineConfig, prep: Prepared) -> None:
         if self.deltas is not None:
-            self._slots["metrics"].set(panels.metrics_figure(self.deltas, current_name=cfg.name, baseline_name=self.baseline_name or "baseline"))
+            self._slots["metrics"].set(panels.metrics_figure(self.deltas, current_name=cfg.name, baseline_name=self.baseline_name or "baseline", raw=True))
         else:
-            self._slots["metrics"].set(panels.metrics_figure(pl.DataFrame(schema={"measure": pl.Utf8})))
-        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=self.k, low_spread=cfg.threshold.low_spread))
-        self._slots["failures"].set(panels.failures_figure(self.failures, self.queries))
-        self._slots["routing"].set(panels.routing_dedup_figure(prep.features, res.removed, routing_enabled=cfg.routing.enabled))
+            self._slots["metrics"].set(panels.metrics_figure(pl.DataFrame(schema={"measure": pl.Utf8}), raw=True))
+        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=self.k, low_spread=cfg.threshold.low_spread, raw=True))
+        self._slots["failures"].set(panels.failures_figure(self.failures, self.queries, raw=True))
+        self._slots["routing"].set(panels.routing_dedup_figure(prep.features, res.removed, routing_enabled=cfg.routing.enabled, raw=True))
         self._refresh_failure_pick()
         self._refresh_query_panels()
         self._refresh_inspector()
@@ -593,24 +673,28 @@ class Lab:
         finally:
             self._syncing = False
 
+    def _pick_failure(self) -> None:
+        with self._lock:  # a debounced update may be running in the timer thread
+            self._refresh_query_panels()
+
     def _refresh_query_panels(self) -> None:
         qid = self._failure_pick.value
         if qid is None:
             return
-        tr = self.result.trace
+        tq = self.result.trace.filter(pl.col("qid") == qid)  # once, then the panels work on one query's rows
         if self.qrels is not None:
-            self._slots["trajectory"].set(panels.trajectory_figure(tr, self.qrels, qid, k=self.k))
-        stages = ["fuse", "blend", "final"]
-        ids = tr.filter((pl.col("qid") == qid) & (pl.col("rank") <= self.k))["chunk_id"].unique().to_list()
-        lists = panels.stage_lists(tr, qid, k=self.k, texts=self._chunk_texts(ids), qrels=self.qrels, stages=stages)
-        self._slots["drilldown"].set(panels.drilldown_figure(lists, qid))
+            self._slots["trajectory"].set(panels.trajectory_figure(tq, self.qrels, qid, k=self.k, raw=True))
+        ids = tq.filter(pl.col("rank") <= self.k)["chunk_id"].unique().to_list()
+        lists = panels.stage_lists(tq, qid, k=self.k, texts=self._chunk_texts(ids), qrels=self.qrels, stages=LATER)
+        self._slots["drilldown"].set(panels.drilldown_figure(lists, qid, raw=True))
 
     def _refresh_inspector(self) -> None:
         st = self._inspect_state
         if st.get("qid") is None and not st.get("text"):
             return
         if st.get("qid") is not None:
-            qid, tr, title = st["qid"], self.result.trace, f"Query {st['qid']}"
+            qid, title = st["qid"], f"Query {st['qid']}"
+            tr = self.result.trace.filter(pl.col("qid") == qid)
         else:
             sig = _prep_signature(self.config)
             prep = st["prep"].get(sig)
@@ -621,12 +705,13 @@ class Lab:
             qid, tr, title = "typed", rescore(prep, self.config).trace, f"Typed query: {st['text'][:80]}"
         ids = tr.filter((pl.col("qid") == qid) & (pl.col("rank") <= self.k))["chunk_id"].unique().to_list()
         self.inspected = panels.stage_lists(tr, qid, k=self.k, texts=self._chunk_texts(ids), qrels=self.qrels)
-        self._slots["inspector"].set(panels.side_by_side_figure(self.inspected, title))
+        self._slots["inspector"].set(panels.side_by_side_figure(self.inspected, title, raw=True))
 
     # -------------------------------------------------------------- widgets
     def _show(self, msg: str, *, error: bool = False) -> None:
-        if msg or not error:
-            self.message = msg
+        self.message = msg
+        if msg:
+            self.history = [*self.history[-49:], msg]
         if not hasattr(self, "_status"):
             return
         if error:
@@ -637,9 +722,10 @@ class Lab:
             self._status.value = ""
         if self.last_update_ms is not None and not msg:
             t = self.timings
+            prep = f"candidates recomputed {t['prepare']:.0f}, " if t.get("prepare", 0) > 0 else ""
             self._timing.value = (
-                f"updated in {self.last_update_ms:.0f} ms (rescore {t.get('rescore', 0):.0f}, metrics {t.get('metrics', 0):.0f}, "
-                f"panels {t.get('figures', 0):.0f}) over {self.queries.height} queries"
+                f"updated in {self.last_update_ms:.0f} ms ({prep}rescore {t.get('rescore', 0):.0f}, metrics {t.get('metrics', 0):.0f}, "
+                f"failure cases {t.get('failures', 0):.0f}, panels {t.get('figures', 0):.0f}) over {self.queries.height} queries"
             )
 
     def _build_widgets(self) -> None:
@@ -681,19 +767,21 @@ class Lab:
         self._timing = W.HTML()
         self._rerank_note = W.HTML()
         pin = W.Button(description="pin current as baseline", icon="thumb-tack", layout=W.Layout(width="220px"))
-        pin.on_click(lambda _b: self.pin_baseline())
+        pin.on_click(lambda _b: self._guarded(self.pin_baseline))
 
         # Failure-case drill-down: which query the trajectory and the per-stage table show.
-        self._failure_pick = W.Dropdown(options=[], description="query", layout=W.Layout(width="700px"))
-        self._failure_pick.observe(lambda ch: None if self._syncing else self._guarded(self._refresh_query_panels), names="value")
+        self._failure_pick = W.Dropdown(options=[], description="query", layout=W.Layout(width="95%"))
+        self._failure_pick.observe(lambda ch: None if self._syncing else self._guarded(self._pick_failure), names="value")
 
         # Query inspector: a dataset query, or a typed one.
         text = dict(zip(self.queries["qid"].to_list(), self.queries["text"].to_list(), strict=True))
         self._inspect_pick = W.Dropdown(options=[("(pick a query)", None)] + [(f"{q}  {t[:70]}", q) for q, t in text.items()],
-                                        description="dataset query", layout=W.Layout(width="700px"), style={"description_width": "110px"})
-        self._inspect_pick.observe(lambda ch: ch["new"] is not None and self._guarded(lambda: self.inspect(qid=ch["new"])), names="value")
-        self._inspect_text = W.Text(placeholder="or type a query…", description="typed query", layout=W.Layout(width="560px"), style={"description_width": "110px"})
-        self._inspect_scope = W.Text(placeholder="scope (optional)", layout=W.Layout(width="140px"))
+                                        description="dataset query", layout=W.Layout(width="95%"), style={"description_width": "110px"})
+        self._inspect_pick.observe(
+            lambda ch: None if self._syncing or ch["new"] is None else self._guarded(lambda: self.inspect(qid=ch["new"])), names="value"
+        )
+        self._inspect_text = W.Text(placeholder="or type a query…", description="typed query", layout=W.Layout(width="65%"), style={"description_width": "110px"})
+        self._inspect_scope = W.Text(placeholder="scope (optional)", layout=W.Layout(width="20%"))
         run_typed = W.Button(description="run", icon="search", layout=W.Layout(width="80px"))
         run_typed.on_click(lambda _b: self._guarded(lambda: self.inspect(text=self._inspect_text.value, scope=self._inspect_scope.value or None)))
 
@@ -738,7 +826,7 @@ class Lab:
                 W.HTML("<h4>4. Routing and dedup</h4>"), s["routing"].widget,
                 W.HTML("<h4>5. Query inspector</h4>"), self._inspect_pick, W.HBox([self._inspect_text, self._inspect_scope, run_typed]), s["inspector"].widget,
             ],
-            layout=W.Layout(flex="1 1 auto", min_width="600px"),
+            layout=W.Layout(flex="1 1 0%", min_width="720px"),  # plotly draws 700 px wide before layout settles
         )
         header = W.VBox([W.HTML(f"<b>hybrid retrieval lab</b>: {self.queries.height} queries, k = {self.k}"), self._status, self._timing])
         self.widget = W.VBox([header, W.HBox([controls, right])])

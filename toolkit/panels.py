@@ -18,10 +18,9 @@ Stages are read from the trace's `stage` column: `retrieve:<list_id>` for every 
 from __future__ import annotations
 
 import math
-import re
+import warnings
 from collections.abc import Iterable
 
-import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
@@ -29,7 +28,6 @@ from .compare import ttest
 
 LATER_STAGES = ("fuse", "blend", "final")
 CULPRITS = ("fuse", "blend", "dedup", "threshold")
-_WS = re.compile(r"\s+")
 _COLORS = {"fuse": "#1f77b4", "blend": "#ff7f0e", "final": "#2ca02c"}
 
 
@@ -58,6 +56,26 @@ def _empty(title: str, note: str, height: int = 260) -> dict:
             "yaxis": {"visible": False},
             "annotations": [{"text": note, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}],
         },
+    }
+
+
+def _table(header: list[str], columns: list[list], widths: list[int]) -> dict:
+    """A plotly table trace whose text keeps its spaces as non-breaking ones.
+
+    Why: plotly.js wraps cell text at spaces by measuring it in the page; a FigureWidget drawn before its
+    output area is laid out measures nothing and leaves every cell that contains a space blank (seen in
+    JupyterLab 4 with plotly 7). Unwrapped single-line cells render in every case; long text is clipped
+    by the column instead of wrapped.
+    """
+
+    def nb(v: object) -> object:
+        return v.replace(" ", "\u00a0") if isinstance(v, str) else ("" if v is None else v)
+
+    return {
+        "type": "table",
+        "header": {"values": [nb(h) for h in header], "align": "left", "fill": {"color": "#e8e8e8"}},
+        "cells": {"values": [[nb(v) for v in col] for col in columns], "align": "left"},
+        "columnwidth": widths,
     }
 
 
@@ -115,10 +133,18 @@ def metric_deltas(current: pl.DataFrame, baseline: pl.DataFrame | None) -> pl.Da
                 "delta": float(diff.mean()) if diff.size else float("nan"),
                 "wins": int((diff > 1e-12).sum()),
                 "losses": int((diff < -1e-12).sum()),
-                "p_value": ttest(diff),
+                "p_value": _quiet_ttest(diff),
             }
         )
     return pl.DataFrame(rows, schema=schema)
+
+
+def _quiet_ttest(diff) -> float:
+    """compare.ttest without scipy's precision warning for near-identical differences (p is then ~1 or NaN,
+    which the panel shows as it is; the warning would repeat on every slider move)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return ttest(diff)
 
 
 def _stars(p: float | None) -> str:
@@ -175,19 +201,22 @@ def score_spread(trace: pl.DataFrame, *, depth: int | None = None, stages: Itera
     """[qid, stage, n, top, last, spread] per query and stage: spread = top score minus the last score of
     the list (cut at `depth` when given), the threshold stage's definition of score spread; null with
     fewer than two results."""
-    keep = pl.col("stage").is_in(list(stages))
-    t = trace.filter(keep if depth is None else keep & (pl.col("rank") <= depth))
-    # Picking by arg min/max of the rank avoids sorting the whole trace (~60 ms at 760 queries).
-    return (
-        t.group_by("qid", "stage")
-        .agg(
-            pl.len().cast(pl.Int64).alias("n"),
-            pl.col("score").get(pl.col("rank").arg_min()).alias("top"),
-            pl.col("score").get(pl.col("rank").arg_max()).alias("last"),
+    schema = {"qid": pl.Utf8, "stage": pl.Utf8, "n": pl.Int64, "top": pl.Float64, "last": pl.Float64}
+    parts = []
+    # One stage at a time, grouped by qid only, picking by arg min/max of the rank: no sort of the trace and
+    # no two-column string key (together ~2x faster at 760 queries x 3 stages x 100 rows).
+    for s in stages:
+        t = trace.filter((pl.col("stage") == s) if depth is None else (pl.col("stage") == s) & (pl.col("rank") <= depth))
+        parts.append(
+            t.group_by("qid").agg(
+                pl.lit(s).alias("stage"),
+                pl.len().cast(pl.Int64).alias("n"),
+                pl.col("score").get(pl.col("rank").arg_min()).alias("top"),
+                pl.col("score").get(pl.col("rank").arg_max()).alias("last"),
+            )
         )
-        .with_columns(pl.when(pl.col("n") >= 2).then(pl.col("top") - pl.col("last")).alias("spread"))
-        .sort("qid", "stage")
-    )
+    out = pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)
+    return out.with_columns(pl.when(pl.col("n") >= 2).then(pl.col("top") - pl.col("last")).alias("spread")).sort("qid", "stage")
 
 
 def spread_figure(
@@ -240,7 +269,8 @@ def spread_figure(
     title = f"Score spread: {flagged} of {n_q} queries flagged low-differentiation"
     if low_spread is not None:
         title += f" (spread < {low_spread:g})"
-    layout.update({"title": {"text": title}, "barmode": "overlay", "height": 340, "margin": {"t": 70}, "shapes": shapes})
+    layout.update({"title": {"text": title}, "barmode": "overlay", "height": 360, "margin": {"t": 70}, "shapes": shapes,
+                   "legend": {"orientation": "h", "x": 0.55, "y": -0.15}})
     return _out({"data": data, "layout": layout}, raw)
 
 
@@ -278,26 +308,22 @@ def failure_cases(
     rel = qrels.filter(pl.col("rel") >= rel_threshold).select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
     ).group_by("qid", "doc_id").agg(pl.col("rel").max())
-    rel = rel.join(trace.select("qid").unique(), on="qid", how="semi")
-    t = trace.join(rel.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
+    # Only the relevant documents' rows matter: a cheap is_in on doc ids first, then the exact pair join.
+    t = trace.filter(pl.col("doc_id").is_in(rel["doc_id"].unique().implode())).join(
+        rel.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi"
+    )
+    is_list = pl.col("stage").str.starts_with("retrieve:")
     lists = (
-        t.filter(pl.col("stage").str.starts_with("retrieve:"))
+        t.filter(is_list)
         .sort("rank", "stage")
         .group_by("qid", "doc_id")
         .agg(pl.col("stage").first().str.strip_prefix("retrieve:").alias("best_list"), pl.col("rank").first().alias("list_rank"))
     )
-    later = (
-        t.filter(pl.col("stage").is_in(LATER_STAGES))
-        .group_by("qid", "doc_id", "stage")
-        .agg(pl.col("rank").min())
+    later = t.filter(~is_list).group_by("qid", "doc_id").agg(
+        pl.col("rank").filter(pl.col("stage") == s).min().alias(f"{s}_rank") for s in LATER_STAGES
     )
-    out = rel.join(lists, on=["qid", "doc_id"], how="left")
-    for s in LATER_STAGES:
-        out = out.join(
-            later.filter(pl.col("stage") == s).select("qid", "doc_id", pl.col("rank").alias(f"{s}_rank")),
-            on=["qid", "doc_id"],
-            how="left",
-        )
+    out = rel.join(t.select("qid").unique(), on="qid", how="semi")
+    out = out.join(lists, on=["qid", "doc_id"], how="left").join(later, on=["qid", "doc_id"], how="left")
     if removed is not None and len(removed):
         rm = removed.group_by(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).agg(
             pl.col("reason").first(), pl.col("kept_instead").first()
@@ -352,7 +378,9 @@ def failure_cases(
     )
 
 
-def failures_figure(failures: pl.DataFrame, queries: pl.DataFrame | None = None, *, max_rows: int = 300) -> go.Figure:
+def failures_figure(
+    failures: pl.DataFrame, queries: pl.DataFrame | None = None, *, max_rows: int = 300, raw: bool = False
+) -> go.Figure:
     """Table of lost relevant documents (`failure_cases`), with counts per culprit in the title."""
     counts = failures.group_by("culprit").len()
     by = dict(zip(counts["culprit"].to_list(), counts["len"].to_list(), strict=True))
@@ -360,21 +388,17 @@ def failures_figure(failures: pl.DataFrame, queries: pl.DataFrame | None = None,
     title = f"Relevant documents lost from the top k: {summary} ({failures['qid'].n_unique()} queries)"
     f = failures.head(max_rows)
     if queries is not None:
-        f = f.join(queries.select(pl.col("qid").cast(pl.Utf8), pl.col("text").str.slice(0, 80)), on="qid", how="left")
+        f = f.join(queries.select(pl.col("qid").cast(pl.Utf8), pl.col("text").str.slice(0, 80)), on="qid", how="left", maintain_order="left")
     else:
         f = f.with_columns(pl.lit("").alias("text"))
     cols = ["qid", "text", "doc_id", "culprit", "list_rank", "fuse_rank", "blend_rank", "final_rank", "detail"]
-    f = f.select(cols)
-    fig = go.Figure(
-        go.Table(
-            header={"values": ["query", "text", "document", "culprit", "best list", "fuse", "blend", "final", "what happened"],
-                    "align": "left", "fill_color": "#e8e8e8"},
-            cells={"values": [["" if v is None else v for v in f[c].to_list()] for c in cols], "align": "left"},
-            columnwidth=[70, 180, 90, 55, 40, 40, 40, 40, 200],
-        )
+    table = _table(
+        ["query", "text", "document", "culprit", "best list", "fuse", "blend", "final", "what happened"],
+        [f[c].to_list() for c in cols],
+        [70, 180, 90, 55, 40, 40, 40, 40, 200],
     )
-    fig.update_layout(title=title, height=360, margin={"t": 50, "b": 10, "l": 10, "r": 10})
-    return fig
+    layout = {"title": {"text": title}, "height": 360, "margin": {"t": 50, "b": 10, "l": 10, "r": 10}}
+    return _out({"data": [table], "layout": layout}, raw)
 
 
 def rank_trajectory(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, rel_threshold: int = 1) -> pl.DataFrame:
@@ -387,24 +411,32 @@ def rank_trajectory(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, rel_t
     return grid.join(ranks, on=["doc_id", "stage"], how="left", maintain_order="left")
 
 
-def trajectory_figure(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, k: int = 10) -> go.Figure:
-    """Rank of each relevant document of `qid` across stages (lists, fuse, blend, final); gaps = absent."""
+def trajectory_figure(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, k: int = 10, raw: bool = False) -> go.Figure:
+    """Rank of each relevant document of `qid` across stages (lists, fuse, blend, final), rank 1 on top, the
+    top-k cut as a dotted line; a gap means the stage did not have the document."""
     traj = rank_trajectory(trace, qrels, qid)
+    title = f"Relevant documents across stages: {qid}"
     if not len(traj):
-        return _empty_figure(f"Relevant documents across stages: {qid}", "no relevant document for this query")
-    fig = go.Figure()
-    for doc in traj["doc_id"].unique(maintain_order=True).to_list():
-        d = traj.filter(pl.col("doc_id") == doc)
-        fig.add_scatter(x=d["stage"].to_list(), y=d["rank"].to_list(), mode="lines+markers", name=doc, connectgaps=False)
-    fig.add_hline(y=k + 0.5, line_dash="dot", line_color="red", annotation_text=f"top {k}")
-    fig.update_layout(
-        title=f"Relevant documents across stages: {qid}",
-        yaxis={"title": "rank", "autorange": "reversed", "type": "log"},
-        xaxis={"type": "category", "categoryorder": "array", "categoryarray": stage_order(traj["stage"].unique().to_list())},
-        height=320,
-        margin={"t": 50},
-    )
-    return fig
+        return _out(_empty(title, "no relevant document for this query"), raw)
+    order = traj["stage"].unique(maintain_order=True).to_list()
+    deepest = traj["rank"].max() or k  # reversed axis: rank 1 on top
+    data = [
+        {"type": "scatter", "x": d["stage"].to_list(), "y": d["rank"].to_list(), "mode": "lines+markers",
+         "name": doc, "connectgaps": False}
+        for (doc,), d in traj.group_by("doc_id", maintain_order=True)
+    ]
+    layout = {
+        "title": {"text": title},
+        "yaxis": {"title": {"text": "rank"}, "range": [max(deepest, k) * 1.05 + 1, 0]},
+        "xaxis": {"type": "category", "categoryorder": "array", "categoryarray": order},
+        "shapes": [{"type": "line", "x0": 0, "x1": 1, "xref": "x domain", "y0": k + 0.5, "y1": k + 0.5, "yref": "y",
+                    "line": {"dash": "dot", "color": "red"}}],
+        "annotations": [{"text": f"top {k}", "x": 1, "xref": "x domain", "xanchor": "right", "y": k + 0.5,
+                         "yref": "y", "yanchor": "bottom", "showarrow": False, "font": {"color": "red"}}],
+        "height": 320,
+        "margin": {"t": 50},
+    }
+    return _out({"data": data, "layout": layout}, raw)
 
 
 def _excerpt(text: pl.Expr, chars: int) -> pl.Expr:
@@ -419,7 +451,7 @@ def stage_lists(
     k: int = 10,
     texts: pl.DataFrame | None = None,
     qrels: pl.DataFrame | None = None,
-    excerpt_chars: int = 160,
+    excerpt_chars: int = 120,
     stages: Iterable[str] | None = None,
 ) -> pl.DataFrame:
     """[stage, rank, doc_id, score, rel, flags, excerpt]: the top k of each stage for one query, stages in
@@ -443,10 +475,11 @@ def stage_lists(
     return t.sort("_o", "rank").select("stage", "rank", "doc_id", "score", "rel", "flags", "excerpt")
 
 
-def drilldown_figure(lists: pl.DataFrame, qid: str = "") -> go.Figure:
+def drilldown_figure(lists: pl.DataFrame, qid: str = "", *, raw: bool = False) -> go.Figure:
     """`stage_lists` as a table; relevant rows shaded green."""
+    title = f"Top results per stage: {qid}"
     if not len(lists):
-        return _empty_figure(f"Top results per stage: {qid}", "no results")
+        return _out(_empty(title, "no results"), raw)
     relevant = (lists["rel"].fill_null(0) > 0).to_list()
     fill = ["#d9f2d9" if r else "white" for r in relevant]
     cols = [
@@ -458,15 +491,10 @@ def drilldown_figure(lists: pl.DataFrame, qid: str = "") -> go.Figure:
         [", ".join(f) if f else "" for f in lists["flags"].to_list()],
         [e or "" for e in lists["excerpt"].to_list()],
     ]
-    fig = go.Figure(
-        go.Table(
-            header={"values": ["stage", "rank", "document", "score", "rel", "flags", "excerpt"], "align": "left", "fill_color": "#e8e8e8"},
-            cells={"values": cols, "align": "left", "fill_color": [fill] * len(cols)},
-            columnwidth=[70, 30, 90, 50, 25, 70, 330],
-        )
-    )
-    fig.update_layout(title=f"Top results per stage: {qid}", height=420, margin={"t": 50, "b": 10, "l": 10, "r": 10})
-    return fig
+    table = _table(["stage", "rank", "document", "score", "rel", "flags", "excerpt"], cols, [70, 30, 90, 50, 25, 70, 330])
+    table["cells"]["fill"] = {"color": [fill] * len(cols)}
+    layout = {"title": {"text": title}, "height": 420, "margin": {"t": 50, "b": 10, "l": 10, "r": 10}}
+    return _out({"data": [table], "layout": layout}, raw)
 
 
 def side_by_side(lists: pl.DataFrame) -> pl.DataFrame:
@@ -486,22 +514,18 @@ def side_by_side(lists: pl.DataFrame) -> pl.DataFrame:
     return cell.pivot(on="stage", index="rank", values="cell", aggregate_function="first").sort("rank").select("rank", *order)
 
 
-def side_by_side_figure(lists: pl.DataFrame, title: str = "Stage lists") -> go.Figure:
-    """Each stage's top k next to each other (query inspector)."""
+def side_by_side_figure(lists: pl.DataFrame, title: str = "Stage lists", *, raw: bool = False) -> go.Figure:
+    """Each stage's top k next to each other (query inspector); "✓" marks judged-relevant documents."""
     wide = side_by_side(lists)
     if wide.width <= 1:
-        return _empty_figure(title, "no results")
-    cols = [wide[c].to_list() for c in wide.columns]
-    cols = [[("" if v is None else v) for v in c] for c in cols]
-    fig = go.Figure(
-        go.Table(
-            header={"values": [c.removeprefix("retrieve:") for c in wide.columns], "align": "left", "fill_color": "#e8e8e8"},
-            cells={"values": cols, "align": "left"},
-            columnwidth=[25] + [100] * (wide.width - 1),
-        )
+        return _out(_empty(title, "no results"), raw)
+    table = _table(
+        [c.removeprefix("retrieve:") for c in wide.columns],
+        [wide[c].to_list() for c in wide.columns],
+        [25] + [100] * (wide.width - 1),
     )
-    fig.update_layout(title=title, height=380, margin={"t": 50, "b": 10, "l": 10, "r": 10})
-    return fig
+    layout = {"title": {"text": title}, "height": 380, "margin": {"t": 50, "b": 10, "l": 10, "r": 10}}
+    return _out({"data": [table], "layout": layout}, raw)
 
 
 # ------------------------------------------------------------------ 4. routing and dedup
@@ -523,22 +547,20 @@ def dedup_counts(removed: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def routing_dedup_figure(features: pl.DataFrame, removed: pl.DataFrame, *, routing_enabled: bool = True) -> go.Figure:
+def routing_dedup_figure(
+    features: pl.DataFrame, removed: pl.DataFrame, *, routing_enabled: bool = True, raw: bool = False
+) -> go.Figure:
     """Left: queries per route (routing acts on them only when enabled). Right: dedup removals by reason."""
     rc, dc = route_counts(features), dedup_counts(removed)
     left = "queries per route" + ("" if routing_enabled else " (routing off: informational)")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(left, "removed by dedup, by reason"))
-    fig.add_bar(x=rc["route"].to_list(), y=rc["queries"].to_list(), text=rc["queries"].to_list(), name="queries",
-                marker_color="#9467bd", showlegend=False, row=1, col=1)
-    fig.add_bar(
-        x=dc["reason"].to_list() or ["nothing removed"],
-        y=dc["removed"].to_list() or [0],
-        text=[f"{r} in {q} queries" for r, q in zip(dc["removed"].to_list(), dc["queries"].to_list(), strict=True)] or ["0"],
-        name="removed",
-        marker_color="#8c564b",
-        showlegend=False,
-        row=1,
-        col=2,
-    )
-    fig.update_layout(title="Routing and dedup", height=300, margin={"t": 70})
-    return fig
+    data = [
+        {"type": "bar", "x": rc["route"].to_list(), "y": rc["queries"].to_list(), "text": rc["queries"].to_list(),
+         "name": "queries", "marker": {"color": "#9467bd"}, "showlegend": False, "xaxis": "x", "yaxis": "y"},
+        {"type": "bar", "x": dc["reason"].to_list() or ["nothing removed"], "y": dc["removed"].to_list() or [0],
+         "text": [f"{r} in {q} queries" for r, q in zip(dc["removed"].to_list(), dc["queries"].to_list(), strict=True)] or ["0"],
+         "name": "removed", "marker": {"color": "#8c564b"}, "showlegend": False, "xaxis": "x2", "yaxis": "y2"},
+    ]
+    layout = _two_panels(left, "removed by dedup, by reason")
+    layout["yaxis2"]["rangemode"] = "nonnegative"
+    layout.update({"title": {"text": "Routing and dedup"}, "height": 300, "margin": {"t": 70}})
+    return _out({"data": data, "layout": layout}, raw)

@@ -1,0 +1,261 @@
+"""The lab, headless: a widget change (debounced) re-scores every query and redraws the panels, invalid
+values leave the config alone, buckets can be added and removed, routing skips recompute candidates,
+the inspector runs typed queries, and exports write files."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+import plotly.graph_objects as go
+import polars as pl
+import pytest
+from conftest import DOCS
+
+from toolkit.config import load_config
+from toolkit.errors import ToolkitError
+from toolkit.lab import Debouncer, Lab
+from toolkit.loaders import load_corpus
+from toolkit.store import Store
+
+QUERIES = pl.DataFrame(
+    {
+        "qid": ["q1", "q2", "q3", "q4"],
+        "text": [
+            "deploy fails with ECONNREFUSED",
+            "hey so what did we decide about how long to wait between retries?",
+            "back off when the limit is hit",
+            "which SDK version is pinned",
+        ],
+    }
+)
+# q3: BM25 has only d6 (the rate-limit runbook); the dense list puts d2 first and d6 second, so with the
+# lexical list weighted 0 the relevant d6 drops to rank 2 and MRR falls to 0.5 on that query.
+QRELS = pl.DataFrame({"qid": ["q1", "q2", "q3", "q4"], "doc_id": ["d1", "d2", "d6", "d5"], "rel": [1, 1, 1, 1]})
+MEASURES = ("nDCG@10", "MRR@10", "R@1")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embedder):
+    d = tmp_path_factory.mktemp("lab")
+    corpus = d / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(x) + "\n" for x in DOCS))
+    st = Store(d / "lab.duckdb", embedder=embedder)
+    st.ingest(load_corpus(corpus))
+    yield st
+    st.close()
+
+
+def make_lab(store, **kw) -> Lab:
+    cfg = load_config("hybrid-rrf").with_updates({"fusion.lexical_weight": 0.0})
+    kw.setdefault("debounce_s", 30.0)  # nothing fires by itself unless a test wants it to
+    return Lab(store, QUERIES, QRELS, config=cfg, measures=MEASURES, **kw)
+
+
+def test_slider_change_rescores_and_redraws(store):
+    lab = make_lab(store)
+    assert lab.metrics["R@1"] == pytest.approx(0.75)  # q3 misses at rank 1
+    assert set(lab.figures) == {"metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector"}
+    before_y = list(lab.figures["metrics"].data[-1].y)
+    before_spread = sorted(lab.figures["spread"].data[3].x)
+
+    lab.controls["fusion.lexical_weight"].value = 3.0
+    assert lab.config.fusion.lexical_weight == 0.0  # debounced: nothing applied yet
+    lab.flush()
+    assert lab.config.fusion.lexical_weight == 3.0
+    assert lab.metrics["R@1"] == pytest.approx(1.0) and lab.metrics["MRR@10"] == pytest.approx(1.0)
+    after_y = list(lab.figures["metrics"].data[-1].y)
+    assert after_y != before_y and after_y[2] == pytest.approx(1.0)
+    assert sorted(lab.figures["spread"].data[3].x) != before_spread  # fuse spreads moved with the weights
+    assert lab.last_update_ms is not None and lab.last_update_ms > 0
+    assert {"rescore", "metrics", "figures"} <= set(lab.timings)
+    assert "updated in" in lab._timing.value
+    assert lab.result.final.filter((pl.col("qid") == "q3") & (pl.col("rank") == 1))["doc_id"][0] == "d6"
+
+
+def test_headless_set_is_the_same_path(store):
+    lab = make_lab(store)
+    assert lab.set("fusion.lexical_weight", 3.0) is True
+    assert lab.controls["fusion.lexical_weight"].value == 3.0  # the widget follows the config
+    assert lab.metrics["R@1"] == pytest.approx(1.0)
+    # Rank bonus sliders edit the bands of fusion.rank_bonus.
+    assert lab.set("fusion.rank_bonus@1", 0.05)
+    lab.controls["fusion.rank_bonus@3"].value = 0.02
+    lab.flush()
+    assert lab.config.fusion.rank_bonus == [(1, 0.05), (3, 0.02)]
+    # Deltas against the bm25-only baseline, with a t-test p-value per measure.
+    assert lab.deltas["measure"].to_list() == list(MEASURES) and lab.deltas["p_value"].null_count() == 0
+    lab.pin_baseline()
+    assert lab.deltas["delta"].to_list() == [0.0, 0.0, 0.0]
+    assert lab.baseline_name.startswith("pinned")
+
+
+def test_debounce_fires_once_after_the_last_change(store):
+    lab = make_lab(store, debounce_s=0.05)
+    calls = []
+    orig = lab._apply
+
+    def spy(updates):
+        calls.append(dict(updates))
+        return orig(updates)
+
+    lab._apply = spy
+    for v in (0.5, 1.0, 2.0, 3.0):
+        lab.controls["fusion.lexical_weight"].value = v
+    deadline = time.monotonic() + 10
+    while lab.config.fusion.lexical_weight != 3.0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    lab.flush()  # waits for an update in flight
+    assert lab.config.fusion.lexical_weight == 3.0
+    assert calls == [{"fusion.lexical_weight": 3.0}]
+
+
+def test_debouncer_with_a_manual_timer():
+    made = []
+
+    class FakeTimer:
+        def __init__(self, delay, fn):
+            self.delay, self.fn, self.cancelled, self.started = delay, fn, False, False
+            made.append(self)
+
+        def start(self):
+            self.started = True
+
+        def cancel(self):
+            self.cancelled = True
+
+    runs = []
+    d = Debouncer(lambda: runs.append(1), delay_s=0.15, timer=FakeTimer)
+    d.trigger()
+    d.trigger()
+    d.trigger()
+    assert [t.cancelled for t in made] == [True, True, False] and made[-1].delay == 0.15 and d.pending
+    made[-1].fn()  # the timer fires
+    assert runs == [1] and not d.pending
+    assert d.flush() is False and runs == [1]
+    d.trigger()
+    assert d.flush() is True and runs == [1, 1] and made[-1].cancelled
+
+
+def test_invalid_value_shows_message_and_keeps_config(store):
+    lab = make_lab(store)
+    cfg = lab.config
+    lab.controls["threshold.min_score"].value = -1.0
+    lab.flush()
+    assert lab.config == cfg
+    assert "threshold.min_score" in lab.message and "greater than or equal to 0" in lab.message
+    assert "config unchanged" in lab._status.value
+    assert lab.set("fusion.rrf_k", 0) is False and "fusion.rrf_k" in lab.message
+    assert lab.set("fusion.rrf_kk", 10) is False and "did you mean fusion.rrf_k" in lab.message
+    assert lab.config == cfg
+    assert lab.set("fusion.rrf_k", 30) and lab.message == ""  # a valid change clears the message
+
+
+def test_add_and_remove_buckets(store):
+    lab = make_lab(store)
+    editor = lab.controls["rerank.buckets"]
+    assert lab.config.rerank.buckets == [(3.0, 0.75), (10.0, 0.6), (math.inf, 0.4)]
+    assert lab.add_bucket()
+    assert lab.config.rerank.buckets == [(3.0, 0.75), (10.0, 0.6), (15.0, 0.4), (math.inf, 0.4)]
+    assert len(editor.rows) == 4 and editor.rows[-1][0] is None  # the open-ended bucket has no bound input
+    assert lab.remove_bucket(0)
+    assert lab.config.rerank.buckets == [(10.0, 0.6), (15.0, 0.4), (math.inf, 0.4)]
+    # The widget path: the add button, then a bound typed out of order.
+    editor.add_button.click()
+    lab.flush()
+    assert len(lab.config.rerank.buckets) == 4
+    good = lab.config
+    editor.rows[1][0].value = 5.0  # 10, 5, ...: not increasing
+    lab.flush()
+    assert lab.config == good and "strictly increasing" in lab.message
+    editor.rows[1][0].value = 12.0
+    lab.flush()
+    assert lab.config.rerank.buckets[1] == (12.0, 0.4)
+    # The last bucket cannot be removed.
+    lab.remove_bucket(len(lab.config.rerank.buckets) - 1)
+    assert math.isinf(lab.config.rerank.buckets[-1][0]) and len(lab.config.rerank.buckets) == 4
+
+
+def test_routing_skip_recomputes_candidates_boost_does_not(store):
+    lab = make_lab(store)
+    has_lex = lab.result.trace.filter((pl.col("qid") == "q2") & (pl.col("stage") == "retrieve:orig:lex")).height
+    assert has_lex > 0
+    assert lab.set("routing.enabled", True)
+    assert any("recomputing candidates" in m for m in lab.history)
+    # The conversational query no longer has a BM25 list.
+    assert lab.result.trace.filter((pl.col("qid") == "q2") & (pl.col("stage") == "retrieve:orig:lex")).height == 0
+    n_msgs = len(lab.history)
+    fused = lab.result.trace.filter((pl.col("qid") == "q1") & (pl.col("stage") == "fuse"))["score"].to_list()
+    lab.set("fusion.lexical_weight", 1.0)
+    assert lab.set("routing.technical_lexical_boost", 3.0)
+    assert len(lab.history) == n_msgs  # no new retrieval for the boost
+    boosted = lab.result.trace.filter((pl.col("qid") == "q1") & (pl.col("stage") == "fuse"))["score"].to_list()
+    assert boosted != fused
+    # Switching back uses the candidates kept in memory.
+    assert lab.set("routing.enabled", False)
+    assert len(lab.history) == n_msgs
+    routes = dict(zip(lab.figures["routing"].data[0].x, lab.figures["routing"].data[0].y, strict=True))
+    assert routes == {"conversational": 2, "technical": 2}  # q2, q3 are stopword-heavy; q1, q4 carry tokens
+
+
+def test_inspector_dataset_and_typed_queries(store):
+    lab = make_lab(store)
+    lists = lab.inspect(qid="q1")
+    assert {"fuse", "blend", "final"} <= set(lists["stage"])
+    assert lists.filter((pl.col("stage") == "final") & (pl.col("doc_id") == "d1"))["rel"][0] == 1
+    assert lists["excerpt"].drop_nulls().str.contains("ECONNREFUSED").any()
+    header = list(lab.figures["inspector"].data[0].header.values)
+    assert header[0] == "rank" and "final" in header
+    cached = store.con.execute("SELECT count(*) FROM stage_cache").fetchone()[0]
+    typed = lab.inspect(text="HTTP 429 rate limit")
+    assert typed.filter(pl.col("stage") == "final").sort("rank")["doc_id"][0] == "d6"
+    assert store.con.execute("SELECT count(*) FROM stage_cache").fetchone()[0] == cached  # not cached
+    assert lab.figures["inspector"].layout.title.text.startswith("Typed query")
+    with pytest.raises(ToolkitError):
+        lab.inspect(qid="nope")
+
+
+def test_export_yaml_and_missing_engine_module(store, tmp_path, monkeypatch):
+    lab = make_lab(store)
+    lab.set("fusion.rrf_k", 25)
+    msg = lab.export("yaml", tmp_path / "tuned.yaml")
+    assert msg == f"wrote {tmp_path / 'tuned.yaml'}"
+    assert load_config(tmp_path / "tuned.yaml") == lab.config
+    assert lab.export("json", tmp_path / "tuned").endswith("tuned.json")
+    monkeypatch.setitem(sys.modules, "toolkit.export", None)  # as if the module were not installed
+    with pytest.raises(ToolkitError, match="engine exports are not available"):
+        lab.export("opensearch", tmp_path / "os.json")
+
+
+def test_static_fallback_and_display(store):
+    lab = Lab(store, QUERIES, config="hybrid-rrf", baseline=None, live_figures=False, debounce_s=30.0)
+    assert lab.metrics == {} and lab.failures.height == 0
+    assert isinstance(lab.figures["spread"], go.Figure)
+    assert "no judgements" in lab.figures["metrics"].layout.annotations[0].text
+    before = sorted(lab.figures["spread"].data[3].x)
+    lab.set("fusion.lexical_weight", 4.0)
+    assert sorted(lab.figures["spread"].data[3].x) != before
+    bundle = lab._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+def test_from_dataset_and_pin_without_qrels(tmp_path, embedder):
+    ds = tmp_path / "ds"
+    (ds / "qrels").mkdir(parents=True)
+    (ds / "corpus.jsonl").write_text("".join(json.dumps(x) + "\n" for x in DOCS))
+    (ds / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.iter_rows()))
+    (ds / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in QRELS.iter_rows()))
+    lab = Lab.from_dataset(tmp_path / "s.duckdb", ds, split="dev", embedder=embedder, config="bm25-only", baseline=None, debounce_s=30.0)
+    try:
+        assert lab.queries.height == 4 and lab.baseline_name is None
+        assert lab.metrics["nDCG@10"] > 0 and lab.deltas["baseline"].null_count() == 3
+        lab.pin_baseline()
+        assert lab.deltas["delta"].to_list() == [0.0, 0.0, 0.0]
+    finally:
+        lab.close()
+    unjudged = Lab(Store(tmp_path / "s.duckdb", embedder=embedder), QUERIES, baseline=None, live_figures=False, debounce_s=30.0)
+    with pytest.raises(ToolkitError, match="no judgements"):
+        unjudged.pin_baseline()
+    unjudged.store.close()
