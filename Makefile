@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 DEMO    := data/demo
 OUT     := out/demo
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean browser-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,9 +30,14 @@ demo: $(STAMP)
 	$(BIN)/hrt search "why does the deploy fail with ECONNREFUSED?" --store $(OUT)/store.duckdb --config qmd --scope platform
 	@echo "demo output: $(OUT)/ (store.duckdb, *.trec)"
 
-test: $(STAMP)
-	$(BIN)/ruff check toolkit tests benchmarks
-	$(BIN)/pytest -q -p no:cacheprovider
+# The browser test drives JupyterLab in Debian's chromium (no browser download is possible here).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser-deps
+	$(BIN)/ruff check toolkit tests benchmarks data
+	$(BIN)/pytest -q -p no:cacheprovider tests
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/pytest -q -p no:cacheprovider --nbval-lax notebooks; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check toolkit tests benchmarks

@@ -226,6 +226,58 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 
 
 @main.command()
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
+@click.option("--split", default="dev", show_default=True, help="Split to tune on (test is refused unless --force).")
+@click.option("--base", default="qmd", show_default=True, help="Config to start from (preset name or path).")
+@click.option("--space", default=None, type=click.Path(exists=True, dir_okay=False), help="Search space YAML (default: fusion fields).")
+@click.option("--method", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
+@click.option("--budget", default=40, show_default=True, help="Number of trials.")
+@click.option("--measure", default="nDCG@10", show_default=True, help="Objective (mean over queries).")
+@click.option("--folds", default=5, show_default=True, help="Cross-validation folds over queries.")
+@click.option("--stratify", default=None, help="Query metadata field to stratify folds by (e.g. category).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False), help="Store file (default .hrt/<dataset>.duckdb).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Tuned config YAML (a .report.json is written beside it).")
+@click.option("--force", is_flag=True, help="Allow tuning on the test split (don't report numbers from it).")
+def tune(dataset, split, base, space, method, budget, measure, folds, stratify, seed, store_path, out, force) -> None:
+    """Tune the cheap pipeline fields on a dev split from cached stages, with k-fold cross-validation over
+    queries so the reported score is on held-out queries. Writes a config `hrt run --config` loads."""
+    from .loaders import Dataset, load_corpus
+    from .store import Store
+    from .tune import tune as run_tune
+
+    ds = Dataset.open(dataset)
+    store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    with Store(store_path) as st:
+        st.ingest(load_corpus(ds.root), progress=True)
+        _, rep = run_tune(
+            st, ds.root, split=split, base=base, space=space, method=method, budget=budget, measure=measure,
+            folds=folds, stratify=stratify, seed=seed, out=out, force=force,
+        )
+    d = rep.to_dict()
+    keys = [k for k in ("base_dev", "best_dev", "cv_heldout", "p_value") if k in d]
+    click.echo(json.dumps({k: d[k] for k in keys} | {"diff": d.get("diff")}, indent=2, default=str))
+    click.echo(f"tuned config -> {out}")
+
+
+@main.command()
+@click.option("--config", required=True, help="Config to export (preset name or path).")
+@click.option("--engine", required=True, type=click.Choice(["toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb"]))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="File for the engine payload (caveats go to <out>.README.md).")
+def export(config, engine, out) -> None:
+    """Export a pipeline config to another engine, listing what does not carry over (bonus, blend, dedup...)."""
+    from .config import load_config
+    from .export import write_export
+
+    res = write_export(load_config(config), engine, out)
+    click.echo(f"{engine} -> {out}")
+    for item in res.not_carried:
+        click.echo(f"  not carried over: {item}")
+    for note in res.notes:
+        click.echo(f"  note: {note}")
+
+
+@main.command()
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
 def info(store_path) -> None:
     """Show what a store holds: documents, chunks, embeddings, model, index settings."""
