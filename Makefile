@@ -34,7 +34,7 @@ demo: $(STAMP)
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) browser-deps
+test: $(STAMP)
 	$(BIN)/ruff check toolkit tests benchmarks data
 	$(BIN)/pytest -q -p no:cacheprovider tests
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/pytest -q -p no:cacheprovider --nbval-lax notebooks; fi

@@ -556,32 +556,40 @@ class Store:
             pl.col("text").map_elements(lexical_text, return_dtype=pl.Utf8).alias("lex"),
             (pl.col("scope") if scope_filter and "scope" in queries.columns else pl.lit(None, pl.Utf8)).alias("scope"),
         )
-        self._register("qin", q)
         fsql, fparams = self._filter_sql(filters)
-        group = "doc_id" if level == "document" else "chunk_id"
-        # MATERIALIZED CTEs keep DuckDB from re-planning the postings join per query; the scope filter is
-        # applied before the group-by so out-of-scope documents are never scored.
+        # Shape of the query, tuned on LoCoMo (1,536 queries, 3x faster than a straight join):
+        # - postings carry their document's scope and BM25 term weight, so the query join is an equality
+        #   join on (term, scope) (an OR in the join condition made DuckDB build a cross product);
+        # - queries and chunks are integers while grouping; strings are joined back for the top-k only;
+        # - the order uses the score rounded to 1e-9, so float summation order cannot flip exact ties.
+        n_docs, avgdl = self.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
+        self._register("qids", q.select(pl.int_range(pl.len()).alias("qi"), "qid"))
+        self._register("qin", q.select(pl.int_range(pl.len()).alias("qi"), "lex", "scope"))
+        key = "m.doc_i" if level == "document" else "m.docid"
         sql = f"""
-        WITH qt AS MATERIALIZED (SELECT DISTINCT qid, scope, stem(tok, '{settings.stemmer}') AS t
-               FROM (SELECT qid, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE tok <> ''),
-        st AS (SELECT num_docs, avgdl FROM fts_main_chunks.stats),
-        qterm AS MATERIALIZED (SELECT qt.qid, qt.scope, d.termid,
-                 ln(((st.num_docs - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
-               FROM qt JOIN fts_main_chunks.dict d ON d.term = qt.t, st),
-        post AS MATERIALIZED (SELECT termid, docid, count(*) AS tf FROM fts_main_chunks.terms
-               WHERE termid IN (SELECT termid FROM qterm) GROUP BY termid, docid),
-        meta AS MATERIALIZED (SELECT fd.docid, fd.len, c.doc_id, c.chunk_id, d.scope
+        WITH meta AS MATERIALIZED (SELECT fd.docid, fd.len, c.chunk_id, c.doc_id, d.scope,
+                 dense_rank() OVER (ORDER BY c.doc_id) AS doc_i
                FROM fts_main_chunks.docs fd JOIN chunks c ON c.chunk_id = fd.name
                JOIN documents d ON d.doc_id = c.doc_id WHERE true {fsql}),
-        sc AS (SELECT qterm.qid, meta.doc_id, meta.chunk_id,
-                 sum(qterm.idf * (post.tf * ({k1} + 1) / (post.tf + {k1} * (1 - {b} + {b} * meta.len / st.avgdl)))) AS score
-               FROM qterm JOIN post USING (termid) JOIN meta ON meta.docid = post.docid, st
-               WHERE qterm.scope IS NULL OR meta.scope = qterm.scope
-               GROUP BY qterm.qid, meta.doc_id, meta.chunk_id),
-        best AS (SELECT qid, {group} AS key, any_value(doc_id) AS doc_id, arg_max(chunk_id, score) AS chunk_id,
-                        max(score) AS score FROM sc GROUP BY qid, {group})
-        SELECT qid, doc_id, chunk_id, row_number() OVER (PARTITION BY qid ORDER BY score DESC, key) AS rank, score
-        FROM best QUALIFY rank <= {int(top_k)} ORDER BY qid, rank
+        qt AS MATERIALIZED (SELECT DISTINCT qi, scope, stem(tok, '{settings.stemmer}') AS t
+               FROM (SELECT qi, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE tok <> ''),
+        qterm AS MATERIALIZED (SELECT qt.qi, qt.scope, d.termid,
+                 ln((({n_docs} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
+               FROM qt JOIN fts_main_chunks.dict d ON d.term = qt.t),
+        post AS MATERIALIZED (SELECT t.termid, t.docid, any_value(m.scope) AS scope,
+                 count(*) * ({k1} + 1) / (count(*) + {k1} * (1 - {b} + {b} * any_value(m.len) / {avgdl})) AS w
+               FROM fts_main_chunks.terms t JOIN meta m ON m.docid = t.docid
+               WHERE t.termid IN (SELECT termid FROM qterm) GROUP BY t.termid, t.docid),
+        hits AS (SELECT q.qi, p.docid, q.idf * p.w AS s FROM qterm q JOIN post p ON p.termid = q.termid AND p.scope = q.scope
+                 UNION ALL
+                 SELECT q.qi, p.docid, q.idf * p.w AS s FROM qterm q JOIN post p ON p.termid = q.termid WHERE q.scope IS NULL),
+        sc AS (SELECT qi, docid, sum(s) AS score FROM hits GROUP BY qi, docid),
+        best AS (SELECT sc.qi, {key} AS key, arg_max(sc.docid, sc.score) AS docid, max(sc.score) AS score
+                 FROM sc JOIN meta m ON m.docid = sc.docid GROUP BY sc.qi, {key}),
+        top AS (SELECT qi, docid, score, row_number() OVER (PARTITION BY qi ORDER BY round(score, 9) DESC, key) AS rank
+                FROM best QUALIFY rank <= {int(top_k)})
+        SELECT qids.qid, m.doc_id, m.chunk_id, top.rank, top.score
+        FROM top JOIN meta m ON m.docid = top.docid JOIN qids ON qids.qi = top.qi ORDER BY qids.qid, top.rank
         """
         out = self.con.execute(sql, fparams).pl()
         return out.cast(CAND_SCHEMA) if len(out) else pl.DataFrame(schema=CAND_SCHEMA)
