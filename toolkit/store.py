@@ -659,41 +659,47 @@ class Store:
             ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
             allowed = np.array([d in ok for d in m["doc_ids"][m["starts"]]])
         scopes = queries["scope"].to_list() if scope_filter and "scope" in queries.columns else [None] * len(queries)
-        qids = queries["qid"].to_list()
-        out_q, out_d, out_c, out_r, out_s = [], [], [], [], []
+        # Scopes as integer codes (-1: no filter) so that masking is one broadcast per block of queries.
+        names = {s: i for i, s in enumerate(sorted({x for x in m["doc_scope"].tolist() if x is not None}))}
+        doc_code = np.array([names.get(x, -2) for x in m["doc_scope"].tolist()])
+        q_code = np.array([-1 if x is None else names.get(x, -3) for x in scopes])
+        qids = np.array(queries["qid"].to_list(), dtype=object)
+        out_q, out_k, out_r, out_s = [], [], [], []
         for lo in range(0, len(qids), block):
             sims = qv[lo : lo + block] @ m["vecs"].T  # (nq, n_chunks)
-            if level == "document":
+            if level == "document" and len(m["starts"]) == sims.shape[1]:  # one chunk per document
+                keys, best, key_code, key_ok = sims, None, doc_code, allowed
+            elif level == "document":
                 keys = np.maximum.reduceat(sims, m["starts"], axis=1)
                 # First chunk reaching the doc's max is its best chunk.
                 idx = np.where(sims >= keys[:, m["doc_of_chunk"]], np.arange(sims.shape[1]), sims.shape[1])
                 best = np.minimum.reduceat(idx, m["starts"], axis=1)
-                key_scope = m["doc_scope"]
-                key_ok = allowed
+                key_code, key_ok = doc_code, allowed
             else:
                 keys, best = sims, None
-                key_scope = m["doc_scope"][m["doc_of_chunk"]]
+                key_code = doc_code[m["doc_of_chunk"]]
                 key_ok = allowed[m["doc_of_chunk"]] if allowed is not None else None
-            for j in range(keys.shape[0]):
-                row = keys[j].astype(np.float64)
-                mask = np.ones(len(row), dtype=bool)
-                sc = scopes[lo + j]
-                if sc is not None:
-                    mask &= key_scope == sc
-                if key_ok is not None:
-                    mask &= key_ok
-                cand = np.flatnonzero(mask)
-                if len(cand) == 0:
-                    continue
-                k = min(top_k, len(cand))
-                part = cand[np.argpartition(-row[cand], k - 1)[:k]] if k < len(cand) else cand
-                order = part[np.lexsort((part, -row[part]))]
-                chunk_idx = best[j, order] if best is not None else order
-                out_q.extend([qids[lo + j]] * len(order))
-                out_d.extend(m["doc_ids"][chunk_idx].tolist())
-                out_c.extend(m["chunk_ids"][chunk_idx].tolist())
-                out_r.extend(range(1, len(order) + 1))
-                out_s.extend(row[order].tolist())
+            qc = q_code[lo : lo + block, None]
+            mask = (qc == -1) | (key_code[None, :] == qc)
+            if key_ok is not None:
+                mask &= key_ok[None, :]
+            vals = np.where(mask, keys.astype(np.float64), -np.inf)
+            k = min(top_k, vals.shape[1])
+            part = np.argpartition(-vals, k - 1, axis=1)[:, :k] if k < vals.shape[1] else np.tile(np.arange(k), (len(vals), 1))
+            pv = np.take_along_axis(vals, part, 1)
+            order = np.lexsort((part, -pv), axis=-1)
+            part, pv = np.take_along_axis(part, order, 1), np.take_along_axis(pv, order, 1)
+            rows, cols = np.nonzero(np.isfinite(pv))
+            picked = part[rows, cols]
+            out_q.append(qids[lo + rows])
+            out_k.append(best[rows, picked] if best is not None else picked)
+            out_r.append(cols + 1)
+            out_s.append(pv[rows, cols])
+        if not out_q:
+            return pl.DataFrame(schema=CAND_SCHEMA)
+        chunk_idx = np.concatenate(out_k)
+        out_q, out_r, out_s = np.concatenate(out_q).tolist(), np.concatenate(out_r), np.concatenate(out_s)
+        out_d, out_c = m["doc_ids"][chunk_idx].tolist(), m["chunk_ids"][chunk_idx].tolist()
         return pl.DataFrame({"qid": out_q, "doc_id": out_d, "chunk_id": out_c, "rank": out_r, "score": out_s}, schema=CAND_SCHEMA)
 
     def dense_search_sql(
