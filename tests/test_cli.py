@@ -28,7 +28,7 @@ def beir(tmp_path, corpus_file):
 def test_help_explains_every_command():
     r = CliRunner().invoke(main, ["--help"])
     assert r.exit_code == 0
-    for cmd in ("ingest", "search", "run", "eval", "report", "export", "info", "presets"):
+    for cmd in ("ingest", "search", "run", "eval", "report", "tune", "export", "info", "presets"):
         assert cmd in r.output
         sub = CliRunner().invoke(main, [cmd, "--help"])
         assert sub.exit_code == 0 and "Options:" in sub.output and len(sub.output) > 140
