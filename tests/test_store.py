@@ -196,3 +196,19 @@ def test_store_file_is_plain_duckdb(store):
     assert meta["embedding_model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert json.loads(meta["index_settings"])["stemmer"] == "porter"
     con.close()
+
+
+def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path):
+    from conftest import shared
+
+    from toolkit.loaders import Dataset
+
+    ds = Dataset.open(shared("cacm"))
+    with Store(tmp_path / "cacm.duckdb") as st:
+        st.ingest(load_corpus(ds.root), embed=False)
+        queries = ds.queries()
+        for level in ("document", "chunk"):
+            a = st.lexical_search_sql(queries, top_k=50, level=level).sort("qid", "rank")
+            b = st.lexical_search(queries, top_k=50, level=level).sort("qid", "rank")
+            assert a.select("qid", "doc_id", "chunk_id", "rank").equals(b.select("qid", "doc_id", "chunk_id", "rank"))
+            np.testing.assert_allclose(a["score"].to_numpy(), b["score"].to_numpy(), atol=1e-8)
