@@ -532,6 +532,14 @@ class Store:
             params.append(str(v))
         return " AND " + " AND ".join(parts), params
 
+    def _allowed_docs(self, m: dict[str, Any], filters: dict[str, Any] | None) -> np.ndarray | None:
+        """Boolean mask over the layout's documents passing the metadata filters (None: no filter)."""
+        if not filters:
+            return None
+        fsql, fparams = self._filter_sql(filters)
+        ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
+        return np.array([d in ok for d in m["doc_ids"][m["starts"]]])
+
     def lexical_search(
         self,
         queries: pl.DataFrame,
@@ -563,11 +571,7 @@ class Store:
             JOIN fts_main_chunks.dict d ON d.term = q.t"""
         ).fetchnumpy()
         qmat = sp.csr_matrix((qt["idf"], (qt["qi"], qt["termid"])), shape=(len(queries), m["wt"].shape[0]))
-        allowed = None
-        if filters:
-            fsql, fparams = self._filter_sql(filters)
-            ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
-            allowed = np.array([d in ok for d in m["doc_ids"][m["starts"]]])
+        allowed = self._allowed_docs(m, filters)
         return self._block_topk(
             m, lambda lo, hi: (qmat[lo:hi] @ m["wt"]).toarray(), queries, scope_filter=scope_filter,
             allowed=allowed, level=level, top_k=top_k, block=block, matched_only=True,
@@ -734,11 +738,7 @@ class Store:
         """
         m = self._dense_matrix()
         qv = vectors if vectors is not None else self.query_vectors(queries["text"].to_list(), progress=progress)
-        allowed = None
-        if filters:
-            fsql, fparams = self._filter_sql(filters)
-            ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
-            allowed = np.array([d in ok for d in m["doc_ids"][m["starts"]]])
+        allowed = self._allowed_docs(m, filters)
         return self._block_topk(m, lambda lo, hi: qv[lo:hi] @ m["vecs"].T, queries, scope_filter=scope_filter,
                                 allowed=allowed, level=level, top_k=top_k, block=block)
 
