@@ -1,4 +1,4 @@
-"""The tuner: folds, search, refusals, and a saved config that reproduces its score."""
+"""The tuner: folds, honest held-out selection, search, refusals, and a saved config that reproduces its score."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DOCS
 
 from toolkit.config import load_config
 from toolkit.errors import InputError
@@ -13,55 +14,170 @@ from toolkit.loaders import Dataset, load_corpus
 from toolkit.metrics import aggregate, evaluate
 from toolkit.pipeline import prepare, rescore
 from toolkit.store import Store
-from toolkit.tune import make_folds, tune
+from toolkit.tune import cv_heldout, make_folds, tune
+
+QUERIES = [
+    ("q1", "deploy fails with ECONNREFUSED after the upgrade", "d1 d5", "infra"),
+    ("q2", "decisions on retries and pool size", "d2 d3", "pay"),
+    ("q3", "which SDK version is pinned", "d5", "infra"),
+    ("q4", "rate limit from stripe", "d6", "pay"),
+    ("q5", "database pool size in production", "d3", "infra"),
+    ("q6", "when is the team lunch", "d4", "infra"),
+    ("q7", "HTTP 429 back off", "d6", "pay"),
+    ("q8", "upgrade to v2.14.3 broke the deploy", "d1", "infra"),
+]
 
 
-@pytest.fixture
-def dataset(tmp_path, corpus_file):
-    root = tmp_path / "ds"
-    (root / "qrels").mkdir(parents=True)
-    (root / "corpus.jsonl").write_text(corpus_file.read_text())
-    qs = [
-        ("q1", "deploy fails with ECONNREFUSED", "d1"), ("q2", "how long to wait between retries", "d2"),
-        ("q3", "which SDK version is pinned", "d5"), ("q4", "rate limit from stripe", "d6"),
-        ("q5", "database pool size in production", "d3"), ("q6", "when is the team lunch", "d4"),
-    ]
-    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t, "metadata": {"k": q[-1] in "135"}}) + "\n" for q, t, _ in qs))
-    (root / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, _, d in qs))
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ds")
+    (root / "qrels").mkdir()
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t, "metadata": {"team": g}}) + "\n" for q, t, _, g in QUERIES)
+    )
+    (root / "qrels" / "dev.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n"
+        + "".join(f"{q}\t{d}\t1\n" for q, _, ds, _ in QUERIES for d in ds.split())
+    )
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     return root
 
 
-def test_folds_partition_and_stratify():
-    qids = [f"q{i}" for i in range(23)]
-    fold = make_folds(qids, 5, seed=1, groups=["a" if i % 3 else "b" for i in range(23)])
-    assert sorted(set(fold)) == [0, 1, 2, 3, 4]
-    assert np.bincount(fold).max() - np.bincount(fold).min() <= 1
-    b = [fold[i] for i in range(23) if i % 3 == 0]
-    assert len(set(b)) == min(5, len(b))  # the small group is spread over folds
-
-
-def test_grid_finds_best_and_saved_config_reproduces(tmp_path, dataset, embedder):
-    with Store(tmp_path / "t.duckdb", embedder=embedder) as st:
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, dataset, embedder):
+    with Store(tmp_path_factory.mktemp("st") / "t.duckdb", embedder=embedder) as st:
         st.ingest(load_corpus(dataset))
-        space = {"fusion.lexical_weight": [0.1, 1.0, 5.0]}
-        best, rep = tune(st, dataset, base="hybrid-rrf", space=space, method="grid", budget=10, folds=3, out=tmp_path / "best.yaml", progress=False)
-        assert rep.trials == 3 and rep.best_dev == max(h["score"] for h in rep.history)
-        assert rep.best_dev >= rep.base_dev
-        loaded = load_config(tmp_path / "best.yaml")
-        assert loaded == best
-        ds = Dataset.open(dataset)
-        q = ds.queries("dev")
-        score = aggregate(evaluate(rescore(prepare(st, q, loaded), loaded).run(), ds.qrels("dev"), ["nDCG@10"]))["nDCG@10"]
-        assert score == pytest.approx(rep.best_dev)
-        assert json.loads((tmp_path / "best.report.json").read_text())["trials"] == 3
+        yield st
 
 
-def test_refusals(tmp_path, dataset, embedder):
-    with Store(tmp_path / "t.duckdb", embedder=embedder) as st:
-        with pytest.raises(InputError, match="test split"):
-            tune(st, dataset, split="test", progress=False)
-        with pytest.raises(InputError, match=r"retrieval.dense.top_k: changes the cached"):
-            tune(st, dataset, space={"retrieval.dense.top_k": [10, 20]}, progress=False)
-        with pytest.raises(InputError, match="fusion.no_such"):
-            tune(st, dataset, space={"fusion.no_such": [1, 2]}, progress=False)
+def _dev_score(st, dataset, cfg) -> float:
+    ds = Dataset.open(dataset)
+    q = ds.queries("dev")
+    return aggregate(
+        evaluate(rescore(prepare(st, q, cfg), cfg, trace=False).run(), ds.qrels("dev"), ["nDCG@10"])
+    )["nDCG@10"]
+
+
+def test_folds_partition_each_query_held_out_once_and_stratify():
+    qids = [f"q{i}" for i in range(23)]
+    groups = ["a" if i % 3 else "b" for i in range(23)]
+    fold = make_folds(qids, 5, seed=1, groups=groups)
+    assert len(fold) == 23 and sorted(set(fold)) == [0, 1, 2, 3, 4]  # every query in exactly one fold
+    assert np.bincount(fold).max() - np.bincount(fold).min() <= 1
+    b = [fold[i] for i in range(23) if groups[i] == "b"]  # 8 queries of the small group
+    assert np.bincount(b, minlength=5).max() - np.bincount(b, minlength=5).min() <= 1
+    assert (make_folds(qids, 5, seed=1, groups=groups) == fold).all()  # fixed seed, fixed folds
+
+
+def test_cv_heldout_selects_on_other_folds():
+    # Trial 0 is perfect on queries 0-1, trial 1 on 2-3, trial 2 a flat 0.6 (the best on all queries).
+    scores = np.array([[1, 1, 0, 0], [0, 0, 1, 1], [0.6, 0.6, 0.6, 0.6]], dtype=float)
+    held, chosen = cv_heldout(scores, np.array([0, 0, 1, 1]))
+    # Holding out fold 0, trial 1 wins on queries 2-3 and scores 0 on 0-1; and symmetrically: the
+    # held-out score exposes that picking per-subset winners does not generalise.
+    assert chosen == [1, 0]
+    assert held.tolist() == [0, 0, 0, 0]
+    held, chosen = cv_heldout(scores[[0, 2]], np.array([0, 1, 0, 1]))
+    # Each fold's training queries are one of each kind: trial 2 (mean .6) beats trial 0 (mean .5).
+    assert chosen == [1, 1] and held.tolist() == [0.6] * 4
+
+
+def test_grid_int_range_finds_known_best(store, dataset):
+    # q1 (d1, d5) and q2 (d2, d3) each need two documents of one source: keeping one per source
+    # (sources_only) loses the second, so max_per_source = 1 is strictly worst and 2..5 tie at the top.
+    base = load_config("hybrid-rrf").with_updates(
+        {"dedup.source_enabled": True, "dedup.fill": "sources_only"}
+    )
+    space = {"dedup.max_per_source": {"int": [1, 5]}}
+    best, rep = tune(
+        store, dataset, base=base, space=space, method="grid", budget=50, folds=4, progress=False
+    )
+    assert rep.trials == 5  # 5 evenly spaced points of [1, 5]
+    by_value = {h["params"]["dedup.max_per_source"]: h["score"] for h in rep.history}
+    assert sorted(by_value) == [1, 2, 3, 4, 5]
+    assert by_value[1] < by_value[2] == by_value[5] == rep.best_dev
+    assert best.dedup.max_per_source >= 2 and rep.base_dev == pytest.approx(by_value[1])
+    assert rep.best_dev == pytest.approx(
+        _dev_score(store, dataset, base.with_updates({"dedup.max_per_source": 3}))
+    )
+    assert rep.diff["dedup.max_per_source"] == {"base": 1, "best": best.dedup.max_per_source}
+
+
+def test_grid_choice_matches_independent_scores_and_saved_config_reproduces(tmp_path, store, dataset):
+    values = [0.05, 1.0, 20.0]
+    space = {"fusion.lexical_weight": values}
+    best, rep = tune(
+        store,
+        dataset,
+        base="hybrid-rrf",
+        space=space,
+        method="grid",
+        budget=10,
+        folds=3,
+        stratify="team",
+        out=tmp_path / "best.yaml",
+        progress=False,
+    )
+    base = load_config("hybrid-rrf")
+    independent = {
+        v: _dev_score(store, dataset, base.with_updates({"fusion.lexical_weight": v})) for v in values
+    }
+    assert rep.trials == 3 and rep.folds == 3 and rep.stratify == "team"
+    assert rep.best_dev == pytest.approx(max(independent.values()))
+    assert independent[rep.best_params["fusion.lexical_weight"]] == pytest.approx(rep.best_dev)
+    assert rep.base_dev == pytest.approx(_dev_score(store, dataset, base))
+    assert 0.0 <= rep.cv_heldout <= 1.0  # a mix of trials chosen per fold: not bounded by best_dev
+    assert 0.0 <= rep.p_value <= 1.0 and set(rep.sensitivity) == {"fusion.lexical_weight"}
+    loaded = load_config(tmp_path / "best.yaml")
+    assert loaded == best and loaded.fusion.lexical_weight == rep.best_params["fusion.lexical_weight"]
+    assert _dev_score(store, dataset, loaded) == pytest.approx(rep.best_dev)
+    saved = json.loads((tmp_path / "best.report.json").read_text())
+    assert saved["trials"] == 3 and saved["best_dev"] == pytest.approx(rep.best_dev)
+    assert set(saved["seconds"]) >= {"prepare", "trials", "total"}
+
+
+def test_rank_bonus_virtual_keys_and_tpe(store, dataset):
+    space = {"fusion.rank_bonus@1": {"float": [0.0, 0.1]}, "fusion.rank_bonus@3": {"float": [0.0, 0.05]}}
+    best, rep = tune(
+        store, dataset, base="qmd", space=space, method="tpe", budget=6, folds=2, seed=3, progress=False
+    )
+    assert rep.trials == 6
+    p = rep.best_params
+    assert best.fusion.rank_bonus == [
+        (1, pytest.approx(p["fusion.rank_bonus@1"])),
+        (3, pytest.approx(p["fusion.rank_bonus@3"])),
+    ]
+    assert 0.0 <= p["fusion.rank_bonus@1"] <= 0.1 and 0.0 <= p["fusion.rank_bonus@3"] <= 0.05
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "retrieval.dense.top_k",
+        "expansion.max_lex",
+        "rerank.top_n",
+        "rerank.provider",
+        "routing.conversational_skip_lexical",
+    ],
+)
+def test_expensive_keys_rejected_naming_key(store, dataset, key):
+    with pytest.raises(InputError, match=rf"{key}: changes the cached"):
+        tune(store, dataset, space={key: [1, 2]}, progress=False)
+
+
+def test_other_refusals(tmp_path, store, dataset):
+    with pytest.raises(InputError, match="test split"):
+        tune(store, dataset, split="test", progress=False)
+    with pytest.raises(InputError, match="fusion.no_such"):
+        tune(store, dataset, space={"fusion.no_such": [1, 2]}, progress=False)
+    with pytest.raises(InputError, match="fusion.rrf_k: range"):
+        tune(store, dataset, space={"fusion.rrf_k": {"int": [50, 5]}}, progress=False)
+    with pytest.raises(InputError, match="fusion.method"):
+        tune(store, dataset, space={"fusion.method": ["rrf", "nope"]}, progress=False)
+    with pytest.raises(InputError, match="folds=20"):
+        tune(store, dataset, folds=20, progress=False)
+    bad = tmp_path / "space.yaml"
+    bad.write_text("rerank.model: [a, b]\n")
+    with pytest.raises(InputError, match=r"space.yaml: rerank.model: changes the cached"):
+        tune(store, dataset, space=bad, progress=False)

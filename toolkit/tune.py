@@ -28,7 +28,15 @@ from .metrics import evaluate
 from .pipeline import prepare, rescore
 from .store import Store
 
-CHEAP_PREFIXES = ("fusion.", "rerank.blend", "rerank.buckets", "rerank.score_normalization", "dedup.", "threshold.", "routing.technical_lexical_boost")
+CHEAP_PREFIXES = (
+    "fusion.",
+    "rerank.blend",
+    "rerank.buckets",
+    "rerank.score_normalization",
+    "dedup.",
+    "threshold.",
+    "routing.technical_lexical_boost",
+)
 DEFAULT_SPACE: dict[str, Any] = {
     "fusion.method": {"choice": ["rrf", "convex"]},
     "fusion.rrf_k": {"int": [5, 120]},
@@ -43,14 +51,18 @@ DEFAULT_SPACE: dict[str, Any] = {
 
 @dataclass
 class TuneReport:
+    """What a tuning run found. `cv_heldout` is the honest number (selection never saw its fold);
+    `best_dev` is optimistic (picked on the same queries). `sensitivity` is descriptive, not causal."""
+
     base: str
     measure: str
     method: str
     trials: int
+    folds: int
+    stratify: str | None
     base_dev: float
     best_dev: float
     cv_heldout: float
-    cv_base_heldout: float
     p_value: float
     best_params: dict[str, Any]
     diff: dict[str, Any]
@@ -90,17 +102,36 @@ def _apply(cfg: PipelineConfig, params: dict[str, Any]) -> PipelineConfig:
 def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
     for key, dist in space.items():
         if not key.startswith(CHEAP_PREFIXES):
-            raise InputError(f"{origin}: {key}: changes the cached (expensive) stages; tune only {', '.join(CHEAP_PREFIXES)}")
-        if not (isinstance(dist, list) or (isinstance(dist, dict) and len(dist) == 1 and next(iter(dist)) in ("int", "float", "choice", "grid"))):
-            raise InputError(f"{origin}: {key}: expected {{int|float: [lo, hi]}}, {{choice: [...]}} or a list")
+            raise InputError(
+                f"{origin}: {key}: changes the cached (expensive) stages; tune only {', '.join(CHEAP_PREFIXES)}"
+            )
+        if not (
+            isinstance(dist, list)
+            or (
+                isinstance(dist, dict)
+                and len(dist) == 1
+                and next(iter(dist)) in ("int", "float", "choice", "grid")
+            )
+        ):
+            raise InputError(
+                f"{origin}: {key}: expected {{int|float: [lo, hi]}}, {{choice: [...]}} or a list"
+            )
         lo_hi = dist.get("int", dist.get("float")) if isinstance(dist, dict) else None
         if lo_hi is not None and (len(lo_hi) != 2 or lo_hi[0] > lo_hi[1]):
             raise InputError(f"{origin}: {key}: range must be [lo, hi] with lo <= hi")
-        sample = lo_hi[0] if lo_hi is not None else (dist if isinstance(dist, list) else next(iter(dist.values())))[0]
-        try:
-            _apply(base, {key: sample})
-        except InputError as e:
-            raise InputError(f"{origin}: {key}: {e}") from None
+        # Every choice and both range ends must make a valid config, so no trial fails on a typo.
+        samples = (
+            list(lo_hi)
+            if lo_hi is not None
+            else list(dist if isinstance(dist, list) else next(iter(dist.values())))
+        )
+        if not samples:
+            raise InputError(f"{origin}: {key}: no values to try")
+        for sample in samples:
+            try:
+                _apply(base, {key: sample})
+            except InputError as e:
+                raise InputError(f"{origin}: {key}: {e}") from None
 
 
 def _suggest(trial: optuna.Trial, key: str, dist: Any) -> Any:
@@ -128,6 +159,19 @@ def _grid(space: dict[str, Any]) -> dict[str, list[Any]]:
             else:
                 out[key] = list(val)
     return out
+
+
+def cv_heldout(scores: np.ndarray, fold: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Per-query held-out values: for each fold, the trial (row of `scores`, trials x queries) with the best
+    mean on the other folds, read on that fold. Returns (values per query, chosen trial per fold)."""
+    held = np.zeros(scores.shape[1])
+    chosen = []
+    for f in np.unique(fold):
+        train, test = fold != f, fold == f
+        best_t = int(np.argmax(scores[:, train].mean(axis=1))) if train.any() else 0
+        held[test] = scores[best_t, test]
+        chosen.append(best_t)
+    return held, chosen
 
 
 def make_folds(qids: list[str], folds: int, seed: int, groups: list[str] | None = None) -> np.ndarray:
@@ -163,7 +207,9 @@ def tune(
 ) -> tuple[PipelineConfig, TuneReport]:
     """Search `space` around `base` on `split`; returns the best config and an honest report."""
     if split == "test" and not force:
-        raise InputError("refusing to tune on the test split (tune on dev, report on test); pass force=True to override")
+        raise InputError(
+            "refusing to tune on the test split (tune on dev, report on test); pass force=True to override"
+        )
     if split == "test":
         warnings.warn("tuning on the test split: its scores are not results", stacklevel=2)
     t_all = time.perf_counter()
@@ -172,19 +218,35 @@ def tune(
     _validate(sp, base_cfg, str(space) if isinstance(space, (str, Path)) else "space")
     ds = Dataset.open(dataset_dir)
     queries, qrels = ds.queries(split), ds.qrels(split)
+    # Near-duplicate dedup needs chunk vectors from prepare: fetch them once if the space can switch it on.
+    prep_cfg = (
+        base_cfg.with_updates({"dedup.near_duplicate_enabled": True})
+        if "dedup.near_duplicate_enabled" in sp
+        else base_cfg
+    )
     t0 = time.perf_counter()
-    prep = prepare(store, queries, base_cfg, progress=progress)
+    prep = prepare(store, queries, prep_cfg, progress=progress)
     t_prep = time.perf_counter() - t0
-    qids = queries["qid"].to_list()
+    # Only judged queries count: an unjudged query has no score to tune on.
+    judged = queries.filter(pl.col("qid").is_in(qrels["qid"].unique().implode()))
+    qids = judged["qid"].to_list()
+    if not 2 <= folds <= len(qids):
+        raise InputError(f"folds={folds}: need 2 <= folds <= {len(qids)} (judged {split} queries)")
     groups = None
     if stratify:
-        groups = [str(json.loads(m or "{}").get(stratify)) for m in queries["metadata"].to_list()]
+        if "metadata" not in judged.columns:
+            raise InputError(f"stratify={stratify!r}: {split} queries carry no metadata")
+        groups = [str(json.loads(m or "{}").get(stratify)) for m in judged["metadata"].to_list()]
+        if len(set(groups)) == 1 and groups[0] == "None":
+            raise InputError(f"stratify={stratify!r}: no {split} query has that metadata field")
     fold = make_folds(qids, folds, seed, groups)
+    order = pl.DataFrame({"qid": qids})
 
     def per_query(cfg: PipelineConfig) -> np.ndarray:
         pq = evaluate(rescore(prep, cfg, trace=False).run(), qrels, [measure])
-        vals = dict(zip(pq["qid"].to_list(), pq["value"].to_list(), strict=True))
-        return np.array([vals.get(q, 0.0) for q in qids])
+        # A join keeps the query order fixed across trials; a query with no result row scores 0.
+        got = order.join(pq.select("qid", "value"), on="qid", how="left")
+        return got["value"].fill_null(0.0).to_numpy().astype(float)
 
     history: list[tuple[dict[str, Any], np.ndarray]] = []
 
@@ -217,26 +279,51 @@ def tune(
 
     base_vals = per_query(base_cfg)
     scores = np.stack([v for _, v in history])  # trials x queries
-    held = np.zeros(len(qids))
-    for f in range(folds):
-        train, test = fold != f, fold == f
-        best_t = int(np.argmax(scores[:, train].mean(axis=1)))
-        held[test] = scores[best_t, test]
+    held, _ = cv_heldout(scores, fold)
     best_i = int(np.argmax(scores.mean(axis=1)))
     best_params = history[best_i][0]
-    best_cfg = _apply(base_cfg, best_params).with_updates({"name": f"{base_cfg.name}-tuned", "description": f"{base_cfg.name} tuned on {ds.name} {split} for {measure}"})
+    best_cfg = _apply(base_cfg, best_params).with_updates(
+        {
+            "name": f"{base_cfg.name}-tuned",
+            "description": f"{base_cfg.name} tuned on {ds.name} {split} for {measure}",
+        }
+    )
     sig = compare(
-        pl.DataFrame({"system": ["base"] * len(qids) + ["best"] * len(qids), "qid": qids * 2, "measure": measure,
-                      "value": np.r_[base_vals, scores[best_i]]}),
+        pl.DataFrame(
+            {
+                "system": ["base"] * len(qids) + ["best"] * len(qids),
+                "qid": qids * 2,
+                "measure": measure,
+                "value": np.r_[base_vals, scores[best_i]],
+            }
+        ),
         "base",
     )
     report = TuneReport(
-        base=base_cfg.name, measure=measure, method=method, trials=len(history),
-        base_dev=float(base_vals.mean()), best_dev=float(scores[best_i].mean()), cv_heldout=float(held.mean()),
-        cv_base_heldout=float(base_vals.mean()), p_value=float(sig.filter(pl.col("system") == "best")["p_value"][0]),
-        best_params=best_params, diff={k: [a, b] for k, (a, b) in best_cfg.diff(base_cfg).items() if k not in ("name", "description")},
-        sensitivity=_sensitivity(history), history=[{"params": p, "score": float(v.mean())} for p, v in history],
-        seconds={"prepare": t_prep, "trials": t_trials, "per_trial": t_trials / max(len(history), 1), "total": time.perf_counter() - t_all},
+        base=base_cfg.name,
+        measure=measure,
+        method=method,
+        trials=len(history),
+        folds=folds,
+        stratify=stratify,
+        base_dev=float(base_vals.mean()),
+        best_dev=float(scores[best_i].mean()),
+        cv_heldout=float(held.mean()),
+        p_value=float(sig.filter(pl.col("system") == "best")["p_value"][0]),
+        best_params=best_params,
+        diff={
+            k: {"base": a, "best": b}
+            for k, (a, b) in base_cfg.diff(best_cfg).items()
+            if k not in ("name", "description")
+        },
+        sensitivity=_sensitivity(history),
+        history=[{"params": p, "score": float(v.mean())} for p, v in history],
+        seconds={
+            "prepare": t_prep,
+            "trials": t_trials,
+            "per_trial": t_trials / max(len(history), 1),
+            "total": time.perf_counter() - t_all,
+        },
     )
     if out is not None:
         save_config(best_cfg, out)
