@@ -208,11 +208,15 @@ def _rerank(
     weights = fusion.list_weights(cands, feats, cfg.fusion, cfg.routing.enabled)
     fused = fusion.fuse(cands, weights, cfg.fusion).filter(pl.col("rank") <= rc.top_n).select("qid", "doc_id")
     pool_docs = pl.concat([fused, cands.filter(pl.col("rank") <= depth).select("qid", "doc_id")]).unique()
-    # Each document is represented by its chunk with the most query-term hits.
-    doc_chunks = store.chunks().select("chunk_id", "doc_id", "text")
+    # Each document is represented by its chunk with the most query-term hits, read with its title (the
+    # passage format `hrt train-reranker` trains on, and the body the store embeds).
+    doc_chunks = store.chunks().select("chunk_id", "doc_id", "text", "title")
     pairs = pool_docs.join(doc_chunks, on="doc_id").join(queries.select("qid", pl.col("text").alias("query")), on="qid")
     best = rerank.best_chunk(pairs.select("qid", "query", "doc_id", "chunk_id", "text"))
     best = best.join(queries.select("qid", pl.col("text").alias("query")), on="qid") if "query" not in best.columns else best
+    best = best.join(doc_chunks.select("chunk_id", "title"), on="chunk_id").with_columns(
+        rerank.passage_text(pl.col("title"), pl.col("text")).alias("text")
+    )
     return rerank.rerank_scores(best.select("qid", "query", "doc_id", "chunk_id", "text"), reranker, cache=store, progress=progress)
 
 

@@ -415,6 +415,12 @@ def _tokens(col: str) -> pl.Expr:
     return pl.col(col).str.to_lowercase().str.extract_all(r"\w+")
 
 
+def passage_text(title: pl.Expr, text: pl.Expr) -> pl.Expr:
+    """What the reranker reads for a chunk: "title\\ntext" (the same body the store embeds), or the text
+    alone when the title is empty. Train and serve must use the same format."""
+    return pl.when(title.fill_null("").str.len_chars() > 0).then(title + pl.lit("\n") + text).otherwise(text)
+
+
 def best_chunk(chunks: pl.DataFrame, query: str | pl.DataFrame | None = None) -> pl.DataFrame:
     """One chunk per (qid, doc_id): the one matching the most distinct query terms, then the most query-term
     occurrences, then the earliest (`ord` if given, else the number after '#' in the chunk id, else input order).
