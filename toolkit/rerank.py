@@ -238,11 +238,18 @@ def _in_hf_cache(repo_id: str) -> bool:
     return (Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))).is_dir()
 
 
+def _trained_max_length(path: Path) -> int | None:
+    try:
+        return int(json.loads((path / "training_report.json").read_text())["params"]["max_length"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class CrossEncoderReranker:
     """A sentence-transformers `CrossEncoder` on the CPU, by local path or hub id, loaded once on first use
     (so a run whose scores are all cached never loads it). `name` includes `max_length`, which changes scores."""
 
-    def __init__(self, model: str, batch_size: int = 32, max_length: int = 256, device: str = "cpu") -> None:
+    def __init__(self, model: str, batch_size: int = 32, max_length: int | None = None, device: str = "cpu") -> None:
         if not model:
             raise ToolkitError("rerank.model: the cross-encoder reranker needs a model path or hub id")
         p = Path(model).expanduser()
@@ -252,6 +259,9 @@ class CrossEncoderReranker:
             self._load_from, model_id = str(p), f"local:{p.name}:{_dir_stamp(p)}"
         else:
             self._load_from, model_id = model, model
+        if max_length is None:  # a model from `hrt train-reranker` is served at the length it was trained at
+            max_length = _trained_max_length(p) if self._local else None
+            max_length = max_length or 256
         self.name = f"{model_id}@{max_length}"
         self.batch_size, self.max_length, self.device = batch_size, max_length, device
         self._model = None
@@ -384,7 +394,7 @@ def make_reranker(
     retries: int = 2,
     path: str | Path | None = None,
     batch_size: int = 32,
-    max_length: int = 256,
+    max_length: int | None = None,
 ) -> Reranker | None:
     """The reranker named by config `rerank.provider` ("none" -> None). Arguments a provider does not use are ignored."""
     if provider in (None, "none"):
