@@ -3,6 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO    := data/demo
 OUT     := out/demo
 
@@ -32,11 +33,11 @@ demo: $(STAMP)
 
 # The browser test drives JupyterLab in Debian's chromium (no browser download is possible here).
 browser-deps:
-	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP)
-	$(BIN)/ruff check toolkit tests benchmarks data
-	$(BIN)/pytest -q -p no:cacheprovider tests
+test: $(STAMP) browser-deps
+	$(BIN)/ruff check toolkit tests benchmarks data notebooks
+	HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider tests
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/pytest -q -p no:cacheprovider --nbval-lax notebooks; fi
 
 lint: $(STAMP)

@@ -260,7 +260,7 @@ def _train_epoch(model, loss_fn, loss: str, opt, sched, data: pl.DataFrame, *, b
         opt.step()
         sched.step()
         opt.zero_grad()
-        total += float(value)
+        total += float(value.detach())
         steps += 1
         bar.set_postfix(loss=f"{total / steps:.4f}")
     model.model.eval()

@@ -1,0 +1,161 @@
+"""Drive a tutorial's lab in real JupyterLab in headless Chromium (Debian's package; nothing is downloaded).
+
+Used by `tests/test_browser.py` (tutorial 02 on the demo data) and `benchmarks/lab_browser.py` (LoCoMo):
+start a JupyterLab server on a free port, open the notebook, run all cells, wait for the lab's panels,
+move a slider by typing into its readout, and time the path from the keypress to redrawn panels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+
+# The lab's figures are plotly graph divs; `gd.data` holds what is drawn. A JSON snapshot of all of them
+# (and of the metrics table's cells) tells whether the panels changed.
+SNAPSHOT_JS = """() => {
+  const plots = [...document.querySelectorAll('.js-plotly-plot')];
+  return JSON.stringify(plots.map(gd => (gd.data || []).map(t => [t.type, t.x, t.y, t.cells && t.cells.values])));
+}"""
+
+
+def chromium_path() -> str | None:
+    return CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def jupyterlab(root: Path, log: Path) -> Iterator[str]:
+    """A JupyterLab server over `root` without token; yields its base URL. The app object is exposed as
+    `window.jupyterapp` so the test can run commands (run all cells) instead of clicking through menus."""
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+        "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
+        f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True", "--ServerApp.open_browser=False", "--allow-root",
+    ]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # Own settings: autosave off (a run must never write outputs into the tutorial), no news pop-up.
+    settings = log.parent / "lab-settings"
+    for plugin, value in (("@jupyterlab/docmanager-extension/plugin", {"autosave": False}),
+                          ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false"})):
+        f = settings / f"{plugin}.jupyterlab-settings"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value))
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(log.parent / "jupyter-config"), HF_HUB_OFFLINE="1",
+               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(log.parent / "lab-workspaces"))
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                try:
+                    urllib.request.urlopen(f"{url}/api/status", timeout=2)
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"JupyterLab did not start; see {log}") from None
+                    time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@dataclass
+class LabRun:
+    """What the browser saw: panel snapshots and timings, and the screenshots it kept."""
+
+    before: str = ""
+    after: str = ""
+    timing_before: str = ""
+    timing_after: str = ""
+    slider_to_panels_ms: list[float] = field(default_factory=list)
+    run_all_s: float = 0.0
+    screenshots: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexical weight",
+              values: tuple[str, ...] = ("2.5",), run_timeout_s: float = 600.0, prefix: str = "lab") -> LabRun:
+    """Open `notebook` (path relative to the server root), run all cells, then for each of `values` type it
+    into the `slider` readout and wait until the panels' data changed. Screenshots go to `artifacts`."""
+    from playwright.sync_api import sync_playwright
+
+    artifacts.mkdir(parents=True, exist_ok=True)
+    out = LabRun()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1500, "height": 1300})
+        page.on("pageerror", lambda e: out.errors.append(str(e)))
+        page.goto(f"{url}/lab/tree/{notebook}", timeout=120_000)
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
+                               "&& window.jupyterapp.shell.currentWidget.sessionContext "
+                               "&& window.jupyterapp.shell.currentWidget.sessionContext.session "
+                               "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel", timeout=120_000)
+        page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+                               timeout=120_000)
+        t0 = time.perf_counter()
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # Done when no cell is queued or running ("[*]") and the lab's panels have been drawn.
+        page.wait_for_function(
+            "() => { const p = document.querySelectorAll('.jp-InputPrompt');"
+            " return p.length > 0 && [...p].every(e => !e.textContent.includes('*'))"
+            " && document.querySelectorAll('.js-plotly-plot').length >= 3"
+            " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'; }",
+            timeout=run_timeout_s * 1000, polling=500,
+        )
+        out.run_all_s = time.perf_counter() - t0
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText:has-text('Traceback'), .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+        if errors.count():
+            out.errors.append("cell error: " + errors.first.inner_text()[:2000])
+        row = page.locator(".widget-slider", has=page.locator("label", has_text=slider)).first
+        row.scroll_into_view_if_needed()
+        timing = page.locator(".widget-html-content", has_text="updated in").first
+        out.before = page.evaluate(SNAPSHOT_JS)
+        out.timing_before = timing.inner_text() if timing.count() else ""
+        shot = artifacts / f"{prefix}-before.png"
+        page.screenshot(path=str(shot), full_page=False)
+        out.screenshots.append(shot)
+        snap = out.before
+        for v in values:
+            readout = row.locator(".widget-readout")
+            readout.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type(v)
+            t = time.perf_counter()
+            page.keyboard.press("Enter")
+            page.wait_for_function(f"(before) => ({SNAPSHOT_JS})() !== before", arg=snap, timeout=60_000, polling="raf")
+            out.slider_to_panels_ms.append((time.perf_counter() - t) * 1000)
+            page.wait_for_timeout(300)  # let the remaining panels settle before the next snapshot
+            snap = page.evaluate(SNAPSHOT_JS)
+        out.after = snap
+        out.timing_after = timing.inner_text() if timing.count() else ""
+        shot = artifacts / f"{prefix}-after.png"
+        page.screenshot(path=str(shot), full_page=False)
+        out.screenshots.append(shot)
+        (artifacts / f"{prefix}-run.json").write_text(json.dumps(
+            {"run_all_s": out.run_all_s, "slider_to_panels_ms": out.slider_to_panels_ms,
+             "timing_before": out.timing_before, "timing_after": out.timing_after, "errors": out.errors}, indent=2))
+        browser.close()
+    return out
