@@ -396,3 +396,11 @@ def test_agrees_with_ir_measures_on_bm25_runs(name, thr):
         assert check_agreement(run, qrels, thr) == n_queries * (len(ir_measure_pairs(thr)) + 2)
         ndcg = aggregate(evaluate(run, qrels, ["nDCG@10"]))["nDCG@10"]
         assert 0.3 < ndcg < 0.8  # a sane BM25 (no stemmer, so a little under the README's numbers)
+
+
+def test_cutoff_depth():
+    from toolkit.metrics import cutoff_depth
+
+    assert cutoff_depth(["nDCG@10", "R@5", "MRR@20"]) == 20
+    assert cutoff_depth(["nDCG@10", "MAP"]) is None
+    assert cutoff_depth(["Rprec"]) is None

@@ -91,3 +91,22 @@ def test_routing_skips_lexical_for_conversational_queries(store):
     lists = prep.candidates.filter(pl.col("qid") == "q2")["list_id"].unique().to_list()
     assert lists == ["orig:vec"]
     assert "orig:lex" in prep.candidates.filter(pl.col("qid") == "q1")["list_id"].unique().to_list()
+
+
+def test_one_prepared_reused_across_configs_equals_fresh_runs(store):
+    """Prepared caches config-free encodings (fusion index, list table, per-document rerank scores); a
+    sequence of different configs on one Prepared must give what a fresh Prepared gives for each."""
+    from toolkit.metrics import cutoff_depth, evaluate
+
+    base = load_config("qmd")
+    prep = prepare(store, QUERIES, base)
+    qrels = pl.DataFrame({"qid": ["q1", "q2", "q3"], "doc_id": ["d1", "d2", "d3"], "rel": [1, 1, 1]})
+    for upd in ({"fusion.rrf_k": 5}, {"fusion.method": "convex", "fusion.alpha": 0.3}, {"fusion.lexical_weight": 0.0},
+                {"dedup.source_enabled": False, "dedup.near_duplicate_enabled": False}, {}):
+        cfg = base.with_updates(upd)
+        reused = rescore(prep, cfg)
+        fresh = rescore(prepare(store, QUERIES, cfg, use_cache=False), cfg)
+        assert reused.final.select("qid", "doc_id", "rank", "score").equals(fresh.final.select("qid", "doc_id", "rank", "score")), upd
+        ms = ["nDCG@10", "R@5", "MRR@10"]
+        assert evaluate(reused.run(cutoff_depth(ms)), qrels, ms).equals(evaluate(reused.run(), qrels, ms))
+    assert set(prep._derived) >= {"lists", "fusion_index"}

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 from .config import RerankConfig
+from .fusion import in_rank_order
 
 BLEND_SCHEMA = {
     "qid": pl.Utf8,
@@ -52,7 +54,16 @@ def bucket_weight(buckets: list[tuple[float, float]], fused_rank: pl.Expr) -> pl
     return expr.otherwise(pl.lit(buckets[-1][1]))
 
 
-def blend(fused: pl.DataFrame, rerank_scores: pl.DataFrame | None, cfg: RerankConfig) -> pl.DataFrame:
+def rerank_by_doc(rerank_scores: pl.DataFrame) -> pl.DataFrame:
+    """[qid, doc_id, rerank_score]: one score per (query, document), the best of its scored chunks."""
+    return rerank_scores.group_by(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).agg(
+        pl.col("rerank_score").cast(pl.Float64).max()
+    )
+
+
+def blend(
+    fused: pl.DataFrame, rerank_scores: pl.DataFrame | None, cfg: RerankConfig, *, per_doc: bool = False
+) -> pl.DataFrame:
     """Blended ranking [qid, doc_id, chunk_id, score, rank, fused_rank, fused_score, rerank_score,
     rerank_norm, retrieval_weight, reranked, raw_score, flags] for all queries.
 
@@ -62,6 +73,7 @@ def blend(fused: pl.DataFrame, rerank_scores: pl.DataFrame | None, cfg: RerankCo
     retrieval signal in the final score (1 for documents that were not reranked). raw_score is the
     reranker's raw score for reranked documents, the fused score otherwise. Flags: "reranked", and
     "rerank_missing" for a top-N document without a score in a query where others were reranked.
+    `per_doc=True` says `rerank_scores` already is `rerank_by_doc` output (cached by `Prepared`).
     """
     if not len(fused):
         return pl.DataFrame(schema=BLEND_SCHEMA)
@@ -74,10 +86,8 @@ def blend(fused: pl.DataFrame, rerank_scores: pl.DataFrame | None, cfg: RerankCo
     )
     if rerank_scores is not None and len(rerank_scores) and cfg.blend != "none":
         # One score per (query, document): the reranker may have scored several chunks of a document.
-        rs = rerank_scores.group_by(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).agg(
-            pl.col("rerank_score").cast(pl.Float64).max()
-        )
-        b = b.join(rs, on=["qid", "doc_id"], how="left")
+        rs = rerank_by_doc(rerank_scores) if not per_doc else rerank_scores
+        b = b.join(rs, on=["qid", "doc_id"], how="left", maintain_order="left")
     else:
         b = b.with_columns(pl.lit(None, pl.Float64).alias("rerank_score"))
 
@@ -100,59 +110,102 @@ def blend(fused: pl.DataFrame, rerank_scores: pl.DataFrame | None, cfg: RerankCo
             pl.col("fused_score").alias("raw_score"),
             pl.lit([], pl.List(pl.Utf8)).alias("flags"),
         ).select(list(BLEND_SCHEMA))
-    b = b.with_columns(pl.col("reranked").any().over("qid").alias("_q_reranked"))
+    return _blend_block(b, cfg)
 
-    x = pl.when(pl.col("reranked")).then(pl.col("rerank_score"))
+
+def _segments(g: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first row, row count) of each of the `n` groups numbered 0..n-1 in the sorted group ids `g`."""
+    counts = np.bincount(g, minlength=n)
+    return np.concatenate(([0], np.cumsum(counts)[:-1])), counts
+
+
+def _group_reduce(ufunc: np.ufunc, values: np.ndarray, g: np.ndarray, n: int, empty: float) -> np.ndarray:
+    """ufunc-reduce `values` per group (rows sorted by group id `g`); `empty` for groups with no rows."""
+    out = np.full(n, empty)
+    if len(values):
+        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        out[g[starts]] = ufunc.reduceat(values, starts)
+    return out
+
+
+def _blend_block(b: pl.DataFrame, cfg: RerankConfig) -> pl.DataFrame:
+    """The blend of queries with reranked documents, in numpy over rows sorted by (qid, fused rank).
+
+    Runs on every slider change: polars window expressions over string query ids (`.over("qid")`) cost
+    ~10x this. The arithmetic is the formula in the module docstring, in the same operation order as the
+    reference expressions (`bucket_weight`, `scores_below`), so scores are bit-identical.
+    """
+    # `fuse` returns rows by (qid, rank) with ranks 1..n per query; sort only when given anything else.
+    if not in_rank_order(b.select("qid", pl.col("fused_rank").alias("rank"))):
+        b = b.sort("qid", "fused_rank")
+    g = b["qid"].rle_id().cast(pl.Int64).to_numpy()
+    fr = b["fused_rank"].to_numpy()
+    ng = int(g[-1]) + 1
+    frf = fr.astype(np.float64)
+    rerank = b["rerank_score"].to_numpy().astype(np.float64)  # null -> nan
+    m = b["reranked"].to_numpy()
+    q_reranked = np.bincount(g, weights=m, minlength=ng) > 0
+
+    x = np.where(m, rerank, np.nan)
+    gm = g[m]
     if cfg.score_normalization == "sigmoid":
-        norm = 1.0 / (1.0 + (-x).exp())
+        norm = 1.0 / (1.0 + np.exp(-x))
     else:
-        lo, hi = x.min().over("qid"), x.max().over("qid")
-        norm = (
-            pl.when(hi > lo)
-            .then((x - lo) / (hi - lo))
-            .otherwise(pl.when(pl.col("reranked")).then(pl.lit(1.0)))
-        )
-    b = b.with_columns(norm.alias("rerank_norm"))
+        lo = _group_reduce(np.minimum, x[m], gm, ng, np.nan)[g]
+        hi = _group_reduce(np.maximum, x[m], gm, ng, np.nan)[g]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            norm = np.where(hi > lo, (x - lo) / (hi - lo), np.where(m, 1.0, np.nan))
 
-    w = pl.lit(0.0) if cfg.blend == "replace" else bucket_weight(cfg.buckets, pl.col("fused_rank"))
-    b = b.with_columns(pl.when(pl.col("reranked")).then(w).otherwise(pl.lit(1.0)).alias("retrieval_weight"))
-    blended = pl.col("retrieval_weight") / pl.col("fused_rank").cast(pl.Float64) + (
-        1.0 - pl.col("retrieval_weight")
-    ) * pl.col("rerank_norm")
-    b = b.with_columns(pl.when(pl.col("reranked")).then(blended).alias("_block"))
+    if cfg.blend == "replace":
+        w = np.zeros(len(b))
+    else:
+        w = np.full(len(b), cfg.buckets[-1][1])
+        todo = np.ones(len(b), dtype=bool)
+        for bound, weight in cfg.buckets:  # first bucket whose last rank is >= fused rank
+            hit = todo & (True if math.isinf(bound) else fr <= bound)
+            w[hit] = weight
+            todo &= ~hit
+    retrieval_weight = np.where(m, w, 1.0)
+    block = np.where(m, retrieval_weight / frf + (1.0 - retrieval_weight) * norm, np.nan)
 
     # Documents not reranked, in a query where others were: fused order, scores strictly below the block.
-    tail = pl.col("_q_reranked") & ~pl.col("reranked")
-    b = b.with_columns(
-        pl.col("_block").min().over("qid").alias("_floor"),
-        pl.when(tail).then(pl.col("fused_rank")).rank("ordinal").over("qid").alias("_tail_pos"),
-        tail.sum().over("qid").alias("_tail_n"),
-    )
-    score = (
-        pl.when(pl.col("reranked"))
-        .then(pl.col("_block"))
-        .when(tail)
-        .then(scores_below(pl.col("_floor"), pl.col("_tail_pos"), pl.col("_tail_n")))
-        .otherwise(pl.col("fused_score"))
+    tail = q_reranked[g] & ~m
+    starts, _ = _segments(g, ng)
+    ctail = np.cumsum(tail)
+    before = (ctail - tail)[starts]  # tail rows before each group's first row
+    tail_pos = (ctail - before[g]).astype(np.float64)
+    tail_n = np.bincount(g, weights=tail, minlength=ng)[g]
+    floor = _group_reduce(np.minimum, block[m], gm, ng, np.nan)[g]
+    frac = tail_pos / (tail_n + 1.0)
+    with np.errstate(invalid="ignore"):
+        below = np.where(floor > 0, floor * (1.0 - frac), floor - frac)
+    fused_score = b["fused_score"].to_numpy()
+    score = np.where(m, block, np.where(tail, below, fused_score))
+    raw = np.where(m, rerank, fused_score)
+
+    # Reranked block first (by blended score, then fused rank), then everything else in fused order. Only
+    # the first top_n rows of a query can move (reranked rows lie there), so only they are sorted.
+    order = np.arange(len(b))
+    head = np.flatnonzero(fr <= cfg.top_n)
+    # Head rows come in (query, fused rank) order, so two stable sorts give (query, reranked first, blended
+    # score desc, fused rank): np.lexsort with four keys is several times slower here.
+    by_score = np.argsort(np.where(m[head], -block[head], np.inf), kind="stable")
+    order[head] = head[by_score[np.argsort(g[head][by_score], kind="stable")]]
+    rank = np.arange(len(b)) - starts[g] + 1  # rows stay grouped: the sort's first key is the group
+    flag = np.where(m, 1, np.where(tail & (fr <= cfg.top_n), 2, 0))[order]
+    out = b[order].with_columns(
+        pl.Series("score", score[order]),
+        pl.Series("rank", rank, dtype=pl.Int64),
+        pl.Series("rerank_norm", norm[order]).fill_nan(None),
+        pl.Series("retrieval_weight", retrieval_weight[order]),
+        pl.Series("raw_score", raw[order]),
+        pl.Series("_flag", flag),
     )
     flags = (
-        pl.when(pl.col("reranked"))
+        pl.when(pl.col("_flag") == 1)
         .then(pl.lit(["reranked"], pl.List(pl.Utf8)))
-        .when(tail & (pl.col("fused_rank") <= cfg.top_n))
+        .when(pl.col("_flag") == 2)
         .then(pl.lit(["rerank_missing"], pl.List(pl.Utf8)))
         .otherwise(pl.lit([], pl.List(pl.Utf8)))
     )
-    b = b.with_columns(
-        score.alias("score"),
-        pl.when(pl.col("reranked"))
-        .then(pl.col("rerank_score"))
-        .otherwise(pl.col("fused_score"))
-        .alias("raw_score"),
-        flags.alias("flags"),
-    )
-    # Reranked block first (by blended score), then everything else in fused order.
-    b = b.sort(
-        ["qid", "reranked", "_block", "fused_rank"], descending=[False, True, True, False], nulls_last=True
-    )
-    b = b.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
-    return b.select(list(BLEND_SCHEMA))
+    return out.with_columns(flags.alias("flags")).select(list(BLEND_SCHEMA))

@@ -16,6 +16,7 @@ import polars as pl
 
 from .config import DedupConfig
 from .errors import ToolkitError
+from .fusion import in_rank_order
 
 REMOVED_SCHEMA = {
     "qid": pl.Utf8,
@@ -233,7 +234,11 @@ def dedup(
     is how many top results per query are compared.
     """
     depth = depth or max(3 * n, 50)
-    r = ranked.sort("qid", "rank")
+    ordered = in_rank_order(ranked)
+    r = ranked if ordered else ranked.sort("qid", "rank")
+    passthrough = not (cfg.near_duplicate_enabled or cfg.source_enabled)
+    if passthrough and ordered:  # nothing can be removed: the top n as they are (ranks already 1..n)
+        r = r.filter(pl.col("rank") <= n)
     if "flags" not in r.columns:
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
     if "source" in r.columns:
@@ -273,9 +278,12 @@ def dedup(
         r, pushed = _source_pass(r, cfg, n)
         removed.append(pushed)
 
-    kept = r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")).filter(
-        pl.col("rank") <= n
-    )
+    if passthrough and ordered:
+        kept = r
+    else:
+        kept = r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")).filter(
+            pl.col("rank") <= n
+        )
     rem = (
         pl.concat([x.cast(REMOVED_SCHEMA) for x in removed])
         if removed

@@ -11,6 +11,8 @@ A list whose weight is 0 takes no part (its documents do not enter the fused lis
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -21,23 +23,31 @@ FUSED_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "score":
 WEIGHT_SCHEMA = {"qid": pl.Utf8, "list_id": pl.Utf8, "weight": pl.Float64}
 
 
+def list_table(candidates: pl.DataFrame, features: pl.DataFrame | None) -> pl.DataFrame:
+    """[qid, list_id, variant, retriever, lexical_boost]: the lists of each query, what `list_weights`
+    needs. It depends only on the cached stages, so `Prepared` computes it once per slider session."""
+    lists = candidates.select("qid", "list_id", "variant", "retriever").unique()
+    if features is not None and len(features):
+        return lists.join(features.select("qid", "lexical_boost"), on="qid", how="left")
+    return lists.with_columns(pl.lit(None, pl.Float64).alias("lexical_boost"))
+
+
 def list_weights(
     candidates: pl.DataFrame,
     features: pl.DataFrame | None,
     cfg: FusionConfig,
     routing_enabled: bool,
+    *,
+    lists: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """[qid, list_id, weight] = retriever weight x variant weight (original vs expansion) x lexical boost.
 
     The boost (features.lexical_boost, set for technical queries) applies only when routing is enabled;
-    lists of a skipped route are already absent from `candidates`.
+    lists of a skipped route are already absent from `candidates`. `lists`: `list_table` output, if cached.
     """
-    lists = candidates.select("qid", "list_id", "variant", "retriever").unique()
-    if features is not None and routing_enabled and len(features):
-        lists = lists.join(features.select("qid", "lexical_boost"), on="qid", how="left")
-        boost = pl.col("lexical_boost").fill_null(1.0)
-    else:
-        boost = pl.lit(1.0)
+    if lists is None:
+        lists = list_table(candidates, features)
+    boost = pl.col("lexical_boost").fill_null(1.0) if routing_enabled else pl.lit(1.0)
     retriever_w = (
         pl.when(pl.col("retriever") == "lex")
         .then(pl.lit(cfg.lexical_weight))
@@ -140,28 +150,63 @@ def _codes(s: pl.Series, values: pl.Series) -> np.ndarray:
     return s.cast(pl.Utf8).cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy()
 
 
-def fuse(candidates: pl.DataFrame, weights: pl.DataFrame | None, cfg: FusionConfig) -> pl.DataFrame:
+@dataclass(frozen=True)
+class FusionIndex:
+    """The candidate rows as integer codes, and their order by (query, document, list, rank): everything
+    `fuse` needs that does not depend on the config. Built once per `Prepared` (`index`), it saves the
+    string encoding and the larger of fusion's two sorts on every slider change."""
+
+    qids: pl.Series
+    docs: pl.Series
+    lists: pl.Series
+    q: np.ndarray
+    d: np.ndarray
+    li: np.ndarray
+    rank: np.ndarray
+    lex: np.ndarray
+    score: np.ndarray
+    chunk_id: pl.Series
+    order: np.ndarray
+
+
+def index(candidates: pl.DataFrame) -> FusionIndex:
+    """Encode `candidates` for `fuse` (see FusionIndex)."""
+    qids = candidates["qid"].cast(pl.Utf8).unique().sort()
+    docs = candidates["doc_id"].cast(pl.Utf8).unique().sort()
+    lists = candidates["list_id"].cast(pl.Utf8).unique().sort()
+    q = _codes(candidates["qid"], qids)
+    d = _codes(candidates["doc_id"], docs)
+    li = _codes(candidates["list_id"], lists)
+    rank = candidates["rank"].cast(pl.Int64).to_numpy()
+    if len(rank) and rank.min() < 1:
+        raise InputError(f"candidates: ranks are 1-based, found rank {int(rank.min())}")
+    order = _order([(q * len(docs) + d, len(qids) * len(docs)), (li, len(lists)), (rank, int(rank.max()))]) if len(rank) else rank
+    return FusionIndex(
+        qids=qids, docs=docs, lists=lists, q=q, d=d, li=li, rank=rank,
+        lex=(candidates["retriever"] == "lex").to_numpy(), score=candidates["score"].cast(pl.Float64).to_numpy(),
+        chunk_id=candidates["chunk_id"].cast(pl.Utf8), order=order,
+    )
+
+
+def fuse(
+    candidates: pl.DataFrame, weights: pl.DataFrame | None, cfg: FusionConfig, *, idx: FusionIndex | None = None
+) -> pl.DataFrame:
     """Fused ranking [qid, doc_id, chunk_id, score, rank] for all queries, sorted by qid and rank.
 
     chunk_id is the chunk of the document's best-ranked appearance (ties: list_id order). A document
     that appears several times in one list (chunk-level retrieval) counts once there, at its best rank.
     Ties are broken by score, then best rank across lists, then doc_id, so the result does not depend on
     the order of the input rows. Lists missing from `weights` get weight 1; weight 0 drops a list.
+    `idx`: `index(candidates)`, when the caller keeps it between calls.
     """
     if not len(candidates):
         return pl.DataFrame(schema=FUSED_SCHEMA)
     # Strings become sorted integer codes once and the grouping is a sort plus segment reductions in
     # numpy: a full re-fusion of every query has to fit in a slider tick.
-    qids = candidates["qid"].cast(pl.Utf8).unique().sort()
-    docs = candidates["doc_id"].cast(pl.Utf8).unique().sort()
-    lists = candidates["list_id"].cast(pl.Utf8).unique().sort()
+    ix = idx if idx is not None else index(candidates)
+    qids, docs, lists = ix.qids, ix.docs, ix.lists
     nq, nd, nl, nr = len(qids), len(docs), len(lists), len(candidates)
-    q = _codes(candidates["qid"], qids)
-    d = _codes(candidates["doc_id"], docs)
-    li = _codes(candidates["list_id"], lists)
-    rank = candidates["rank"].cast(pl.Int64).to_numpy()
-    if rank.min() < 1:
-        raise InputError(f"candidates: ranks are 1-based, found rank {int(rank.min())}")
+    q, d, li, rank = ix.q, ix.d, ix.li, ix.rank
     ql = q * nl + li
 
     table = np.ones(nq * nl)
@@ -175,21 +220,19 @@ def fuse(candidates: pl.DataFrame, weights: pl.DataFrame | None, cfg: FusionConf
     if cfg.method == "rrf":
         contrib = weight / (cfg.rrf_k + rank)
     else:
-        lex = (candidates["retriever"] == "lex").to_numpy()
-        norm = _normalize(
-            candidates["score"].cast(pl.Float64).to_numpy(), rank, lex, ql, nq * nl, cfg.normalization
-        )
+        lex = ix.lex
+        norm = _normalize(ix.score, rank, lex, ql, nq * nl, cfg.normalization)
         contrib = weight * np.where(lex, 1.0 - cfg.alpha, cfg.alpha) * norm
     icontrib = np.round(np.nan_to_num(contrib, nan=0.0) * _SCALE).astype(np.int64)
 
     # Rows sorted by (query, doc, list, rank): a document's rows are contiguous, its first row in each
     # list is its best there, and later rows of the same list (chunk-level repeats) are dropped.
-    rows = np.flatnonzero(weight > 0)
-    if not len(rows):
+    live = weight > 0
+    if not live.any():
         return pl.DataFrame(schema=FUSED_SCHEMA)
     key = q * nd + d
     lr = rank * nl + li  # (rank, list code) in one integer: order of appearances within a document
-    o = rows[_order([(key[rows], nq * nd), (li[rows], nl), (rank[rows], int(rank.max()))])]
+    o = ix.order if live.all() else ix.order[live[ix.order]]
     key, lr = key[o], lr[o]
     new_doc = np.r_[True, key[1:] != key[:-1]]
     lo = lr % nl
@@ -221,7 +264,7 @@ def fuse(candidates: pl.DataFrame, weights: pl.DataFrame | None, cfg: FusionConf
         {
             "qid": qids.gather(gq),
             "doc_id": docs.gather(gd),
-            "chunk_id": candidates["chunk_id"].cast(pl.Utf8).gather(best),
+            "chunk_id": ix.chunk_id.gather(best),
             "score": isum / _SCALE,
             "rank": pos,
         },
@@ -238,3 +281,14 @@ def _bonus_np(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:
         out[hit] = bonus
         done |= hit
     return out
+
+
+def in_rank_order(frame: pl.DataFrame) -> bool:
+    """True when `frame` holds each query's rows together with ranks 1, 2, 3, ... in order (what `fuse` and
+    `blend` return). Later stages check this in O(rows) and skip a sort on string query ids."""
+    if not len(frame):
+        return True
+    g = frame["qid"].rle_id().to_numpy()
+    rank = frame["rank"].to_numpy()
+    new_q = np.r_[True, g[1:] != g[:-1]]
+    return bool(np.all(rank[new_q] == 1) and np.all(np.diff(rank)[~new_q[1:]] == 1))

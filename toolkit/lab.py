@@ -49,7 +49,7 @@ from . import panels
 from .config import PipelineConfig, load_config, save_config
 from .errors import InputError, ToolkitError
 from .features import query_features
-from .metrics import aggregate, evaluate, parse_measures
+from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
 from .pipeline import Prepared, Result, prepare, rescore
 from .store import Store
 
@@ -383,7 +383,7 @@ class Lab:
         if baseline is not None and self.qrels is not None:
             bcfg = load_config(baseline)
             bres = rescore(self._prepared(bcfg, remember=False), bcfg, trace=False)
-            self._baseline_pq = evaluate(bres.run(), self.qrels, self.measures)
+            self._baseline_pq = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures)
             self.baseline_name = bcfg.name
         self._build_widgets()
         self.result: Result = self._run(self.config, time.perf_counter())
@@ -621,7 +621,7 @@ class Lab:
         timings["rescore"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         if self.qrels is not None:
-            self.per_query = evaluate(res.run(), self.qrels, self.measures)
+            self.per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures)
             self.deltas = panels.metric_deltas(self.per_query, self._baseline_pq)
             timings["metrics"] = (time.perf_counter() - t) * 1000
             t = time.perf_counter()

@@ -259,6 +259,13 @@ def evaluate(
     )
 
 
+def cutoff_depth(measures: str | Iterable[str]) -> int | None:
+    """The deepest rank any of `measures` looks at (None when one has no cutoff, e.g. MAP or R-prec).
+    A run cut to this depth (in its trec_eval order) evaluates exactly like the whole run."""
+    ms = parse_measures(measures)
+    return None if any(m.k is None or m.kind == "rprec" for m in ms) else max(m.k for m in ms)
+
+
 def _query_key(qid: pl.Expr) -> pl.Expr:
     """A numeric stand-in for the qid to group and sort on (collisions are detected by the caller)."""
     return qid.hash()

@@ -24,7 +24,7 @@ from .compare import compare
 from .config import PipelineConfig, load_config, save_config
 from .errors import InputError
 from .loaders import Dataset
-from .metrics import evaluate
+from .metrics import cutoff_depth, evaluate
 from .pipeline import prepare, rescore
 from .store import Store
 
@@ -243,7 +243,7 @@ def tune(
     order = pl.DataFrame({"qid": qids})
 
     def per_query(cfg: PipelineConfig) -> np.ndarray:
-        pq = evaluate(rescore(prep, cfg, trace=False).run(), qrels, [measure])
+        pq = evaluate(rescore(prep, cfg, trace=False).run(cutoff_depth([measure])), qrels, [measure])
         # A join keeps the query order fixed across trials; a query with no result row scores 0.
         got = order.join(pq.select("qid", "value"), on="qid", how="left")
         return got["value"].fill_null(0.0).to_numpy().astype(float)
