@@ -167,6 +167,40 @@ class FusionIndex:
     score: np.ndarray
     chunk_id: pl.Series
     order: np.ndarray
+    grouping: tuple[np.ndarray, ...]  # `_grouping` of all rows: what fuse uses when every list has weight > 0
+
+
+def _grouping(
+    q: np.ndarray, d: np.ndarray, li: np.ndarray, rank: np.ndarray, nl: int, nd: int, o: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Group candidate rows `o` (in (query, doc, list, rank) order) by (query, document).
+
+    Returns (rows kept, first position of each document in them, best rank, row of the best appearance,
+    query code, doc code). A document's first row in each list is its best there; later rows of the same
+    list (chunk-level repeats) are dropped. The best appearance is the smallest (rank, list code, row).
+    """
+    nr = len(q)
+    key = (q * nd + d)[o]
+    lr = (rank * nl + li)[o]  # (rank, list code) in one integer: order of appearances within a document
+    new_doc = np.r_[True, key[1:] != key[:-1]]
+    lo = lr % nl
+    first_in_list = new_doc | np.r_[True, lo[1:] != lo[:-1]]
+    if not first_in_list.all():
+        o, key, lr, new_doc = o[first_in_list], key[first_in_list], lr[first_in_list], new_doc[first_in_list]
+    starts = np.flatnonzero(new_doc)
+    best = np.minimum.reduceat(lr * nr + o, starts)
+    best_rank, best = best // nr // nl, best % nr
+    return o, starts, best_rank, best, key[starts] // nd, key[starts] % nd
+
+
+def pair_lookup(ix: FusionIndex, frame: pl.DataFrame, value: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted (query, document) codes, values) of `frame` [qid, doc_id, value] in `ix`'s coding, for
+    `np.searchsorted` lookups of fused rows' `_key`. Pairs outside the candidates are dropped: no fused
+    row can ask for them."""
+    known = frame.filter(pl.col("qid").is_in(ix.qids.implode()) & pl.col("doc_id").is_in(ix.docs.implode()))
+    keys = _codes(known["qid"], ix.qids) * len(ix.docs) + _codes(known["doc_id"], ix.docs)
+    o = np.argsort(keys)
+    return keys[o], known[value].cast(pl.Float64).to_numpy()[o]
 
 
 def index(candidates: pl.DataFrame) -> FusionIndex:
@@ -185,6 +219,7 @@ def index(candidates: pl.DataFrame) -> FusionIndex:
         qids=qids, docs=docs, lists=lists, q=q, d=d, li=li, rank=rank,
         lex=(candidates["retriever"] == "lex").to_numpy(), score=candidates["score"].cast(pl.Float64).to_numpy(),
         chunk_id=candidates["chunk_id"].cast(pl.Utf8), order=order,
+        grouping=_grouping(q, d, li, rank, len(lists), len(docs), order) if len(rank) else (),
     )
 
 
@@ -205,7 +240,7 @@ def fuse(
     # numpy: a full re-fusion of every query has to fit in a slider tick.
     ix = idx if idx is not None else index(candidates)
     qids, docs, lists = ix.qids, ix.docs, ix.lists
-    nq, nd, nl, nr = len(qids), len(docs), len(lists), len(candidates)
+    nq, nd, nl = len(qids), len(docs), len(lists)
     q, d, li, rank = ix.q, ix.d, ix.li, ix.rank
     ql = q * nl + li
 
@@ -225,26 +260,14 @@ def fuse(
         contrib = weight * np.where(lex, 1.0 - cfg.alpha, cfg.alpha) * norm
     icontrib = np.round(np.nan_to_num(contrib, nan=0.0) * _SCALE).astype(np.int64)
 
-    # Rows sorted by (query, doc, list, rank): a document's rows are contiguous, its first row in each
-    # list is its best there, and later rows of the same list (chunk-level repeats) are dropped.
     live = weight > 0
     if not live.any():
         return pl.DataFrame(schema=FUSED_SCHEMA)
-    key = q * nd + d
-    lr = rank * nl + li  # (rank, list code) in one integer: order of appearances within a document
-    o = ix.order if live.all() else ix.order[live[ix.order]]
-    key, lr = key[o], lr[o]
-    new_doc = np.r_[True, key[1:] != key[:-1]]
-    lo = lr % nl
-    first_in_list = new_doc | np.r_[True, lo[1:] != lo[:-1]]
-    if not first_in_list.all():
-        o, key, lr, new_doc = o[first_in_list], key[first_in_list], lr[first_in_list], new_doc[first_in_list]
-    starts = np.flatnonzero(new_doc)
+    if live.all():  # the usual case: the grouping does not depend on the config, and the index has it
+        o, starts, best_rank, best, gq, gd = ix.grouping
+    else:
+        o, starts, best_rank, best, gq, gd = _grouping(q, d, li, rank, nl, nd, ix.order[live[ix.order]])
     isum = np.add.reduceat(icontrib[o], starts)
-    # The best appearance: smallest (rank, list code, row) packed into one integer per row.
-    best = np.minimum.reduceat(lr * nr + o, starts)
-    best_rank, best = best // nr // nl, best % nr
-    gq, gd = key[starts] // nd, key[starts] % nd
     if cfg.method == "rrf":
         isum = isum + np.round(_bonus_np(cfg, best_rank) * _SCALE).astype(np.int64)
 
@@ -260,7 +283,7 @@ def fuse(
     gq, gd, isum, best = gq[f], gd[f], isum[f], best[f]
     block = np.flatnonzero(np.r_[True, gq[1:] != gq[:-1]])
     pos = np.arange(len(gq)) - np.repeat(block, np.diff(np.r_[block, len(gq)])) + 1
-    return pl.DataFrame(
+    out = pl.DataFrame(
         {
             "qid": qids.gather(gq),
             "doc_id": docs.gather(gd),
@@ -270,6 +293,9 @@ def fuse(
         },
         schema=FUSED_SCHEMA,
     )
+    # With a kept index, each row also carries its (query, document) code, so the blend stage can look
+    # reranker scores up by integer (`FusionIndex.lookup`) instead of joining on two string columns.
+    return out.with_columns(pl.Series("_key", gq * nd + gd)) if idx is not None else out
 
 
 def _bonus_np(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:

@@ -249,11 +249,13 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     t["fuse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    rs = prep.rerank_scores
+    rs, lookup = prep.rerank_scores, None
     per_doc = rs is not None and len(rs) > 0
     if per_doc:
         rs = prep.derived("rerank_by_doc", (rs,), lambda: blend_stage.rerank_by_doc(prep.rerank_scores))
-    blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc)
+        if idx is not None:
+            lookup = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
+    blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup)
     t["blend"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
