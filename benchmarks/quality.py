@@ -68,7 +68,7 @@ def run_collection(
                 model = workdir / f"reranker-{name}"
                 if not (model / "training_report.json").exists():
                     trep = timed(f"train reranker on dev ({epochs} epochs)", lambda: train_reranker(
-                        st, ds.root, split="dev", out=model, epochs=epochs, seed=0))
+                        st, ds.root, split="dev", out=model, epochs=epochs, seed=0, first_stage=tuned_path))
                     print(f"{name}: {trep.summary()}", flush=True)
                 configs["tuned+reranker"] = configs["tuned"].with_updates({
                     "name": "tuned+reranker", "rerank.provider": "cross-encoder", "rerank.model": str(model),

@@ -166,3 +166,30 @@ def test_tiny_training_run_saves_a_loadable_reranker(tiny, tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(InputError, match="not a reranker trained here"):
         train_reranker(store, ds.root, out=tmp_path / "other", epochs=1, progress=False)
+
+
+def test_positive_cap_keeps_highest_grades_and_is_seeded():
+    pool = pl.DataFrame({"qid": ["q"] * 6, "label": [2, 1, 1, 1, 0, 0], "best_rank": [None] * 4 + [1, 2],
+                         "doc_id": ["p2", "a", "b", "c", "n1", "n2"]})
+    got = sample_negatives(pool, 5, seed=0, max_positives=2)
+    pos = got.filter(pl.col("label") > 0)["doc_id"].to_list()
+    assert len(pos) == 2 and "p2" in pos  # the grade-2 document always stays
+    assert got.equals(sample_negatives(pool, 5, seed=0, max_positives=2))
+    assert len(sample_negatives(pool, 5, seed=0).filter(pl.col("label") > 0)) == 4  # no cap: all positives
+    with pytest.raises(InputError, match="max_positives"):
+        sample_negatives(pool, 5, seed=0, max_positives=0)
+
+
+@pytest.mark.slow
+def test_first_stage_is_the_fused_list_of_the_given_config(tiny):
+    from toolkit.train import first_stage_pairs
+
+    store, ds = tiny
+    q = ds.queries("dev")
+    bm25, pairs = first_stage_pairs(store, q, 3)
+    want = store.lexical_search(q.select("qid", "text", "scope"), top_k=3)
+    assert bm25.sort("qid", "rank").select("qid", "doc_id").equals(want.sort("qid", "rank").select("qid", "doc_id"))
+    hybrid, _ = first_stage_pairs(store, q, 3, "hybrid-rrf")
+    assert hybrid["rank"].max() <= 3 and set(hybrid["qid"]) == set(q["qid"])
+    assert set(pairs.columns) == {"qid", "query", "doc_id", "chunk_id", "text"}
+    assert len(pairs) == len(bm25)

@@ -274,12 +274,14 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 @click.option("--max-length", default=160, show_default=True, type=click.IntRange(16), help="Max tokens of query + passage.")
 @click.option("--holdout", default=0.2, show_default=True, type=float, help="Share of the split's queries held out for early stopping and the verdict.")
 @click.option("--holdout-by", type=click.Choice(["query", "scope"]), default="query", show_default=True, help="Hold out random queries, or whole scopes (conversations).")
-@click.option("--eval-depth", default=40, show_default=True, type=click.IntRange(1), help="BM25 candidates reranked when judging each epoch.")
+@click.option("--eval-depth", default=40, show_default=True, type=click.IntRange(1), help="First-stage candidates reranked when judging each epoch.")
+@click.option("--first-stage", default="bm25-only", show_default=True, help="Config (preset or path) whose fused list the reranker goes behind when judged on held-out queries.")
+@click.option("--max-positives", default=16, show_default=True, type=click.IntRange(1), help="Judged-relevant documents per query and epoch (caps TREC-DL-style queries).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--export-data", default=None, type=click.Path(dir_okay=False), help="Also write the training pairs (query, text, label) here (.parquet, .csv or .jsonl).")
 @click.option("--force", is_flag=True, help="Allow training on the test split (every test number is then meaningless).")
 def train_reranker(dataset, split, out, store_path, base_model, epochs, negatives, depth, loss, lr, max_length, holdout,
-                   holdout_by, eval_depth, seed, export_data, force) -> None:
+                   holdout_by, eval_depth, first_stage, max_positives, seed, export_data, force) -> None:
     """Fine-tune a CrossEncoder reranker on a split's judgements, with hard negatives mined from the
     toolkit's own BM25 and dense lists, a listwise loss and early stopping on held-out queries.
 
@@ -297,7 +299,7 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
         rep = run_train(
             st, ds.root, split=split, out=out, base_model=base_model, epochs=epochs, negatives_per_query=negatives,
             depth=depth, loss=loss, lr=lr, max_length=max_length, holdout=holdout, holdout_by=holdout_by,
-            eval_depth=eval_depth, seed=seed, force=force,
+            eval_depth=eval_depth, first_stage=first_stage, max_positives=max_positives, seed=seed, force=force,
         )
     if export_data:
         data = pl.read_parquet(Path(out) / "training_data.parquet")

@@ -144,9 +144,13 @@ def mine_pool(
                                                                   descending=[False, True, False, False], nulls_last=True)
 
 
-def sample_negatives(pool: pl.DataFrame, negatives_per_query: int, seed: int) -> pl.DataFrame:
-    """All positives plus up to `negatives_per_query` negatives per query, drawn without replacement with
-    weight 1/sqrt(best rank) (judged non-relevant documents weigh as rank 1), seeded.
+def sample_negatives(
+    pool: pl.DataFrame, negatives_per_query: int, seed: int, max_positives: int | None = None
+) -> pl.DataFrame:
+    """Up to `max_positives` positives (all when None; highest grades first, then at random) plus up to
+    `negatives_per_query` negatives per query, drawn without replacement with weight 1/sqrt(best rank)
+    (judged non-relevant documents weigh as rank 1), seeded. The positive cap keeps a listwise step small
+    on collections with hundreds of judged-relevant documents per query (TREC DL).
 
     Gumbel top-k: the k largest log(w) + Gumbel noise are a weighted sample without replacement, for all
     queries at once (no per-query loop)."""
@@ -160,7 +164,16 @@ def sample_negatives(pool: pl.DataFrame, negatives_per_query: int, seed: int) ->
         .filter(pl.col("_k").rank("ordinal", descending=True).over("qid") <= negatives_per_query)
         .drop("_k")
     )
-    return pl.concat([pool.filter(pl.col("label") > 0), negs]).sort(
+    pos = pool.filter(pl.col("label") > 0)
+    if max_positives is not None:
+        if max_positives < 1:
+            raise InputError(f"max_positives must be at least 1, got {max_positives}")
+        pos = (
+            pos.with_columns(pl.Series("_r", rng.uniform(size=len(pos))))
+            .filter(pl.struct(-pl.col("label"), "_r").rank("ordinal").over("qid") <= max_positives)
+            .drop("_r")
+        )
+    return pl.concat([pos, negs]).sort(
         "qid", "label", "best_rank", "doc_id", descending=[False, True, False, False], nulls_last=True
     )
 
@@ -270,11 +283,24 @@ def _train_epoch(model, loss_fn, loss: str, opt, sched, data: pl.DataFrame, *, b
 # ---------------------------------------------------------------------------------------------- evaluation
 
 
-def first_stage_pairs(store: Any, queries: pl.DataFrame, depth: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(BM25 top-`depth` as a fused frame, rerank pairs [qid, query, doc_id, chunk_id, text]) for `queries`."""
+def first_stage_pairs(
+    store: Any, queries: pl.DataFrame, depth: int, config: Any = "bm25-only"
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the first stage's fused top-`depth` [qid, doc_id, chunk_id, score, rank], rerank pairs [qid, query,
+    doc_id, chunk_id, text]) for `queries` under `config` (preset name, path or PipelineConfig): the list
+    a reranker placed behind that pipeline would be given. The default, bm25-only, is BM25 alone."""
+    from .config import load_config
+    from .fusion import fuse, list_weights
+    from .pipeline import prepare
+
+    cfg = load_config(config) if isinstance(config, str | Path) else config
+    cfg = cfg.with_updates({"rerank.provider": "none", "expansion.provider": "none"})
     if "scope" not in queries.columns:
         queries = queries.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
-    fused = store.lexical_search(queries.select("qid", "text", "scope"), top_k=depth)
+    prep = prepare(store, queries, cfg, use_cache=False)
+    weights = list_weights(prep.candidates, prep.features, cfg.fusion, cfg.routing.enabled)
+    fused = fuse(prep.candidates, weights, cfg.fusion).filter(pl.col("rank") <= depth)
+    fused = fused.select("qid", "doc_id", "chunk_id", "score", "rank")
     pairs = _passages(store, fused.select("qid", "doc_id"), queries, "document").join(
         queries.select("qid", pl.col("text").alias("query")), on="qid"
     )
@@ -294,7 +320,7 @@ def score_pairs(model: Any, pairs: pl.DataFrame, *, batch_size: int = 64, progre
 
 
 def compare_blends(fused: pl.DataFrame, scores: pl.DataFrame, qrels: pl.DataFrame, *, top_n: int,
-                   measure: str = "nDCG@10") -> dict[str, Any]:
+                   measure: str = "nDCG@10", buckets: list[tuple[float, float]] | None = None) -> dict[str, Any]:
     """`measure` of the first stage alone, reranked with `replace`, and with position-aware blending, plus
     the per-query values of each (for a paired test)."""
     from .blend import blend
@@ -304,7 +330,7 @@ def compare_blends(fused: pl.DataFrame, scores: pl.DataFrame, qrels: pl.DataFram
     out: dict[str, Any] = {}
     runs = {"first_stage": fused}
     for mode in ("replace", "position"):
-        cfg = RerankConfig(blend=mode, top_n=top_n, buckets=BLEND_BUCKETS)
+        cfg = RerankConfig(blend=mode, top_n=top_n, buckets=buckets or BLEND_BUCKETS)
         runs["replace" if mode == "replace" else "blend"] = blend(fused, scores, cfg)
     for name, run in runs.items():
         per_q = evaluate(run.select("qid", "doc_id", "score"), qrels, [measure])
@@ -435,6 +461,8 @@ def train_reranker(
     max_length: int = 160,
     freeze_layers: int = 2,
     eval_depth: int = 40,
+    first_stage: Any = "bm25-only",
+    max_positives: int = 16,
     holdout: float = 0.2,
     holdout_by: str = "query",
     level: str = "document",
@@ -447,7 +475,8 @@ def train_reranker(
 
     `store` is a `Store` (or the path of one) holding the dataset's corpus. Training on "test" is refused
     unless `force=True`: a reranker trained on the test judgements makes every test number meaningless.
-    Each epoch is evaluated on the held-out queries (BM25 top `eval_depth`, position-aware blend, nDCG@10)
+    Each epoch is evaluated on the held-out queries (the top `eval_depth` of `first_stage`, a config whose
+    fused list the reranker goes behind, bm25-only by default; its blend buckets; nDCG@10)
     and the best epoch is kept in `out`, with `training_report.json` and `training_data.parquet` (the pairs
     of every epoch, column `epoch`). Seeds fix the split, the negatives, the order and the head init.
     """
@@ -478,7 +507,8 @@ def train_reranker(
         return _train(store, Dataset.open(dataset_dir), split=split, out=Path(out), base_model=base_model,
                       epochs=epochs, negatives_per_query=negatives_per_query, depth=depth, loss=loss, lr=lr,
                       head_lr=head_lr, batch_queries=batch_queries, max_length=max_length,
-                      freeze_layers=freeze_layers, eval_depth=eval_depth,
+                      freeze_layers=freeze_layers, eval_depth=eval_depth, first_stage=first_stage,
+                      max_positives=max_positives,
                       holdout=holdout, holdout_by=holdout_by, level=level, seed=seed, force=force, progress=progress)
     finally:
         if own_store:
@@ -487,12 +517,17 @@ def train_reranker(
 
 def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None, epochs: int,
            negatives_per_query: int, depth: int, loss: str, lr: float, head_lr: float, batch_queries: int,
-           max_length: int, freeze_layers: int, eval_depth: int, holdout: float, holdout_by: str, level: str, seed: int, force: bool,
+           max_length: int, freeze_layers: int, eval_depth: int, first_stage: Any, max_positives: int, holdout: float, holdout_by: str, level: str, seed: int, force: bool,
            progress: bool) -> TrainReport:
     import torch
     from transformers import get_linear_schedule_with_warmup, set_seed
 
-    params = {k: v for k, v in locals().items() if k not in ("store", "ds", "out", "torch", "get_linear_schedule_with_warmup", "set_seed")}
+    from .config import load_config
+
+    params = {k: v for k, v in locals().items()
+              if k not in ("store", "ds", "out", "torch", "get_linear_schedule_with_warmup", "set_seed", "load_config")}
+    if not isinstance(first_stage, str | Path):
+        params["first_stage"] = first_stage.name or "config"
     seconds = {"mining": 0.0, "training": 0.0, "scoring": 0.0}
     qrels = ds.qrels(split)
     queries = ds.queries(split)
@@ -503,14 +538,16 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
     queries = queries.join(judged_pos, on="qid", how="semi")
     train_q, held_q = split_holdout(queries, holdout, seed, holdout_by)
     pool = mine_pool(store, train_q, qrels, depth=depth, level=level)
-    held_fused, held_pairs = first_stage_pairs(store, held_q, eval_depth)
+    fs_cfg = load_config(first_stage) if isinstance(first_stage, str | Path) else first_stage
+    held_fused, held_pairs = first_stage_pairs(store, held_q, eval_depth, fs_cfg)
+    buckets = fs_cfg.rerank.buckets
     held_qrels = qrels.join(held_q.select("qid"), on="qid", how="semi")
     seconds["mining"] = time.perf_counter() - t0
 
     set_seed(seed)
     model = load_cross_encoder(base_model, max_length)
     loss_fn = _make_loss(model, loss)
-    samples = [sample_negatives(pool, negatives_per_query, seed + e) for e in range(epochs)]
+    samples = [sample_negatives(pool, negatives_per_query, seed + e, max_positives) for e in range(epochs)]
     steps = sum(math.ceil(s["qid"].n_unique() / batch_queries) for s in samples)
     # The word embeddings (half of MiniLM's weights) stay frozen: a few hundred queries cannot retrain a
     # 30k-word vocabulary, and updating them dominates the CPU time of an optimizer step.
@@ -537,7 +574,7 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
         t0 = time.perf_counter()
         with torch.inference_mode():
             scores = score_pairs(model, held_pairs, progress=progress)
-        res = compare_blends(held_fused, scores, held_qrels, top_n=eval_depth)
+        res = compare_blends(held_fused, scores, held_qrels, top_n=eval_depth, buckets=buckets)
         seconds["scoring"] += time.perf_counter() - t0
         row = {"epoch": e + 1, "loss": mean_loss, **{k: float(v["value"].mean()) for k, v in res.items()}}
         history.append(row)
