@@ -7,7 +7,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO    := data/demo
 OUT     := out/demo
 
-.PHONY: install demo test lint bench clean browser-deps
+.PHONY: install demo test lint bench clean browser-deps notebooks
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,11 @@ test: $(STAMP) browser-deps
 	$(BIN)/ruff check toolkit tests benchmarks data notebooks
 	HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider tests
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/pytest -q -p no:cacheprovider --nbval-lax notebooks; fi
+
+# Run the tutorials top to bottom as CI does, then strip their outputs (only checked cells keep theirs).
+notebooks: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider --nbval-lax notebooks
+	$(BIN)/python notebooks/strip_outputs.py notebooks/*.ipynb
 
 lint: $(STAMP)
 	$(BIN)/ruff check toolkit tests benchmarks
