@@ -212,3 +212,27 @@ def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path):
             b = st.lexical_search(queries, top_k=50, level=level).sort("qid", "rank")
             assert a.select("qid", "doc_id", "chunk_id", "rank").equals(b.select("qid", "doc_id", "chunk_id", "rank"))
             np.testing.assert_allclose(a["score"].to_numpy(), b["score"].to_numpy(), atol=1e-8)
+
+
+def test_memoised_metadata_follows_writes_and_rollbacks(tmp_path, embedder):
+    """Settings, generation and index presence are memoised per Store; every ingest (or failed ingest)
+    must be visible to the next read."""
+    from toolkit.loaders import load_corpus
+
+    st = Store(tmp_path / "m.duckdb", embedder=embedder)
+    assert not st.has_lexical_index() and st.generation() == "0"
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"_id": "a", "text": "alpha beta"}\n')
+    st.ingest(load_corpus(f), embed=False)
+    g1 = st.generation()
+    assert st.has_lexical_index() and g1 != "0"
+    f.write_text('{"_id": "a", "text": "alpha beta gamma"}\n')
+    st.ingest(load_corpus(f), embed=False)
+    assert st.generation() != g1
+    g2 = st.generation()
+    with pytest.raises(Exception):  # noqa: B017 - any failure mid-ingest must roll back
+        st.ingest([{"_id": "b", "text": None}], embed=False)
+    assert st.generation() == g2 and st.lexical_search(
+        pl.DataFrame({"qid": ["q"], "text": ["gamma"], "scope": [None]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
+    )["doc_id"].to_list() == ["a"]
+    st.close()
