@@ -137,7 +137,7 @@ def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexica
         shot = artifacts / f"{prefix}-before.png"
         page.screenshot(path=str(shot), full_page=False)
         out.screenshots.append(shot)
-        snap = out.before
+        snap, stamp = out.before, out.timing_before
         for v in values:
             readout = row.locator(".widget-readout")
             readout.click()
@@ -145,10 +145,17 @@ def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexica
             page.keyboard.type(v)
             t = time.perf_counter()
             page.keyboard.press("Enter")
-            page.wait_for_function(f"(before) => ({SNAPSHOT_JS})() !== before", arg=snap, timeout=60_000, polling="raf")
+            # Done when the lab's "updated in" line (written after every panel) changed and the figures did.
+            page.wait_for_function(
+                f"([before, stamp]) => {{ const el = [...document.querySelectorAll('.widget-html-content')]"
+                f".find(e => e.textContent.includes('updated in'));"
+                f" return el && el.textContent !== stamp && ({SNAPSHOT_JS})() !== before; }}",
+                arg=[snap, stamp], timeout=60_000, polling="raf",
+            )
             out.slider_to_panels_ms.append((time.perf_counter() - t) * 1000)
-            page.wait_for_timeout(300)  # let the remaining panels settle before the next snapshot
+            page.wait_for_timeout(300)  # let plotly finish drawing before the next snapshot
             snap = page.evaluate(SNAPSHOT_JS)
+            stamp = timing.inner_text() if timing.count() else ""
         out.after = snap
         out.timing_after = timing.inner_text() if timing.count() else ""
         shot = artifacts / f"{prefix}-after.png"

@@ -357,6 +357,7 @@ class Lab:
         self.message = ""  # the status line: "" when all is well, else the last error or notice
         self.history: list[str] = []  # recent status messages (notices like "recomputing candidates")
         self.last_update_ms: float | None = None
+        self.updates = 0  # how many re-scorings the panels show (the status line numbers them)
         self.timings: dict[str, float] = {}
         self.per_query: pl.DataFrame | None = None
         self.deltas: pl.DataFrame | None = None
@@ -632,6 +633,7 @@ class Lab:
         self._refresh_figures(res, cfg, prep)
         timings["figures"] = (time.perf_counter() - t) * 1000
         self.last_update_ms = (time.perf_counter() - t0) * 1000
+        self.updates += 1
         self.timings = timings
         self._show("")
         return res
@@ -724,7 +726,7 @@ class Lab:
             t = self.timings
             prep = f"candidates recomputed {t['prepare']:.0f}, " if t.get("prepare", 0) > 0 else ""
             self._timing.value = (
-                f"updated in {self.last_update_ms:.0f} ms ({prep}rescore {t.get('rescore', 0):.0f}, metrics {t.get('metrics', 0):.0f}, "
+                f"#{self.updates}: updated in {self.last_update_ms:.0f} ms ({prep}rescore {t.get('rescore', 0):.0f}, metrics {t.get('metrics', 0):.0f}, "
                 f"failure cases {t.get('failures', 0):.0f}, panels {t.get('figures', 0):.0f}) over {self.queries.height} queries"
             )
 
