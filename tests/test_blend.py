@@ -179,6 +179,8 @@ def test_numpy_blend_equals_the_polars_reference(sizes, top_n, raw, mode, norm, 
     want = blend_reference(f, r, cfg).sort("qid", "rank")
     got = blend(f.sample(fraction=1.0, shuffle=True, seed=seed), r, cfg).sort("qid", "rank")
     assert got.select("qid", "doc_id", "rank", "reranked", "flags").equals(want.select("qid", "doc_id", "rank", "reranked", "flags"))
+    kept = blend(f, r, cfg, keep=3).sort("qid", "rank")
+    assert kept.equals(blend(f, r, cfg).filter(pl.col("rank") <= 3).sort("qid", "rank"))
     for col in ("score", "rerank_norm", "retrieval_weight", "raw_score"):
         a, b = got[col].fill_null(float("nan")).to_list(), want[col].fill_null(float("nan")).to_list()
         assert all((x != x and y != y) or abs(x - y) <= 1e-12 for x, y in zip(a, b, strict=True)), col

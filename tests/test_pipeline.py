@@ -110,3 +110,31 @@ def test_one_prepared_reused_across_configs_equals_fresh_runs(store):
         ms = ["nDCG@10", "R@5", "MRR@10"]
         assert evaluate(reused.run(cutoff_depth(ms)), qrels, ms).equals(evaluate(reused.run(), qrels, ms))
     assert set(prep._derived) >= {"lists", "fusion_index"}
+
+
+def test_cached_encodings_give_the_plain_stage_chain_with_reranker_scores(store):
+    """rescore's fast paths (fusion index, integer rerank lookups, grouped gathers, blend keep) against
+    the plain stage functions, with reranker scores present and with one list switched off."""
+    import numpy as np
+
+    from toolkit import blend as blend_stage
+    from toolkit import dedup as dedup_stage
+    from toolkit import fusion, threshold
+
+    base = load_config("qmd")
+    prep = prepare(store, QUERIES, base)
+    c = prep.candidates
+    rng = np.random.default_rng(0)
+    pool = c.select("qid", "doc_id", "chunk_id").unique(["qid", "doc_id"], keep="first").sort("qid", "doc_id")
+    prep.rerank_scores = pool.with_columns(pl.Series("rerank_score", rng.normal(size=len(pool))))
+    for upd in ({}, {"fusion.dense_weight": 0.0}, {"rerank.blend": "replace", "rerank.top_n": 3},
+                {"dedup.source_enabled": True}):
+        cfg = base.with_updates(upd)
+        got = rescore(prep, cfg, trace=False).final
+        w = fusion.list_weights(c, prep.features, cfg.fusion, cfg.routing.enabled)
+        b = blend_stage.blend(fusion.fuse(c, w, cfg.fusion), prep.rerank_scores, cfg.rerank)
+        kept, _ = dedup_stage.dedup(b, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=100)
+        want, _ = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
+        cols = ["qid", "doc_id", "rank", "score"]
+        assert got.select(cols).sort("qid", "rank").equals(want.select(cols).sort("qid", "rank")), upd
+        assert got.filter(pl.col("flags").list.contains("reranked")).height > 0

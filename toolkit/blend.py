@@ -67,7 +67,8 @@ def blend(
     cfg: RerankConfig,
     *,
     per_doc: bool = False,
-    lookup: tuple[np.ndarray, np.ndarray] | None = None,
+    lookup: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
+    keep: int | None = None,
 ) -> pl.DataFrame:
     """Blended ranking [qid, doc_id, chunk_id, score, rank, fused_rank, fused_score, rerank_score,
     rerank_norm, retrieval_weight, reranked, raw_score, flags] for all queries.
@@ -79,7 +80,9 @@ def blend(
     reranker's raw score for reranked documents, the fused score otherwise. Flags: "reranked", and
     "rerank_missing" for a top-N document without a score in a query where others were reranked.
     `per_doc=True` says `rerank_scores` already is `rerank_by_doc` output (cached by `Prepared`);
-    `lookup` (`fusion.pair_lookup` of it) replaces the join when `fused` carries `_key` codes.
+    `lookup` (`fusion.pair_lookup` of it, plus `fusion.grouped_values`) replaces the join when `fused`
+    carries `_key` / `_grp` codes. `keep`: return
+    only each query's first `keep` places (what the caller will show), saving the work on the rest.
     """
     if not len(fused):
         return pl.DataFrame(schema=BLEND_SCHEMA)
@@ -91,10 +94,15 @@ def blend(
         pl.col("score").cast(pl.Float64).alias("fused_score"),
     )
     if lookup is not None and cfg.blend != "none" and "_key" in fused.columns and len(lookup[0]):
-        keys, values = lookup
-        want = fused["_key"].to_numpy()
-        at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
-        b = b.with_columns(pl.Series("rerank_score", np.where(keys[at] == want, values[at], np.nan)).fill_nan(None))
+        keys, values, by_group = lookup
+        grp = fused["_grp"].to_numpy() if by_group is not None and "_grp" in fused.columns else None
+        if grp is not None and len(grp) and grp[0] >= 0:  # fused with the index's grouping: a gather
+            got = by_group[grp]
+        else:
+            want = fused["_key"].to_numpy()
+            at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+            got = np.where(keys[at] == want, values[at], np.nan)
+        b = b.with_columns(pl.Series("rerank_score", got).fill_nan(None))
     elif rerank_scores is not None and len(rerank_scores) and cfg.blend != "none":
         # One score per (query, document): the reranker may have scored several chunks of a document.
         rs = rerank_by_doc(rerank_scores) if not per_doc else rerank_scores
@@ -113,6 +121,8 @@ def blend(
     b = b.with_columns(reranked.fill_null(False).alias("reranked"))
     if not b["reranked"].any():
         # Nothing reranked (no provider, or it failed for every query): the fused list, rows and all.
+        if keep is not None:
+            b = b.filter(pl.col("fused_rank") <= keep)
         return b.with_columns(
             pl.col("fused_score").alias("score"),
             pl.col("fused_rank").alias("rank"),
@@ -121,7 +131,7 @@ def blend(
             pl.col("fused_score").alias("raw_score"),
             pl.lit([], pl.List(pl.Utf8)).alias("flags"),
         ).select(list(BLEND_SCHEMA))
-    return _blend_block(b, cfg)
+    return _blend_block(b, cfg, keep)
 
 
 def _segments(g: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +149,7 @@ def _group_reduce(ufunc: np.ufunc, values: np.ndarray, g: np.ndarray, n: int, em
     return out
 
 
-def _blend_block(b: pl.DataFrame, cfg: RerankConfig) -> pl.DataFrame:
+def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.DataFrame:
     """The blend of queries with reranked documents, in numpy over rows sorted by (qid, fused rank).
 
     Runs on every slider change: polars window expressions over string query ids (`.over("qid")`) cost
@@ -208,9 +218,13 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig) -> pl.DataFrame:
     taken = by_row < (np.minimum(np.bincount(g, minlength=ng), width))[:, None]  # drop the padding
     order[head] = (starts[:, None] + by_row)[taken]
     rank = np.arange(len(b)) - starts[g] + 1  # rows stay grouped: the sort's first key is the group
+    qid = b.select("qid")
+    if keep is not None:  # only the first `keep` places of each query are wanted
+        sel = rank <= keep
+        order, rank, qid = order[sel], rank[sel], qid.filter(sel)
     flag = np.where(m, 1, np.where(tail & (fr <= cfg.top_n), 2, 0))[order]
     # qid does not move (rows only change places within a query): gather the other columns only.
-    out = b.select("qid").hstack(b.drop("qid")[order]).with_columns(
+    out = qid.hstack(b.drop("qid")[order]).with_columns(
         pl.Series("score", score[order]),
         pl.Series("rank", rank, dtype=pl.Int64),
         pl.Series("rerank_norm", norm[order]).fill_nan(None),

@@ -203,6 +203,18 @@ def pair_lookup(ix: FusionIndex, frame: pl.DataFrame, value: str) -> tuple[np.nd
     return keys[o], known[value].cast(pl.Float64).to_numpy()[o]
 
 
+def grouped_values(ix: FusionIndex, lookup: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """`pair_lookup` values aligned with `ix.grouping`'s documents (NaN where none): fused rows then find
+    theirs by their `_grp` place, a gather instead of a binary search per row."""
+    keys, values = lookup
+    *_, gq, gd = ix.grouping
+    want = gq * len(ix.docs) + gd
+    if not len(keys):
+        return np.full(len(want), np.nan)
+    at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+    return np.where(keys[at] == want, values[at], np.nan)
+
+
 def index(candidates: pl.DataFrame) -> FusionIndex:
     """Encode `candidates` for `fuse` (see FusionIndex)."""
     qids = candidates["qid"].cast(pl.Utf8).unique().sort()
@@ -295,7 +307,11 @@ def fuse(
     )
     # With a kept index, each row also carries its (query, document) code, so the blend stage can look
     # reranker scores up by integer (`FusionIndex.lookup`) instead of joining on two string columns.
-    return out.with_columns(pl.Series("_key", gq * nd + gd)) if idx is not None else out
+    if idx is None:
+        return out
+    # `_grp`: the row's place in `idx.grouping` (when that grouping was used), for plain gathers of values
+    # precomputed per grouped document (`grouped_values`).
+    return out.with_columns(pl.Series("_key", gq * nd + gd), pl.Series("_grp", f if live.all() else np.full(len(f), -1)))
 
 
 def _bonus_np(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:

@@ -254,8 +254,11 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     if per_doc:
         rs = prep.derived("rerank_by_doc", (rs,), lambda: blend_stage.rerank_by_doc(prep.rerank_scores))
         if idx is not None:
-            lookup = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
-    blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup)
+            pairs = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
+            lookup = (*pairs, prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
+    # Without dedup nothing below place n can reach the final list: the blend stage keeps the top n only.
+    keep = None if (cfg.dedup.source_enabled or cfg.dedup.near_duplicate_enabled) else n
+    blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
     t["blend"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
