@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from .config import ThresholdConfig
+from .fusion import in_rank_order
 
 PER_QUERY_SCHEMA = {
     "qid": pl.Utf8,
@@ -52,7 +53,7 @@ def apply_threshold(
     two results. low_differentiation = spread < low_spread. Scores come out strictly decreasing with rank
     (see `strictly_decreasing`), so evaluating the run by score gives exactly this order.
     """
-    r = ranked.sort("qid", "rank")
+    r = ranked if in_rank_order(ranked) else ranked.sort("qid", "rank")
     if "flags" not in r.columns:
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
     if not len(r):
