@@ -19,6 +19,7 @@ test split is never used for any choice: tuning and early stopping both see dev 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from toolkit.loaders import Dataset, load_corpus
 from toolkit.metrics import evaluate
 from toolkit.pipeline import prepare, rescore
 from toolkit.store import Store
-from toolkit.train import train_reranker
+from toolkit.train import recommend_for_model, train_reranker
 from toolkit.tune import tune
 
 MEASURES = ["nDCG@10", "R@5", "R@10", "MRR@10"]
@@ -70,10 +71,16 @@ def run_collection(
                     trep = timed(f"train reranker on dev ({epochs} epochs)", lambda: train_reranker(
                         st, ds.root, split="dev", out=model, epochs=epochs, seed=0, first_stage=tuned_path))
                     print(f"{name}: {trep.summary()}", flush=True)
-                configs["tuned+reranker"] = configs["tuned"].with_updates({
-                    "name": "tuned+reranker", "rerank.provider": "cross-encoder", "rerank.model": str(model),
-                    "rerank.blend": "position", "rerank.top_n": 40,
-                })
+                rr = {"rerank.provider": "cross-encoder", "rerank.model": str(model), "rerank.blend": "position",
+                      "rerank.top_n": 40}
+                configs["tuned+reranker (QMD blend)"] = configs["tuned"].with_updates(
+                    {**rr, "name": "tuned+reranker", "rerank.buckets": [[3, 0.75], [10, 0.60], [math.inf, 0.40]]})
+                # The blend the trainer chose on its held-out dev queries (retrieval only if the reranker
+                # did not help there); computed now for models trained before the trainer recorded it.
+                rep = timed("reranker: blend choice on held-out dev", lambda: recommend_for_model(st, ds.root, model))
+                configs["tuned+reranker (blend chosen on dev)"] = configs["tuned"].with_updates(
+                    {**rr, "name": "tuned+reranker-dev-blend", "rerank.buckets": [list(b) for b in rep["recommended_buckets"]]})
+                print(f"{name}: blend chosen on held-out dev: {rep['recommended_buckets']} ({rep['blend_grid']})", flush=True)
         for label, cfg in configs.items():
             t = time.perf_counter()
             prep = timed(f"candidate lists + stage cache: {label}", lambda cfg=cfg: prepare(st, queries, cfg))

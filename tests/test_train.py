@@ -193,3 +193,21 @@ def test_first_stage_is_the_fused_list_of_the_given_config(tiny):
     assert hybrid["rank"].max() <= 3 and set(hybrid["qid"]) == set(q["qid"])
     assert set(pairs.columns) == {"qid", "query", "doc_id", "chunk_id", "text"}
     assert len(pairs) == len(bm25)
+
+
+def test_blend_recommendation_switches_a_harmful_reranker_off_and_keeps_a_good_one():
+    import math
+
+    from toolkit.train import BLEND_GRID, recommend_blend
+
+    n = 12
+    fused = pl.DataFrame({"qid": ["q"] * n, "doc_id": [f"d{i}" for i in range(1, n + 1)],
+                          "chunk_id": [f"d{i}#0" for i in range(1, n + 1)],
+                          "score": [1.0 / (60 + i) for i in range(1, n + 1)], "rank": list(range(1, n + 1))})
+    qrels = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["d1", "d9"], "rel": [1, 1]})
+    good = fused.select("qid", "doc_id", "chunk_id", pl.Series("rerank_score", [1.0 if d in ("d1", "d9") else 0.0 for d in fused["doc_id"]]))
+    bad = good.with_columns(-pl.col("rerank_score"))
+    rec, grid = recommend_blend(fused, bad, qrels, top_n=n)
+    assert rec == [(math.inf, 1.0)] and len(grid) == len(BLEND_GRID)
+    rec, _ = recommend_blend(fused, good, qrels, top_n=n)
+    assert rec != [(math.inf, 1.0)]  # d9 moves up: some reranker weight is kept

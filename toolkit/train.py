@@ -339,6 +339,56 @@ def compare_blends(fused: pl.DataFrame, scores: pl.DataFrame, qrels: pl.DataFram
     return out
 
 
+# Blend settings the trainer compares on held-out queries, from QMD's to retrieval-only (reranker off): a
+# reranker trained on a few hundred queries may only be trusted below the top ranks, or not at all.
+BLEND_GRID: list[list[tuple[float, float]]] = [
+    [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)],
+    [(3.0, 0.85), (10.0, 0.75), (math.inf, 0.60)],
+    [(3.0, 0.95), (10.0, 0.90), (math.inf, 0.80)],
+    [(math.inf, 1.0)],
+]
+
+
+def recommend_blend(fused: pl.DataFrame, scores: pl.DataFrame, qrels: pl.DataFrame, *, top_n: int,
+                    grid: list[list[tuple[float, float]]] | None = None, measure: str = "nDCG@10",
+                    ) -> tuple[list[tuple[float, float]], list[dict[str, Any]]]:
+    """(buckets with the best mean `measure` on these queries, every setting's value). Ties go to the
+    setting that trusts retrieval more (the later one in the grid); the last setting switches the
+    reranker off, so a reranker that does not help on held-out queries is not used."""
+    from .blend import blend
+    from .config import RerankConfig
+    from .metrics import evaluate
+
+    rows = []
+    for buckets in grid or BLEND_GRID:
+        run = blend(fused, scores, RerankConfig(blend="position", top_n=top_n, buckets=buckets))
+        v = float(evaluate(run.select("qid", "doc_id", "score"), qrels, [measure])["value"].mean())
+        rows.append({"buckets": [[b, w] for b, w in buckets], measure: round(v, 6)})
+    best = max(range(len(rows)), key=lambda i: (rows[i][measure], i))
+    return [tuple(x) for x in rows[best]["buckets"]], rows
+
+
+def recommend_for_model(store: Any, dataset_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
+    """Compute (or read) the held-out blend recommendation of a model trained here, and record it in its
+    `training_report.json`: for models trained before the trainer made it, without retraining."""
+    from .loaders import Dataset
+    from .rerank import CrossEncoderReranker
+
+    path = Path(model_dir) / "training_report.json"
+    rep = json.loads(path.read_text())
+    if "recommended_buckets" in rep:
+        return rep
+    ds = Dataset.open(dataset_dir)
+    held_q = ds.queries(rep["split"]).filter(pl.col("qid").is_in(rep["holdout_qids"]))
+    held_qrels = ds.qrels(rep["split"]).join(held_q.select("qid"), on="qid", how="semi")
+    depth = int(rep["params"].get("eval_depth", 40))
+    fused, pairs = first_stage_pairs(store, held_q, depth, rep["params"].get("first_stage", "bm25-only"))
+    scores = score_pairs(CrossEncoderReranker(str(model_dir))._get(), pairs)
+    rep["recommended_buckets"], rep["blend_grid"] = recommend_blend(fused, scores, held_qrels, top_n=depth)
+    path.write_text(json.dumps(rep, indent=2, default=str) + "\n")
+    return rep
+
+
 def _paired_p(a: np.ndarray, b: np.ndarray) -> float | None:
     """Two-sided p-value of a paired t-test (the usual IR significance test); None when undefined."""
     from scipy.stats import ttest_rel
@@ -394,6 +444,8 @@ class TrainReport:
     verdict: str
     seconds: dict[str, float]
     holdout_qids: list[str] = field(repr=False, default_factory=list)
+    recommended_buckets: list[tuple[float, float]] = field(default_factory=list)
+    blend_grid: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -582,19 +634,22 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
             print(f"epoch {e + 1}: loss {mean_loss:.4f}, held-out nDCG@10 first stage {row['first_stage']:.4f}, "
                   f"replace {row['replace']:.4f}, blend {row['blend']:.4f}", file=sys.stderr)
         if best is None or row["blend"] > best["row"]["blend"]:
-            best = {"row": row, "res": res}
+            best = {"row": row, "res": res, "scores": scores}
             model.save(str(out))
 
     res, row = best["res"], best["row"]
     p = _paired_p(res["blend"]["value"].to_numpy(), res["first_stage"]["value"].to_numpy())
     helps, verdict = judge(row["first_stage"], row["blend"], p, len(held_q), split)
+    rec, grid = recommend_blend(held_fused, best["scores"], held_qrels, top_n=eval_depth)
+    verdict += (" Blend buckets chosen on the same held-out queries: "
+                + ("reranker off (retrieval only)." if rec == [(math.inf, 1.0)] else f"{rec}."))
     report = TrainReport(
         out=str(out), split=split, base_model=base_model or "all-MiniLM-L6-v2 (packaged, fresh head)", params=params,
         n_train_queries=pool["qid"].n_unique(), n_holdout_queries=len(held_q),
         n_train_pairs_per_epoch=len(samples[0]), epochs_run=epochs, best_epoch=row["epoch"], epochs=history,
         measure="nDCG@10", first_stage=row["first_stage"], replace=row["replace"], blend=row["blend"], p_value=p,
         helps=helps, verdict=verdict, seconds={k: round(v, 2) for k, v in seconds.items()},
-        holdout_qids=held_q["qid"].to_list(),
+        holdout_qids=held_q["qid"].to_list(), recommended_buckets=rec, blend_grid=grid,
     )
     pl.concat([s.with_columns(pl.lit(i + 1).alias("epoch")) for i, s in enumerate(samples)]).write_parquet(
         out / "training_data.parquet"
@@ -612,6 +667,8 @@ __all__ = [
     "load_cross_encoder",
     "mine_pool",
     "passage_text",
+    "recommend_blend",
+    "recommend_for_model",
     "sample_negatives",
     "score_pairs",
     "split_holdout",
