@@ -65,6 +65,16 @@ def test_ingest_search_run_eval(tmp_path, beir):
     res = json.loads(r.output)["runs"][str(tmp_path / "lexical.trec")]
     assert set(res) >= {"nDCG@10", "R@5", "R@10", "MRR@10"}
     assert res["MRR@10"] > 0.5
+    # Several runs: each tested against the baseline (the first by default), in the table and in JSON.
+    runs = [str(tmp_path / f"{m}.trec") for m in ("lexical", "dense", "hybrid")]
+    args = ["eval", "--dataset", str(beir), "--split", "test"] + [x for r_ in runs for x in ("--run", r_)]
+    r = run.invoke(main, args)
+    assert r.exit_code == 0 and f"p (Holm) vs {runs[0]}" in r.output, r.output
+    r = run.invoke(main, args + ["--format", "json", "--baseline", runs[2]])
+    sig = json.loads(r.output)["significance"]
+    assert {x["system"] for x in sig} == set(runs[:2]) and all(0 <= x["p_holm"] <= 1 for x in sig)
+    r = run.invoke(main, args + ["--baseline", str(tmp_path / "nope.trec")])
+    assert r.exit_code == 2 and "not one of the --run files" in r.output
 
 
 def test_expected_mistakes_exit_2_without_traceback(tmp_path):

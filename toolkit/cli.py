@@ -153,10 +153,13 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
 @click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures (2 for TREC DL).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--per-query", is_flag=True, help="Also print per-query values.")
-def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query) -> None:
+@click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
+def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline) -> None:
     """Evaluate TREC run(s) against a dataset's qrels (nDCG@10, R@5, R@10, MRR@10 by default).
 
-    Every judged query counts; a query missing from the run scores 0. Values agree with trec_eval.
+    Every judged query counts; a query missing from the run scores 0. Values agree with trec_eval. With
+    several runs, each is tested against the baseline (paired randomisation test, Holm-corrected across
+    runs; * = significant at 0.05).
     """
     from .loaders import Dataset
     from .metrics import aggregate, evaluate
@@ -171,8 +174,19 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query) 
         pq = evaluate(read_run(rp), qrels, ms, rel_threshold=rel_threshold)
         out[rp] = aggregate(pq)
         per[rp] = pq
+    sig = None
+    if len(run_path) > 1:
+        from .compare import compare
+
+        base = baseline or run_path[0]
+        if base not in per:
+            raise ToolkitError(f"--baseline {base!r} is not one of the --run files")
+        stacked = pl.concat([pq.select(pl.lit(rp).alias("system"), pl.all()) for rp, pq in per.items()])
+        sig = compare(stacked, base)
     if fmt == "json":
         doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "runs": out}
+        if sig is not None:
+            doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
         if per_query:
             doc["per_query"] = {rp: pq.to_dicts() for rp, pq in per.items()}
         click.echo(json.dumps(doc, indent=2))
@@ -181,6 +195,17 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query) 
     click.echo(f"{'run':<{width}}  " + "  ".join(f"{m:>8}" for m in ms))
     for rp, agg in out.items():
         click.echo(f"{rp:<{width}}  " + "  ".join(f"{agg.get(m, float('nan')):>8.4f}" for m in ms))
+    if sig is not None:
+        base = baseline or run_path[0]
+        click.echo(f"\np (Holm) vs {base}, paired randomisation test:")
+        for rp in run_path:
+            if rp == base:
+                continue
+            cells = []
+            for m in ms:
+                r = sig.filter((pl.col("system") == rp) & (pl.col("measure") == m))
+                cells.append(f"{r['p_holm'][0]:>7.3g}{'*' if r['significant'][0] else ' '}" if len(r) else f"{'':>8}")
+            click.echo(f"{rp:<{width}}  " + "  ".join(cells))
     if per_query:
         for rp, pq in per.items():
             click.echo(f"\n{rp}")
