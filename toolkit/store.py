@@ -758,6 +758,28 @@ class Store:
         return self._block_topk(m, lambda lo, hi: qv[lo:hi] @ m["vecs"].T, queries, scope_filter=scope_filter,
                                 allowed=allowed, level=level, top_k=top_k, block=block)
 
+    @staticmethod
+    def _best_chunk(m: dict[str, Any], sims: np.ndarray, rows: np.ndarray, docs: np.ndarray) -> np.ndarray:
+        """Column of the best chunk (first reaching the document's max score) for each picked (row, doc).
+
+        Only for the picked top-k: most documents have one chunk, which is then its own best; the others
+        are scanned over their few chunks (cheaper than an argmax over every document of the block)."""
+        starts = m["starts"]
+        if "doc_ends" not in m:
+            m["doc_ends"] = np.r_[starts[1:], len(m["doc_of_chunk"])]
+        ends = m["doc_ends"]
+        out = starts[docs].copy()
+        multi = np.flatnonzero(ends[docs] - starts[docs] > 1)
+        if len(multi):  # every chunk of those documents as one flat array, then a segmented argmax
+            lens = (ends - starts)[docs[multi]]
+            seg = np.r_[0, np.cumsum(lens)[:-1]]
+            cols = np.repeat(starts[docs[multi]], lens) + np.arange(lens.sum()) - np.repeat(seg, lens)
+            vals = sims[np.repeat(rows[multi], lens), cols]
+            top = np.maximum.reduceat(vals, seg)
+            first = np.where(vals >= np.repeat(top, lens), np.arange(len(vals)), len(vals))
+            out[multi] = cols[np.minimum.reduceat(first, seg)]
+        return out
+
     def _block_topk(
         self,
         m: dict[str, Any],
@@ -783,7 +805,6 @@ class Store:
             m["scope_codes"] = (names, np.array([names.get(x, -2) for x in m["doc_scope"].tolist()]))
         names, doc_code = m["scope_codes"]
         q_code = np.array([-1 if x is None else names.get(x, -3) for x in scopes])
-        qids = np.array(queries["qid"].to_list(), dtype=object)
         out_q, out_k, out_r, out_s = [], [], [], []
         for lo in range(0, n_q, block):
             sims = score_fn(lo, min(lo + block, n_q))  # (nq, n_chunks)
@@ -791,21 +812,23 @@ class Store:
                 keys, best, key_code, key_ok = sims, None, doc_code, allowed
             elif level == "document":
                 keys = np.maximum.reduceat(sims, m["starts"], axis=1)
-                # First chunk reaching the doc's max is its best chunk.
-                idx = np.where(sims >= keys[:, m["doc_of_chunk"]], np.arange(sims.shape[1]), sims.shape[1])
-                best = np.minimum.reduceat(idx, m["starts"], axis=1)
+                best = sims  # the best chunk is found below, for the picked documents only
                 key_code, key_ok = doc_code, allowed
             else:
                 keys, best = sims, None
                 key_code = doc_code[m["doc_of_chunk"]]
                 key_ok = allowed[m["doc_of_chunk"]] if allowed is not None else None
             qc = q_code[lo : lo + block, None]
-            mask = (qc == -1) | (key_code[None, :] == qc)
-            if key_ok is not None:
-                mask &= key_ok[None, :]
-            if matched_only:
-                mask &= keys > 0
-            vals = np.where(mask, keys.astype(np.float64), -np.inf)
+            if (qc == -1).all() and key_ok is None and not matched_only:
+                vals = keys  # nothing to mask (dense, no scope, no filter): rank the raw scores
+            else:
+                mask = (qc == -1) | (key_code[None, :] == qc)
+                if key_ok is not None:
+                    mask &= key_ok[None, :]
+                if matched_only:
+                    mask &= keys > 0
+                # Dense scores stay float32 (exact in float64 later); BM25 sums are rounded to 1e-9 in float64.
+                vals = np.where(mask, keys.astype(np.float64) if matched_only else keys, -np.inf)
             if matched_only:
                 vals = np.round(vals, 9)
             k = min(top_k, vals.shape[1])
@@ -822,16 +845,26 @@ class Store:
             part, pv = np.take_along_axis(part, order, 1), np.take_along_axis(pv, order, 1)
             rows, cols = np.nonzero(np.isfinite(pv))
             picked = part[rows, cols]
-            out_q.append(qids[lo + rows])
-            out_k.append(best[rows, picked] if best is not None else picked)
+            out_q.append(lo + rows)
+            out_k.append(self._best_chunk(m, best, rows, picked) if best is not None else picked)
             out_r.append(cols + 1)
-            out_s.append(pv[rows, cols])
+            out_s.append(pv[rows, cols].astype(np.float64))
         if not out_q:
             return pl.DataFrame(schema=CAND_SCHEMA)
         chunk_idx = np.concatenate(out_k)
-        out_q, out_r, out_s = np.concatenate(out_q).tolist(), np.concatenate(out_r), np.concatenate(out_s)
-        out_d, out_c = m["doc_ids"][chunk_idx].tolist(), m["chunk_ids"][chunk_idx].tolist()
-        return pl.DataFrame({"qid": out_q, "doc_id": out_d, "chunk_id": out_c, "rank": out_r, "score": out_s}, schema=CAND_SCHEMA)
+        if "id_series" not in m:  # ids as polars Series once per matrix: gathers, no Python string objects
+            m["id_series"] = (pl.Series(m["doc_ids"], dtype=pl.Utf8), pl.Series(m["chunk_ids"], dtype=pl.Utf8))
+        doc_s, chunk_s = m["id_series"]
+        return pl.DataFrame(
+            {
+                "qid": queries["qid"].cast(pl.Utf8).gather(np.concatenate(out_q)),
+                "doc_id": doc_s.gather(chunk_idx),
+                "chunk_id": chunk_s.gather(chunk_idx),
+                "rank": np.concatenate(out_r),
+                "score": np.concatenate(out_s),
+            },
+            schema=CAND_SCHEMA,
+        )
 
     def dense_search_sql(
         self, text: str, *, scope: str | None = None, top_k: int = 10, level: str = "document", vector: np.ndarray | None = None
