@@ -580,11 +580,14 @@ class Store:
             raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
         settings = self.settings or IndexSettings()
         m = self._lexical_matrix(k1, b)
-        self._register("qin", queries.select(pl.int_range(pl.len()).alias("qi"), pl.col("text").map_elements(lexical_text, return_dtype=pl.Utf8).alias("lex")))
+        # The query texts go in as one list parameter (no frame registration: a fixed ~2 ms per call).
+        lex = [lexical_text(t) for t in queries["text"].to_list()]
         qt = self.con.execute(
             f"""SELECT DISTINCT q.qi, d.termid, ln((({m["n_docs"]} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
-            FROM (SELECT qi, stem(unnest(fts_main_chunks.tokenize(lex)), '{settings.stemmer}') AS t FROM qin) q
-            JOIN fts_main_chunks.dict d ON d.term = q.t"""
+            FROM (SELECT qi, stem(unnest(fts_main_chunks.tokenize(lex)), '{settings.stemmer}') AS t
+                  FROM (SELECT generate_subscripts($1, 1) - 1 AS qi, unnest($1) AS lex)) q
+            JOIN fts_main_chunks.dict d ON d.term = q.t""",
+            [lex],
         ).fetchnumpy()
         qmat = sp.csr_matrix((qt["idf"], (qt["qi"], qt["termid"])), shape=(len(queries), m["wt"].shape[0]))
         allowed = self._allowed_docs(m, filters)
