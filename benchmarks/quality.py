@@ -77,18 +77,36 @@ def run_collection(
                     {**rr, "name": "tuned+reranker", "rerank.buckets": [[3, 0.75], [10, 0.60], [math.inf, 0.40]]})
                 # The blend the trainer chose on its held-out dev queries (retrieval only if the reranker
                 # did not help there); computed now for models trained before the trainer recorded it.
-                rep = timed("reranker: blend choice on held-out dev", lambda: recommend_for_model(st, ds.root, model))
+                rep = timed("reranker: blend choice on held-out dev", lambda: recommend_for_model(st, ds.root, model, tuned_path))
                 configs["tuned+reranker (blend chosen on dev)"] = configs["tuned"].with_updates(
                     {**rr, "name": "tuned+reranker-dev-blend", "rerank.buckets": [list(b) for b in rep["recommended_buckets"]]})
                 print(f"{name}: blend chosen on held-out dev: {rep['recommended_buckets']} ({rep['blend_grid']})", flush=True)
         for label, cfg in configs.items():
             t = time.perf_counter()
             prep = timed(f"candidate lists + stage cache: {label}", lambda cfg=cfg: prepare(st, queries, cfg))
-            res = rescore(prep, cfg, trace=False)
+            res = rescore(prep, cfg, trace=cfg.rerank.provider != "none")
             took = time.perf_counter() - t
             pq = evaluate(res.run(), qrels, MEASURES, rel_threshold=REL_THRESHOLD.get(name, 1))
             rows.append(pq.with_columns(pl.lit(label).alias("system"), pl.lit(took).alias("seconds")))
+            if cfg.rerank.provider != "none":
+                print(f"{name}: {label}: {blend_effect(res.trace, qrels, REL_THRESHOLD.get(name, 1))}", flush=True)
     return pl.concat(rows)
+
+
+def blend_effect(trace: pl.DataFrame, qrels: pl.DataFrame, rel_threshold: int, k: int = 10) -> str:
+    """What the reranker blend did to the relevant documents of the test queries: how many it pushed out
+    of the top k that fusion had put there, and how many it brought in (the failure-case data of the lab)."""
+    from toolkit.panels import failure_cases
+
+    rel = qrels.filter(pl.col("rel") >= rel_threshold).select("qid", "doc_id")
+    top = trace.filter(pl.col("stage").is_in(["fuse", "blend"]) & (pl.col("rank") <= k)).join(rel, on=["qid", "doc_id"])
+    fused = set(top.filter(pl.col("stage") == "fuse").select("qid", "doc_id").iter_rows())
+    blended = set(top.filter(pl.col("stage") == "blend").select("qid", "doc_id").iter_rows())
+    fails = failure_cases(trace, qrels, k=k, rel_threshold=rel_threshold)
+    by = fails.group_by("culprit").len().sort("culprit")
+    culprits = ", ".join(f"{c} {n}" for c, n in by.iter_rows())
+    return (f"relevant documents in the top {k}: fused {len(fused)}, after the blend {len(blended)} "
+            f"(pushed out {len(fused - blended)}, brought in {len(blended - fused)}); failure cases by stage: {culprits}")
 
 
 def main() -> None:

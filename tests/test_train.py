@@ -200,14 +200,22 @@ def test_blend_recommendation_switches_a_harmful_reranker_off_and_keeps_a_good_o
 
     from toolkit.train import BLEND_GRID, recommend_blend
 
-    n = 12
-    fused = pl.DataFrame({"qid": ["q"] * n, "doc_id": [f"d{i}" for i in range(1, n + 1)],
-                          "chunk_id": [f"d{i}#0" for i in range(1, n + 1)],
-                          "score": [1.0 / (60 + i) for i in range(1, n + 1)], "rank": list(range(1, n + 1))})
-    qrels = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["d1", "d9"], "rel": [1, 1]})
-    good = fused.select("qid", "doc_id", "chunk_id", pl.Series("rerank_score", [1.0 if d in ("d1", "d9") else 0.0 for d in fused["doc_id"]]))
+    n, frames, rels = 12, [], []
+    for i, pos in enumerate([5, 6, 7, 8, 9, 11, 12, 10]):  # the relevant document sits at fused rank `pos`
+        q = f"q{i}"
+        frames.append(pl.DataFrame({"qid": [q] * n, "doc_id": [f"{q}d{r}" for r in range(1, n + 1)],
+                                    "chunk_id": [f"{q}d{r}#0" for r in range(1, n + 1)],
+                                    "score": [1.0 / (60 + r) for r in range(1, n + 1)], "rank": list(range(1, n + 1))}))
+        rels.append((q, f"{q}d{pos}", 1))
+    fused = pl.concat(frames)
+    qrels = pl.DataFrame(rels, schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}, orient="row")
+    rel = set(qrels["doc_id"])
+    good = fused.select("qid", "doc_id", "chunk_id", pl.col("doc_id").map_elements(lambda d: 1.0 if d in rel else 0.0, return_dtype=pl.Float64).alias("rerank_score"))
     bad = good.with_columns(-pl.col("rerank_score"))
     rec, grid = recommend_blend(fused, bad, qrels, top_n=n)
     assert rec == [(math.inf, 1.0)] and len(grid) == len(BLEND_GRID)
-    rec, _ = recommend_blend(fused, good, qrels, top_n=n)
-    assert rec != [(math.inf, 1.0)]  # d9 moves up: some reranker weight is kept
+    rec, grid = recommend_blend(fused, good, qrels, top_n=n)
+    assert rec != [(math.inf, 1.0)], grid  # a clear, consistent gain keeps some reranker weight
+    one = fused.filter(pl.col("qid") == "q0")
+    rec, _ = recommend_blend(one, good.filter(pl.col("qid") == "q0"), qrels.filter(pl.col("qid") == "q0"), top_n=n)
+    assert rec == [(math.inf, 1.0)]  # one query: no test possible, so the reranker stays off

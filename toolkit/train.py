@@ -351,40 +351,53 @@ BLEND_GRID: list[list[tuple[float, float]]] = [
 
 def recommend_blend(fused: pl.DataFrame, scores: pl.DataFrame, qrels: pl.DataFrame, *, top_n: int,
                     grid: list[list[tuple[float, float]]] | None = None, measure: str = "nDCG@10",
-                    ) -> tuple[list[tuple[float, float]], list[dict[str, Any]]]:
+                    alpha: float = 0.05) -> tuple[list[tuple[float, float]], list[dict[str, Any]]]:
     """(buckets with the best mean `measure` on these queries, every setting's value). Ties go to the
-    setting that trusts retrieval more (the later one in the grid); the last setting switches the
-    reranker off, so a reranker that does not help on held-out queries is not used."""
+    setting that trusts retrieval more (the later one in the grid). The last setting switches the reranker
+    off, and it is kept unless the best setting beats it by more than noise (paired t-test p < `alpha`):
+    on a handful of held-out queries a lucky gain is easy, and a reranker that is not shown to help
+    should not be used."""
     from .blend import blend
     from .config import RerankConfig
     from .metrics import evaluate
 
-    rows = []
-    for buckets in grid or BLEND_GRID:
+    grid = grid or BLEND_GRID
+    rows, per_q = [], []
+    for buckets in grid:
         run = blend(fused, scores, RerankConfig(blend="position", top_n=top_n, buckets=buckets))
-        v = float(evaluate(run.select("qid", "doc_id", "score"), qrels, [measure])["value"].mean())
-        rows.append({"buckets": [[b, w] for b, w in buckets], measure: round(v, 6)})
+        pq = evaluate(run.select("qid", "doc_id", "score"), qrels, [measure]).sort("qid")
+        per_q.append(pq["value"].to_numpy())
+        rows.append({"buckets": [[b, w] for b, w in buckets], measure: round(float(pq["value"].mean()), 6)})
     best = max(range(len(rows)), key=lambda i: (rows[i][measure], i))
+    off = len(rows) - 1
+    p = _paired_p(per_q[best], per_q[off]) if best != off else None
+    for r, i in zip(rows, range(len(rows)), strict=True):
+        r["p_vs_off"] = _paired_p(per_q[i], per_q[off]) if i != off else None
+    if best != off and (p is None or p >= alpha or rows[best][measure] <= rows[off][measure]):
+        best = off
     return [tuple(x) for x in rows[best]["buckets"]], rows
 
 
-def recommend_for_model(store: Any, dataset_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
+def recommend_for_model(store: Any, dataset_dir: str | Path, model_dir: str | Path, first_stage: Any = None) -> dict[str, Any]:
     """Compute (or read) the held-out blend recommendation of a model trained here, and record it in its
-    `training_report.json`: for models trained before the trainer made it, without retraining."""
+    `training_report.json`: for models trained before the trainer made it, or behind another first stage
+    (`first_stage`: config path or name; default the one it was trained against), without retraining."""
     from .loaders import Dataset
     from .rerank import CrossEncoderReranker
 
     path = Path(model_dir) / "training_report.json"
     rep = json.loads(path.read_text())
-    if "recommended_buckets" in rep:
+    stage = str(first_stage) if first_stage is not None else rep["params"].get("first_stage", "bm25-only")
+    if "recommended_buckets" in rep and rep.get("recommended_for") == stage:
         return rep
     ds = Dataset.open(dataset_dir)
     held_q = ds.queries(rep["split"]).filter(pl.col("qid").is_in(rep["holdout_qids"]))
     held_qrels = ds.qrels(rep["split"]).join(held_q.select("qid"), on="qid", how="semi")
     depth = int(rep["params"].get("eval_depth", 40))
-    fused, pairs = first_stage_pairs(store, held_q, depth, rep["params"].get("first_stage", "bm25-only"))
+    fused, pairs = first_stage_pairs(store, held_q, depth, stage)
     scores = score_pairs(CrossEncoderReranker(str(model_dir))._get(), pairs)
     rep["recommended_buckets"], rep["blend_grid"] = recommend_blend(fused, scores, held_qrels, top_n=depth)
+    rep["recommended_for"] = stage
     path.write_text(json.dumps(rep, indent=2, default=str) + "\n")
     return rep
 
@@ -446,6 +459,7 @@ class TrainReport:
     holdout_qids: list[str] = field(repr=False, default_factory=list)
     recommended_buckets: list[tuple[float, float]] = field(default_factory=list)
     blend_grid: list[dict[str, Any]] = field(default_factory=list)
+    recommended_for: str = ""  # the first stage the recommendation was made behind
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -650,6 +664,7 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
         measure="nDCG@10", first_stage=row["first_stage"], replace=row["replace"], blend=row["blend"], p_value=p,
         helps=helps, verdict=verdict, seconds={k: round(v, 2) for k, v in seconds.items()},
         holdout_qids=held_q["qid"].to_list(), recommended_buckets=rec, blend_grid=grid,
+        recommended_for=str(params["first_stage"]),
     )
     pl.concat([s.with_columns(pl.lit(i + 1).alias("epoch")) for i, s in enumerate(samples)]).write_parquet(
         out / "training_data.parquet"
