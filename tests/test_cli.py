@@ -28,7 +28,7 @@ def beir(tmp_path, corpus_file):
 def test_help_explains_every_command():
     r = CliRunner().invoke(main, ["--help"])
     assert r.exit_code == 0
-    for cmd in ("ingest", "search", "run", "eval", "report", "tune", "export", "info", "presets"):
+    for cmd in ("ingest", "search", "run", "eval", "report", "tune", "export", "info", "presets", "train-reranker"):
         assert cmd in r.output
         sub = CliRunner().invoke(main, [cmd, "--help"])
         assert sub.exit_code == 0 and "Options:" in sub.output and len(sub.output) > 140
@@ -88,3 +88,19 @@ def test_expected_mistakes_exit_2_without_traceback(tmp_path):
     assert r.exit_code == 2 and "no such store" in r.output
     r = run.invoke(main, ["search", "x", "--store", str(tmp_path / "s.duckdb"), "--config", "no-such-preset"])
     assert r.exit_code == 2
+
+
+@pytest.mark.slow
+def test_train_reranker_command(tmp_path, beir):
+    """The command trains, writes a loadable model, exports its pairs, and refuses the test split."""
+    (beir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td5\t1\n")
+    run = CliRunner()
+    store, out = str(tmp_path / "s.duckdb"), tmp_path / "rr"
+    r = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--split", "test", "--out", str(out), "--store", store])
+    assert r.exit_code == 2 and "refusing to train on the 'test' split" in r.output
+    r = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--out", str(out), "--store", store, "--epochs", "1",
+                          "--negatives", "2", "--max-length", "32", "--holdout", "0.34", "--eval-depth", "5",
+                          "--export-data", str(tmp_path / "pairs.csv")])
+    assert r.exit_code == 0, r.output
+    assert (out / "training_report.json").exists() and (tmp_path / "pairs.csv").read_text().startswith("qid,query")
+    assert "held-out" in r.output and ("does NOT help" in r.output or "within noise" in r.output or "helps" in r.output)
