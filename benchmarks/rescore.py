@@ -21,11 +21,10 @@ from collections import defaultdict
 
 import polars as pl
 
-from toolkit import fusion
 from toolkit.config import load_config
 from toolkit.loaders import Dataset, load_corpus
 from toolkit.metrics import aggregate, cutoff_depth, evaluate
-from toolkit.pipeline import prepare, rescore
+from toolkit.pipeline import prepare, rerank_pool, rescore
 from toolkit.store import Store
 
 MEASURES = ["nDCG@10", "R@5", "R@10", "MRR@10"]
@@ -105,11 +104,11 @@ def main() -> None:
         # Reranker scores for the pool a reranker would be sent (the fused top 40 and every list's top 40).
         # Stand-in values: the dense cosine of the document's best chunk (no trained cross-encoder is
         # needed to time the cheap stages, which only see numbers; the real one is in quality.py).
-        f = fusion.fuse(cands := prep.candidates, fusion.list_weights(cands, prep.features, cfg.fusion, True), cfg.fusion)
-        pool = pl.concat([f.filter(pl.col("rank") <= 40).select("qid", "doc_id"),
-                          cands.filter(pl.col("rank") <= 40).select("qid", "doc_id")]).unique()
-        cos = st.dense_search(queries, top_k=200, level="document").select("qid", "doc_id", "chunk_id", pl.col("score").alias("rerank_score"))
-        prep.rerank_scores = pool.join(cos, on=["qid", "doc_id"]) if args.rerank else prep.rerank_scores
+        cands = prep.candidates
+        if args.rerank:
+            pool = rerank_pool(cands, prep.features, cfg.with_updates({"rerank.top_n": 40}))
+            cos = st.dense_search(queries, top_k=200, level="document")
+            prep.rerank_scores = pool.join(cos.select("qid", "doc_id", "chunk_id", pl.col("score").alias("rerank_score")), on=["qid", "doc_id"])
     print(f"{ds.name}: {queries.height} queries, {cands.height} candidate rows, {len(prep.rerank_scores)} reranker "
           f"scores, prepare {t_prep:.1f}s")
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from toolkit import fusion, rerank
+from toolkit import rerank
 from toolkit.config import load_config
 from toolkit.loaders import Dataset, load_corpus
-from toolkit.pipeline import prepare
+from toolkit.pipeline import prepare, rerank_pool
 from toolkit.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,20 +37,10 @@ DEPTH = 40  # = rerank.top_n of the qmd preset and of tutorial 03
 
 def pool(store: Store, queries: pl.DataFrame, depth: int = DEPTH) -> pl.DataFrame:
     """[qid, query, doc_id, chunk_id, text]: the passages `prepare` would send to a reranker."""
-    cfg = load_config("qmd")
+    cfg = load_config("qmd").with_updates({"rerank.top_n": depth})
     prep = prepare(store, queries, cfg, use_cache=False)
-    weights = fusion.list_weights(prep.candidates, prep.features, cfg.fusion, cfg.routing.enabled)
-    fused = fusion.fuse(prep.candidates, weights, cfg.fusion).filter(pl.col("rank") <= depth)
-    listed = prep.candidates.filter(pl.col("rank") <= depth)
-    docs = pl.concat([fused.select("qid", "doc_id"), listed.select("qid", "doc_id")]).unique()
-    chunks = store.chunks().select("chunk_id", "doc_id", "text", "title")
-    q = queries.select("qid", pl.col("text").alias("query"))
-    pairs = docs.join(chunks, on="doc_id").join(q, on="qid")
-    best = rerank.best_chunk(pairs.select("qid", "query", "doc_id", "chunk_id", "text"))
-    # The passage as the rerank stage sends it: the chunk read with its document title.
-    return best.join(chunks.select("chunk_id", "title"), on="chunk_id").select(
-        "qid", "query", "doc_id", "chunk_id", rerank.passage_text(pl.col("title"), pl.col("text")).alias("text")
-    )
+    docs = rerank_pool(prep.candidates, prep.features, cfg, depth)
+    return rerank.doc_passages(store.chunks(), queries, docs)
 
 
 def cosine_scores(store: Store, pairs: pl.DataFrame) -> np.ndarray:

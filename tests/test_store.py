@@ -242,7 +242,7 @@ def test_best_chunk_of_picked_documents_is_the_first_reaching_the_max():
     rng = np.random.default_rng(1)
     lens = rng.integers(1, 5, size=40)
     starts = np.r_[0, np.cumsum(lens)[:-1]]
-    m = {"starts": starts, "doc_of_chunk": np.repeat(np.arange(40), lens)}
+    m = {"starts": starts, "doc_ends": starts + lens}
     sims = rng.integers(0, 4, size=(6, lens.sum())).astype(np.float32)  # many ties
     rows, docs = np.repeat(np.arange(6), 40), np.tile(np.arange(40), 6)
     got = Store._best_chunk(m, sims, rows, docs)

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from .config import RerankConfig
-from .fusion import in_rank_order
+from .fusion import in_rank_order, lookup_values
 
 BLEND_SCHEMA = {
     "qid": pl.Utf8,
@@ -81,8 +81,8 @@ def blend(
     "rerank_missing" for a top-N document without a score in a query where others were reranked.
     `per_doc=True` says `rerank_scores` already is `rerank_by_doc` output (cached by `Prepared`);
     `lookup` (`fusion.pair_lookup` of it, plus `fusion.grouped_values`) replaces the join when `fused`
-    carries `_key` / `_grp` codes. `keep`: return
-    only each query's first `keep` places (what the caller will show), saving the work on the rest.
+    carries `_key` / `_grp` codes. `keep`: return only each query's first `keep` places (what the caller
+    will show), saving the work on the rest.
     """
     if not len(fused):
         return pl.DataFrame(schema=BLEND_SCHEMA)
@@ -99,9 +99,7 @@ def blend(
         if grp is not None and len(grp) and grp[0] >= 0:  # fused with the index's grouping: a gather
             got = by_group[grp]
         else:
-            want = fused["_key"].to_numpy()
-            at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
-            got = np.where(keys[at] == want, values[at], np.nan)
+            got = lookup_values((keys, values), fused["_key"].to_numpy())
         b = b.with_columns(pl.Series("rerank_score", got).fill_nan(None))
     elif rerank_scores is not None and len(rerank_scores) and cfg.blend != "none":
         # One score per (query, document): the reranker may have scored several chunks of a document.

@@ -206,9 +206,13 @@ def pair_lookup(ix: FusionIndex, frame: pl.DataFrame, value: str) -> tuple[np.nd
 def grouped_values(ix: FusionIndex, lookup: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """`pair_lookup` values aligned with `ix.grouping`'s documents (NaN where none): fused rows then find
     theirs by their `_grp` place, a gather instead of a binary search per row."""
-    keys, values = lookup
     *_, gq, gd = ix.grouping
-    want = gq * len(ix.docs) + gd
+    return lookup_values(lookup, gq * len(ix.docs) + gd)
+
+
+def lookup_values(lookup: tuple[np.ndarray, np.ndarray], want: np.ndarray) -> np.ndarray:
+    """The values of `pair_lookup` output for the (query, document) codes `want`; NaN where none."""
+    keys, values = lookup
     if not len(keys):
         return np.full(len(want), np.nan)
     at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
@@ -305,12 +309,11 @@ def fuse(
         },
         schema=FUSED_SCHEMA,
     )
-    # With a kept index, each row also carries its (query, document) code, so the blend stage can look
-    # reranker scores up by integer (`FusionIndex.lookup`) instead of joining on two string columns.
     if idx is None:
         return out
-    # `_grp`: the row's place in `idx.grouping` (when that grouping was used), for plain gathers of values
-    # precomputed per grouped document (`grouped_values`).
+    # With a kept index, each row also carries its (query, document) code `_key` (for `lookup_values`) and
+    # its place `_grp` in `idx.grouping` when that grouping was used (-1 otherwise; for gathers of
+    # `grouped_values`), so the blend stage finds reranker scores by integer, not by a string join.
     return out.with_columns(pl.Series("_key", gq * nd + gd), pl.Series("_grp", f if live.all() else np.full(len(f), -1)))
 
 

@@ -219,21 +219,20 @@ def _rerank(
     reranker = rerank.make_reranker(
         rc.provider, model=rc.model, url=rc.url, api_key_env=rc.api_key_env, timeout_s=rc.timeout_s, retries=rc.retries, path=rc.path
     )
-    depth = pool or rc.top_n
-    # The pool: the fused top-N under this config plus every list's top-N, so fusion changes stay covered.
-    weights = fusion.list_weights(cands, feats, cfg.fusion, cfg.routing.enabled)
-    fused = fusion.fuse(cands, weights, cfg.fusion).filter(pl.col("rank") <= rc.top_n).select("qid", "doc_id")
-    pool_docs = pl.concat([fused, cands.filter(pl.col("rank") <= depth).select("qid", "doc_id")]).unique()
+    pool_docs = rerank_pool(cands, feats, cfg, pool)
     # Each document is represented by its chunk with the most query-term hits, read with its title (the
     # passage format `hrt train-reranker` trains on, and the body the store embeds).
-    doc_chunks = store.chunks().select("chunk_id", "doc_id", "text", "title")
-    pairs = pool_docs.join(doc_chunks, on="doc_id").join(queries.select("qid", pl.col("text").alias("query")), on="qid")
-    best = rerank.best_chunk(pairs.select("qid", "query", "doc_id", "chunk_id", "text"))
-    best = best.join(queries.select("qid", pl.col("text").alias("query")), on="qid") if "query" not in best.columns else best
-    best = best.join(doc_chunks.select("chunk_id", "title"), on="chunk_id").with_columns(
-        rerank.passage_text(pl.col("title"), pl.col("text")).alias("text")
-    )
-    return rerank.rerank_scores(best.select("qid", "query", "doc_id", "chunk_id", "text"), reranker, cache=store, progress=progress)
+    pairs = rerank.doc_passages(store.chunks(), queries, pool_docs)
+    return rerank.rerank_scores(pairs, reranker, cache=store, progress=progress)
+
+
+def rerank_pool(cands: pl.DataFrame, feats: pl.DataFrame | None, cfg: PipelineConfig, depth: int | None = None) -> pl.DataFrame:
+    """[qid, doc_id] a reranker is asked about: the fused top rerank.top_n under `cfg` plus every list's
+    top `depth` (default top_n), so that fusion changes in the lab stay covered by cached scores."""
+    rc = cfg.rerank
+    weights = fusion.list_weights(cands, feats, cfg.fusion, cfg.routing.enabled)
+    fused = fusion.fuse(cands, weights, cfg.fusion).filter(pl.col("rank") <= rc.top_n).select("qid", "doc_id")
+    return pl.concat([fused, cands.filter(pl.col("rank") <= (depth or rc.top_n)).select("qid", "doc_id")]).unique()
 
 
 def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace: bool = True) -> Result:

@@ -431,6 +431,19 @@ def passage_text(title: pl.Expr, text: pl.Expr) -> pl.Expr:
     return pl.when(title.fill_null("").str.len_chars() > 0).then(title + pl.lit("\n") + text).otherwise(text)
 
 
+def doc_passages(chunks: pl.DataFrame, queries: pl.DataFrame, docs: pl.DataFrame) -> pl.DataFrame:
+    """[qid, query, doc_id, chunk_id, text]: what a reranker reads for each (qid, doc_id) of `docs`, the
+    document's best chunk for the query (`best_chunk`) as `passage_text` with its title. `chunks` is
+    `Store.chunks()`, `queries` [qid, text]. Shared by the rerank stage and the trainer, so train and serve
+    read the same passages."""
+    q = queries.select("qid", pl.col("text").alias("query"))
+    cand = docs.select("qid", "doc_id").unique().join(chunks.select("chunk_id", "doc_id", "ord", "text"), on="doc_id")
+    best = best_chunk(cand.join(q, on="qid").select("qid", "query", "doc_id", "chunk_id", "text", "ord"))
+    return best.join(chunks.select("chunk_id", "title"), on="chunk_id").select(
+        "qid", "query", "doc_id", "chunk_id", passage_text(pl.col("title"), pl.col("text")).alias("text")
+    )
+
+
 def best_chunk(chunks: pl.DataFrame, query: str | pl.DataFrame | None = None) -> pl.DataFrame:
     """One chunk per (qid, doc_id): the one matching the most distinct query terms, then the most query-term
     occurrences, then the earliest (`ord` if given, else the number after '#' in the chunk id, else input order).

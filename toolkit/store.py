@@ -98,12 +98,33 @@ CREATE TABLE IF NOT EXISTS stage_cache(key VARCHAR, name VARCHAR, data BLOB, cre
 """
 
 
+def _chunk_layout(chunks: pl.DataFrame) -> dict[str, Any]:
+    """The chunk layout both batched search paths share, from [chunk_id, doc_id, scope] rows ordered by
+    (doc_id, ord): ids as Series (gathered into results), each document's first and end column, the
+    document of each chunk, and scopes as integer codes (masking is one broadcast per block of queries)."""
+    doc_ids = chunks["doc_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, doc_ids[1:] != doc_ids[:-1]])
+    doc_scope = chunks["scope"].to_numpy()[starts]
+    names = {s: i for i, s in enumerate(sorted({x for x in doc_scope.tolist() if x is not None}))}
+    return {
+        "chunk_ids": chunks["chunk_id"].cast(pl.Utf8),
+        "doc_ids": chunks["doc_id"].cast(pl.Utf8),
+        "starts": starts,
+        "doc_ends": np.r_[starts[1:], len(doc_ids)],
+        "doc_of_chunk": np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc_ids)])),
+        "doc_scope": doc_scope,
+        "scope_names": names,
+        "doc_scope_code": np.array([names.get(x, -2) for x in doc_scope.tolist()]),
+    }
+
+
 class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
     def __init__(self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
         if not read_only:
@@ -136,18 +157,17 @@ class Store:
         # Memoised: a search reads settings, generation and index presence on every call, and each read is
         # a ~2 ms round trip, the larger part of a batched search on a small collection. Only this object
         # writes the file (DuckDB locks it against other writers), and every write clears the memo.
-        memo = self.__dict__.setdefault("_memo", {})
-        if ("meta", key) not in memo:
+        if ("meta", key) not in self._memo:
             try:
                 row = self.con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
             except duckdb.CatalogException:
                 return None
-            memo[("meta", key)] = row[0] if row else None
-        return memo[("meta", key)]
+            self._memo[("meta", key)] = row[0] if row else None
+        return self._memo[("meta", key)]
 
     def _forget(self) -> None:
         """Drop memoised metadata (after a write, a rollback, or anything else that may have changed it)."""
-        self.__dict__["_memo"] = {}
+        self._memo = {}
 
     def _set_meta(self, key: str, value: str) -> None:
         self._forget()
@@ -205,10 +225,9 @@ class Store:
         )
 
     def has_lexical_index(self) -> bool:
-        memo = self.__dict__.setdefault("_memo", {})
-        if "fts" not in memo:
-            memo["fts"] = self._has_table("dict", "fts_main_chunks")
-        return memo["fts"]
+        if "fts" not in self._memo:
+            self._memo["fts"] = self._has_table("dict", "fts_main_chunks")
+        return self._memo["fts"]
 
     # ------------------------------------------------------------------ embedding
     def embedder(self, model: str | None = None) -> Embedder:
@@ -554,7 +573,7 @@ class Store:
             return None
         fsql, fparams = self._filter_sql(filters)
         ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
-        return np.array([d in ok for d in m["doc_ids"][m["starts"]]])
+        return np.array([d in ok for d in m["doc_ids"].gather(m["starts"]).to_list()])
 
     def lexical_search(
         self,
@@ -671,8 +690,6 @@ class Store:
                     "JOIN fts_main_chunks.docs fd ON fd.name = c.chunk_id ORDER BY c.doc_id, c.ord"
                 ).arrow()
             )
-            doc_ids = lay["doc_id"].to_numpy()
-            starts = np.flatnonzero(np.r_[True, doc_ids[1:] != doc_ids[:-1]])
             n_docs_fts, avgdl = self.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
             # FTS docids are arbitrary BIGINTs (row ids): map them to columns by binary search.
             fts_ids = lay["docid"].to_numpy()
@@ -688,12 +705,8 @@ class Store:
                 key,
                 {
                     "wt": mat.T.tocsr(),  # terms x chunks: query rows pick their terms' postings
-                    "chunk_ids": lay["chunk_id"].to_numpy(),
-                    "doc_ids": doc_ids,
-                    "starts": starts,
-                    "doc_of_chunk": np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc_ids)])),
-                    "doc_scope": lay["scope"].to_numpy()[starts],
                     "n_docs": n_docs_fts,
+                    **_chunk_layout(lay),
                 },
             )
         return self._lex_cache[1]
@@ -719,19 +732,7 @@ class Store:
             ).arrow()
             df = pl.from_arrow(tbl)
             vecs = np.ascontiguousarray(df["vec"].to_numpy(), dtype=np.float32)
-            doc_ids = df["doc_id"].to_numpy()
-            starts = np.flatnonzero(np.r_[True, doc_ids[1:] != doc_ids[:-1]])
-            self._dense_cache = (
-                gen,
-                {
-                    "vecs": vecs,
-                    "chunk_ids": df["chunk_id"].to_numpy(),
-                    "doc_ids": doc_ids,
-                    "starts": starts,
-                    "doc_of_chunk": np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc_ids)])),
-                    "doc_scope": df["scope"].to_numpy()[starts],
-                },
-            )
+            self._dense_cache = (gen, {"vecs": vecs, **_chunk_layout(df)})
         return self._dense_cache[1]
 
     def query_vectors(self, texts: Sequence[str], *, model: str | None = None, progress: bool = False) -> np.ndarray:
@@ -767,10 +768,7 @@ class Store:
 
         Only for the picked top-k: most documents have one chunk, which is then its own best; the others
         are scanned over their few chunks (cheaper than an argmax over every document of the block)."""
-        starts = m["starts"]
-        if "doc_ends" not in m:
-            m["doc_ends"] = np.r_[starts[1:], len(m["doc_of_chunk"])]
-        ends = m["doc_ends"]
+        starts, ends = m["starts"], m["doc_ends"]
         out = starts[docs].copy()
         multi = np.flatnonzero(ends[docs] - starts[docs] > 1)
         if len(multi):  # every chunk of those documents as one flat array, then a segmented argmax
@@ -803,22 +801,19 @@ class Store:
         n_q = len(queries)
         scopes = queries["scope"].to_list() if scope_filter and "scope" in queries.columns else [None] * len(queries)
         # Scopes as integer codes (-1: no filter) so that masking is one broadcast per block of queries.
-        if "scope_codes" not in m:  # once per cached matrix (store generation)
-            names = {s: i for i, s in enumerate(sorted({x for x in m["doc_scope"].tolist() if x is not None}))}
-            m["scope_codes"] = (names, np.array([names.get(x, -2) for x in m["doc_scope"].tolist()]))
-        names, doc_code = m["scope_codes"]
+        names, doc_code = m["scope_names"], m["doc_scope_code"]
         q_code = np.array([-1 if x is None else names.get(x, -3) for x in scopes])
         out_q, out_k, out_r, out_s = [], [], [], []
         for lo in range(0, n_q, block):
             sims = score_fn(lo, min(lo + block, n_q))  # (nq, n_chunks)
             if level == "document" and len(m["starts"]) == sims.shape[1]:  # one chunk per document
-                keys, best, key_code, key_ok = sims, None, doc_code, allowed
+                keys, chunk_sims, key_code, key_ok = sims, None, doc_code, allowed
             elif level == "document":
                 keys = np.maximum.reduceat(sims, m["starts"], axis=1)
-                best = sims  # the best chunk is found below, for the picked documents only
+                chunk_sims = sims  # the best chunk is found below, for the picked documents only
                 key_code, key_ok = doc_code, allowed
             else:
-                keys, best = sims, None
+                keys, chunk_sims = sims, None
                 key_code = doc_code[m["doc_of_chunk"]]
                 key_ok = allowed[m["doc_of_chunk"]] if allowed is not None else None
             qc = q_code[lo : lo + block, None]
@@ -849,20 +844,17 @@ class Store:
             rows, cols = np.nonzero(np.isfinite(pv))
             picked = part[rows, cols]
             out_q.append(lo + rows)
-            out_k.append(self._best_chunk(m, best, rows, picked) if best is not None else picked)
+            out_k.append(self._best_chunk(m, chunk_sims, rows, picked) if chunk_sims is not None else picked)
             out_r.append(cols + 1)
             out_s.append(pv[rows, cols].astype(np.float64))
         if not out_q:
             return pl.DataFrame(schema=CAND_SCHEMA)
         chunk_idx = np.concatenate(out_k)
-        if "id_series" not in m:  # ids as polars Series once per matrix: gathers, no Python string objects
-            m["id_series"] = (pl.Series(m["doc_ids"], dtype=pl.Utf8), pl.Series(m["chunk_ids"], dtype=pl.Utf8))
-        doc_s, chunk_s = m["id_series"]
         return pl.DataFrame(
             {
                 "qid": queries["qid"].cast(pl.Utf8).gather(np.concatenate(out_q)),
-                "doc_id": doc_s.gather(chunk_idx),
-                "chunk_id": chunk_s.gather(chunk_idx),
+                "doc_id": m["doc_ids"].gather(chunk_idx),
+                "chunk_id": m["chunk_ids"].gather(chunk_idx),
                 "rank": np.concatenate(out_r),
                 "score": np.concatenate(out_s),
             },

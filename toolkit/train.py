@@ -59,20 +59,15 @@ NOT_AN_IMPROVEMENT = "It must not be presented as an improvement."
 
 
 def _passages(store: Any, pairs: pl.DataFrame, queries: pl.DataFrame, level: str) -> pl.DataFrame:
-    """[qid, doc_id, chunk_id, text] for (qid, doc_id[, chunk_id]) pairs: the chunk the rerank stage would
-    send (document level: the best chunk for the query), with its title prefixed."""
-    from .rerank import best_chunk
+    """[qid, doc_id, chunk_id, text] for (qid, doc_id[, chunk_id]) pairs: the passage the rerank stage would
+    send (`rerank.doc_passages` at document level; the given chunk, titled, at chunk level)."""
+    from .rerank import doc_passages
 
-    chunks = store.chunks().select("chunk_id", "doc_id", "ord", "text", "title")
-    q = queries.select("qid", pl.col("text").alias("query"))
+    chunks = store.chunks()
     if level == "chunk":
         got = pairs.join(chunks, on=["doc_id", "chunk_id"])
-    else:
-        cand = pairs.select("qid", "doc_id").unique().join(chunks, on="doc_id").join(q, on="qid")
-        got = best_chunk(cand.select("qid", "query", "doc_id", "chunk_id", "text", "ord")).join(
-            chunks.select("chunk_id", "title"), on="chunk_id"
-        )
-    return got.select("qid", "doc_id", "chunk_id", passage_text(pl.col("title"), pl.col("text")).alias("text"))
+        return got.select("qid", "doc_id", "chunk_id", passage_text(pl.col("title"), pl.col("text")).alias("text"))
+    return doc_passages(chunks, queries, pairs).select("qid", "doc_id", "chunk_id", "text")
 
 
 def _check_inputs(queries: pl.DataFrame, qrels: pl.DataFrame) -> None:
@@ -368,11 +363,11 @@ def recommend_blend(fused: pl.DataFrame, scores: pl.DataFrame, qrels: pl.DataFra
         pq = evaluate(run.select("qid", "doc_id", "score"), qrels, [measure]).sort("qid")
         per_q.append(pq["value"].to_numpy())
         rows.append({"buckets": [[b, w] for b, w in buckets], measure: round(float(pq["value"].mean()), 6)})
-    best = max(range(len(rows)), key=lambda i: (rows[i][measure], i))
     off = len(rows) - 1
-    p = _paired_p(per_q[best], per_q[off]) if best != off else None
-    for r, i in zip(rows, range(len(rows)), strict=True):
+    for i, r in enumerate(rows):
         r["p_vs_off"] = _paired_p(per_q[i], per_q[off]) if i != off else None
+    best = max(range(len(rows)), key=lambda i: (rows[i][measure], i))
+    p = rows[best]["p_vs_off"]
     if best != off and (p is None or p >= alpha or rows[best][measure] <= rows[off][measure]):
         best = off
     return [tuple(x) for x in rows[best]["buckets"]], rows
