@@ -2,7 +2,8 @@
 on each shared collection's test split; with the time each step took.
 
 For each collection: ingest (cached), tune the `qmd` preset's fusion fields on the dev split (TPE, 5-fold
-CV; `toolkit.tune`), train a CrossEncoder reranker on the dev judgements (`toolkit.train`, held-out dev
+CV; `toolkit.tune`, which keeps a fixed setting such as one list alone when the search loses to it on
+held-out folds), train a CrossEncoder reranker on the dev judgements (`toolkit.train`, held-out dev
 queries for early stopping), then prepare + rescore each config over the test queries, evaluate
 nDCG@10, R@5, R@10, MRR@10 (binary measures at grade >= 2 on TREC DL), and test each config against the
 better single retriever (bm25-only or vector-only, chosen by nDCG@10) with a paired randomisation test and
@@ -41,7 +42,7 @@ REL_THRESHOLD = {"msmarco-dl19-5k": 2}
 
 def run_collection(
     name: str, shared: Path, stores: Path, configs: dict[str, str], split: str, *, workdir: Path, tune_budget: int,
-    train: bool, epochs: int, steps: list[dict],
+    train: bool, epochs: int, pseudo: int | str, steps: list[dict],
 ) -> pl.DataFrame:
     ds = Dataset.open(shared / name)
     qrels = ds.qrels(split)
@@ -62,14 +63,16 @@ def run_collection(
             if not tuned_path.exists():
                 rep = timed(f"tune on dev (TPE {tune_budget} trials, 5-fold CV)", lambda: tune(
                     st, ds.root, split="dev", base="qmd", budget=tune_budget, out=tuned_path, seed=0)[1])
-                print(f"{name}: tuned on dev: base {rep.base_dev:.4f} -> best {rep.best_dev:.4f}, "
-                      f"CV held-out {rep.cv_heldout:.4f}", flush=True)
+                print(f"{name}: tuned on dev: base {rep.base_dev:.4f} -> best {rep.best_dev:.4f} ({rep.chosen}); "
+                      f"CV held-out: search {rep.cv_heldout_search:.4f}, best fixed setting "
+                      f"{rep.cv_heldout_anchors:.4f}; fixed settings on dev {rep.anchors}", flush=True)
             configs["tuned"] = load_config(tuned_path)
             if train:
                 model = workdir / f"reranker-{name}"
                 if not (model / "training_report.json").exists():
                     trep = timed(f"train reranker on dev ({epochs} epochs)", lambda: train_reranker(
-                        st, ds.root, split="dev", out=model, epochs=epochs, seed=0, first_stage=tuned_path))
+                        st, ds.root, split="dev", out=model, epochs=epochs, seed=0, first_stage=tuned_path,
+                        pseudo=pseudo))
                     print(f"{name}: {trep.summary()}", flush=True)
                 rr = {"rerank.provider": "cross-encoder", "rerank.model": str(model), "rerank.blend": "position",
                       "rerank.top_n": 40}
@@ -122,6 +125,7 @@ def main() -> None:
     ap.add_argument("--no-tune", action="store_true", help="Skip the tuned configs (and the reranker).")
     ap.add_argument("--no-train", action="store_true", help="Skip training the reranker.")
     ap.add_argument("--epochs", type=int, default=3, help="Reranker training epochs (best on held-out dev kept).")
+    ap.add_argument("--pseudo", default="0", help="Pseudo-queries from the corpus added to reranker training (or auto).")
     args = ap.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +141,8 @@ def main() -> None:
     for name in args.collections.split(","):
         per = run_collection(
             name, Path(args.shared), stores, configs, args.split, workdir=workdir,
-            tune_budget=0 if args.no_tune else args.tune_budget, train=not args.no_train, epochs=args.epochs, steps=steps,
+            tune_budget=0 if args.no_tune else args.tune_budget, train=not args.no_train, epochs=args.epochs,
+            pseudo=args.pseudo if args.pseudo == "auto" else int(args.pseudo), steps=steps,
         )
         means = per.group_by("system", "measure").agg(pl.col("value").mean()).pivot(on="measure", index="system", values="value")
         secs = per.group_by("system").agg(pl.col("seconds").first())

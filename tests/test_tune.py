@@ -14,7 +14,7 @@ from toolkit.loaders import Dataset, load_corpus
 from toolkit.metrics import aggregate, evaluate
 from toolkit.pipeline import prepare, rescore
 from toolkit.store import Store
-from toolkit.tune import cv_heldout, make_folds, tune
+from toolkit.tune import ANCHORS, _apply, cv_heldout, make_folds, tune
 
 QUERIES = [
     ("q1", "deploy fails with ECONNREFUSED after the upgrade", "d1 d5", "infra"),
@@ -118,6 +118,7 @@ def test_grid_choice_matches_independent_scores_and_saved_config_reproduces(tmp_
         stratify="team",
         out=tmp_path / "best.yaml",
         progress=False,
+        anchors=False,
     )
     base = load_config("hybrid-rrf")
     independent = {
@@ -140,15 +141,32 @@ def test_grid_choice_matches_independent_scores_and_saved_config_reproduces(tmp_
 def test_rank_bonus_virtual_keys_and_tpe(store, dataset):
     space = {"fusion.rank_bonus@1": {"float": [0.0, 0.1]}, "fusion.rank_bonus@3": {"float": [0.0, 0.05]}}
     best, rep = tune(
-        store, dataset, base="qmd", space=space, method="tpe", budget=6, folds=2, seed=3, progress=False
+        store, dataset, base="qmd", space=space, method="tpe", budget=6, folds=2, seed=3, progress=False,
+        anchors=False,
     )
-    assert rep.trials == 6
+    assert rep.trials == 6 and rep.chosen == "search"
     p = rep.best_params
     assert best.fusion.rank_bonus == [
         (1, pytest.approx(p["fusion.rank_bonus@1"])),
         (3, pytest.approx(p["fusion.rank_bonus@3"])),
     ]
     assert 0.0 <= p["fusion.rank_bonus@1"] <= 0.1 and 0.0 <= p["fusion.rank_bonus@3"] <= 0.05
+
+
+def test_fixed_setting_kept_when_search_loses_on_heldout_folds(store, dataset):
+    # Both lists weighted 0: every trial of this search ranks by tie-break only, so a fixed setting
+    # (one list alone, plain RRF or the base) must win on held-out folds and be returned as is.
+    space = {"fusion.lexical_weight": [0.0], "fusion.dense_weight": [0.0]}
+    best, rep = tune(store, dataset, base="qmd", space=space, method="grid", folds=4, progress=False)
+    assert rep.chosen in ANCHORS and rep.cv_heldout_anchors > rep.cv_heldout_search
+    assert rep.cv_heldout == rep.cv_heldout_anchors and set(rep.anchors) == set(ANCHORS)
+    assert rep.best_dev == pytest.approx(max(rep.anchors.values())) == pytest.approx(_dev_score(store, dataset, best))
+    assert best == _apply(load_config("qmd"), ANCHORS[rep.chosen]).with_updates(
+        {"name": best.name, "description": best.description}
+    )
+    # The same search with anchors off keeps its (bad) best.
+    _, raw = tune(store, dataset, base="qmd", space=space, method="grid", folds=4, progress=False, anchors=False)
+    assert raw.chosen == "search" and raw.best_dev < rep.best_dev and raw.anchors == {}
 
 
 @pytest.mark.parametrize(

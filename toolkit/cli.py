@@ -264,7 +264,10 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 @click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False), help="Store file (default .hrt/<dataset>.duckdb).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Tuned config YAML (a .report.json is written beside it).")
 @click.option("--force", is_flag=True, help="Allow tuning on the test split (don't report numbers from it).")
-def tune(dataset, split, base, space, method, budget, measure, folds, stratify, seed, store_path, out, force) -> None:
+@click.option("--no-anchors", is_flag=True, help="Keep the search's best even when a fixed setting (base, one list "
+              "alone, plain RRF) does better on held-out folds.")
+def tune(dataset, split, base, space, method, budget, measure, folds, stratify, seed, store_path, out, force,
+         no_anchors) -> None:
     """Tune the cheap pipeline fields on a dev split from cached stages, with k-fold cross-validation over
     queries so the reported score is on held-out queries. Writes a config `hrt run --config` loads."""
     from .loaders import Dataset, load_corpus
@@ -277,10 +280,11 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
         st.ingest(load_corpus(ds.root), progress=True)
         _, rep = run_tune(
             st, ds.root, split=split, base=base, space=space, method=method, budget=budget, measure=measure,
-            folds=folds, stratify=stratify, seed=seed, out=out, force=force,
+            folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors,
         )
     d = rep.to_dict()
-    keys = [k for k in ("base_dev", "best_dev", "cv_heldout", "p_value") if k in d]
+    keys = [k for k in ("chosen", "base_dev", "best_dev", "cv_heldout", "cv_heldout_search", "cv_heldout_anchors",
+                        "p_value") if k in d]
     click.echo(json.dumps({k: d[k] for k in keys} | {"diff": d.get("diff")}, indent=2, default=str))
     click.echo(f"tuned config -> {out}")
 
@@ -297,7 +301,8 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 @click.option("--loss", type=click.Choice(["lambda", "listnet", "bce"]), default="lambda", show_default=True)
 @click.option("--lr", default=5e-5, show_default=True, type=float, help="Encoder learning rate.")
 @click.option("--max-length", default=160, show_default=True, type=click.IntRange(16), help="Max tokens of query + passage.")
-@click.option("--holdout", default=0.2, show_default=True, type=float, help="Share of the split's queries held out for early stopping and the verdict.")
+@click.option("--holdout", default="auto", show_default=True, help="Share of the split's queries held out for early stopping and the verdict; auto: 0.2, or 0.5 for a split of under 100 queries.")
+@click.option("--pseudo", default="0", show_default=True, help="Pseudo-queries cut from the corpus added to the training queries (a number, or auto: top up to 600).")
 @click.option("--holdout-by", type=click.Choice(["query", "scope"]), default="query", show_default=True, help="Hold out random queries, or whole scopes (conversations).")
 @click.option("--eval-depth", default=40, show_default=True, type=click.IntRange(1), help="First-stage candidates reranked when judging each epoch.")
 @click.option("--first-stage", default="bm25-only", show_default=True, help="Config (preset or path) whose fused list the reranker goes behind when judged on held-out queries.")
@@ -306,7 +311,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 @click.option("--export-data", default=None, type=click.Path(dir_okay=False), help="Also write the training pairs (query, text, label) here (.parquet, .csv or .jsonl).")
 @click.option("--force", is_flag=True, help="Allow training on the test split (every test number is then meaningless).")
 def train_reranker(dataset, split, out, store_path, base_model, epochs, negatives, depth, loss, lr, max_length, holdout,
-                   holdout_by, eval_depth, first_stage, max_positives, seed, export_data, force) -> None:
+                   pseudo, holdout_by, eval_depth, first_stage, max_positives, seed, export_data, force) -> None:
     """Fine-tune a CrossEncoder reranker on a split's judgements, with hard negatives mined from the
     toolkit's own BM25 and dense lists, a listwise loss and early stopping on held-out queries.
 
@@ -317,13 +322,18 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
     from .store import Store
     from .train import train_reranker as run_train
 
+    try:
+        holdout = holdout if holdout == "auto" else float(holdout)
+        pseudo = pseudo if pseudo == "auto" else int(pseudo)
+    except ValueError as e:
+        raise click.BadParameter(f"--holdout/--pseudo: a number or 'auto' ({e})") from None
     ds = Dataset.open(dataset)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
     with Store(store_path) as st:
         st.ingest(load_corpus(ds.root), progress=True)
         rep = run_train(
             st, ds.root, split=split, out=out, base_model=base_model, epochs=epochs, negatives_per_query=negatives,
-            depth=depth, loss=loss, lr=lr, max_length=max_length, holdout=holdout, holdout_by=holdout_by,
+            depth=depth, loss=loss, lr=lr, max_length=max_length, holdout=holdout, pseudo=pseudo, holdout_by=holdout_by,
             eval_depth=eval_depth, first_stage=first_stage, max_positives=max_positives, seed=seed, force=force,
         )
     if export_data:

@@ -53,6 +53,10 @@ TRAIN_SCHEMA = {
 LOSSES = ("lambda", "listnet", "bce")
 BLEND_BUCKETS = [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
 NOT_AN_IMPROVEMENT = "It must not be presented as an improvement."
+# With `pseudo="auto"`, judged training queries are topped up with pseudo-queries to this many; a split
+# with fewer judged queries than SMALL_SPLIT holds out half of them (holdout="auto").
+PSEUDO_TARGET = 600
+SMALL_SPLIT = 100
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -191,6 +195,30 @@ def build_training_data(
     """
     pool = mine_pool(store, queries, qrels, depth=depth, level=level)
     return sample_negatives(pool, negatives_per_query, seed)
+
+
+def pseudo_pool(store: Any, n: int, *, seed: int = 0, depth: int = 30, level: str = "document",
+                required: bool = True) -> pl.DataFrame:
+    """`mine_pool` rows (TRAIN_SCHEMA) for `n` pseudo-queries drawn from the store's chunks: negatives mined
+    from our own BM25 and dense lists like a judged query's; the positive is the pseudo-query's own passage
+    (span cut out for cloze queries), origin "pseudo:span" or "pseudo:keywords". A corpus with no chunk
+    long enough to cut a query from is an error only when pseudo-queries were asked for (`required`)."""
+    from .pseudo_queries import pseudo_queries
+
+    chunks = store.chunks().join(store.doc_sources().select("doc_id", "scope"), on="doc_id", how="left")
+    try:
+        pq, pqrels, positives = pseudo_queries(chunks, n, seed=seed)
+    except InputError:
+        if required:
+            raise
+        return pl.DataFrame(schema=TRAIN_SCHEMA)
+    pool = mine_pool(store, pq.select("qid", "text", "scope"), pqrels, depth=depth, level=level)
+    pos = positives.join(pq.select("qid", "kind"), on="qid").select(
+        "qid", "doc_id", pl.col("text").alias("_text"), ("pseudo:" + pl.col("kind")).alias("_origin"))
+    return pool.join(pos, on=["qid", "doc_id"], how="left").with_columns(
+        pl.when(pl.col("label") > 0).then(pl.col("_text")).otherwise(pl.col("text")).alias("text"),
+        pl.when(pl.col("label") > 0).then(pl.col("_origin")).otherwise(pl.col("origin")).alias("origin"),
+    ).select(list(TRAIN_SCHEMA))
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -455,6 +483,7 @@ class TrainReport:
     recommended_buckets: list[tuple[float, float]] = field(default_factory=list)
     blend_grid: list[dict[str, Any]] = field(default_factory=list)
     recommended_for: str = ""  # the first stage the recommendation was made behind
+    n_pseudo_queries: int = 0  # of n_train_queries, how many were pseudo-queries from the corpus
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -462,7 +491,9 @@ class TrainReport:
     def summary(self) -> str:
         s = self.seconds
         return (
-            f"trained on {self.n_train_queries} {self.split} queries ({self.n_train_pairs_per_epoch} pairs/epoch, "
+            f"trained on {self.n_train_queries} {self.split} queries"
+            + (f" ({self.n_pseudo_queries} of them pseudo-queries from the corpus)" if self.n_pseudo_queries else "")
+            + f" ({self.n_train_pairs_per_epoch} pairs/epoch, "
             f"{self.epochs_run} epoch(s), kept epoch {self.best_epoch}); held-out {self.n_holdout_queries} queries, "
             f"{self.measure}: first stage {self.first_stage:.4f}, replace {self.replace:.4f}, "
             f"blend {self.blend:.4f}\n{self.verdict}\n"
@@ -524,8 +555,9 @@ def train_reranker(
     eval_depth: int = 40,
     first_stage: Any = "bm25-only",
     max_positives: int = 16,
-    holdout: float = 0.2,
+    holdout: float | str = "auto",
     holdout_by: str = "query",
+    pseudo: int | str = 0,
     level: str = "document",
     seed: int = 0,
     force: bool = False,
@@ -540,6 +572,13 @@ def train_reranker(
     fused list the reranker goes behind, bm25-only by default; its blend buckets; nDCG@10)
     and the best epoch is kept in `out`, with `training_report.json` and `training_data.parquet` (the pairs
     of every epoch, column `epoch`). Seeds fix the split, the negatives, the order and the head init.
+
+    `pseudo`: pseudo-queries built from the corpus (`toolkit.pseudo_queries`) added to the training
+    queries; "auto" tops the judged training queries up to `PSEUDO_TARGET`. Off by default: measured on
+    CACM at this CPU budget they did not make the reranker useful (benchmarks/RESULTS.md).
+    `holdout`: the share of judged queries kept for model selection; "auto" holds out 20% of a large
+    split and half of a small one (< `SMALL_SPLIT` queries), where pseudo-queries carry the training
+    and the held-out verdict needs every query it can get.
     """
     from .loaders import Dataset
     from .store import Store
@@ -569,8 +608,7 @@ def train_reranker(
                       epochs=epochs, negatives_per_query=negatives_per_query, depth=depth, loss=loss, lr=lr,
                       head_lr=head_lr, batch_queries=batch_queries, max_length=max_length,
                       freeze_layers=freeze_layers, eval_depth=eval_depth, first_stage=first_stage,
-                      max_positives=max_positives,
-                      holdout=holdout, holdout_by=holdout_by, level=level, seed=seed, force=force, progress=progress)
+                      max_positives=max_positives, holdout=holdout, holdout_by=holdout_by, pseudo=pseudo, level=level, seed=seed, force=force, progress=progress)
     finally:
         if own_store:
             store.close()
@@ -578,7 +616,8 @@ def train_reranker(
 
 def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None, epochs: int,
            negatives_per_query: int, depth: int, loss: str, lr: float, head_lr: float, batch_queries: int,
-           max_length: int, freeze_layers: int, eval_depth: int, first_stage: Any, max_positives: int, holdout: float, holdout_by: str, level: str, seed: int, force: bool,
+           max_length: int, freeze_layers: int, eval_depth: int, first_stage: Any, max_positives: int, holdout: float | str, holdout_by: str, pseudo: int | str, level: str, seed: int,
+           force: bool,
            progress: bool) -> TrainReport:
     import torch
     from transformers import get_linear_schedule_with_warmup, set_seed
@@ -597,8 +636,15 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
     t0 = time.perf_counter()
     judged_pos = qrels.filter(pl.col("rel") > 0).select("qid").unique()
     queries = queries.join(judged_pos, on="qid", how="semi")
-    train_q, held_q = split_holdout(queries, holdout, seed, holdout_by)
+    if holdout == "auto":
+        holdout = 0.2 if len(queries) >= SMALL_SPLIT else 0.5
+    train_q, held_q = split_holdout(queries, float(holdout), seed, holdout_by)
     pool = mine_pool(store, train_q, qrels, depth=depth, level=level)
+    n_pseudo = max(0, PSEUDO_TARGET - pool["qid"].n_unique()) if pseudo == "auto" else int(pseudo)
+    if n_pseudo:
+        extra = pseudo_pool(store, n_pseudo, seed=seed, depth=depth, level=level, required=pseudo != "auto")
+        n_pseudo = extra["qid"].n_unique()
+        pool = pl.concat([pool, extra])
     fs_cfg = load_config(first_stage) if isinstance(first_stage, str | Path) else first_stage
     held_fused, held_pairs = first_stage_pairs(store, held_q, eval_depth, fs_cfg)
     buckets = fs_cfg.rerank.buckets
@@ -654,7 +700,7 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
                 + ("reranker off (retrieval only)." if rec == [(math.inf, 1.0)] else f"{rec}."))
     report = TrainReport(
         out=str(out), split=split, base_model=base_model or "all-MiniLM-L6-v2 (packaged, fresh head)", params=params,
-        n_train_queries=pool["qid"].n_unique(), n_holdout_queries=len(held_q),
+        n_train_queries=pool["qid"].n_unique(), n_holdout_queries=len(held_q), n_pseudo_queries=n_pseudo,
         n_train_pairs_per_epoch=len(samples[0]), epochs_run=epochs, best_epoch=row["epoch"], epochs=history,
         measure="nDCG@10", first_stage=row["first_stage"], replace=row["replace"], blend=row["blend"], p_value=p,
         helps=helps, verdict=verdict, seconds={k: round(v, 2) for k, v in seconds.items()},
