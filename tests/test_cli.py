@@ -100,7 +100,11 @@ def test_train_reranker_command(tmp_path, beir):
     assert r.exit_code == 2 and "refusing to train on the 'test' split" in r.output
     r = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--out", str(out), "--store", store, "--epochs", "1",
                           "--negatives", "2", "--max-length", "32", "--holdout", "0.34", "--eval-depth", "5",
-                          "--export-data", str(tmp_path / "pairs.csv")])
+                          "--freeze-layers", "3", "--export-data", str(tmp_path / "pairs.csv")])
     assert r.exit_code == 0, r.output
+    params = json.loads((out / "training_report.json").read_text())["params"]
+    assert params["freeze_layers"] == 3 and params["holdout"] == 0.34 and params["pseudo"] == 0
     assert (out / "training_report.json").exists() and (tmp_path / "pairs.csv").read_text().startswith("qid,query")
     assert "held-out" in r.output and ("does NOT help" in r.output or "within noise" in r.output or "helps" in r.output)
+    bad = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--out", str(out), "--store", store, "--pseudo", "many"])
+    assert bad.exit_code == 2 and "--holdout/--pseudo" in bad.output

@@ -301,6 +301,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 @click.option("--loss", type=click.Choice(["lambda", "listnet", "bce"]), default="lambda", show_default=True)
 @click.option("--lr", default=5e-5, show_default=True, type=float, help="Encoder learning rate.")
 @click.option("--max-length", default=160, show_default=True, type=click.IntRange(16), help="Max tokens of query + passage.")
+@click.option("--freeze-layers", default=2, show_default=True, type=click.IntRange(0, 12), help="Lowest encoder layers kept frozen (with the word embeddings).")
 @click.option("--holdout", default="auto", show_default=True, help="Share of the split's queries held out for early stopping and the verdict; auto: 0.2, or 0.5 for a split of under 100 queries.")
 @click.option("--pseudo", default="0", show_default=True, help="Pseudo-queries cut from the corpus added to the training queries (a number, or auto: top up to 600).")
 @click.option("--holdout-by", type=click.Choice(["query", "scope"]), default="query", show_default=True, help="Hold out random queries, or whole scopes (conversations).")
@@ -310,8 +311,8 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 @click.option("--seed", default=0, show_default=True)
 @click.option("--export-data", default=None, type=click.Path(dir_okay=False), help="Also write the training pairs (query, text, label) here (.parquet, .csv or .jsonl).")
 @click.option("--force", is_flag=True, help="Allow training on the test split (every test number is then meaningless).")
-def train_reranker(dataset, split, out, store_path, base_model, epochs, negatives, depth, loss, lr, max_length, holdout,
-                   pseudo, holdout_by, eval_depth, first_stage, max_positives, seed, export_data, force) -> None:
+def train_reranker(dataset, split, out, store_path, base_model, epochs, negatives, depth, loss, lr, max_length,
+                   freeze_layers, holdout, pseudo, holdout_by, eval_depth, first_stage, max_positives, seed, export_data, force) -> None:
     """Fine-tune a CrossEncoder reranker on a split's judgements, with hard negatives mined from the
     toolkit's own BM25 and dense lists, a listwise loss and early stopping on held-out queries.
 
@@ -333,7 +334,8 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
         st.ingest(load_corpus(ds.root), progress=True)
         rep = run_train(
             st, ds.root, split=split, out=out, base_model=base_model, epochs=epochs, negatives_per_query=negatives,
-            depth=depth, loss=loss, lr=lr, max_length=max_length, holdout=holdout, pseudo=pseudo, holdout_by=holdout_by,
+            depth=depth, loss=loss, lr=lr, max_length=max_length, freeze_layers=freeze_layers, holdout=holdout,
+            pseudo=pseudo, holdout_by=holdout_by,
             eval_depth=eval_depth, first_stage=first_stage, max_positives=max_positives, seed=seed, force=force,
         )
     if export_data:

@@ -638,6 +638,7 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
     queries = queries.join(judged_pos, on="qid", how="semi")
     if holdout == "auto":
         holdout = 0.2 if len(queries) >= SMALL_SPLIT else 0.5
+    params["holdout"] = holdout  # the share used, also when it was "auto"
     train_q, held_q = split_holdout(queries, float(holdout), seed, holdout_by)
     pool = mine_pool(store, train_q, qrels, depth=depth, level=level)
     n_pseudo = max(0, PSEUDO_TARGET - pool["qid"].n_unique()) if pseudo == "auto" else int(pseudo)
