@@ -78,7 +78,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         if settings.chunk_overlap >= settings.chunk_size:
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
         rep = st.ingest(docs, settings=settings, embed=not no_embed, model=model, prune=prune, progress=True)
-    click.echo(f"{rep.summary()} in {time.perf_counter() - t0:.1f}s -> {store_path}")
+    click.echo(f"{rep.summary()}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
 
 
 @main.command()

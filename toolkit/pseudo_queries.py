@@ -2,8 +2,10 @@
 
 A collection with 20-40 judged dev queries cannot teach a fresh cross-encoder head anything (measured:
 CACM, Vaswani and MS MARCO rerankers trained on their dev judgements alone made the blend worse). The
-corpus can: every passage yields a query whose answer is known, in the collection's own vocabulary. Two
-kinds, both built without a model (no query generator can be downloaded here):
+corpus is the obvious extra source: every passage yields a query whose answer is known, in the
+collection's own vocabulary. Measured on CACM, 600 of them and 17 minutes of CPU training did not make
+the reranker useful either (benchmarks/RESULTS.md), so the trainer uses them only when asked. Two kinds,
+both built without a model (no query generator can be downloaded here):
 
 - span (inverse cloze task, Lee et al. 2019): a run of 5-12 words cut out of a chunk is the query, and the
   chunk *without* that run is the positive, so the reranker has to learn what a passage is about rather

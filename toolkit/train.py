@@ -577,8 +577,8 @@ def train_reranker(
     queries; "auto" tops the judged training queries up to `PSEUDO_TARGET`. Off by default: measured on
     CACM at this CPU budget they did not make the reranker useful (benchmarks/RESULTS.md).
     `holdout`: the share of judged queries kept for model selection; "auto" holds out 20% of a large
-    split and half of a small one (< `SMALL_SPLIT` queries), where pseudo-queries carry the training
-    and the held-out verdict needs every query it can get.
+    split and half of a small one (< `SMALL_SPLIT` queries): a verdict on 5 held-out queries means
+    nothing, and a few more training queries do not rescue a reranker that has a dozen.
     """
     from .loaders import Dataset
     from .store import Store
@@ -608,7 +608,8 @@ def train_reranker(
                       epochs=epochs, negatives_per_query=negatives_per_query, depth=depth, loss=loss, lr=lr,
                       head_lr=head_lr, batch_queries=batch_queries, max_length=max_length,
                       freeze_layers=freeze_layers, eval_depth=eval_depth, first_stage=first_stage,
-                      max_positives=max_positives, holdout=holdout, holdout_by=holdout_by, pseudo=pseudo, level=level, seed=seed, force=force, progress=progress)
+                      max_positives=max_positives, holdout=holdout, holdout_by=holdout_by, pseudo=pseudo,
+                      level=level, seed=seed, force=force, progress=progress)
     finally:
         if own_store:
             store.close()
@@ -616,8 +617,8 @@ def train_reranker(
 
 def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None, epochs: int,
            negatives_per_query: int, depth: int, loss: str, lr: float, head_lr: float, batch_queries: int,
-           max_length: int, freeze_layers: int, eval_depth: int, first_stage: Any, max_positives: int, holdout: float | str, holdout_by: str, pseudo: int | str, level: str, seed: int,
-           force: bool,
+           max_length: int, freeze_layers: int, eval_depth: int, first_stage: Any, max_positives: int,
+           holdout: float | str, holdout_by: str, pseudo: int | str, level: str, seed: int, force: bool,
            progress: bool) -> TrainReport:
     import torch
     from transformers import get_linear_schedule_with_warmup, set_seed
