@@ -20,6 +20,7 @@ test split is never used for any choice: tuning and early stopping both see dev 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from pathlib import Path
@@ -67,6 +68,8 @@ def run_collection(
                       f"CV held-out: search {rep.cv_heldout_search:.4f}, best fixed setting "
                       f"{rep.cv_heldout_anchors:.4f}; fixed settings on dev {rep.anchors}", flush=True)
             configs["tuned"] = load_config(tuned_path)
+            # What the tuner kept ("search", or the fixed setting that beat it on held-out folds), for the table.
+            tuned_label = f"tuned ({json.loads(tuned_path.with_suffix('.report.json').read_text()).get('chosen', 'search')})"
             if train:
                 model = workdir / f"reranker-{name}"
                 if not (model / "training_report.json").exists():
@@ -84,6 +87,8 @@ def run_collection(
                 configs["tuned+reranker (blend chosen on dev)"] = configs["tuned"].with_updates(
                     {**rr, "name": "tuned+reranker-dev-blend", "rerank.buckets": [list(b) for b in rep["recommended_buckets"]]})
                 print(f"{name}: blend chosen on held-out dev: {rep['recommended_buckets']} ({rep['blend_grid']})", flush=True)
+        if "tuned" in configs:
+            configs = {(tuned_label if k == "tuned" else k): v for k, v in configs.items()}
         for label, cfg in configs.items():
             t = time.perf_counter()
             prep = timed(f"candidate lists + stage cache: {label}", lambda cfg=cfg: prepare(st, queries, cfg))
