@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 
 import numpy as np
 import polars as pl
@@ -81,16 +82,11 @@ def pseudo_queries(
             query = " ".join(words[start : start + length])
             positive = " ".join(words[:start] + words[start + length :])
         else:
-            terms: list[str] = []
-            for t in TERM.findall(r["text"].lower()):
-                if t not in stop and len(t) > 2 and not t.isdigit() and t not in terms:
-                    terms.append(t)
+            # Content words in document order (Counter keeps first-seen order) with their counts.
+            tf = Counter(t for t in TERM.findall(r["text"].lower()) if t not in stop and len(t) > 2 and not t.isdigit())
+            terms = list(tf)
             if len(terms) < 3:
                 continue
-            tf = {t: 0 for t in terms}
-            for t in TERM.findall(r["text"].lower()):
-                if t in tf:
-                    tf[t] += 1
             w = np.array([tf[t] * math.log(n_docs / df.get(t, 1)) for t in terms]) + 1e-9
             k = min(int(rng.integers(3, 7)), len(terms))
             chosen = set(rng.choice(len(terms), size=k, replace=False, p=w / w.sum()).tolist())
