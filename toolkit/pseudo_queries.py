@@ -35,6 +35,11 @@ TERM = re.compile(r"\w+")
 KINDS = ("span", "keywords")
 
 
+def _content_terms(text: str, stop: frozenset[str]) -> list[str]:
+    """Lowercased word tokens that can stand for a passage: no stopwords, no numbers, longer than 2."""
+    return [t for t in TERM.findall(text.lower()) if t not in stop and len(t) > 2 and not t.isdigit()]
+
+
 def pseudo_queries(
     chunks: pl.DataFrame,
     n: int,
@@ -65,10 +70,7 @@ def pseudo_queries(
 
     stop = _stopwords()
     # Document frequency over the whole pool, for the keyword draw's idf.
-    df: dict[str, int] = {}
-    for text in pool["text"].to_list():
-        for t in {t for t in TERM.findall(text.lower()) if t not in stop and len(t) > 2 and not t.isdigit()}:
-            df[t] = df.get(t, 0) + 1
+    df = Counter(t for text in pool["text"].to_list() for t in set(_content_terms(text, stop)))
     n_docs = len(pool)
 
     rows = []
@@ -83,7 +85,7 @@ def pseudo_queries(
             positive = " ".join(words[:start] + words[start + length :])
         else:
             # Content words in document order (Counter keeps first-seen order) with their counts.
-            tf = Counter(t for t in TERM.findall(r["text"].lower()) if t not in stop and len(t) > 2 and not t.isdigit())
+            tf = Counter(_content_terms(r["text"], stop))
             terms = list(tf)
             if len(terms) < 3:
                 continue

@@ -306,12 +306,13 @@ def tune(
     scores = np.stack([v for _, v in history])  # trials x queries
     held, _ = cv_heldout(scores, fold)
     # Anchors are fusion settings: they compete only with a search that moves fusion fields.
-    anchor_names = list(ANCHORS) if anchors and any(k.startswith("fusion.") for k in sp) else []
-    anchor_vals = np.stack([per_query(_apply(base_cfg, ANCHORS[a])) for a in anchor_names]) if anchor_names else None
-    held_anchor = cv_heldout(anchor_vals, fold)[0] if anchor_vals is not None else None
+    use_anchors = anchors and any(k.startswith("fusion.") for k in sp)
+    # The base's per-query values are already known; the other fixed settings are one rescore each.
+    anchor_vals = {a: per_query(_apply(base_cfg, p)) if p else base_vals for a, p in ANCHORS.items()} if use_anchors else {}
+    held_anchor = cv_heldout(np.stack(list(anchor_vals.values())), fold)[0] if anchor_vals else None
     if held_anchor is not None and held_anchor.mean() >= held.mean():
-        a = int(np.argmax(anchor_vals.mean(axis=1)))
-        chosen, best_params, best_vals, held_chosen = anchor_names[a], dict(ANCHORS[anchor_names[a]]), anchor_vals[a], held_anchor
+        chosen = max(anchor_vals, key=lambda a: anchor_vals[a].mean())
+        best_params, best_vals, held_chosen = dict(ANCHORS[chosen]), anchor_vals[chosen], held_anchor
     else:
         best_i = int(np.argmax(scores.mean(axis=1)))
         chosen, best_params, best_vals, held_chosen = "search", history[best_i][0], scores[best_i], held
@@ -347,7 +348,7 @@ def tune(
         chosen=chosen,
         cv_heldout_search=float(held.mean()),
         cv_heldout_anchors=float(held_anchor.mean()) if held_anchor is not None else float("nan"),
-        anchors={n: float(v.mean()) for n, v in zip(anchor_names, anchor_vals if anchor_vals is not None else [], strict=True)},
+        anchors={n: float(v.mean()) for n, v in anchor_vals.items()},
         diff={
             k: {"base": a, "best": b}
             for k, (a, b) in base_cfg.diff(best_cfg).items()
