@@ -1,25 +1,21 @@
-"""The notebook lab: widgets bound to a config that re-score every query live, with plotly panels.
+"""The notebook lab: widgets and plotly panels that draw a headless `toolkit.session.Session`.
 
-The expensive stages run once (`pipeline.prepare`, cached in the store); every widget change builds
-`cfg.with_updates({path: value})`, re-scores all queries from the cached frames (`pipeline.rescore`),
-re-evaluates, and redraws the panels in place. Widgets and panels only read the trace and write the config.
+The session owns the state and the logic (config, cached candidates, re-scoring, evaluation, failure cases,
+inspector lists, export); the lab only turns widget changes into `session.update(...)` (debounced) and
+redraws the panels in place from what the session holds. Every headless call goes the same path.
 
     from toolkit.lab import Lab
     lab = Lab.from_dataset(".hrt/locomo.duckdb", "data/locomo", split="dev", config="qmd")
     lab                                   # renders controls + panels (JupyterLab 4 / classic notebook)
     lab.set("fusion.lexical_weight", 2.0); lab.metrics   # headless: same path as a slider, no debounce
     lab.pin_baseline(); lab.export("yaml", "tuned.yaml")
+    lab.session                           # the state without widgets (`toolkit.session.Session`)
 
 Headless API: `lab.set(path, value) -> bool` (False and `lab.message` when the value is invalid),
 `lab.update({...})`, `lab.config`, `lab.result` (pipeline.Result), `lab.metrics` (dict measure -> mean),
 `lab.deltas` (vs baseline, t-test p), `lab.failures`, `lab.figures` (name -> figure), `lab.last_update_ms`,
 `lab.timings`, `lab.controls` (path -> widget; setting `.value` queues a debounced update, `lab.flush()`
 applies it now), `lab.inspect(qid=... | text=...)`, `lab.pin_baseline()`, `lab.export(kind, path)`.
-
-Retrieval-side switches (routing skips, near-duplicate vectors, retrieval/expansion settings, the reranker
-and its top_n when one is configured) change what `prepare` computes: the lab re-runs it (cached per
-setting) and says "recomputing candidates". With a reranker, fusion changes do NOT re-prepare: the pool
-scored in `prepare` covers every list's top-N, and documents outside it keep their fused order.
 
 Live figures are plotly FigureWidgets, which need `anywidget` with plotly >= 6; without it (or with
 `live_figures=False`) the lab falls back to static figures redrawn in Output widgets. Each FigureWidget's
@@ -28,10 +24,7 @@ state carries plotly's ~5 MB JS bundle (anywidget `_esm`): leave "save widget st
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import re
 import threading
 import time
 import traceback
@@ -46,17 +39,12 @@ import plotly.graph_objects as go
 import polars as pl
 
 from . import panels
-from .config import PipelineConfig, load_config, save_config
-from .errors import InputError, ToolkitError
-from .features import query_features
-from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
-from .pipeline import Prepared, Result, prepare, rescore
+from .config import PipelineConfig
+from .errors import ToolkitError
+from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removed
 from .store import Store
 
-DEFAULT_MEASURES = ("nDCG@10", "R@5", "MRR@10")
-_BONUS_KEY = re.compile(r"^fusion\.rank_bonus@(\d+)$")
-LATER = ("fuse", "blend", "final")
-_MAX_PREPS = 4  # prepared frame sets kept in memory (switching a routing skip back is then instant)
+__all__ = ["DEFAULT_MEASURES", "BucketEditor", "Debouncer", "Lab", "Session"]
 
 
 # ------------------------------------------------------------------ debounce
@@ -175,12 +163,8 @@ class BucketEditor:
             self.on_change(self.value)
 
     def add(self) -> None:
-        """Insert a bucket before the open-ended last one: bound = previous bound + 5, same weight."""
-        v = self.value
-        finite = [b for b, _ in v if not math.isinf(b)]
-        bound = (finite[-1] if finite else 0.0) + 5.0
-        v.insert(len(v) - 1 if math.isinf(v[-1][0]) else len(v), (bound, v[-1][1]))
-        self.value = v
+        """Insert a bucket before the open-ended last one (`session.bucket_added`)."""
+        self.value = bucket_added(self.value)
         self._changed({})
 
     def remove(self, i: int) -> None:
@@ -188,8 +172,7 @@ class BucketEditor:
         v = self.value
         if not 0 <= i < len(v) or (i == len(v) - 1 and math.isinf(v[i][0])):
             return
-        del v[i]
-        self.value = v
+        self.value = bucket_removed(v, i)
         self._changed({})
 
 
@@ -285,27 +268,6 @@ class _Slot:
 
 
 # ------------------------------------------------------------------ the lab
-def _prep_signature(cfg: PipelineConfig) -> str:
-    """What the prepared frames depend on, as far as the lab is concerned (see the module docstring)."""
-    d = cfg.to_dict()
-    rr = cfg.rerank
-    parts = {
-        "retrieval": d["retrieval"],
-        "expansion": d["expansion"],
-        "routing": {k: v for k, v in d["routing"].items() if k != "technical_lexical_boost"},
-        "rerank": {
-            "provider": rr.provider,
-            "model": rr.model,
-            "url": rr.url,
-            "path": rr.path,
-            "on": rr.blend != "none",
-            "top_n": rr.top_n if rr.provider != "none" else None,
-        },
-        "near_dup": cfg.dedup.near_duplicate_enabled,
-    }
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
 def _control(kind: str, value: Any, **kw: Any) -> W.Widget:
     style = {"description_width": "150px"}
     layout = W.Layout(width="360px")
@@ -326,8 +288,30 @@ def _control(kind: str, value: Any, **kw: Any) -> W.Widget:
     raise ValueError(kind)
 
 
+def _from_session(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self.session, name), doc=doc)
+
+
 class Lab:
-    """Interactive tuning of one pipeline config over a query set; see the module docstring."""
+    """Widgets and panels over a `Session`; see the module docstring. The lab holds no state of its own
+    beyond what is on screen (pending widget changes, the picked failure case, figure slots)."""
+
+    config = _from_session("config", "The current config (`PipelineConfig`).")
+    result = _from_session("result", "The current `pipeline.Result`.")
+    metrics = _from_session("metrics", "Current mean of each measure (empty without qrels).")
+    per_query = _from_session("per_query", "Per-query metric values of the current config.")
+    deltas = _from_session("deltas", "Measure, current, baseline, delta, p-value.")
+    failures = _from_session("failures", "Failure cases of the current config (`panels.failure_cases`).")
+    inspected = _from_session("inspected", "Stage lists of the inspected query.")
+    message = _from_session("message", "The status line: '' when all is well, else the last error or notice.")
+    history = _from_session("history", "Recent status messages.")
+    last_export = _from_session("last_export", "What the last export wrote.")
+    baseline_name = _from_session("baseline_name", "Name of the baseline the deltas compare to.")
+    store = _from_session("store", "The store.")
+    queries = _from_session("queries", "The query set (with a scope column).")
+    qrels = _from_session("qrels", "The judgements, restricted to the query set (or None).")
+    measures = _from_session("measures", "Measure labels.")
+    k = _from_session("k", "Depth of the per-query panels.")
 
     def __init__(
         self,
@@ -342,52 +326,21 @@ class Lab:
         debounce_s: float = 0.15,
         live_figures: bool | None = None,
     ) -> None:
-        self.store = store
-        self.queries = queries if "scope" in queries.columns else queries.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
-        self.measures = [m.label for m in parse_measures(measures)]
-        self.k = k
-        self.qrels = (
-            qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)).join(
-                self.queries.select("qid"), on="qid", how="semi"
-            )
-            if qrels is not None
-            else None
-        )
-        self.config: PipelineConfig = load_config(config)
-        self.message = ""  # the status line: "" when all is well, else the last error or notice
-        self.history: list[str] = []  # recent status messages (notices like "recomputing candidates")
         self.last_update_ms: float | None = None
         self.updates = 0  # how many re-scorings the panels show (the status line numbers them)
         self.timings: dict[str, float] = {}
-        self.per_query: pl.DataFrame | None = None
-        self.deltas: pl.DataFrame | None = None
-        self.failures: pl.DataFrame = pl.DataFrame(schema=panels.FAILURE_SCHEMA)
-        self.inspected: pl.DataFrame | None = None
-        self.last_export: str | None = None
         self._owns_store = False
-        self._recomputed_ms = 0.0
         self._pending: dict[str, Any] = {}
         self._syncing = False
-        self._lock = threading.RLock()
-        self._preps: dict[str, Prepared] = {}
-        self._boosted: dict[tuple[str, float], Prepared] = {}
-        self._texts = pl.DataFrame(schema={"chunk_id": pl.Utf8, "text": pl.Utf8})
-        self._inspect_state: dict[str, Any] = {"qid": None}
         self._debouncer = Debouncer(self._apply_pending, debounce_s)
         live = _figure_widgets_available() if live_figures is None else live_figures
         self._slots = {name: _Slot(live) for name in ("metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector")}
         self.live_figures = live
-
-        # Baseline: its own prepare (cached in the store), scored once.
-        self.baseline_name: str | None = None
-        self._baseline_pq: pl.DataFrame | None = None
-        if baseline is not None and self.qrels is not None:
-            bcfg = load_config(baseline)
-            bres = rescore(self._prepared(bcfg, remember=False), bcfg, trace=False)
-            self._baseline_pq = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures)
-            self.baseline_name = bcfg.name
+        self.session = Session(store, queries, qrels, config, baseline, measures, k, on_notice=self._show)
+        self._lock = self.session.lock
+        self._qtext = dict(zip(self.queries["qid"].to_list(), self.queries["text"].to_list(), strict=True))
         self._build_widgets()
-        self.result: Result = self._run(self.config, time.perf_counter())
+        self._redraw()
 
     # -------------------------------------------------------------- constructors
     @classmethod
@@ -423,12 +376,7 @@ class Lab:
         if self._owns_store:
             self.store.close()
 
-    # -------------------------------------------------------------- headless API
-    @property
-    def metrics(self) -> dict[str, float]:
-        """Current mean of each measure (empty without qrels)."""
-        return aggregate(self.per_query) if self.per_query is not None and len(self.per_query) else {}
-
+    # -------------------------------------------------------------- headless API (the session's, redrawn)
     @property
     def figures(self) -> dict[str, go.Figure | go.FigureWidget]:
         """Panel name -> figure: FigureWidgets patched in place (live), else static Figures."""
@@ -459,74 +407,35 @@ class Lab:
     def pin_baseline(self) -> None:
         """Make the current config (and its per-query metrics) the baseline the metrics panel compares to."""
         with self._lock:
-            if self.per_query is None:
-                raise InputError("pin_baseline: no judgements (qrels), so there are no metrics to compare")
-            self._baseline_pq = self.per_query
-            self.baseline_name = f"pinned {self.config.name} @ {time.strftime('%H:%M:%S')}"
-            self.deltas = panels.metric_deltas(self.per_query, self._baseline_pq)
-            self._slots["metrics"].set(
-                panels.metrics_figure(self.deltas, current_name=self.config.name, baseline_name=self.baseline_name, raw=True)
-            )
+            self.session.pin_baseline()
+            self._draw_metrics()
 
     def add_bucket(self) -> bool:
         """Add a blend bucket (as the widget's button does) and re-score; False if the result is invalid."""
-        self.bucket_editor.add()
-        return self.set("rerank.buckets", self.bucket_editor.value)
+        return self.set("rerank.buckets", bucket_added(self.config.rerank.buckets))
 
     def remove_bucket(self, i: int = -2) -> bool:
         """Remove blend bucket `i` (default: the last bounded one) and re-score."""
-        n = len(self.bucket_editor.value)
-        self.bucket_editor.remove(i % n)
-        return self.set("rerank.buckets", self.bucket_editor.value)
+        b = self.config.rerank.buckets
+        return self.set("rerank.buckets", bucket_removed(b, i % len(b)))
 
     def inspect(self, qid: str | None = None, text: str | None = None, scope: str | None = None) -> pl.DataFrame:
-        """Each stage's top k for one dataset query (`qid`) or a typed `text` (prepared for that query
-        alone, without the dataset cache). Returns `panels.stage_lists` and updates the inspector panel."""
+        """`Session.inspect`, drawn in the inspector panel."""
         with self._lock:
-            if text is not None and text.strip():
-                self._inspect_state = {"qid": None, "text": text.strip(), "scope": scope or None, "prep": {}}
-            elif qid is not None:
-                if qid not in set(self.queries["qid"].to_list()):
-                    raise InputError(f"query {qid!r}: not in this lab's queries")
-                self._inspect_state = {"qid": qid}
-                if hasattr(self, "_inspect_pick") and self._inspect_pick.value != qid:
-                    self._syncing = True
-                    try:
-                        self._inspect_pick.value = qid
-                    finally:
-                        self._syncing = False
-            else:
-                raise InputError("inspect: give a dataset query id (qid=...) or a query text (text=...)")
-            self._refresh_inspector()
-            return self.inspected
+            lists = self.session.inspect(qid=qid, text=text, scope=scope)
+            if self.session.inspected_qid is not None and self._inspect_pick.value != qid:
+                self._syncing = True
+                try:
+                    self._inspect_pick.value = qid
+                finally:
+                    self._syncing = False
+            self._draw_inspector()
+            return lists
 
     def export(self, kind: str, path: str | Path) -> str:
-        """Write the current config: kind "yaml" (or "json") -> `save_config`; an engine name -> the
-        engine export (`toolkit.export.write_export`). Returns (and shows) what was written and what the
-        engine could not carry over."""
-        path = Path(path)
-        if kind in ("yaml", "json"):
-            if kind == "json" and path.suffix.lower() != ".json":
-                path = path.with_suffix(".json")
-            written = save_config(self.config, path)
-            msg = f"wrote {written}"
-        else:
-            try:
-                from . import export as ex
-            except ImportError as e:
-                raise ToolkitError(f"engine exports are not available in this install ({e})") from None
-            res = ex.write_export(self.config, kind, path)
-            missing = _not_carried(res)
-            if missing is None:
-                try:
-                    missing = _not_carried(ex.export_config(self.config, kind))
-                except Exception:  # the report is informative only; the file is written
-                    missing = None
-            written = res if isinstance(res, str | Path) else path
-            msg = f"wrote {written}" + (f"; not carried over: {', '.join(map(str, missing))}" if missing else "; everything carried over" if missing is not None else "")
-        self.last_export = msg
-        if hasattr(self, "_export_msg"):
-            self._export_msg.value = escape(msg)
+        """`Session.export`; the message is shown under the export button."""
+        msg = self.session.export(kind, path)
+        self._export_msg.value = escape(msg)
         return msg
 
     # -------------------------------------------------------------- display
@@ -554,116 +463,45 @@ class Lab:
             try:
                 self._apply(updates)
             except Exception as e:  # runs in a timer thread: show the failure instead of losing it
-                self._show(f"update failed: {type(e).__name__}: {e}", error=True)
+                self.session.notice(f"update failed: {type(e).__name__}: {e}", error=True)
                 traceback.print_exc()
             else:
                 self._sync_disabled()
 
-    def _translate(self, updates: dict[str, Any]) -> dict[str, Any]:
-        """Control keys -> config paths (the two rank-bonus sliders edit bands of `fusion.rank_bonus`)."""
-        out: dict[str, Any] = {}
-        bands: dict[int, float] | None = None
-        for key, v in updates.items():
-            m = _BONUS_KEY.match(key)
-            if m:
-                bands = bands if bands is not None else {int(r): float(b) for r, b in self.config.fusion.rank_bonus}
-                bands[int(m.group(1))] = float(v)
-            else:
-                out[key] = v
-        if bands is not None:
-            out["fusion.rank_bonus"] = [[r, b] for r, b in sorted(bands.items()) if b > 0]
-        return out
-
     def _apply(self, updates: dict[str, Any]) -> bool:
-        t0 = time.perf_counter()
-        try:
-            cfg = self.config.with_updates(self._translate(updates))
-        except (InputError, ValueError, TypeError) as e:
-            self._show(f"invalid value, config unchanged: {e}", error=True)
-            return False
-        try:
-            self._run(cfg, t0)
-        except ToolkitError as e:  # e.g. near-duplicate dedup on a store without embeddings
-            self._show(f"cannot apply, config unchanged: {e}", error=True)
-            return False
-        return True
-
-    def _prepared(self, cfg: PipelineConfig, *, remember: bool = True) -> Prepared:
-        sig = _prep_signature(cfg)
-        prep = self._preps.get(sig)
-        if prep is None:
-            if hasattr(self, "_status"):
-                self._show("recomputing candidates (a retrieval-side setting changed)…")
-            t = time.perf_counter()
-            prep = prepare(self.store, self.queries, cfg)
-            self._recomputed_ms = (time.perf_counter() - t) * 1000
-            if remember:
-                self._preps[sig] = prep
-                while len(self._preps) > _MAX_PREPS:
-                    self._preps.pop(next(iter(self._preps)))
-        # The technical-query lexical boost lives in the features frame; recomputing features is a few ms
-        # of regex work, not a new retrieval.
-        boost = cfg.routing.technical_lexical_boost
-        if cfg.routing.enabled and len(prep.features) and not (prep.features["lexical_boost"].filter(prep.features["technical"]) == boost).all():
-            key = (sig, boost)
-            if key not in self._boosted:
-                self._boosted = {key: dataclasses.replace(prep, features=query_features(prep.queries, cfg.routing))}
-            prep = self._boosted[key]
-        return prep
-
-    def _run(self, cfg: PipelineConfig, t0: float) -> Result:
-        timings: dict[str, float] = {}
-        self._recomputed_ms = 0.0
-        prep = self._prepared(cfg)
-        self._prep = prep
-        timings["prepare"] = self._recomputed_ms  # 0 unless candidates had to be recomputed
-        t = time.perf_counter()
-        res = rescore(prep, cfg)
-        timings["rescore"] = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
-        if self.qrels is not None:
-            self.per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures)
-            self.deltas = panels.metric_deltas(self.per_query, self._baseline_pq)
-            timings["metrics"] = (time.perf_counter() - t) * 1000
-            t = time.perf_counter()
-            self.failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k)
-        timings["failures"] = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
-        self.result, self.config = res, cfg
-        self._refresh_figures(res, cfg, prep)
-        timings["figures"] = (time.perf_counter() - t) * 1000
-        self.last_update_ms = (time.perf_counter() - t0) * 1000
-        self.updates += 1
-        self.timings = timings
-        self._show("")
-        return res
+        ok = self.session.update(updates)
+        if ok:
+            self._redraw()
+        return ok
 
     # -------------------------------------------------------------- panels
-    def _chunk_texts(self, chunk_ids: list[str]) -> pl.DataFrame:
-        """Texts of chunks for excerpts, fetched from the store on first use and kept."""
-        have = set(self._texts["chunk_id"].to_list())
-        need = sorted({c for c in chunk_ids if c is not None and c not in have})
-        if need:
-            got = self.store.chunks(need).select(pl.col("chunk_id").cast(pl.Utf8), pl.col("text").cast(pl.Utf8))
-            self._texts = pl.concat([self._texts, got])
-        return self._texts.filter(pl.col("chunk_id").is_in(chunk_ids))
-
-    def _refresh_figures(self, res: Result, cfg: PipelineConfig, prep: Prepared) -> None:
-        if self.deltas is not None:
-            self._slots["metrics"].set(panels.metrics_figure(self.deltas, current_name=cfg.name, baseline_name=self.baseline_name or "baseline", raw=True))
-        else:
-            self._slots["metrics"].set(panels.metrics_figure(pl.DataFrame(schema={"measure": pl.Utf8}), raw=True))
-        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=self.k, low_spread=cfg.threshold.low_spread, raw=True))
-        self._slots["failures"].set(panels.failures_figure(self.failures, self.queries, raw=True))
-        self._slots["routing"].set(panels.routing_dedup_figure(prep.features, res.removed, routing_enabled=cfg.routing.enabled, raw=True))
+    def _redraw(self) -> None:
+        s = self.session
+        t = time.perf_counter()
+        self._draw_metrics()
+        cfg, res = s.config, s.result
+        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=s.k, low_spread=cfg.threshold.low_spread, raw=True))
+        self._slots["failures"].set(panels.failures_figure(s.failures, s.queries, raw=True))
+        self._slots["routing"].set(panels.routing_dedup_figure(s.prepared.features, res.removed, routing_enabled=cfg.routing.enabled, raw=True))
         self._refresh_failure_pick()
         self._refresh_query_panels()
-        self._refresh_inspector()
+        self._draw_inspector()
+        figures_ms = (time.perf_counter() - t) * 1000
+        self.timings = {**s.timings, "figures": figures_ms}
+        self.last_update_ms = (s.last_update_ms or 0.0) + figures_ms
+        self.updates += 1
+        self._show(s.message)
+
+    def _draw_metrics(self) -> None:
+        s = self.session
+        if s.deltas is not None:
+            self._slots["metrics"].set(panels.metrics_figure(s.deltas, current_name=s.config.name, baseline_name=s.baseline_name or "baseline", raw=True))
+        else:
+            self._slots["metrics"].set(panels.metrics_figure(pl.DataFrame(schema={"measure": pl.Utf8}), raw=True))
 
     def _refresh_failure_pick(self) -> None:
-        f = self.failures.group_by("qid", maintain_order=True).agg(pl.col("culprit").unique(maintain_order=True).str.join("+"))
-        text = dict(zip(self.queries["qid"].to_list(), self.queries["text"].to_list(), strict=True))
-        options = [(f"{q} [{c}] {text.get(q, '')[:70]}", q) for q, c in f.iter_rows()]
+        text = self._qtext
+        options = [(f"{q} [{c}] {text.get(q, '')[:70]}", q) for q, c in self.session.failure_qids()]
         if not options:
             options = [(f"{q}  {text.get(q, '')[:70]}", q) for q in self.queries["qid"].head(200).to_list()]
         current = self._failure_pick.value
@@ -683,37 +521,20 @@ class Lab:
         qid = self._failure_pick.value
         if qid is None:
             return
-        tq = self.result.trace.filter(pl.col("qid") == qid)  # once, then the panels work on one query's rows
-        if self.qrels is not None:
-            self._slots["trajectory"].set(panels.trajectory_figure(tq, self.qrels, qid, k=self.k, raw=True))
-        ids = tq.filter(pl.col("rank") <= self.k)["chunk_id"].unique().to_list()
-        lists = panels.stage_lists(tq, qid, k=self.k, texts=self._chunk_texts(ids), qrels=self.qrels, stages=LATER)
-        self._slots["drilldown"].set(panels.drilldown_figure(lists, qid, raw=True))
+        s = self.session
+        tq = s.query_trace(qid)  # once, then the panels work on one query's rows
+        if s.qrels is not None:
+            self._slots["trajectory"].set(panels.trajectory_figure(tq, s.qrels, qid, k=s.k, raw=True))
+        self._slots["drilldown"].set(panels.drilldown_figure(s.stage_lists(qid, tq, stages=LATER), qid, raw=True))
 
-    def _refresh_inspector(self) -> None:
-        st = self._inspect_state
-        if st.get("qid") is None and not st.get("text"):
-            return
-        if st.get("qid") is not None:
-            qid, title = st["qid"], f"Query {st['qid']}"
-            tr = self.result.trace.filter(pl.col("qid") == qid)
-        else:
-            sig = _prep_signature(self.config)
-            prep = st["prep"].get(sig)
-            if prep is None:
-                one = pl.DataFrame({"qid": ["typed"], "text": [st["text"]], "scope": [st["scope"]]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
-                prep = prepare(self.store, one, self.config, use_cache=False)
-                st["prep"] = {sig: prep}
-            qid, tr, title = "typed", rescore(prep, self.config).trace, f"Typed query: {st['text'][:80]}"
-        ids = tr.filter((pl.col("qid") == qid) & (pl.col("rank") <= self.k))["chunk_id"].unique().to_list()
-        self.inspected = panels.stage_lists(tr, qid, k=self.k, texts=self._chunk_texts(ids), qrels=self.qrels)
-        self._slots["inspector"].set(panels.side_by_side_figure(self.inspected, title, raw=True))
+    def _draw_inspector(self) -> None:
+        s = self.session
+        if s.inspected is not None:
+            self._slots["inspector"].set(panels.side_by_side_figure(s.inspected, s.inspected_title, raw=True))
 
     # -------------------------------------------------------------- widgets
-    def _show(self, msg: str, *, error: bool = False) -> None:
-        self.message = msg
-        if msg:
-            self.history = [*self.history[-49:], msg]
+    def _show(self, msg: str, error: bool = False) -> None:
+        """Draw the status line (the session's `on_notice`), and the timing line when all is well."""
         if not hasattr(self, "_status"):
             return
         if error:
@@ -776,7 +597,7 @@ class Lab:
         self._failure_pick.observe(lambda ch: None if self._syncing else self._guarded(self._pick_failure), names="value")
 
         # Query inspector: a dataset query, or a typed one.
-        text = dict(zip(self.queries["qid"].to_list(), self.queries["text"].to_list(), strict=True))
+        text = self._qtext
         self._inspect_pick = W.Dropdown(options=[("(pick a query)", None)] + [(f"{q}  {t[:70]}", q) for q, t in text.items()],
                                         description="dataset query", layout=W.Layout(width="95%"), style={"description_width": "110px"})
         self._inspect_pick.observe(
@@ -842,20 +663,14 @@ class Lab:
             if target == "export":
                 self._export_msg.value = f"<span style='color:#c00'>{escape(str(e))}</span>"
             else:
-                self._show(str(e), error=True)
-
-    def _value_for(self, key: str) -> Any:
-        m = _BONUS_KEY.match(key)
-        if m:
-            return dict(self.config.fusion.rank_bonus).get(int(m.group(1)), 0.0)
-        return self.config.get(key)
+                self.session.notice(str(e), error=True)
 
     def _sync_controls(self) -> None:
         """Widgets show the config (after `set`, `update`): observers are muted while they move."""
         self._syncing = True
         try:
             for key, w in self.controls.items():
-                v = self._value_for(key)
+                v = self.session.value_for(key)
                 if key == "rerank.buckets":
                     if [tuple(b) for b in v] != w.value:
                         w.value = v
@@ -887,15 +702,3 @@ class Lab:
             if c.rerank.provider == "none"
             else ""
         )
-
-
-def _not_carried(res: Any) -> list | None:
-    """The 'not carried over' list of an engine export result, whatever container it comes in."""
-    for name in ("not_carried_over", "not_carried", "dropped", "unsupported"):
-        if isinstance(res, dict) and name in res:
-            return list(res[name])
-        if hasattr(res, name):
-            return list(getattr(res, name))
-    if isinstance(res, tuple) and len(res) == 2 and isinstance(res[1], list | tuple):
-        return list(res[1])
-    return None

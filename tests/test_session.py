@@ -1,0 +1,82 @@
+"""The lab's headless session: state, caching, re-scoring, evaluation and export without any widget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import DOCS
+
+from toolkit.config import load_config
+from toolkit.loaders import load_corpus
+from toolkit.pipeline import run_pipeline
+from toolkit.session import Session, bucket_added, bucket_removed
+from toolkit.store import Store
+
+QUERIES = pl.DataFrame({"qid": ["q1", "q3"], "text": ["deploy fails with ECONNREFUSED", "back off when the limit is hit"]})
+QRELS = pl.DataFrame({"qid": ["q1", "q3"], "doc_id": ["d1", "d6"], "rel": [1, 1]})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embedder):
+    d = tmp_path_factory.mktemp("session")
+    corpus = d / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(x) + "\n" for x in DOCS))
+    st = Store(d / "s.duckdb", embedder=embedder)
+    st.ingest(load_corpus(corpus))
+    yield st
+    st.close()
+
+
+def test_session_imports_no_widget_library():
+    root = Path(__file__).resolve().parents[1]
+    code = "import sys, toolkit.session; print(sorted(m for m in ('ipywidgets', 'anywidget') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_session_rescores_like_the_pipeline_and_keeps_candidates(store):
+    cfg = load_config("hybrid-rrf")
+    s = Session(store, QUERIES, QRELS, config=cfg, baseline="bm25-only", measures=("MRR@10", "R@1"))
+    assert s.baseline_name == "bm25-only" and s.deltas["measure"].to_list() == ["MRR@10", "R@1"]
+    ref = run_pipeline(store, QUERIES, cfg).final.select("qid", "doc_id", "rank")
+    assert s.result.final.select("qid", "doc_id", "rank").equals(ref)
+    prepared = s.prepared
+    assert s.set("fusion.lexical_weight", 0.0)
+    assert s.prepared is prepared and s.timings["prepare"] == 0  # a fusion knob reuses the candidates
+    ref = run_pipeline(store, QUERIES, s.config).final.select("qid", "doc_id", "rank")
+    assert s.result.final.select("qid", "doc_id", "rank").equals(ref)
+    assert s.set("routing.enabled", True) and s.prepared is not prepared
+    assert any("recomputing candidates" in m for m in s.history)
+
+
+def test_session_rejects_bad_values_and_edits_buckets(store):
+    notices = []
+    s = Session(store, QUERIES, QRELS, config="hybrid-rrf", baseline=None, on_notice=lambda m, e: notices.append((m, e)))
+    cfg = s.config
+    assert s.set("fusion.rrf_k", 0) is False and s.config == cfg and "fusion.rrf_k" in s.message
+    assert notices[-1][1] is True
+    assert s.set("fusion.rank_bonus@1", 0.05) and s.config.fusion.rank_bonus == [(1, 0.05)]
+    assert s.value_for("fusion.rank_bonus@3") == 0.0
+    n = len(s.config.rerank.buckets)
+    assert s.add_bucket() and len(s.config.rerank.buckets) == n + 1
+    assert s.remove_bucket(0) and len(s.config.rerank.buckets) == n
+    inf = float("inf")
+    assert bucket_added([(3, 0.7), (inf, 0.4)]) == [(3.0, 0.7), (8.0, 0.4), (inf, 0.4)]
+    assert bucket_removed([(3, 0.7), (inf, 0.4)], 1) == [(3.0, 0.7), (inf, 0.4)]  # the open end stays
+
+
+def test_session_inspects_pins_and_exports(store, tmp_path):
+    s = Session(store, QUERIES, QRELS, config="hybrid-rrf", baseline="bm25-only", measures=("MRR@10",))
+    lists = s.inspect(qid="q1")
+    assert lists.filter((pl.col("stage") == "final") & (pl.col("rank") == 1))["doc_id"][0] == "d1"
+    s.set("fusion.rrf_k", 20)
+    assert s.inspected is not lists  # the inspected query follows every change
+    s.pin_baseline()
+    assert s.deltas["delta"].to_list() == [0.0] and s.baseline_name.startswith("pinned")
+    assert s.export("yaml", tmp_path / "c.yaml").startswith("wrote")
+    assert load_config(tmp_path / "c.yaml") == s.config

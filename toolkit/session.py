@@ -1,0 +1,373 @@
+"""The lab's headless session: one config over a query set, re-scored from cached candidates on every change.
+
+Everything the lab knows lives here, with no widget in sight, so a script or a test drives exactly what a
+slider drives: `set`/`update` build `cfg.with_updates(...)`, re-score all queries from the prepared frames
+(`pipeline.rescore`, prepared once per retrieval-side setting and kept in memory), re-evaluate against the
+qrels, and recompute the failure cases and the inspected query. `toolkit.lab.Lab` only draws a session.
+
+    from toolkit.session import Session
+    s = Session(store, queries, qrels, config="qmd", baseline="bm25-only")
+    s.set("fusion.lexical_weight", 2.0); s.metrics, s.deltas      # False + s.message when invalid
+    s.inspect(qid="q1"); s.pin_baseline(); s.export("yaml", "tuned.yaml")
+
+Retrieval-side switches (routing skips, near-duplicate vectors, retrieval/expansion settings, the reranker
+and its top_n when one is configured) change what `prepare` computes: the session re-runs it (cached per
+setting) and notices "recomputing candidates". With a reranker, fusion changes do NOT re-prepare: the pool
+scored in `prepare` covers every list's top-N, and documents outside it keep their fused order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from . import panels
+from .config import PipelineConfig, load_config, save_config
+from .errors import InputError, ToolkitError
+from .features import query_features
+from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
+from .pipeline import Prepared, Result, prepare, rescore
+from .store import Store
+
+DEFAULT_MEASURES = ("nDCG@10", "R@5", "MRR@10")
+BONUS_KEY = re.compile(r"^fusion\.rank_bonus@(\d+)$")  # control keys that edit one band of fusion.rank_bonus
+LATER = ("fuse", "blend", "final")
+_MAX_PREPS = 4  # prepared frame sets kept in memory (switching a routing skip back is then instant)
+
+
+def prep_signature(cfg: PipelineConfig) -> str:
+    """What the prepared frames depend on, as far as the session is concerned (see the module docstring)."""
+    d = cfg.to_dict()
+    rr = cfg.rerank
+    parts = {
+        "retrieval": d["retrieval"],
+        "expansion": d["expansion"],
+        "routing": {k: v for k, v in d["routing"].items() if k != "technical_lexical_boost"},
+        "rerank": {
+            "provider": rr.provider,
+            "model": rr.model,
+            "url": rr.url,
+            "path": rr.path,
+            "on": rr.blend != "none",
+            "top_n": rr.top_n if rr.provider != "none" else None,
+        },
+        "near_dup": cfg.dedup.near_duplicate_enabled,
+    }
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+# ------------------------------------------------------------------ blend buckets as the editor edits them
+def bucket_added(buckets: list) -> list[tuple[float, float]]:
+    """Insert a bucket before the open-ended last one: bound = previous bound + 5, same weight."""
+    v = [(float(b), float(w)) for b, w in buckets]
+    finite = [b for b, _ in v if not math.isinf(b)]
+    bound = (finite[-1] if finite else 0.0) + 5.0
+    v.insert(len(v) - 1 if math.isinf(v[-1][0]) else len(v), (bound, v[-1][1]))
+    return v
+
+
+def bucket_removed(buckets: list, i: int) -> list[tuple[float, float]]:
+    """Remove bucket `i`; the open-ended last one stays (returned unchanged then)."""
+    v = [(float(b), float(w)) for b, w in buckets]
+    if 0 <= i < len(v) and not (i == len(v) - 1 and math.isinf(v[i][0])):
+        del v[i]
+    return v
+
+
+def _not_carried(res: Any) -> list | None:
+    """The 'not carried over' list of an engine export result, whatever container it comes in."""
+    for name in ("not_carried_over", "not_carried", "dropped", "unsupported"):
+        if isinstance(res, dict) and name in res:
+            return list(res[name])
+        if hasattr(res, name):
+            return list(getattr(res, name))
+    if isinstance(res, tuple) and len(res) == 2 and isinstance(res[1], list | tuple):
+        return list(res[1])
+    return None
+
+
+class Session:
+    """Interactive tuning state of one pipeline config over a query set; see the module docstring.
+
+    `on_notice(message, error)` is called whenever the status message changes (a view shows it live,
+    e.g. "recomputing candidates" before a slow prepare). All public methods hold `lock`, so a view's
+    timer thread and the notebook's own calls do not interleave.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        queries: pl.DataFrame,
+        qrels: pl.DataFrame | None = None,
+        config: str | Path | PipelineConfig = "qmd",
+        baseline: str | Path | PipelineConfig | None = "bm25-only",
+        measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,
+        k: int = 10,
+        *,
+        on_notice: Callable[[str, bool], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.queries = queries if "scope" in queries.columns else queries.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
+        self.measures = [m.label for m in parse_measures(measures)]
+        self.k = k
+        self.qrels = (
+            qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)).join(
+                self.queries.select("qid"), on="qid", how="semi"
+            )
+            if qrels is not None
+            else None
+        )
+        self.config: PipelineConfig = load_config(config)
+        self.on_notice = on_notice
+        self.lock = threading.RLock()
+        self.message = ""  # the status line: "" when all is well, else the last error or notice
+        self.history: list[str] = []  # recent status messages (notices like "recomputing candidates")
+        self.timings: dict[str, float] = {}  # ms per step of the last update
+        self.last_update_ms: float | None = None
+        self.per_query: pl.DataFrame | None = None
+        self.deltas: pl.DataFrame | None = None
+        self.failures: pl.DataFrame = pl.DataFrame(schema=panels.FAILURE_SCHEMA)
+        self.inspected: pl.DataFrame | None = None
+        self.inspected_title = ""
+        self.last_export: str | None = None
+        self.prepared: Prepared | None = None
+        self._preps: dict[str, Prepared] = {}
+        self._boosted: dict[tuple[str, float], Prepared] = {}
+        self._texts = pl.DataFrame(schema={"chunk_id": pl.Utf8, "text": pl.Utf8})
+        self._inspect_state: dict[str, Any] = {"qid": None}
+        self._qids = set(self.queries["qid"].to_list())
+
+        # Baseline: its own prepare (cached in the store), scored once.
+        self.baseline_name: str | None = None
+        self.baseline_per_query: pl.DataFrame | None = None
+        if baseline is not None and self.qrels is not None:
+            bcfg = load_config(baseline)
+            bres = rescore(self._prepared(bcfg, remember=False), bcfg, trace=False)
+            self.baseline_per_query = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures)
+            self.baseline_name = bcfg.name
+        self.result: Result = self._run(self.config)
+
+    # -------------------------------------------------------------- state
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Current mean of each measure (empty without qrels)."""
+        return aggregate(self.per_query) if self.per_query is not None and len(self.per_query) else {}
+
+    def value_for(self, key: str) -> Any:
+        """The config value a control key shows (`fusion.rank_bonus@1` -> that band's bonus)."""
+        m = BONUS_KEY.match(key)
+        if m:
+            return dict(self.config.fusion.rank_bonus).get(int(m.group(1)), 0.0)
+        return self.config.get(key)
+
+    # -------------------------------------------------------------- changes
+    def set(self, path: str, value: Any) -> bool:
+        """Change one knob: a config path (`"fusion.rrf_k"`) or a control key (`"fusion.rank_bonus@1"`).
+        Returns False, with the reason in `message`, when the value is invalid (the config is kept)."""
+        return self.update({path: value})
+
+    def update(self, updates: dict[str, Any]) -> bool:
+        """Apply several changes at once (one re-score); see `set`."""
+        with self.lock:
+            try:
+                cfg = self.config.with_updates(self._translate(updates))
+            except (InputError, ValueError, TypeError) as e:
+                self.notice(f"invalid value, config unchanged: {e}", error=True)
+                return False
+            try:
+                self._run(cfg)
+            except ToolkitError as e:  # e.g. near-duplicate dedup on a store without embeddings
+                self.notice(f"cannot apply, config unchanged: {e}", error=True)
+                return False
+            return True
+
+    def add_bucket(self) -> bool:
+        """Add a blend bucket before the open-ended last one and re-score; False if the result is invalid."""
+        return self.set("rerank.buckets", bucket_added(self.config.rerank.buckets))
+
+    def remove_bucket(self, i: int = -2) -> bool:
+        """Remove blend bucket `i` (default: the last bounded one) and re-score."""
+        b = self.config.rerank.buckets
+        return self.set("rerank.buckets", bucket_removed(b, i % len(b)))
+
+    def pin_baseline(self) -> None:
+        """Make the current config (and its per-query metrics) the baseline the deltas compare to."""
+        with self.lock:
+            if self.per_query is None:
+                raise InputError("pin_baseline: no judgements (qrels), so there are no metrics to compare")
+            self.baseline_per_query = self.per_query
+            self.baseline_name = f"pinned {self.config.name} @ {time.strftime('%H:%M:%S')}"
+            self.deltas = panels.metric_deltas(self.per_query, self.baseline_per_query)
+
+    def notice(self, msg: str, *, error: bool = False) -> None:
+        """Set the status message ("" = all well), keep it in `history`, and tell the view."""
+        self.message = msg
+        if msg:
+            self.history = [*self.history[-49:], msg]
+        if self.on_notice is not None:
+            self.on_notice(msg, error)
+
+    def _translate(self, updates: dict[str, Any]) -> dict[str, Any]:
+        """Control keys -> config paths (the two rank-bonus sliders edit bands of `fusion.rank_bonus`)."""
+        out: dict[str, Any] = {}
+        bands: dict[int, float] | None = None
+        for key, v in updates.items():
+            m = BONUS_KEY.match(key)
+            if m:
+                bands = bands if bands is not None else {int(r): float(b) for r, b in self.config.fusion.rank_bonus}
+                bands[int(m.group(1))] = float(v)
+            else:
+                out[key] = v
+        if bands is not None:
+            out["fusion.rank_bonus"] = [[r, b] for r, b in sorted(bands.items()) if b > 0]
+        return out
+
+    # -------------------------------------------------------------- the update path
+    def _prepared(self, cfg: PipelineConfig, *, remember: bool = True) -> Prepared:
+        sig = prep_signature(cfg)
+        prep = self._preps.get(sig)
+        if prep is None:
+            if remember:
+                self.notice("recomputing candidates (a retrieval-side setting changed)…")
+            t = time.perf_counter()
+            prep = prepare(self.store, self.queries, cfg)
+            self._recomputed_ms = (time.perf_counter() - t) * 1000
+            if remember:
+                self._preps[sig] = prep
+                while len(self._preps) > _MAX_PREPS:
+                    self._preps.pop(next(iter(self._preps)))
+        # The technical-query lexical boost lives in the features frame; recomputing features is a few ms
+        # of regex work, not a new retrieval.
+        boost = cfg.routing.technical_lexical_boost
+        if cfg.routing.enabled and len(prep.features) and not (prep.features["lexical_boost"].filter(prep.features["technical"]) == boost).all():
+            key = (sig, boost)
+            if key not in self._boosted:
+                self._boosted = {key: dataclasses.replace(prep, features=query_features(prep.queries, cfg.routing))}
+            prep = self._boosted[key]
+        return prep
+
+    def _run(self, cfg: PipelineConfig) -> Result:
+        t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+        self._recomputed_ms = 0.0
+        prep = self._prepared(cfg)
+        timings["prepare"] = self._recomputed_ms  # 0 unless candidates had to be recomputed
+        t = time.perf_counter()
+        res = rescore(prep, cfg)
+        timings["rescore"] = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        if self.qrels is not None:
+            self.per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures)
+            self.deltas = panels.metric_deltas(self.per_query, self.baseline_per_query)
+            timings["metrics"] = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()
+            self.failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k)
+        timings["failures"] = (time.perf_counter() - t) * 1000
+        self.result, self.config, self.prepared = res, cfg, prep
+        t = time.perf_counter()
+        self._refresh_inspected()
+        timings["inspect"] = (time.perf_counter() - t) * 1000
+        self.timings = timings
+        self.last_update_ms = (time.perf_counter() - t0) * 1000
+        self.notice("")
+        return res
+
+    # -------------------------------------------------------------- per-query views
+    def chunk_texts(self, chunk_ids: list[str]) -> pl.DataFrame:
+        """Texts of chunks for excerpts, fetched from the store on first use and kept."""
+        have = set(self._texts["chunk_id"].to_list())
+        need = sorted({c for c in chunk_ids if c is not None and c not in have})
+        if need:
+            got = self.store.chunks(need).select(pl.col("chunk_id").cast(pl.Utf8), pl.col("text").cast(pl.Utf8))
+            self._texts = pl.concat([self._texts, got])
+        return self._texts.filter(pl.col("chunk_id").is_in(chunk_ids))
+
+    def query_trace(self, qid: str) -> pl.DataFrame:
+        """The current trace rows of one query."""
+        return self.result.trace.filter(pl.col("qid") == qid)
+
+    def stage_lists(self, qid: str, trace: pl.DataFrame | None = None, stages: tuple[str, ...] | None = None) -> pl.DataFrame:
+        """Each stage's top k for one query, with excerpts and judgements (`panels.stage_lists`)."""
+        tq = self.query_trace(qid) if trace is None else trace
+        ids = tq.filter((pl.col("qid") == qid) & (pl.col("rank") <= self.k))["chunk_id"].unique().to_list()
+        kw = {"stages": stages} if stages is not None else {}
+        return panels.stage_lists(tq, qid, k=self.k, texts=self.chunk_texts(ids), qrels=self.qrels, **kw)
+
+    def failure_qids(self) -> list[tuple[str, str]]:
+        """(qid, culprits) of the failure cases, in order; culprits joined by '+'."""
+        f = self.failures.group_by("qid", maintain_order=True).agg(pl.col("culprit").unique(maintain_order=True).str.join("+"))
+        return list(f.iter_rows())
+
+    def inspect(self, qid: str | None = None, text: str | None = None, scope: str | None = None) -> pl.DataFrame:
+        """Each stage's top k for one dataset query (`qid`) or a typed `text` (prepared for that query
+        alone, without the dataset cache). Kept up to date on every change (`inspected`)."""
+        with self.lock:
+            if text is not None and text.strip():
+                self._inspect_state = {"qid": None, "text": text.strip(), "scope": scope or None, "prep": {}}
+            elif qid is not None:
+                if qid not in self._qids:
+                    raise InputError(f"query {qid!r}: not in this lab's queries")
+                self._inspect_state = {"qid": qid}
+            else:
+                raise InputError("inspect: give a dataset query id (qid=...) or a query text (text=...)")
+            self._refresh_inspected()
+            return self.inspected
+
+    @property
+    def inspected_qid(self) -> str | None:
+        return self._inspect_state.get("qid")
+
+    def _refresh_inspected(self) -> None:
+        st = self._inspect_state
+        if st.get("qid") is None and not st.get("text"):
+            return
+        if st.get("qid") is not None:
+            qid, title = st["qid"], f"Query {st['qid']}"
+            tr = self.query_trace(qid)
+        else:
+            sig = prep_signature(self.config)
+            prep = st["prep"].get(sig)
+            if prep is None:
+                one = pl.DataFrame({"qid": ["typed"], "text": [st["text"]], "scope": [st["scope"]]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
+                prep = prepare(self.store, one, self.config, use_cache=False)
+                st["prep"] = {sig: prep}
+            qid, tr, title = "typed", rescore(prep, self.config).trace, f"Typed query: {st['text'][:80]}"
+        self.inspected = self.stage_lists(qid, tr)
+        self.inspected_title = title
+
+    # -------------------------------------------------------------- export
+    def export(self, kind: str, path: str | Path) -> str:
+        """Write the current config: kind "yaml" (or "json") -> `save_config`; an engine name -> the
+        engine export (`toolkit.export.write_export`). Returns what was written and what the engine could
+        not carry over."""
+        path = Path(path)
+        if kind in ("yaml", "json"):
+            if kind == "json" and path.suffix.lower() != ".json":
+                path = path.with_suffix(".json")
+            written = save_config(self.config, path)
+            msg = f"wrote {written}"
+        else:
+            try:
+                from . import export as ex
+            except ImportError as e:
+                raise ToolkitError(f"engine exports are not available in this install ({e})") from None
+            res = ex.write_export(self.config, kind, path)
+            missing = _not_carried(res)
+            if missing is None:
+                try:
+                    missing = _not_carried(ex.export_config(self.config, kind))
+                except Exception:  # the report is informative only; the file is written
+                    missing = None
+            written = res if isinstance(res, str | Path) else path
+            msg = f"wrote {written}" + (f"; not carried over: {', '.join(map(str, missing))}" if missing else "; everything carried over" if missing is not None else "")
+        self.last_export = msg
+        return msg
