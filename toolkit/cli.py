@@ -70,6 +70,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     from .store import IndexSettings, Store
 
     t0 = time.perf_counter()
+    # Checked before anything is read or opened: a bad --stemmer/--stopwords is one line, and no store is made.
+    IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
     docs = load_corpus(source)
     with Store(store_path) as st:
         base = st.settings or IndexSettings()

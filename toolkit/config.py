@@ -31,6 +31,7 @@ Stemmer = Literal[
     "portuguese", "romanian", "russian", "serbian", "spanish", "swedish", "tamil", "turkish", "none",
 ]
 # fmt: on
+Stopwords = Literal["english", "none"]  # DuckDB FTS stopword lists (a table name is never accepted)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Prefixes of common API tokens: a config that contains one has a secret pasted where a name belongs.
@@ -99,7 +100,7 @@ class LexicalConfig(_Model):
     k1: float = Field(1.2, ge=0.0, le=10.0)
     b: float = Field(0.75, ge=0.0, le=1.0)
     stemmer: Stemmer = "porter"
-    stopwords: Literal["english", "none"] = "english"
+    stopwords: Stopwords = "english"
 
 
 class DenseConfig(_Model):

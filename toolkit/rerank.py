@@ -280,7 +280,9 @@ class CrossEncoderReranker:
         if not cached and not _hub_reachable():
             raise self._fail("not in the local Hugging Face cache and the model hub is not reachable")
         from sentence_transformers import CrossEncoder
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # the "Loading weights" bar would land in `hrt search` output
         kw = {"device": self.device, "max_length": self.max_length}
         if cached:
             try:

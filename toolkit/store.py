@@ -17,10 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import duckdb
 import numpy as np
@@ -29,11 +30,18 @@ from tqdm.auto import tqdm
 
 from .analysis import FTS_IGNORE, lexical_text
 from .chunking import chunk_text
+from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, SentenceTransformerEmbedder, resolve_model
 from .errors import InputError, StoreError
 
 SCHEMA_VERSION = "1"
 CAND_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
+
+
+# The closed lists the FTS settings are checked against: `PRAGMA create_fts_index` takes no bound
+# parameters, so these two values go into SQL text and must never be anything else (#16).
+STEMMERS: tuple[str, ...] = get_args(Stemmer)
+STOPWORDS: tuple[str, ...] = get_args(Stopwords)
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,17 @@ class IndexSettings:
     chunk_overlap: int = 150
     stemmer: str = "porter"
     stopwords: str = "english"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("stemmer", self.stemmer, STEMMERS), ("stopwords", self.stopwords, STOPWORDS)):
+            if value not in allowed:
+                plain = isinstance(value, str) and re.fullmatch(r"[\w-]{1,40}", value)
+                shown = repr(value) if plain else "(not a plain name)"
+                raise InputError(f"--{name} / lexical.{name}: unknown {name} {shown}; use one of {', '.join(allowed)}")
+        for name in ("chunk_size", "chunk_overlap"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InputError(f"--{name.replace('_', '-')}: must be a non-negative integer, got {v!r}")
 
 
 @dataclass
@@ -125,6 +144,7 @@ class Store:
         self.path = Path(path)
         self.read_only = read_only
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
+        self._session_rerank: dict[str, dict[tuple[str, str], float]] = {}  # read-only: scores kept in memory
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
         if not read_only:
@@ -133,7 +153,7 @@ class Store:
             self.con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as e:
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
-        self.con.execute(f"LOAD '{fts_extension_path()}'")
+        self.con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
         if not read_only:
             self.con.execute(_DDL)
             if self._meta("schema_version") is None:
@@ -465,6 +485,10 @@ class Store:
         return self.con.execute("SELECT count(*) FROM chunks ANTI JOIN embeddings USING (chunk_id)").fetchone()[0]
 
     def _build_fts(self, s: IndexSettings) -> None:
+        # The PRAGMA takes no bound parameters: the values are checked against the closed lists (again here,
+        # so no path around `IndexSettings` can put anything else into this SQL text).
+        if s.stemmer not in STEMMERS or s.stopwords not in STOPWORDS or "'" in FTS_IGNORE:
+            raise InputError(f"FTS settings outside the known lists: stemmer {s.stemmer!r}, stopwords {s.stopwords!r}")
         self.con.execute(
             "PRAGMA create_fts_index('chunks', 'chunk_id', 'lex_text', "
             f"stemmer='{s.stemmer}', stopwords='{s.stopwords}', ignore='{FTS_IGNORE}', "
@@ -506,6 +530,15 @@ class Store:
     def get_rerank(self, model: str, rows: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
         if not rows:
             return {}
+        if self.read_only:  # scores computed in this session first (see `put_rerank`), then the file's
+            mem = self._session_rerank.get(model, {})
+            found = self._get_rerank_file(model, [r for r in rows if r not in mem])
+            return found | {r: mem[r] for r in rows if r in mem}
+        return self._get_rerank_file(model, rows)
+
+    def _get_rerank_file(self, model: str, rows: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        if not rows:
+            return {}
         self._register("rq", pl.DataFrame(rows, schema={"query_hash": pl.Utf8, "text_hash": pl.Utf8}, orient="row"))
         got = self.con.execute(
             "SELECT r.query_hash, r.text_hash, any_value(r.score) FROM rerank_cache r SEMI JOIN rq "
@@ -515,7 +548,12 @@ class Store:
         return {(q, t): s for q, t, s in got}
 
     def put_rerank(self, model: str, rows: list[tuple[str, str, float]]) -> None:
+        """Cache reranker scores. A read-only store (`hrt search`) keeps them in memory for this session:
+        a read-only command never writes, and the scores are still reused within it."""
         if not rows:
+            return
+        if self.read_only:
+            self._session_rerank.setdefault(model, {}).update({(q, t): s for q, t, s in rows})
             return
         self._register(
             "rp", pl.DataFrame(rows, schema={"query_hash": pl.Utf8, "text_hash": pl.Utf8, "score": pl.Float64}, orient="row")
@@ -603,10 +641,10 @@ class Store:
         lex = [lexical_text(t) for t in queries["text"].to_list()]
         qt = self.con.execute(
             f"""SELECT DISTINCT q.qi, d.termid, ln((({m["n_docs"]} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
-            FROM (SELECT qi, stem(unnest(fts_main_chunks.tokenize(lex)), '{settings.stemmer}') AS t
+            FROM (SELECT qi, stem(unnest(fts_main_chunks.tokenize(lex)), $2) AS t
                   FROM (SELECT generate_subscripts($1, 1) - 1 AS qi, unnest($1) AS lex)) q
             JOIN fts_main_chunks.dict d ON d.term = q.t""",
-            [lex],
+            [lex, settings.stemmer],
         ).fetchnumpy()
         qmat = sp.csr_matrix((qt["idf"], (qt["qi"], qt["termid"])), shape=(len(queries), m["wt"].shape[0]))
         allowed = self._allowed_docs(m, filters)
@@ -646,6 +684,7 @@ class Store:
         # - queries and chunks are integers while grouping; strings are joined back for the top-k only;
         # - the order uses the score rounded to 1e-9, so float summation order cannot flip exact ties.
         n_docs, avgdl = self.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
+        k1, b = float(k1), float(b)  # numbers only into the SQL text below (values from the config)
         self._register("qids", q.select(pl.int_range(pl.len()).alias("qi"), "qid"))
         self._register("qin", q.select(pl.int_range(pl.len()).alias("qi"), "lex", "scope"))
         key = "m.doc_i" if level == "document" else "m.chunk_i"
@@ -654,7 +693,7 @@ class Store:
                  dense_rank() OVER (ORDER BY c.doc_id) AS doc_i, row_number() OVER (ORDER BY c.doc_id, c.ord) AS chunk_i
                FROM fts_main_chunks.docs fd JOIN chunks c ON c.chunk_id = fd.name
                JOIN documents d ON d.doc_id = c.doc_id WHERE true {fsql}),
-        qt AS MATERIALIZED (SELECT DISTINCT qi, scope, stem(tok, '{settings.stemmer}') AS t
+        qt AS MATERIALIZED (SELECT DISTINCT qi, scope, stem(tok, ?) AS t
                FROM (SELECT qi, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE tok <> ''),
         qterm AS MATERIALIZED (SELECT qt.qi, qt.scope, d.termid,
                  ln((({n_docs} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
@@ -674,7 +713,7 @@ class Store:
         SELECT qids.qid, m.doc_id, m.chunk_id, top.rank, top.score
         FROM top JOIN meta m ON m.docid = top.docid JOIN qids ON qids.qi = top.qi ORDER BY qids.qid, top.rank
         """
-        out = self.con.execute(sql, fparams).pl()
+        out = self.con.execute(sql, [*fparams, settings.stemmer]).pl()
         return out.cast(CAND_SCHEMA) if len(out) else pl.DataFrame(schema=CAND_SCHEMA)
 
     def _lexical_matrix(self, k1: float, b: float) -> dict[str, Any]:
