@@ -35,6 +35,9 @@ from .embed import DEFAULT_MODEL, Embedder, SentenceTransformerEmbedder, resolve
 from .errors import InputError, StoreError
 
 SCHEMA_VERSION = "1"
+# A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
+# million-chunk store scores 32 queries per block (about 256 MB of float64) instead of 256 (2 GB).
+BLOCK_CELLS = 32_000_000
 CAND_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
 
 
@@ -88,6 +91,21 @@ class IngestReport:
 
 def sha1(s: str) -> str:
     return hashlib.sha1(s.encode("utf-8")).hexdigest()
+
+
+def vss_extension_path() -> str:
+    """Path of DuckDB's vector similarity search extension (HNSW) from the `duckdb-extension-vss` package."""
+    try:
+        import duckdb_extension_vss
+    except ImportError as e:
+        raise StoreError(
+            "an HNSW vector index needs DuckDB's vss extension: `pip install duckdb-extension-vss==1.5.5` "
+            "(or the toolkit's `scale` extra); this machine cannot download extensions"
+        ) from e
+    p = Path(duckdb_extension_vss.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "vss.duckdb_extension"
+    if not p.exists():
+        raise StoreError(f"no vss extension for DuckDB {duckdb.__version__} at {p}; pin duckdb==1.5.5")
+    return str(p)
 
 
 def fts_extension_path() -> str:
@@ -162,6 +180,8 @@ class Store:
             raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
         self._embedder = embedder
         self._dense_cache: tuple[str, dict[str, Any]] | None = None
+        if self._meta("vector_index"):
+            self._load_vss()  # the HNSW index is maintained on every write to `embeddings`: vss must be loaded
 
     # ------------------------------------------------------------------ basics
     def close(self) -> None:
@@ -790,16 +810,107 @@ class Store:
         vectors: np.ndarray | None = None,
         block: int = 256,
         progress: bool = False,
+        index: str = "exact",
+        ef_search: int = 64,
     ) -> pl.DataFrame:
         """Cosine top-k for all queries by one matrix product per block of queries (vectors L2-normalised).
 
         Returns the same rankings as `dense_search_sql` (DuckDB `array_cosine_similarity`), which a test checks.
+        `index="hnsw"` asks the store's HNSW index instead (`build_vector_index`; approximate, see
+        `_dense_hnsw`); scoped queries and metadata filters always use the exact path.
         """
-        m = self._dense_matrix()
         qv = vectors if vectors is not None else self.query_vectors(queries["text"].to_list(), progress=progress)
+        if index not in ("exact", "hnsw"):
+            raise InputError(f"dense index must be 'exact' or 'hnsw', got {index!r}")
+        scoped = scope_filter and "scope" in queries.columns and queries["scope"].is_not_null().any()
+        if index == "hnsw" and not scoped and not filters:
+            return self._dense_hnsw(queries, qv, top_k=top_k, level=level, ef_search=ef_search)
+        m = self._dense_matrix()
         allowed = self._allowed_docs(m, filters)
         return self._block_topk(m, lambda lo, hi: qv[lo:hi] @ m["vecs"].T, queries, scope_filter=scope_filter,
                                 allowed=allowed, level=level, top_k=top_k, block=block)
+
+    # ------------------------------------------------------------------ HNSW (vss extension)
+    def _load_vss(self) -> None:
+        self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
+        # Required to keep an HNSW index in a database file (the extension calls it experimental: after a
+        # crash the index is rebuilt from the table on the next write, which `build_vector_index` also does).
+        self.con.execute("SET hnsw_enable_experimental_persistence = true")
+
+    @property
+    def vector_index(self) -> dict[str, Any] | None:
+        """Settings of the store's HNSW index (None: exact search only)."""
+        v = self._meta("vector_index")
+        return json.loads(v) if v else None
+
+    def build_vector_index(self, *, m: int = 16, ef_construction: int = 128) -> None:
+        """(Re)build DuckDB's HNSW index (cosine) over the chunk vectors, kept in the store file.
+
+        Exact search is the default and stays available; the index pays off past a few hundred thousand
+        chunks (`benchmarks/scale.py`). Later ingests keep it up to date (DuckDB maintains it on writes).
+        """
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read-only; building the vector index writes to the store")
+        if not self._has_table("embeddings") or self._count_embeddings() == 0:
+            raise StoreError(f"{self.path} has no embeddings to index; ingest with embeddings first")
+        for name, v, lo, hi in (("m", m, 2, 128), ("ef_construction", ef_construction, 8, 4096)):
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise InputError(f"vector index {name} must be an integer in [{lo}, {hi}], got {v!r}")
+        self._load_vss()
+        self.con.execute("DROP INDEX IF EXISTS embeddings_hnsw")
+        # Both values are checked integers above (DDL options cannot be bound parameters).
+        self.con.execute(
+            f"CREATE INDEX embeddings_hnsw ON embeddings USING HNSW (vec) "
+            f"WITH (metric = 'cosine', M = {m}, ef_construction = {ef_construction})"
+        )
+        self._set_meta("vector_index", json.dumps({"kind": "hnsw", "metric": "cosine", "m": m, "ef_construction": ef_construction}))
+        self.con.execute("CHECKPOINT")
+
+    def _dense_hnsw(self, queries: pl.DataFrame, qv: np.ndarray, *, top_k: int, level: str, ef_search: int) -> pl.DataFrame:
+        """Approximate top-k through the HNSW index: one `ORDER BY array_cosine_distance ... LIMIT` per query
+        (the form DuckDB's planner turns into an index scan), on two cursors in parallel (DuckDB releases the
+        GIL). At document level each query fetches 4x top_k chunks and keeps each document's best, so a
+        document with many near chunks can leave fewer than top_k documents: approximate by design."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if not self.vector_index:
+            raise StoreError(f"{self.path} has no vector index; build one with `hrt index --vector` (exact search needs none)")
+        if not isinstance(ef_search, int) or not 1 <= ef_search <= 10_000:
+            raise InputError(f"ef_search must be an integer in [1, 10000], got {ef_search!r}")
+        dim = int(self.embedding_dim or qv.shape[1])
+        fetch = int(top_k) * (4 if level == "document" else 1)
+        # dim and fetch are integers (the planner needs a constant LIMIT to use the index).
+        sql = (
+            f"SELECT chunk_id, array_cosine_similarity(vec, $1::FLOAT[{dim}]) AS score FROM embeddings "
+            f"ORDER BY array_cosine_distance(vec, $1::FLOAT[{dim}]) LIMIT {fetch}"
+        )
+
+        def run(rows: range) -> list[tuple[int, list[tuple[str, float]]]]:
+            cur = self.con.cursor()
+            cur.execute(f"SET hnsw_ef_search = {int(ef_search)}")
+            return [(i, cur.execute(sql, [qv[i].tolist()]).fetchall()) for i in rows]
+
+        n = len(queries)
+        half = (n + 1) // 2
+        with ThreadPoolExecutor(2) as pool:
+            parts = list(pool.map(run, [range(0, half), range(half, n)]))
+        qi, cid, sc = [], [], []
+        for part in parts:
+            for i, hits in part:
+                qi += [i] * len(hits)
+                cid += [h[0] for h in hits]
+                sc += [h[1] for h in hits]
+        hits = pl.DataFrame({"qi": qi, "chunk_id": cid, "score": sc}, schema={"qi": pl.Int64, "chunk_id": pl.Utf8, "score": pl.Float64})
+        self._register("hnsw_hits", hits.select("chunk_id").unique())
+        docs = self.con.execute("SELECT chunk_id, doc_id FROM chunks WHERE chunk_id IN (SELECT chunk_id FROM hnsw_hits)").pl()
+        hits = hits.join(docs, on="chunk_id", how="left")
+        if level == "document":
+            hits = hits.sort("qi", "score", "chunk_id", descending=[False, True, False]).unique(["qi", "doc_id"], keep="first", maintain_order=True)
+        hits = hits.sort("qi", "score", "doc_id", descending=[False, True, False]).with_columns(
+            pl.int_range(1, pl.len() + 1).over("qi").alias("rank")
+        ).filter(pl.col("rank") <= top_k)
+        qids = queries["qid"].cast(pl.Utf8)
+        return hits.select(qids.gather(hits["qi"]).alias("qid"), "doc_id", "chunk_id", "rank", "score").cast(CAND_SCHEMA)
 
     @staticmethod
     def _best_chunk(m: dict[str, Any], sims: np.ndarray, rows: np.ndarray, docs: np.ndarray) -> np.ndarray:
@@ -838,6 +949,7 @@ class Store:
         the order score desc then document order. `matched_only` drops zero scores (BM25 non-matches);
         ties are then judged on scores rounded to 1e-9 so float summation order cannot flip them."""
         n_q = len(queries)
+        block = max(1, min(block, BLOCK_CELLS // max(len(m["chunk_ids"]), 1)))
         scopes = queries["scope"].to_list() if scope_filter and "scope" in queries.columns else [None] * len(queries)
         # Scopes as integer codes (-1: no filter) so that masking is one broadcast per block of queries.
         names, doc_code = m["scope_names"], m["doc_scope_code"]
