@@ -112,3 +112,16 @@ def test_score_blocks_are_bounded_by_cells_not_queries(store, monkeypatch):
         assert got.drop("score").equals(want.drop("score"))
         assert got["score"].to_list() == pytest.approx(want["score"].to_list(), rel=1e-6)
     assert seen and max(seen) == 1
+
+
+def test_cli_ingest_builds_the_index_and_reports_it(tmp_path, corpus_file):
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    store = tmp_path / "cli.duckdb"
+    r = CliRunner().invoke(main, ["ingest", str(corpus_file), "--store", str(store), "--vector-index", "hnsw"])
+    assert r.exit_code == 0, r.output
+    assert "HNSW vector index built" in r.output
+    with Store(store, read_only=True) as st:
+        assert st.vector_index == {"kind": "hnsw", "metric": "cosine", "m": 16, "ef_construction": 128}

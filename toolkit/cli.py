@@ -57,7 +57,9 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--model", default=None, help="Embedding model: path or id (default: packaged all-MiniLM-L6-v2).")
 @click.option("--no-embed", is_flag=True, help="Skip embeddings (lexical search only).")
 @click.option("--prune", is_flag=True, help="Remove stored documents that are not in SOURCE.")
-def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, no_embed, prune) -> None:
+@click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
+              help="Also build an HNSW index over the vectors (DuckDB vss; for stores of a few 100k chunks and up).")
+def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, no_embed, prune, vector_index) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of .md/.txt files
@@ -80,7 +82,10 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         if settings.chunk_overlap >= settings.chunk_size:
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
         rep = st.ingest(docs, settings=settings, embed=not no_embed, model=model, prune=prune, progress=True)
-    click.echo(f"{rep.summary()}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
+        if vector_index == "hnsw":
+            st.build_vector_index()
+    index_note = "; HNSW vector index built" if vector_index == "hnsw" else ""
+    click.echo(f"{rep.summary()}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
 
 
 @main.command()

@@ -874,7 +874,7 @@ class Store:
         from concurrent.futures import ThreadPoolExecutor
 
         if not self.vector_index:
-            raise StoreError(f"{self.path} has no vector index; build one with `hrt index --vector` (exact search needs none)")
+            raise StoreError(f"{self.path} has no vector index; build one with `hrt ingest SOURCE --store STORE --vector-index hnsw` (exact search needs none)")
         if not isinstance(ef_search, int) or not 1 <= ef_search <= 10_000:
             raise InputError(f"ef_search must be an integer in [1, 10000], got {ef_search!r}")
         dim = int(self.embedding_dim or qv.shape[1])
