@@ -28,6 +28,7 @@ EXPECTED_PRESETS = {
     "a0x-adaptive",
     "memoria",
     "hybrid-rrf",
+    "learned",
 }
 
 

@@ -169,7 +169,9 @@ class ExpansionConfig(_Model):
 
 # ------------------------------------------------------------------ fusion
 class FusionConfig(_Model):
-    method: Literal["rrf", "convex"] = "rrf"
+    # learned: a LambdaMART model (`hrt train-fusion`) scores the cached features; weights, k, bonus unused.
+    method: Literal["rrf", "convex", "learned"] = "rrf"
+    model: str | None = None  # learned fusion model file; None = the shipped model
     rrf_k: int = Field(60, gt=0, le=10_000)
     lexical_weight: float = Field(1.0, ge=0.0, le=100.0)
     dense_weight: float = Field(1.0, ge=0.0, le=100.0)
@@ -270,6 +272,8 @@ class ThresholdConfig(_Model):
     # 0 keeps everything: zscore fusion and the tail below a reranked block can score below zero.
     min_score: float = Field(0.0, ge=0.0)
     low_spread: float = Field(0.10, ge=0.0)
+    # Calibrated P(relevant) (`score_prob`, fusion.method learned only); 0 keeps everything.
+    min_prob: float = Field(0.0, ge=0.0, le=1.0)
 
 
 class OutputConfig(_Model):
@@ -304,6 +308,8 @@ class PipelineConfig(_Model):
         r = self.retrieval
         if not (r.lexical.enabled or r.dense.enabled):
             raise ValueError("retrieval: enable at least one of lexical and dense")
+        if self.threshold.min_prob > 0 and self.fusion.method != "learned":
+            raise ValueError("threshold.min_prob needs calibrated scores: set fusion.method to learned (or min_prob to 0)")
         if self.routing.enabled and self.routing.conversational_skip_lexical and not r.dense.enabled:
             raise ValueError(
                 "routing.conversational_skip_lexical with dense retrieval disabled would leave conversational queries with no results"

@@ -18,7 +18,7 @@ import polars as pl
 
 from . import blend as blend_stage
 from . import dedup as dedup_stage
-from . import expansion, features, fusion, rerank, threshold
+from . import expansion, features, fusion, learned_fusion, ltr_features, rerank, threshold
 from .config import PipelineConfig
 from .retrieve import empty_candidates, retrieve
 from .store import Store, sha1
@@ -47,6 +47,8 @@ class Prepared:
     rerank_status: pl.DataFrame
     doc_source: pl.DataFrame
     vectors: pl.DataFrame | None
+    # Learning-to-rank features of every (query, candidate document): what `fusion.method: learned` scores.
+    ltr_features: pl.DataFrame | None = None
     timings: dict[str, float] = field(default_factory=dict)
     _derived: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
 
@@ -86,7 +88,7 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     return lex, den
 
 
-_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors")
+_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features")
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
@@ -125,7 +127,12 @@ def prepare(
         got = store.get_frames(key)
         if got is not None:
             frames = {name: got.get(name) for name in _PREPARED_FRAMES}
-            return Prepared(**frames, timings={"cache_load": 0.0})
+            prep = Prepared(**frames, timings={"cache_load": 0.0})
+            if not ltr_features.is_current(prep.ltr_features):  # cached by an older version: add them
+                prep.ltr_features = ltr_features.candidate_features(store, prep.queries, prep.candidates, prep.features)
+                if not store.read_only:
+                    store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
+            return prep
     prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool)
     if use_cache and not store.read_only:
         store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
@@ -193,7 +200,10 @@ def _prepare(
     vectors = None
     if cfg.dedup.near_duplicate_enabled and len(cands):
         vectors = store.chunk_vectors(cands["chunk_id"].unique().to_list())
-    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, t)
+    t0 = time.perf_counter()
+    ltr = ltr_features.candidate_features(store, queries, cands, feats)
+    t["ltr_features"] = time.perf_counter() - t0
+    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr, t)
 
 
 def _expansion_kwargs(cfg: PipelineConfig) -> dict:
@@ -244,7 +254,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     lists = prep.derived("lists", (cands, prep.features), lambda: fusion.list_table(cands, prep.features))
     weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing.enabled, lists=lists)
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
-    fused = fusion.fuse(cands, weights, cfg.fusion, idx=idx)
+    learned = cfg.fusion.method == "learned"
+    fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx)
     t["fuse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -265,6 +276,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     t["dedup"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    if learned:
+        kept = learned_fusion.attach_prob(kept, prep, cfg.fusion.model)
     final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
     t["threshold"] = time.perf_counter() - t0
 

@@ -47,7 +47,8 @@ def apply_threshold(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(ranked with flags, per-query [qid, n_results, top_score, spread, low_confidence, low_differentiation]).
 
-    Results scoring below `min_score` are dropped (0 = keep everything); a query where nothing passes keeps
+    Results scoring below `min_score`, or with a calibrated `score_prob` below `min_prob` (learned fusion),
+    are dropped (0 = keep everything); a query where nothing passes keeps
     its list with every row flagged "low_confidence". spread = top score minus the last score of the
     returned list, or of its first `n` results when given (what the user is shown); null with fewer than
     two results. low_differentiation = spread < low_spread. Scores come out strictly decreasing with rank
@@ -58,8 +59,11 @@ def apply_threshold(
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
     if not len(r):
         return r, pl.DataFrame(schema=PER_QUERY_SCHEMA)
-    if cfg.min_score > 0:
+    use_prob = cfg.min_prob > 0 and "score_prob" in r.columns
+    if cfg.min_score > 0 or use_prob:
         passes = pl.col("score") >= cfg.min_score
+        if use_prob:  # the calibrated probability (learned fusion); a row without one does not pass
+            passes = passes & (pl.col("score_prob").fill_null(0.0) >= cfg.min_prob)
         r = r.with_columns(passes.alias("_pass"), passes.any().over("qid").alias("_any"))
         r = r.filter(pl.col("_pass") | ~pl.col("_any")).with_columns(
             pl.when(~pl.col("_any"))

@@ -1,0 +1,288 @@
+"""Learning-to-rank features of every (query, candidate document), computed once in `prepare`.
+
+The cached lists alone (ranks and scores) barely beat BM25 when a model learns from them (measured on
+LoCoMo: 0.479 vs 0.486 nDCG@10); the gain lives in features of the text (0.519 with query-term coverage,
+its IDF-weighted form and document length). So besides the lists' ranks and scores this module reads the
+BM25 index tables (`fts_main_chunks.dict/terms/docs/stats`) in a few batched SQL statements: which query
+terms each candidate contains, how rare they are, and how close together they occur in its best chunk.
+
+Features are named so that models stay portable across collections: absolute BM25 scores and IDFs depend on
+the collection's size, so each comes with a normalised twin (share of the list's top score, share of the
+largest possible IDF). `FEATURES` lists them all with the direction a model may be held to (+1: more never
+hurts), see docs/frames.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import get_args
+
+import polars as pl
+
+from .analysis import lexical_text
+from .config import Stemmer
+
+_STEMMERS = frozenset(get_args(Stemmer))
+
+# (name, monotone direction for LightGBM: +1 increasing, 0 free). Missing list = not retrieved:
+# reciprocal rank 0, normalised score 0, raw score NaN (LightGBM's missing value).
+FEATURES: list[tuple[str, int]] = [
+    # per list: the original query's BM25 ("lex") and dense ("vec") lists
+    ("lex_rr", 1), ("lex_score", 0), ("lex_norm", 1), ("lex_ratio", 1),
+    ("vec_rr", 1), ("vec_score", 0), ("vec_norm", 1), ("vec_ratio", 1),
+    # expansion variants' lists (0 when the query has none)
+    ("lex_exp_rr", 1), ("vec_exp_rr", 1), ("n_exp_lists", 0),
+    # agreement between lists
+    ("n_lists_share", 1), ("both", 0), ("best_rr", 1), ("rrf", 1), ("log_rank_gap", 0),
+    # query (same for every candidate of a query)
+    ("q_tokens", 0), ("q_stopword_ratio", 0), ("q_technical", 0), ("q_terms", 0),
+    ("q_idf_mean", 0), ("q_idf_max", 0), ("q_idf_mean_norm", 0), ("q_idf_max_norm", 0),
+    ("q_lex_top_norm", 0), ("q_vec_top", 0), ("q_overlap10", 0),
+    # document / chunk
+    ("doc_len", 0), ("doc_chunks", 0), ("chunk_ord", 0), ("chunk_pos", 0), ("source_share", 0),
+    # text matches
+    ("coverage", 1), ("idf_coverage", 1), ("chunk_coverage", 1), ("proximity", 1), ("tech_match", 1),
+]  # fmt: skip
+FEATURE_NAMES = [f for f, _ in FEATURES]
+KEY_COLUMNS = ["qid", "doc_id", "chunk_id"]
+SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, **{f: pl.Float64 for f in FEATURE_NAMES}}
+
+
+def empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def is_current(frame: pl.DataFrame | None) -> bool:
+    """True when a cached feature frame has exactly this version's columns (else it is recomputed)."""
+    return frame is not None and frame.schema == pl.Schema(SCHEMA)
+
+
+def _list_features(cands: pl.DataFrame) -> pl.DataFrame:
+    """Rank/score features per (qid, doc_id), from the first appearance of each document in each list."""
+    c = (
+        cands.sort("qid", "list_id", "rank")
+        .unique(["qid", "list_id", "doc_id"], keep="first", maintain_order=True)
+        .with_columns(
+            (1.0 / pl.col("rank")).alias("rr"),
+            pl.col("score").max().over("qid", "list_id").alias("_top"),
+            pl.col("score").min().over("qid", "list_id").alias("_low"),
+        )
+        .with_columns(
+            pl.when(pl.col("_top") > pl.col("_low"))
+            .then((pl.col("score") - pl.col("_low")) / (pl.col("_top") - pl.col("_low")))
+            .otherwise(1.0)
+            .alias("norm"),
+            pl.when(pl.col("_top") > 0).then(pl.col("score") / pl.col("_top")).otherwise(0.0).alias("ratio"),
+            pl.col("list_id").n_unique().over("qid").alias("_nl"),
+        )
+    )
+    orig = pl.col("variant") == "orig"
+    lex, vec = pl.col("retriever") == "lex", pl.col("retriever") == "vec"
+
+    def pick(cond: pl.Expr, col: str) -> pl.Expr:
+        return pl.col(col).filter(cond).max()
+
+    g = c.group_by("qid", "doc_id").agg(
+        pl.col("chunk_id").sort_by("rank", "list_id").first(),
+        pick(orig & lex, "rr").alias("lex_rr"), pick(orig & lex, "score").alias("lex_score"),
+        pick(orig & lex, "norm").alias("lex_norm"), pick(orig & lex, "ratio").alias("lex_ratio"),
+        pick(orig & vec, "rr").alias("vec_rr"), pick(orig & vec, "score").alias("vec_score"),
+        pick(orig & vec, "norm").alias("vec_norm"), pick(orig & vec, "ratio").alias("vec_ratio"),
+        pick(~orig & lex, "rr").alias("lex_exp_rr"), pick(~orig & vec, "rr").alias("vec_exp_rr"),
+        (~orig).sum().cast(pl.Float64).alias("n_exp_lists"),
+        (pl.len() / pl.col("_nl").first()).alias("n_lists_share"),
+        pl.col("rr").max().alias("best_rr"),
+        (1.0 / (60.0 + pl.col("rank"))).sum().alias("rrf"),
+        pl.col("rank").filter(orig & lex).min().alias("_lr"),
+        pl.col("rank").filter(orig & vec).min().alias("_vr"),
+    )  # fmt: skip
+    return g.with_columns(
+        *(pl.col(f).fill_null(0.0) for f in ("lex_rr", "lex_norm", "lex_ratio", "vec_rr", "vec_norm", "vec_ratio", "lex_exp_rr", "vec_exp_rr")),
+        (pl.col("_lr").is_not_null() & pl.col("_vr").is_not_null()).cast(pl.Float64).alias("both"),
+        (pl.col("_lr").cast(pl.Float64).log() - pl.col("_vr").cast(pl.Float64).log()).abs().fill_null(-1.0).alias("log_rank_gap"),
+    ).drop("_lr", "_vr")  # fmt: skip
+
+
+def _query_list_features(cands: pl.DataFrame) -> pl.DataFrame:
+    """Label-free per-query signals of how sure each list is: BM25 top score mapped x/(1+x), top cosine,
+    and the overlap of the two original lists' top 10 (what a router reads)."""
+    lex = cands.filter(pl.col("list_id") == "orig:lex")
+    vec = cands.filter(pl.col("list_id") == "orig:vec")
+    top = cands.select("qid").unique()
+    lt = lex.group_by("qid").agg((pl.col("score").max() / (1 + pl.col("score").max())).alias("q_lex_top_norm"))
+    vt = vec.group_by("qid").agg(pl.col("score").max().alias("q_vec_top"))
+    both = (
+        lex.filter(pl.col("rank") <= 10).select("qid", "doc_id").unique()
+        .join(vec.filter(pl.col("rank") <= 10).select("qid", "doc_id").unique(), on=["qid", "doc_id"])
+        .group_by("qid").agg((pl.len() / 10.0).alias("q_overlap10"))
+    )  # fmt: skip
+    return (
+        top.join(lt, on="qid", how="left").join(vt, on="qid", how="left").join(both, on="qid", how="left")
+        .with_columns(pl.col("q_lex_top_norm").fill_null(0.0), pl.col("q_vec_top").fill_null(0.0), pl.col("q_overlap10").fill_null(0.0))
+    )  # fmt: skip
+
+
+def _register(con, name: str, df: pl.DataFrame) -> None:
+    con.register(name, df.to_arrow())
+
+
+def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per query [qid, q_terms, q_idf_*], per pair [qid, doc_id, coverage, idf_coverage, chunk_coverage,
+    proximity, doc_len, doc_chunks, chunk_ord, chunk_pos]) from the FTS tables, all queries at once."""
+    con = store.con
+    settings = store.settings
+    stemmer = settings.stemmer if settings is not None else "porter"
+    if stemmer not in _STEMMERS:  # interpolated into SQL below: checked against the closed list
+        raise ValueError(f"unknown stemmer {stemmer!r}")
+    q = queries.select(pl.int_range(pl.len()).alias("qi"), "qid", pl.col("text").map_elements(lexical_text, return_dtype=pl.Utf8).alias("lex"))
+    _register(con, "ltr_q", q)
+    _register(con, "ltr_pairs", pairs.select("qid", "doc_id", "chunk_id"))
+    n_docs = con.execute("SELECT num_docs FROM fts_main_chunks.stats").fetchone()[0]
+    qt = con.execute(
+        f"""SELECT DISTINCT q.qid, d.termid, ln(((? - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
+        FROM (SELECT qid, stem(unnest(fts_main_chunks.tokenize(lex)), '{stemmer}') AS t FROM ltr_q) q
+        JOIN fts_main_chunks.dict d ON d.term = q.t""",
+        [n_docs],
+    ).pl()
+    _register(con, "ltr_qt", qt)  # a registered frame, not a table: read-only stores work too
+    idf_max = math.log((n_docs - 1 + 0.5) / 1.5 + 1) if n_docs > 1 else 1.0
+    per_query = con.execute(
+        "SELECT qid, count(*)::DOUBLE AS q_terms, avg(idf) AS q_idf_mean, max(idf) AS q_idf_max, "
+        "avg(idf) / ? AS q_idf_mean_norm, max(idf) / ? AS q_idf_max_norm, sum(idf) AS _idf_sum FROM ltr_qt GROUP BY qid",
+        [idf_max, idf_max],
+    ).pl()
+    # Query terms present anywhere in the candidate document (document coverage) and in its best chunk.
+    # Postings are restricted to the query terms first (a few per query), then to the candidate pairs.
+    per_pair = con.execute(
+        """WITH hits AS (SELECT DISTINCT qt.qid, c.doc_id, fd.name AS chunk_id, qt.termid, qt.idf
+               FROM ltr_qt qt JOIN fts_main_chunks.terms t ON t.termid = qt.termid
+               JOIN fts_main_chunks.docs fd ON fd.docid = t.docid JOIN chunks c ON c.chunk_id = fd.name
+               SEMI JOIN ltr_pairs p ON p.qid = qt.qid AND p.doc_id = c.doc_id),
+           doc AS (SELECT qid, doc_id, count(DISTINCT termid)::DOUBLE AS n, sum(DISTINCT idf) AS idf_n
+               FROM (SELECT DISTINCT qid, doc_id, termid, idf FROM hits) GROUP BY ALL),
+           best AS (SELECT h.qid, h.doc_id, count(DISTINCT h.termid)::DOUBLE AS n_chunk
+               FROM hits h JOIN ltr_pairs p USING (qid, doc_id, chunk_id) GROUP BY ALL)
+        SELECT p.qid, p.doc_id, coalesce(doc.n, 0) AS _n, coalesce(doc.idf_n, 0) AS _idf_n, coalesce(best.n_chunk, 0) AS _n_chunk
+        FROM ltr_pairs p LEFT JOIN doc USING (qid, doc_id) LEFT JOIN best USING (qid, doc_id)"""
+    ).pl()
+    # `sum(DISTINCT idf)` above could merge two terms of equal IDF: recompute the weighted sum exactly.
+    per_pair = per_pair.drop("_idf_n").join(
+        con.execute(
+            """SELECT qid, doc_id, sum(idf) AS _idf_n FROM (SELECT DISTINCT qt.qid, c.doc_id, qt.termid, qt.idf
+               FROM ltr_qt qt JOIN fts_main_chunks.terms t ON t.termid = qt.termid
+               JOIN fts_main_chunks.docs fd ON fd.docid = t.docid JOIN chunks c ON c.chunk_id = fd.name
+               SEMI JOIN ltr_pairs p ON p.qid = qt.qid AND p.doc_id = c.doc_id) GROUP BY ALL"""
+        ).pl(),
+        on=["qid", "doc_id"],
+        how="left",
+    )
+    # Proximity in the best chunk: the smallest distance (in tokens) between occurrences of two different
+    # query terms, which is always between two neighbours in position order (any occurrence between them
+    # has a term that differs from one of the two): a lag() over the position-sorted hits finds it.
+    # Only pairs whose best chunk holds two or more query terms can have a distance.
+    _register(con, "ltr_prox", per_pair.filter(pl.col("_n_chunk") >= 2).select("qid", "doc_id").join(pairs, on=["qid", "doc_id"]))
+    prox = con.execute(
+        f"""WITH toks AS MATERIALIZED (SELECT chunk_id, unnest(t) AS tok, unnest(range(1, len(t) + 1)) AS pos
+               FROM (SELECT c.chunk_id, fts_main_chunks.tokenize(c.lex_text) AS t FROM chunks c
+                     SEMI JOIN (SELECT DISTINCT chunk_id FROM ltr_prox) p ON p.chunk_id = c.chunk_id)),
+           vocab AS MATERIALIZED (SELECT v.tok, d.termid FROM (SELECT DISTINCT tok FROM toks) v
+               JOIN fts_main_chunks.dict d ON d.term = stem(v.tok, '{stemmer}')
+               SEMI JOIN (SELECT DISTINCT termid FROM ltr_qt) qt ON qt.termid = d.termid),
+           occ AS (SELECT p.qid, p.doc_id, o.pos, v.termid
+               FROM toks o JOIN vocab v ON v.tok = o.tok
+               JOIN ltr_prox p ON p.chunk_id = o.chunk_id
+               SEMI JOIN ltr_qt qt ON qt.qid = p.qid AND qt.termid = v.termid),
+           gaps AS (SELECT qid, doc_id, pos - lag(pos) OVER w AS gap, termid <> lag(termid) OVER w AS differs
+               FROM occ WINDOW w AS (PARTITION BY qid, doc_id ORDER BY pos, termid))
+        SELECT qid, doc_id, 1.0 / min(gap) AS proximity FROM gaps WHERE differs GROUP BY ALL"""
+    ).pl()
+    layout = con.execute(
+        """WITH cd AS (SELECT DISTINCT doc_id FROM ltr_pairs)
+        SELECT c.doc_id, ln(1 + sum(coalesce(fd.len, 0)))::DOUBLE AS doc_len, count(*)::DOUBLE AS doc_chunks
+        FROM chunks c SEMI JOIN cd USING (doc_id) LEFT JOIN fts_main_chunks.docs fd ON fd.name = c.chunk_id GROUP BY ALL"""
+    ).pl()
+    ords = con.execute(
+        "SELECT c.chunk_id, c.ord::DOUBLE AS chunk_ord FROM chunks c SEMI JOIN (SELECT DISTINCT chunk_id FROM ltr_pairs) p USING (chunk_id)"
+    ).pl()
+    for name in ("ltr_q", "ltr_pairs", "ltr_qt", "ltr_prox"):
+        con.unregister(name)
+    pp = (
+        pairs.select("qid", "doc_id", "chunk_id")
+        .join(per_pair, on=["qid", "doc_id"], how="left")
+        .join(per_query.select("qid", "q_terms", "_idf_sum"), on="qid", how="left")
+        .join(prox, on=["qid", "doc_id"], how="left")
+        .join(layout, on="doc_id", how="left")
+        .join(ords, on="chunk_id", how="left")
+    )
+    terms = pl.col("q_terms").fill_null(0.0)
+    pp = pp.select(
+        "qid", "doc_id",
+        pl.when(terms > 0).then(pl.col("_n") / terms).otherwise(0.0).alias("coverage"),
+        pl.when(pl.col("_idf_sum") > 0).then(pl.col("_idf_n").fill_null(0.0) / pl.col("_idf_sum")).otherwise(0.0).alias("idf_coverage"),
+        pl.when(terms > 0).then(pl.col("_n_chunk") / terms).otherwise(0.0).alias("chunk_coverage"),
+        pl.col("proximity").fill_null(0.0),
+        pl.col("doc_len").fill_null(0.0), pl.col("doc_chunks").fill_null(1.0),
+        pl.col("chunk_ord").fill_null(0.0),
+        (pl.col("chunk_ord").fill_null(0.0) / pl.col("doc_chunks").fill_null(1.0).clip(lower_bound=1.0)).alias("chunk_pos"),
+    )  # fmt: skip
+    return per_query.drop("_idf_sum"), pp
+
+
+def _tech_match(store, pairs: pl.DataFrame, qfeat: pl.DataFrame) -> pl.DataFrame:
+    """[qid, doc_id, tech_match]: share of the query's technical tokens found verbatim (case-insensitive)
+    in the document's title or text; 0 for queries without any (a few queries, so a join in polars)."""
+    tech = qfeat.select("qid", "technical_tokens").filter(pl.col("technical_tokens").list.len() > 0)
+    if not len(tech):
+        return pairs.select("qid", "doc_id", pl.lit(0.0).alias("tech_match"))
+    p = pairs.join(tech, on="qid")
+    docs = store.documents(p["doc_id"].unique().to_list()).select(
+        "doc_id", (pl.col("title").fill_null("") + "\n" + pl.col("text").fill_null("")).str.to_lowercase().alias("body")
+    )
+    hits = (
+        p.join(docs, on="doc_id", how="left")
+        .explode("technical_tokens")
+        .with_columns(pl.col("body").str.contains(pl.col("technical_tokens").str.to_lowercase(), literal=True).alias("hit"))
+        .group_by("qid", "doc_id")
+        .agg(pl.col("hit").cast(pl.Float64).mean().alias("tech_match"))
+    )
+    return pairs.select("qid", "doc_id").join(hits, on=["qid", "doc_id"], how="left").with_columns(pl.col("tech_match").fill_null(0.0))
+
+
+def candidate_features(store, queries: pl.DataFrame, candidates: pl.DataFrame, qfeat: pl.DataFrame) -> pl.DataFrame:
+    """One row per (query, candidate document) with `KEY_COLUMNS` + `FEATURE_NAMES` (all Float64).
+
+    `chunk_id` is the chunk of the document's best appearance (smallest rank, then list id), as in
+    `fusion.fuse`. Reads the store (FTS tables, document text) and nothing a slider changes.
+    """
+    if not len(candidates):
+        return empty()
+    lists = _list_features(candidates)
+    pairs = lists.select("qid", "doc_id", "chunk_id")
+    qf = qfeat.select(
+        "qid",
+        pl.col("n_tokens").cast(pl.Float64).alias("q_tokens"),
+        pl.col("stopword_ratio").cast(pl.Float64).alias("q_stopword_ratio"),
+        pl.col("technical_tokens").list.len().cast(pl.Float64).alias("q_technical"),
+    )
+    out = lists.join(qf, on="qid", how="left").join(_query_list_features(candidates), on="qid", how="left")
+    if store.has_lexical_index():
+        per_query, per_pair = _text_features(store, queries.filter(pl.col("qid").is_in(pairs["qid"].unique().implode())), pairs)
+        out = out.join(per_query, on="qid", how="left").join(per_pair, on=["qid", "doc_id"], how="left")
+    sources = store.doc_sources().select("doc_id", "source")
+    src = (
+        pairs.join(sources, on="doc_id", how="left")
+        .with_columns(pl.col("source").fill_null(pl.col("doc_id")))
+        .with_columns((pl.len().over("qid", "source") / pl.len().over("qid")).alias("source_share"))
+        .select("qid", "doc_id", "source_share")
+    )
+    out = out.join(src, on=["qid", "doc_id"], how="left").join(_tech_match(store, pairs, qfeat), on=["qid", "doc_id"], how="left")
+    for f in FEATURE_NAMES:
+        if f not in out.columns:
+            out = out.with_columns(pl.lit(0.0).alias(f))
+    nan_ok = {"lex_score", "vec_score"}  # raw scores: missing stays missing (NaN), the rest 0
+    out = out.with_columns(
+        *(pl.col(f).cast(pl.Float64).fill_null(float("nan") if f in nan_ok else 0.0) for f in FEATURE_NAMES)
+    )
+    return out.select(list(SCHEMA)).cast(SCHEMA).sort("qid", "doc_id")
+
+

@@ -1,0 +1,272 @@
+"""`hrt train-fusion`: LambdaMART (LightGBM's lambdarank) over the cached-stage features of judged queries.
+
+Why LambdaMART and not another cross-encoder: a few hundred tree parameters learn from every judged pair
+of every collection at once, train in seconds on a CPU, and read the features that decide relevance
+(lists' ranks and scores, query-term coverage, proximity, exact technical tokens; `ltr_features.py`).
+LightGBM is the well-kept implementation; we add only the data plumbing and an honest report.
+
+Procedure (seeded): each collection's queries are split into training and held-out queries; a model is
+trained on the training queries with early stopping on the held-out ones (nDCG@10); the held-out
+queries then give the report's gain (against plain RRF and each list alone, all evaluated with
+`metrics.evaluate` over every judged held-out query) and the calibrator's data (`calibration.py`, fitted
+on held-out predictions only). The shipped model is then refitted on all queries with the number of
+trees early stopping chose. Monotone constraints hold a model to "a better list rank or more query terms
+never hurts" (`ltr_features.FEATURES`). Collections are weighted so that a large one (LoCoMo's 761
+queries) does not drown the small ones: per-query weight (largest / own size) ** `balance`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from . import calibration, ltr_features
+from .config import PipelineConfig, load_config
+from .errors import InputError
+from .learned_fusion import FusionModel, _lightgbm
+from .loaders import Dataset
+from .metrics import evaluate
+from .pipeline import prepare
+
+BASELINES = {"rrf": "rrf", "lexical": "lex_rr", "dense": "vec_rr"}  # feature whose order is the baseline
+DEFAULT_PARAMS: dict[str, Any] = {
+    "objective": "lambdarank",
+    "metric": "ndcg",
+    "eval_at": [10],
+    "learning_rate": 0.05,
+    "num_leaves": 15,
+    "min_data_in_leaf": 40,
+    "feature_fraction": 0.8,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "lambda_l2": 1.0,
+    "lambdarank_truncation_level": 30,
+    "num_threads": 2,
+    "deterministic": True,
+    "force_row_wise": True,
+    "verbose": -1,
+}
+
+
+@dataclass
+class FusionTrainReport:
+    collections: dict[str, dict[str, Any]]
+    features: list[str]
+    importance: dict[str, float]
+    held_out: dict[str, dict[str, float]]
+    best_iteration: int
+    seconds: dict[str, float]
+    calibration_ece_held_out: float | None
+    params: dict[str, Any] = field(default_factory=dict)
+    out: str | None = None
+
+    def summary(self) -> str:
+        lines = [f"learned fusion: {self.best_iteration} trees, {len(self.features)} features, "
+                 f"trained in {self.seconds.get('train', 0):.1f}s (features {self.seconds.get('features', 0):.1f}s)"]  # fmt: skip
+        for name, h in self.held_out.items():
+            lines.append(
+                f"  held-out {name} ({h['queries']} queries) nDCG@10: learned {h['learned']:.4f}, rrf {h['rrf']:.4f}, "
+                f"lexical {h['lexical']:.4f}, dense {h['dense']:.4f}"
+            )
+        if self.calibration_ece_held_out is not None:
+            lines.append(f"  calibration ECE on held-out rows: {self.calibration_ece_held_out:.4f}")
+        top = sorted(self.importance.items(), key=lambda kv: -kv[1])[:6]
+        lines.append("  top features (gain share): " + ", ".join(f"{k} {v:.2f}" for k, v in top))
+        if self.out:
+            lines.append(f"  model -> {self.out}")
+        return "\n".join(lines)
+
+
+def collect(
+    store: Any, dataset_dir: str | Path, *, split: str = "dev", config: str | PipelineConfig = "learned",
+    name: str | None = None, progress: bool = False,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(features of the split's candidates with [collection, label], qrels with [collection]).
+
+    `label` is the judged grade (unjudged = 0). Candidates come from `config`'s retrieval settings, read
+    through the stage cache (a second call costs a cache load)."""
+    ds = Dataset.open(dataset_dir)
+    name = name or ds.name
+    queries, qrels = ds.queries(split), ds.qrels(split)
+    prep = prepare(store, queries, load_config(config), progress=progress)
+    feats = prep.ltr_features if prep.ltr_features is not None else ltr_features.empty()
+    grades = qrels.group_by("qid", "doc_id").agg(pl.col("rel").max().clip(lower_bound=0))
+    data = feats.join(grades, on=["qid", "doc_id"], how="left").with_columns(
+        pl.col("rel").fill_null(0).cast(pl.Int64).alias("label"), pl.lit(name).alias("collection")
+    ).drop("rel")
+    return data, qrels.with_columns(pl.lit(name).alias("collection"))
+
+
+def _split_queries(data: pl.DataFrame, holdout: float, seed: int) -> pl.DataFrame:
+    """`data` with a boolean `held_out` per query (a `holdout` share of each collection's queries)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for name in sorted(data["collection"].unique().to_list()):
+        qids = np.array(sorted(data.filter(pl.col("collection") == name)["qid"].unique().to_list()))
+        rng.shuffle(qids)
+        n_out = int(round(len(qids) * holdout)) if holdout > 0 else 0
+        n_out = min(max(n_out, 1 if holdout > 0 and len(qids) > 1 else 0), len(qids) - 1)
+        parts.append(pl.DataFrame({"collection": name, "qid": qids.tolist(), "held_out": [i < n_out for i in range(len(qids))]}))
+    return data.join(pl.concat(parts), on=["collection", "qid"], how="left")
+
+
+def _matrix(d: pl.DataFrame, features: list[str], balance: float, sizes: dict[str, int]):
+    """(X, y, group sizes, row weights) of `d` sorted by (collection, qid)."""
+    d = d.sort("collection", "qid", "doc_id")
+    groups = d.group_by("collection", "qid", maintain_order=True).len()["len"].to_numpy()
+    biggest = max(sizes.values())
+    w = d["collection"].replace_strict({k: (biggest / v) ** balance for k, v in sizes.items()}, return_dtype=pl.Float64)
+    return d.select(features).to_numpy().astype(np.float64), d["label"].to_numpy(), groups, w.to_numpy()
+
+
+def _useful(d: pl.DataFrame) -> pl.DataFrame:
+    """Queries with at least one relevant and one other candidate (the rest carry no ranking gradient)."""
+    ok = d.group_by("collection", "qid").agg(((pl.col("label") > 0).any() & (pl.col("label") == 0).any()).alias("ok"))
+    return d.join(ok.filter("ok").select("collection", "qid"), on=["collection", "qid"])
+
+
+def _ranked(d: pl.DataFrame, score: np.ndarray) -> pl.DataFrame:
+    return (
+        d.select("collection", "qid", "doc_id", pl.Series("score", score, dtype=pl.Float64))
+        .sort(["collection", "qid", "score", "doc_id"], descending=[False, False, True, False])
+        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("collection", "qid").alias("rank"))
+    )
+
+
+def _ndcg(run: pl.DataFrame, qrels: pl.DataFrame, rel_threshold: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for name in sorted(qrels["collection"].unique().to_list()):
+        r = run.filter(pl.col("collection") == name).select("qid", "doc_id", "rank", "score")
+        q = qrels.filter(pl.col("collection") == name).select("qid", "doc_id", "rel")
+        pq = evaluate(r, q, ["nDCG@10"], rel_threshold=rel_threshold.get(name, 1))
+        out[name] = float(pq["value"].mean()) if len(pq) else float("nan")
+    return out
+
+
+def fit(
+    data: pl.DataFrame, qrels: pl.DataFrame, *, features: list[str] | None = None, seed: int = 0,
+    holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, rel_threshold: dict[str, int] | None = None,
+    params: dict[str, Any] | None = None, progress: bool = False,
+) -> tuple[FusionModel, FusionTrainReport]:
+    """Train on `data` (from `collect`, one or several collections concatenated); see the module doc."""
+    lgb = _lightgbm()
+    features = features or list(ltr_features.FEATURE_NAMES)
+    rel_threshold = rel_threshold or {}
+    if not 0.0 <= holdout < 1.0:
+        raise InputError(f"holdout {holdout}: expected a share in [0, 1)")
+    mono = dict(ltr_features.FEATURES)
+    p = {**DEFAULT_PARAMS, **(params or {}), "seed": seed, "monotone_constraints": [mono[f] for f in features]}
+    sizes = {c: n for c, n in data.group_by("collection").agg(pl.col("qid").n_unique()).iter_rows()}
+    data = _split_queries(data, holdout, seed)
+    t0 = time.perf_counter()
+    train_d = _useful(data.filter(~pl.col("held_out")))
+    if not len(train_d):
+        raise InputError("no training query has a judged-relevant candidate: nothing to learn from")
+    X, y, g, w = _matrix(train_d, features, balance, sizes)
+    dtrain = lgb.Dataset(X, y, group=g, weight=w, feature_name=features, free_raw_data=False)
+    callbacks = [lgb.log_evaluation(50)] if progress else []
+    held = data.filter(pl.col("held_out"))
+    held_useful = _useful(held)
+    best_iter = rounds
+    if len(held_useful):
+        Xv, yv, gv, wv = _matrix(held_useful, features, balance, sizes)
+        dvalid = lgb.Dataset(Xv, yv, group=gv, weight=wv, reference=dtrain)
+        booster = lgb.train(p, dtrain, rounds, valid_sets=[dvalid], valid_names=["held-out"],
+                            callbacks=[*callbacks, lgb.early_stopping(40, verbose=progress)])  # fmt: skip
+        best_iter = max(int(booster.best_iteration or rounds), 10)
+    else:
+        booster = lgb.train(p, dtrain, rounds, callbacks=callbacks)
+    t_first = time.perf_counter() - t0
+
+    held_out: dict[str, dict[str, float]] = {}
+    cal, ece = None, None
+    if len(held):
+        hq = qrels.join(held.select("collection", "qid").unique(), on=["collection", "qid"])
+        hs = held.sort("collection", "qid", "doc_id")
+        learned_run = _ranked(hs, booster.predict(hs.select(features).to_numpy(), num_iteration=best_iter))
+        res = {"learned": _ndcg(learned_run, hq, rel_threshold)}
+        for label, feat in BASELINES.items():
+            res[label] = _ndcg(_ranked(hs, hs[feat].to_numpy()), hq, rel_threshold)
+        for name in res["learned"]:
+            n_q = hq.filter(pl.col("collection") == name)["qid"].n_unique()
+            held_out[name] = {"queries": n_q, **{k: v[name] for k, v in res.items()}}
+        # Calibrator: held-out predictions of the model that did not see those queries.
+        rel = hq.with_columns(pl.col("collection").replace_strict(rel_threshold, default=1, return_dtype=pl.Int64).alias("_t"))
+        rel = rel.filter(pl.col("rel") >= pl.col("_t")).select("collection", "qid", "doc_id", pl.lit(1.0).alias("_y")).unique()
+        lab = learned_run.join(rel, on=["collection", "qid", "doc_id"], how="left", maintain_order="left")
+        yv_bin = lab["_y"].fill_null(0.0).to_numpy()
+        x_cal = calibration.inputs(lab.with_columns((pl.col("collection") + "\x1f" + pl.col("qid")).alias("qid")))
+        if len(np.unique(yv_bin)) == 2:
+            cal = calibration.fit_platt(x_cal, yv_bin, seed=seed)
+            ece = calibration.ece(calibration.apply(cal, x_cal), yv_bin)
+
+    # Refit on every query with the chosen number of trees (the shipped model sees all judgements).
+    t0 = time.perf_counter()
+    all_d = _useful(data)
+    X, y, g, w = _matrix(all_d, features, balance, sizes)
+    final = lgb.train({k: v for k, v in p.items() if k != "metric"}, lgb.Dataset(X, y, group=g, weight=w, feature_name=features), best_iter)
+    t_final = time.perf_counter() - t0
+    gain = final.feature_importance("gain")
+    total = float(gain.sum()) or 1.0
+    info = {
+        "trained_on": {name: {"queries": n, "rel_threshold": rel_threshold.get(name, 1)} for name, n in sizes.items()},
+        "best_iteration": best_iter, "seed": seed, "holdout": holdout, "balance": balance,
+        "lightgbm": lgb.__version__,
+    }  # fmt: skip
+    model = FusionModel(features, final.model_to_string(), cal, None, info)
+    report = FusionTrainReport(
+        collections={k: {"queries": v} for k, v in sizes.items()}, features=features,
+        importance={f: float(x) / total for f, x in zip(features, gain, strict=True)}, held_out=held_out,
+        best_iteration=best_iter, seconds={"train": t_first + t_final}, calibration_ece_held_out=ece,
+        params={k: v for k, v in p.items() if k != "monotone_constraints"},
+    )  # fmt: skip
+    return model, report
+
+
+def train_fusion(
+    sources: list[tuple[Any, str | Path, int]], out: str | Path, *, split: str = "dev",
+    config: str | PipelineConfig = "learned", seed: int = 0, holdout: float = 0.2, rounds: int = 400,
+    balance: float = 0.5, force: bool = False, progress: bool = True,
+) -> FusionTrainReport:
+    """Train one model on the `split` of every (open store, dataset dir, rel threshold) in `sources`, write
+    it to `out` (model JSON) and its report beside it (`<out stem>.report.json`)."""
+    if split == "test" and not force:
+        raise InputError("refusing to train on the test split (train on dev, report on test); pass force=True to override")
+    t0 = time.perf_counter()
+    frames, qrels, thresholds = [], [], {}
+    names: set[str] = set()
+    for store, ds_dir, rel_t in sources:
+        name = Dataset.open(ds_dir).name
+        if name in names:
+            raise InputError(f"{ds_dir}: collection {name!r} given twice")
+        names.add(name)
+        if progress:
+            print(f"features: {name} ({split})", flush=True)
+        d, q = collect(store, ds_dir, split=split, config=config, name=name, progress=progress)
+        frames.append(d)
+        qrels.append(q)
+        thresholds[name] = rel_t
+    t_feat = time.perf_counter() - t0
+    model, rep = fit(pl.concat(frames), pl.concat(qrels), seed=seed, holdout=holdout, rounds=rounds, balance=balance,
+                     rel_threshold=thresholds, progress=progress)  # fmt: skip
+    rep.seconds["features"] = t_feat
+    rep.out = str(model.save(out))
+    Path(out).with_suffix(".report.json").write_text(json.dumps(_json_safe(asdict(rep)), indent=1) + "\n")
+    return rep
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
