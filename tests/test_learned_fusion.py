@@ -157,3 +157,34 @@ def test_train_fusion_cli(tmp_path, dataset):
     assert json.loads(out.read_text())["format"] == "hrt-learned-fusion"
     r = CliRunner().invoke(main, ["train-fusion", "--dataset", str(dataset), "--split", "test", "--out", str(out)])
     assert r.exit_code == 2 and "refusing to train on the test split" in r.output
+
+
+def test_router_weights_lists_per_query(store, dataset, tmp_path):
+    from toolkit import router
+
+    out = tmp_path / "r.json"
+    train_fusion([(store, dataset, 1)], out, rounds=5, holdout=0.25, progress=False)
+    rt = {"inputs": router.INPUTS, "mean": [0.0] * len(router.INPUTS), "scale": [1.0] * len(router.INPUTS),
+          "coef": [0.0] * len(router.INPUTS), "intercept": 0.0}  # fmt: skip
+    cfg = load_config("hybrid-rrf")
+    prep = prepare(store, QUERIES, cfg)
+    q = router.query_inputs(prep.ltr_features)
+    assert np.allclose(router.p_lexical(rt, q), 0.5)  # a neutral router keeps plain RRF
+    w = pl.DataFrame({"qid": ["q1", "q1"], "list_id": ["orig:lex", "orig:vec"], "weight": [1.0, 1.0]})
+    lists = pl.DataFrame({"qid": ["q1", "q1"], "list_id": ["orig:lex", "orig:vec"], "retriever": ["lex", "vec"]})
+    got = router.routed_weights(w, lists, pl.DataFrame({"qid": ["q1"], "p_lex": [0.9]}))
+    assert got["weight"].to_list() == pytest.approx([1.8, 0.2])
+    # Through the pipeline: fusion.router reads the model file's router (if training found both classes).
+    model = FusionModel.load(out)
+    routed = cfg.with_updates({"fusion.router": True, "fusion.model": str(out)})
+    if model.router is None:
+        with pytest.raises(InputError, match="holds no router"):
+            rescore(prep, routed)
+    else:
+        assert len(rescore(prep, routed).final) == len(rescore(prep, cfg).final)
+
+
+def test_shipped_model_runs_the_learned_preset(store):
+    res = run_pipeline(store, QUERIES, load_config("learned"))
+    assert res.final["qid"].n_unique() == 4 and res.final["score_prob"].is_not_null().all()
+    assert FusionModel.load(None).router is not None

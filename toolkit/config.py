@@ -172,6 +172,8 @@ class FusionConfig(_Model):
     # learned: a LambdaMART model (`hrt train-fusion`) scores the cached features; weights, k, bonus unused.
     method: Literal["rrf", "convex", "learned"] = "rrf"
     model: str | None = None  # learned fusion model file; None = the shipped model
+    # rrf/convex: weight BM25 vs dense per query by the model's learned router (2p and 2(1 - p)).
+    router: bool = False
     rrf_k: int = Field(60, gt=0, le=10_000)
     lexical_weight: float = Field(1.0, ge=0.0, le=100.0)
     dense_weight: float = Field(1.0, ge=0.0, le=100.0)

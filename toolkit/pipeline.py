@@ -18,7 +18,7 @@ import polars as pl
 
 from . import blend as blend_stage
 from . import dedup as dedup_stage
-from . import expansion, features, fusion, learned_fusion, ltr_features, rerank, threshold
+from . import expansion, features, fusion, learned_fusion, ltr_features, rerank, router, threshold
 from .config import PipelineConfig
 from .retrieve import empty_candidates, retrieve
 from .store import Store, sha1
@@ -253,6 +253,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     cands = prep.candidates if len(prep.candidates) else empty_candidates()
     lists = prep.derived("lists", (cands, prep.features), lambda: fusion.list_table(cands, prep.features))
     weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing.enabled, lists=lists)
+    if cfg.fusion.router:
+        weights = router.routed_weights(weights, lists, router.p_for(prep, cfg.fusion.model))
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
     learned = cfg.fusion.method == "learned"
     fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx)

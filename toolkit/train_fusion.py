@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import calibration, ltr_features
+from . import calibration, ltr_features, router
 from .config import PipelineConfig, load_config
 from .errors import InputError
 from .learned_fusion import FusionModel, _lightgbm
@@ -48,7 +48,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "bagging_freq": 1,
     "lambda_l2": 1.0,
     "lambdarank_truncation_level": 30,
-    "num_threads": 2,
+    "num_threads": 1,  # OpenMP threads spin-wait: on a busy 2-core machine 2 threads ran 17x slower
     "deterministic": True,
     "force_row_wise": True,
     "verbose": -1,
@@ -74,6 +74,7 @@ class FusionTrainReport:
             lines.append(
                 f"  held-out {name} ({h['queries']} queries) nDCG@10: learned {h['learned']:.4f}, rrf {h['rrf']:.4f}, "
                 f"lexical {h['lexical']:.4f}, dense {h['dense']:.4f}"
+                + (f", routed RRF {h['routed_rrf']:.4f}" if "routed_rrf" in h else "")
             )
         if self.calibration_ece_held_out is not None:
             lines.append(f"  calibration ECE on held-out rows: {self.calibration_ece_held_out:.4f}")
@@ -150,6 +151,30 @@ def _ndcg(run: pl.DataFrame, qrels: pl.DataFrame, rel_threshold: dict[str, int])
     return out
 
 
+def _fit_router(d: pl.DataFrame, qrels: pl.DataFrame, rel_threshold: dict[str, int], balance: float,
+                sizes: dict[str, int], seed: int) -> dict | None:
+    """The router of `d`'s queries: labels per collection (which original list wins), then one regression."""
+    parts = []
+    for name in sorted(d["collection"].unique().to_list()):
+        f = d.filter(pl.col("collection") == name)
+        lab = router.labels(f, qrels.filter(pl.col("collection") == name).select("qid", "doc_id", "rel"), rel_threshold.get(name, 1))
+        parts.append(router.query_inputs(f).join(lab, on="qid"))
+    q = pl.concat(parts) if parts else pl.DataFrame()
+    if not len(q):
+        return None
+    biggest = max(sizes.values())
+    w = q["collection"].replace_strict({k: (biggest / v) ** balance for k, v in sizes.items()}, return_dtype=pl.Float64)
+    return router.fit(q.select(router.INPUTS).to_numpy().astype(np.float64), q["lex_better"].to_numpy(), w.to_numpy(), seed=seed)
+
+
+def _routed_rrf(d: pl.DataFrame, rt: dict) -> np.ndarray:
+    """Weighted RRF (k = 60) of the two original lists with the router's per-query weights, from features."""
+    p = router.query_inputs(d).with_columns(pl.Series("p_lex", router.p_lexical(rt, router.query_inputs(d))))
+    x = d.select("collection", "qid", "lex_rr", "vec_rr").join(p.select("collection", "qid", "p_lex"), on=["collection", "qid"], how="left", maintain_order="left")
+    part = lambda rr: pl.when(pl.col(rr) > 0).then(1.0 / (60.0 + 1.0 / pl.col(rr))).otherwise(0.0)  # noqa: E731
+    return x.select(2 * pl.col("p_lex") * part("lex_rr") + 2 * (1 - pl.col("p_lex")) * part("vec_rr")).to_series().to_numpy()
+
+
 def fit(
     data: pl.DataFrame, qrels: pl.DataFrame, *, features: list[str] | None = None, seed: int = 0,
     holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, rel_threshold: dict[str, int] | None = None,
@@ -207,6 +232,15 @@ def fit(
             cal = calibration.fit_platt(x_cal, yv_bin, seed=seed)
             ece = calibration.ece(calibration.apply(cal, x_cal), yv_bin)
 
+    # Router (router.py): fitted on the training queries, judged on the held-out ones, then refitted on all.
+    rt = _fit_router(data.filter(~pl.col("held_out")), qrels, rel_threshold, balance, sizes, seed)
+    if rt is not None and len(held):
+        hs = held.sort("collection", "qid", "doc_id")
+        res = _ndcg(_ranked(hs, _routed_rrf(hs, rt)), hq, rel_threshold)
+        for name, v in res.items():
+            held_out[name]["routed_rrf"] = v
+    rt_all = _fit_router(data, qrels, rel_threshold, balance, sizes, seed)
+
     # Refit on every query with the chosen number of trees (the shipped model sees all judgements).
     t0 = time.perf_counter()
     all_d = _useful(data)
@@ -220,7 +254,7 @@ def fit(
         "best_iteration": best_iter, "seed": seed, "holdout": holdout, "balance": balance,
         "lightgbm": lgb.__version__,
     }  # fmt: skip
-    model = FusionModel(features, final.model_to_string(), cal, None, info)
+    model = FusionModel(features, final.model_to_string(), cal, rt_all, info)
     report = FusionTrainReport(
         collections={k: {"queries": v} for k, v in sizes.items()}, features=features,
         importance={f: float(x) / total for f, x in zip(features, gain, strict=True)}, held_out=held_out,

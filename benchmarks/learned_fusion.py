@@ -1,0 +1,194 @@
+"""Learned fusion judged leave-one-collection-out: it must help on collections it never saw.
+
+For each of the five collections (four shared + the demo): train `toolkit.train_fusion.fit` on the dev
+splits of the OTHER four, then prepare + rescore this collection's test split and evaluate nDCG@10 and R@5
+(binary measures at grade >= 2 on TREC DL) for:
+
+- bm25-only, vector-only (the better of the two on test is the "single list" baseline, as in quality.py),
+- hybrid-rrf (plain RRF, k = 60, equal weights),
+- tuned (`toolkit.tune` of qmd on this collection's dev split: 40 TPE trials, 5-fold CV, fixed-setting check),
+- learned (LOO): the model trained on the other four collections,
+- routed RRF (LOO): plain RRF with the LOO model's router weighting BM25 vs dense per query,
+- learned (own dev): a model trained on this collection's dev split only (in-collection reference).
+
+p-values: paired randomisation test (toolkit.compare) of each system against the better single list and
+against plain RRF, Holm-corrected across the systems of a table. Calibration: ECE (10 bins) of `score_prob`
+over every scored test candidate, out of collection (LOO model) and in collection (own-dev model). Times:
+pooled training on all five dev splits, and `rescore` with the learned method on the test split (first
+call: model scoring of every candidate; later calls: a slider change).
+
+    .venv/bin/python benchmarks/learned_fusion.py --stores /tmp/ltr --workdir /tmp/ltr/loo --markdown loo.md
+
+Stores (one per collection, `<name>.duckdb`) are copies of /work/stores/*.duckdb or built by `hrt ingest`.
+The test split is used for nothing but the final numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from toolkit import calibration
+from toolkit.compare import compare
+from toolkit.config import load_config
+from toolkit.learned_fusion import scored_for
+from toolkit.loaders import Dataset
+from toolkit.metrics import evaluate
+from toolkit.pipeline import prepare, rescore
+from toolkit.store import Store
+from toolkit.train_fusion import collect, fit
+from toolkit.tune import tune
+
+MEASURES = ["nDCG@10", "R@5"]
+COLLECTIONS = ["locomo", "cacm", "msmarco-dl19-5k", "vaswani", "demo"]
+REL_THRESHOLD = {"msmarco-dl19-5k": 2}
+
+
+def dataset_dir(name: str, shared: Path) -> Path:
+    return Path(__file__).resolve().parents[1] / "data" / "demo" if name == "demo" else shared / name
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    ap.add_argument("--stores", default="/tmp/stores", help="Folder with <collection>.duckdb for each collection.")
+    ap.add_argument("--collections", default=",".join(COLLECTIONS))
+    ap.add_argument("--workdir", default="/tmp/learned_fusion", help="Models and tuned configs are kept here.")
+    ap.add_argument("--tune-budget", type=int, default=40, help="TPE trials for the tuned row (0: no tuned row).")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--markdown", default=None, help="Also write the tables to this file.")
+    args = ap.parse_args()
+    shared, stores, work = Path(args.shared), Path(args.stores), Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    names = args.collections.split(",")
+    base = load_config("learned")
+    lines: list[str] = []
+
+    def say(*ls: str) -> None:
+        print("\n".join(ls), flush=True)
+        lines.extend(ls)
+
+    # Dev features of every collection (stage cache: a second run loads them).
+    dev, dev_q = {}, {}
+    for n in names:
+        with Store(stores / f"{n}.duckdb") as st:
+            t = time.perf_counter()
+            dev[n], dev_q[n] = collect(st, dataset_dir(n, shared), split="dev", config=base, name=n, progress=False)
+            print(f"{n}: dev features {len(dev[n])} rows in {time.perf_counter() - t:.1f}s", flush=True)
+    thresholds = {n: REL_THRESHOLD.get(n, 1) for n in names}
+
+    t = time.perf_counter()
+    pooled, prep_rep = fit(pl.concat(list(dev.values())), pl.concat(list(dev_q.values())), seed=args.seed, rel_threshold=thresholds)
+    t_pooled = time.perf_counter() - t
+    pooled.save(work / "pooled.json")
+    say(f"\npooled training on the dev splits of {', '.join(names)}: {t_pooled:.1f}s wall "
+        f"({prep_rep.best_iteration} trees; fit report {prep_rep.seconds['train']:.1f}s)")  # fmt: skip
+
+    summary, eces, timing = [], [], []
+    for target in names:
+        others = [n for n in names if n != target]
+        t = time.perf_counter()
+        loo, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds)
+        t_loo = time.perf_counter() - t
+        loo_path = loo.save(work / f"loo-{target}.json")
+        own, _ = fit(dev[target], dev_q[target], seed=args.seed, rel_threshold=thresholds)
+        own_path = own.save(work / f"own-{target}.json")
+        ds = Dataset.open(dataset_dir(target, shared))
+        queries, qrels = ds.queries("test"), ds.qrels("test")
+        rel_t = thresholds[target]
+        configs = {
+            "bm25-only": load_config("bm25-only"),
+            "vector-only": load_config("vector-only"),
+            "hybrid-rrf": load_config("hybrid-rrf"),
+            "learned (LOO)": base.with_updates({"fusion.model": str(loo_path)}),
+            "routed RRF (LOO)": load_config("hybrid-rrf").with_updates({"fusion.router": True, "fusion.model": str(loo_path)}),
+            "learned (own dev)": base.with_updates({"fusion.model": str(own_path)}),
+        }
+        rows = []
+        with Store(stores / f"{target}.duckdb") as st:
+            if args.tune_budget:
+                tuned_path = work / f"tuned-{target}.yaml"
+                if not tuned_path.exists():
+                    tune(st, ds.root, split="dev", base="qmd", budget=args.tune_budget, out=tuned_path, seed=args.seed, progress=False)
+                configs["tuned (dev)"] = load_config(tuned_path)
+            for label, cfg in configs.items():
+                prep = prepare(st, queries, cfg)
+                t0 = time.perf_counter()
+                res = rescore(prep, cfg, trace=False)
+                first = time.perf_counter() - t0
+                if label.startswith("learned"):
+                    slider = []
+                    for bucket in (0.7, 0.6, 0.5):  # a slider change: the model's scores are reused
+                        c2 = cfg.with_updates({"rerank.buckets": [[3, bucket], [10, 0.6], [float("inf"), 0.4]]})
+                        t0 = time.perf_counter()
+                        rescore(prep, c2, trace=False)
+                        slider.append(time.perf_counter() - t0)
+                    rrf_cfg = load_config("hybrid-rrf")
+                    t0 = time.perf_counter()
+                    rescore(prep, rrf_cfg, trace=False)
+                    t_rrf = time.perf_counter() - t0
+                    cands = len(prep.ltr_features)
+                    timing.append({"collection": target, "system": label, "candidates": cands, "first_ms": first * 1000,
+                                   "slider_ms": float(np.median(slider)) * 1000, "rrf_ms": t_rrf * 1000})  # fmt: skip
+                    scored = scored_for(prep, cfg.fusion.model)
+                    y = calibration.labelled(scored, qrels, rel_t)
+                    p = scored["score_prob"].fill_null(0.0).to_numpy()
+                    eces.append({"collection": target, "model": label, "ece": calibration.ece(p, y),
+                                 "mean_prob": float(p.mean()), "base_rate": float(y.mean())})  # fmt: skip
+                pq = evaluate(res.run(), qrels, MEASURES, rel_threshold=rel_t)
+                rows.append(pq.with_columns(pl.lit(label).alias("system")))
+        per = pl.concat(rows)
+        means = per.group_by("system", "measure").agg(pl.col("value").mean()).pivot(on="measure", index="system", values="value")
+        single = means.filter(pl.col("system").is_in(["bm25-only", "vector-only"])).sort("nDCG@10", descending=True)["system"][0]
+        long = per.select("system", "qid", "measure", "value")
+        vs_single = compare(long, single).select("system", "measure", pl.col("p_holm").alias("p_single"))
+        vs_rrf = compare(long, "hybrid-rrf").select("system", "measure", pl.col("p_holm").alias("p_rrf"))
+        say(f"\n### {target} (test, {per['qid'].n_unique()} queries; LOO model trained on {', '.join(others)} dev in {t_loo:.1f}s)\n",
+            "| system | nDCG@10 | p vs single | p vs RRF | R@5 | p vs single | p vs RRF |", "|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+        order = ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "routed RRF (LOO)", "learned (own dev)"]
+        for s in [o for o in order if o in means["system"].to_list()]:
+            cells = []
+            for m in MEASURES:
+                v = means.filter(pl.col("system") == s)[m][0]
+                ps = vs_single.filter((pl.col("system") == s) & (pl.col("measure") == m))["p_single"]
+                pr = vs_rrf.filter((pl.col("system") == s) & (pl.col("measure") == m))["p_rrf"]
+                fmt = lambda x: f"{x[0]:.3g}" if len(x) and x[0] is not None else "-"  # noqa: E731
+                cells += [f"{v:.4f}", fmt(ps), fmt(pr)]
+            say(f"| {s}{' (single)' if s == single else ''} | " + " | ".join(cells) + " |")
+            summary.append({"collection": target, "system": s, "single": single,
+                            **{m: means.filter(pl.col("system") == s)[m][0] for m in MEASURES}})  # fmt: skip
+
+    sm = pl.DataFrame(summary)
+    say("\n### Summary: nDCG@10 on each test split\n")
+    wide = sm.pivot(on="system", index="collection", values="nDCG@10")
+    cols = [c for c in ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "routed RRF (LOO)", "learned (own dev)"] if c in wide.columns]
+    say("| collection | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols))
+    for r in wide.iter_rows(named=True):
+        say(f"| {r['collection']} | " + " | ".join(f"{r[c]:.4f}" for c in cols) + " |")
+    better = lambda a, b: sum(  # noqa: E731
+        1 for c in names
+        if sm.filter((pl.col("collection") == c) & (pl.col("system") == a))["nDCG@10"][0]
+        > max(sm.filter((pl.col("collection") == c) & pl.col("system").is_in(b))["nDCG@10"])
+    )  # fmt: skip
+    say(f"\nlearned (LOO) beats the better single list on {better('learned (LOO)', ['bm25-only', 'vector-only'])}/{len(names)}, "
+        f"plain RRF on {better('learned (LOO)', ['hybrid-rrf'])}/{len(names)}; routed RRF (LOO) beats plain RRF on "
+        f"{better('routed RRF (LOO)', ['hybrid-rrf'])}/{len(names)}")  # fmt: skip
+
+    say("\n### Calibration: ECE of score_prob over every scored test candidate (10 bins)\n",
+        "| collection | model | ECE | mean score_prob | share relevant |", "|---|---|---:|---:|---:|")  # fmt: skip
+    for e in eces:
+        say(f"| {e['collection']} | {e['model']} | {e['ece']:.4f} | {e['mean_prob']:.4f} | {e['base_rate']:.4f} |")
+    say("\n### Time of rescore with the learned method (ms; first = model scoring of every candidate)\n",
+        "| collection | model | candidates | first rescore | slider change (median of 3) | plain RRF rescore |", "|---|---|---:|---:|---:|---:|")  # fmt: skip
+    for r in timing:
+        say(f"| {r['collection']} | {r['system']} | {r['candidates']} | {r['first_ms']:.1f} | {r['slider_ms']:.1f} | {r['rrf_ms']:.1f} |")
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
