@@ -188,3 +188,14 @@ def test_shipped_model_runs_the_learned_preset(store):
     res = run_pipeline(store, QUERIES, load_config("learned"))
     assert res.final["qid"].n_unique() == 4 and res.final["score_prob"].is_not_null().all()
     assert FusionModel.load(None).router is not None
+
+
+def test_lab_switches_to_learned_live(store):
+    from toolkit.lab import Lab
+
+    qrels = pl.DataFrame({"qid": ["q1", "q2", "q3", "q4"], "doc_id": ["d1", "d2", "d5", "d6"], "rel": [1, 1, 1, 1]})
+    lab = Lab(store, QUERIES, qrels, config="hybrid-rrf", measures=("nDCG@10",), debounce_s=30.0)
+    assert lab.set("fusion.method", "learned") is True
+    assert lab.config.fusion.method == "learned" and "score_prob" in lab.result.final.columns
+    assert lab.controls["fusion.lexical_weight"].disabled and not lab.controls["rerank.buckets"].disabled
+    assert lab.set("fusion.method", "rrf") and "score_prob" not in lab.result.final.columns

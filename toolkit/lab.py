@@ -556,7 +556,7 @@ class Lab:
         f = c.fusion
         bands = dict(f.rank_bonus)
         ctl: dict[str, Any] = {
-            "fusion.method": _control("toggle", f.method, options=["rrf", "convex"], description="fusion"),
+            "fusion.method": _control("toggle", f.method, options=["rrf", "convex", "learned"], description="fusion"),
             "fusion.rrf_k": _control("int", f.rrf_k, min=1, max=200, description="RRF k"),
             "fusion.lexical_weight": _control("float", f.lexical_weight, min=0.0, max=5.0, step=0.05, description="lexical weight"),
             "fusion.dense_weight": _control("float", f.dense_weight, min=0.0, max=5.0, step=0.05, description="dense weight"),
@@ -686,11 +686,14 @@ class Lab:
     def _sync_disabled(self) -> None:
         """Grey out knobs that have no effect under the current settings."""
         c, ctl = self.config, self.controls
-        rrf = c.fusion.method == "rrf"
+        rrf, learned = c.fusion.method == "rrf", c.fusion.method == "learned"
         for key in ("fusion.rrf_k", "fusion.rank_bonus@1", "fusion.rank_bonus@3"):
             ctl[key].disabled = not rrf
         for key in ("fusion.alpha", "fusion.normalization"):
-            ctl[key].disabled = rrf
+            ctl[key].disabled = rrf or learned
+        for key in ("fusion.lexical_weight", "fusion.dense_weight", "fusion.original_weight", "fusion.expansion_weight"):
+            if key in ctl:  # the learned model reads the lists' features, not their weights
+                ctl[key].disabled = learned
         ctl["rerank.buckets"].disabled = c.rerank.blend != "position"
         ctl["rerank.top_n"].disabled = c.rerank.blend == "none"
         ctl["dedup.max_per_source"].disabled = not c.dedup.source_enabled
