@@ -246,6 +246,7 @@ def supply_vectors(st: Any, texts: list[str], vecs: np.ndarray) -> None:
         {"text_hash": [sha1(t) for t in texts], "vec": vecs},
         schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)},
     )
+    frame = frame.unique("text_hash", keep="first")  # repeated texts (two collections ask the same question)
     st.con.register("supplied", frame)
     st.con.execute(
         "INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM supplied", [st.embedder().model_id]
