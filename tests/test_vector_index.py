@@ -125,3 +125,10 @@ def test_cli_ingest_builds_the_index_and_reports_it(tmp_path, corpus_file):
     assert "HNSW vector index built" in r.output
     with Store(store, read_only=True) as st:
         assert st.vector_index == {"kind": "hnsw", "metric": "cosine", "m": 16, "ef_construction": 128}
+
+
+def test_memory_limit_is_set_or_refused(tmp_path):
+    with Store(tmp_path / "m.duckdb", memory_limit="512MB") as st:
+        assert st.con.execute("SELECT current_setting('memory_limit')").fetchone()[0] in ("512.0 MiB", "488.2 MiB")
+    with pytest.raises(InputError, match="memory_limit"):
+        Store(tmp_path / "m2.duckdb", memory_limit="1GB'; DROP TABLE meta; --")

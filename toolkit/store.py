@@ -158,7 +158,11 @@ def _chunk_layout(chunks: pl.DataFrame) -> dict[str, Any]:
 class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
-    def __init__(self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None, memory_limit: str | None = None
+    ) -> None:
+        """`memory_limit` (e.g. "4GB"): DuckDB's working-memory cap for this store; past it DuckDB spills to
+        disk. Its default is 80% of the machine's memory, too much to share a laptop with a large index build."""
         self.path = Path(path)
         self.read_only = read_only
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
@@ -172,6 +176,10 @@ class Store:
         except duckdb.Error as e:
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         self.con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
+        if memory_limit is not None:
+            if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", memory_limit.strip(), re.I):
+                raise InputError(f"memory_limit must look like '4GB' or '512MB', got {memory_limit!r}")
+            self.con.execute("SET memory_limit = ?", [memory_limit.strip()])
         if not read_only:
             self.con.execute(_DDL)
             if self._meta("schema_version") is None:
