@@ -316,8 +316,8 @@ class Lab:
     def __init__(
         self,
         store: Store,
-        queries: pl.DataFrame,
-        qrels: pl.DataFrame | None = None,
+        queries: Any,
+        qrels: Any = None,
         config: str | Path | PipelineConfig = "qmd",
         baseline: str | Path | PipelineConfig | None = "bm25-only",
         measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,

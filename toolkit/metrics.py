@@ -28,7 +28,8 @@ Conventions (those of trec_eval, so numbers are comparable with published ones):
   "MRR@10"), so `aggregate(...)["MRR@10"]` finds it.
 
 Measures (case-insensitive, `@k` a positive cutoff): nDCG[@k], R[@k] / Recall[@k], P@k, RR[@k] / MRR[@k],
-AP[@k] / MAP[@k], Hit@k / Success@k, Rprec.
+AP[@k] / MAP[@k], Hit@k / Success@k, Rprec; and the trec_eval spellings ndcg_cut_10, P_5, recall_100, map,
+map_cut_10, recip_rank, success_1 (the label keeps the spelling given).
 """
 
 from __future__ import annotations
@@ -58,8 +59,15 @@ _NAMES: dict[str, tuple[str, str]] = {
     "success": ("success", "required"),
     "rprec": ("rprec", "none"),
 }
-KNOWN = "nDCG[@k], R[@k] (Recall), P@k, RR[@k] / MRR[@k], AP[@k] / MAP[@k], Hit@k / Success@k, Rprec"
+KNOWN = (
+    "nDCG[@k], R[@k] (Recall), P@k, RR[@k] / MRR[@k], AP[@k] / MAP[@k], Hit@k / Success@k, Rprec; "
+    "trec_eval names: ndcg, ndcg_cut_k, P_k, recall_k, map, map_cut_k, recip_rank, success_k, Rprec"
+)
 _MEASURE_RE = re.compile(r"^\s*([A-Za-z]+)\s*(?:@\s*(\d+))?\s*$")
+# trec_eval names (`-m` spellings, as pytrec_eval and ir_measures.parse_trec_measure take them) -> kind.
+_TREC_NAMES = {"ndcg_cut": "ndcg", "ndcg": "ndcg", "p": "precision", "recall": "recall", "map_cut": "ap",
+               "recip_rank": "rr", "success": "success", "rprec": "rprec"}
+_TREC_RE = re.compile(r"^\s*(ndcg_cut|ndcg|P|recall|map_cut|recip_rank|success|Rprec)(?:_(\d+))?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,13 @@ class Measure:
 
 def parse_measure(text: str) -> Measure:
     """'nDCG@10' -> Measure('nDCG@10', 'ndcg', 10); unknown names raise InputError listing the known ones."""
+    t = _TREC_RE.match(text) if isinstance(text, str) and "_" in text else None
+    if t is not None and (t.group(2) is not None) == (t.group(1).lower() in ("ndcg_cut", "p", "recall", "map_cut", "success")):
+        # A trec_eval name: the label keeps the caller's spelling, the cutoff comes after the underscore.
+        k = int(t.group(2)) if t.group(2) is not None else None
+        if k is not None and k < 1:
+            raise InputError(f"measure {text!r}: cutoff must be >= 1")
+        return Measure(text.strip(), _TREC_NAMES[t.group(1).lower()], k)
     m = _MEASURE_RE.match(text) if isinstance(text, str) else None
     entry = _NAMES.get(m.group(1).lower()) if m else None
     if m is None or entry is None:
@@ -148,6 +163,14 @@ def evaluate(
     the first (best-placed) document of every source, and a source's grade is the max grade of its docs.
     """
     ms = parse_measures(measures)
+    if not isinstance(run, pl.DataFrame) or "qid" not in run.columns or "doc_id" not in run.columns:
+        from .interop import run_frame  # pandas, ranx, ir_measures, PyTerrier names
+
+        run = run_frame(run)
+    if not isinstance(qrels, pl.DataFrame) or "rel" not in qrels.columns:
+        from .interop import qrels_frame
+
+        qrels = qrels_frame(qrels)
     _need(run, ("qid", "doc_id", "score"), "run")
     _need(qrels, ("qid", "doc_id", "rel"), "qrels")
     if gain not in ("linear", "exp"):

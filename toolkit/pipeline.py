@@ -122,6 +122,10 @@ def prepare(
     `rerank_pool` = list depth whose documents all get reranker scores (default: the config's
     `rerank.top_n`), so that other fusion settings find their top-N already scored.
     """
+    if not isinstance(queries, pl.DataFrame) or "text" not in queries.columns:
+        from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
+
+        queries = queries_frame(queries)
     key = prepare_key(store, queries, cfg, rerank_pool)
     if use_cache:
         got = store.get_frames(key)

@@ -34,6 +34,7 @@ from . import panels
 from .config import PipelineConfig, load_config, save_config
 from .errors import InputError, ToolkitError
 from .features import query_features
+from .interop import qrels_frame, queries_frame
 from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
 from .pipeline import Prepared, Result, prepare, rescore
 from .store import Store
@@ -106,8 +107,8 @@ class Session:
     def __init__(
         self,
         store: Store,
-        queries: pl.DataFrame,
-        qrels: pl.DataFrame | None = None,
+        queries: Any,
+        qrels: Any = None,
         config: str | Path | PipelineConfig = "qmd",
         baseline: str | Path | PipelineConfig | None = "bm25-only",
         measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,
@@ -116,16 +117,10 @@ class Session:
         on_notice: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.store = store
-        self.queries = queries if "scope" in queries.columns else queries.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
+        self.queries = queries_frame(queries)  # pandas / PyTerrier / BEIR names too (toolkit.interop)
         self.measures = [m.label for m in parse_measures(measures)]
         self.k = k
-        self.qrels = (
-            qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)).join(
-                self.queries.select("qid"), on="qid", how="semi"
-            )
-            if qrels is not None
-            else None
-        )
+        self.qrels = qrels_frame(qrels).join(self.queries.select("qid"), on="qid", how="semi") if qrels is not None else None
         self.config: PipelineConfig = load_config(config)
         self.on_notice = on_notice
         self.lock = threading.RLock()

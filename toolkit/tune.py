@@ -23,9 +23,10 @@ import yaml
 from .compare import compare
 from .config import PipelineConfig, load_config, save_config
 from .errors import InputError
+from .interop import qrels_frame, queries_frame
 from .loaders import Dataset
 from .metrics import cutoff_depth, evaluate
-from .pipeline import prepare, rescore
+from .pipeline import Prepared, prepare, rescore
 from .store import Store
 
 CHEAP_PREFIXES = (
@@ -206,11 +207,21 @@ def make_folds(qids: list[str], folds: int, seed: int, groups: list[str] | None 
     return fold
 
 
+def tune_dataset(store: Store, dataset_dir: str | Path, split: str = "dev", **kw: Any) -> tuple[PipelineConfig, TuneReport]:
+    """`tune` on the judged queries of a BEIR-layout folder's `split` (the folder's name goes into the
+    tuned config's description)."""
+    ds = Dataset.open(dataset_dir)
+    return tune(store, ds.queries(split), ds.qrels(split), split=split, source=ds.name, **kw)
+
+
 def tune(
     store: Store,
-    dataset_dir: str | Path,
+    queries: Any,
+    qrels: Any = None,
     *,
     split: str = "dev",
+    prepared: Prepared | None = None,
+    source: str = "in-memory queries",
     base: str | PipelineConfig = "qmd",
     space: dict | str | Path | None = None,
     method: str = "tpe",
@@ -224,7 +235,12 @@ def tune(
     progress: bool = True,
     anchors: bool = True,
 ) -> tuple[PipelineConfig, TuneReport]:
-    """Search `space` around `base` on `split`; returns the best config and an honest report.
+    """Search `space` around `base` on `queries` judged by `qrels`; returns the best config and an honest report.
+
+    `queries` and `qrels` are frames (polars or pandas; toolkit, PyTerrier, BEIR or ir_measures column
+    names, see `toolkit.interop`); a dataset folder as `queries` is `tune_dataset(store, folder, split)`.
+    `prepared` (from `pipeline.prepare` on these queries with `base`'s retrieval settings) skips the
+    expensive stages; `split` only labels the queries (tuning on "test" is refused unless `force`).
 
     With `anchors`, the search result is kept only if its cross-validated held-out score beats that of
     picking the best fixed setting (`ANCHORS`) the same way; otherwise that fixed setting is returned
@@ -241,8 +257,10 @@ def tune(
     base_cfg = load_config(base)
     sp = load_space(space)
     _validate(sp, base_cfg, str(space) if isinstance(space, (str, Path)) else "space")
-    ds = Dataset.open(dataset_dir)
-    queries, qrels = ds.queries(split), ds.qrels(split)
+    if isinstance(queries, str | Path):
+        ds = Dataset.open(queries)
+        queries, qrels, source = ds.queries(split), ds.qrels(split), ds.name
+    queries, qrels = queries_frame(queries), qrels_frame(qrels)
     # Near-duplicate dedup needs chunk vectors from prepare: fetch them once if the space can switch it on.
     prep_cfg = (
         base_cfg.with_updates({"dedup.near_duplicate_enabled": True})
@@ -250,7 +268,7 @@ def tune(
         else base_cfg
     )
     t0 = time.perf_counter()
-    prep = prepare(store, queries, prep_cfg, progress=progress)
+    prep = prepare(store, queries, prep_cfg, progress=progress) if prepared is None else _check_prepared(prepared, queries, sp)
     t_prep = time.perf_counter() - t0
     # Only judged queries count: an unjudged query has no score to tune on.
     judged = queries.filter(pl.col("qid").is_in(qrels["qid"].unique().implode()))
@@ -319,7 +337,7 @@ def tune(
     best_cfg = _apply(base_cfg, best_params).with_updates(
         {
             "name": f"{base_cfg.name}-tuned",
-            "description": f"{base_cfg.name} tuned on {ds.name} {split} for {measure}",
+            "description": f"{base_cfg.name} tuned on {source} {split} for {measure}",
         }
     )
     sig = compare(
@@ -367,6 +385,21 @@ def tune(
         save_config(best_cfg, out)
         Path(out).with_suffix(".report.json").write_text(json.dumps(report.to_dict(), indent=2))
     return best_cfg, report
+
+
+def _check_prepared(prep: Prepared, queries: pl.DataFrame, space: dict[str, Any]) -> Prepared:
+    """Given prepared frames must cover the queries (and carry vectors when the space can switch on
+    near-duplicate dedup); otherwise the tuner would score queries without candidates as misses."""
+    missing = queries.join(prep.queries.select("qid"), on="qid", how="anti")
+    if len(missing):
+        raise InputError(
+            f"prepared: {len(missing)} of the queries were not prepared (e.g. {missing['qid'][0]!r}); "
+            "prepare the same query set"
+        )
+    if "dedup.near_duplicate_enabled" in space and prep.vectors is None:
+        raise InputError("prepared: the space switches near-duplicate dedup on, but the frames carry no vectors; "
+                         "prepare with dedup.near_duplicate_enabled: true")
+    return prep
 
 
 def _sensitivity(history: list[tuple[dict[str, Any], np.ndarray]]) -> dict[str, float]:

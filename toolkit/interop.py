@@ -1,0 +1,265 @@
+"""Data from the tools researchers already use: pandas or polars frames with PyTerrier, BEIR, ir_measures,
+ranx or ir_datasets names, ranx and ir_measures objects, and ir_datasets ids in the local cache.
+
+Every entry point of the toolkit that takes queries, qrels or a run passes it through `queries_frame`,
+`qrels_frame` or `run_frame` first, so a frame with `(qid, query)` columns (PyTerrier), `(query_id, text)`
+(ir_datasets / ir_measures) or `(_id, text)` (BEIR) works wherever a toolkit frame does. The canonical
+frames are those of `docs/frames.md`: queries [qid, text, scope?, metadata?], qrels [qid, doc_id, rel],
+runs [qid, doc_id, rank, score].
+
+Conversions the other way (`to_ir_measures`, `to_ranx`, `to_pandas`) build the other library's own
+objects, so a run from `toolkit.run_pipeline` can be scored by `ir_measures.calc_aggregate` or
+`ranx.compare` unchanged. pandas, ranx, ir_measures and ir_datasets are optional and imported lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import polars as pl
+
+from .errors import InputError
+
+# canonical column -> accepted spellings, in order of preference. The first alias found is used.
+QUERY_COLUMNS = {
+    "qid": ("qid", "query_id", "query-id", "q_id", "_id", "id"),  # toolkit/PyTerrier, ir_datasets, BEIR tsv, ranx, BEIR jsonl
+    "text": ("text", "query", "query_text", "title"),  # toolkit/BEIR/ir_datasets, PyTerrier, ..., TREC topic title
+}
+QREL_COLUMNS = {
+    "qid": ("qid", "query_id", "query-id", "q_id"),
+    "doc_id": ("doc_id", "docno", "corpus-id", "docid", "doc-id"),  # toolkit/ir_measures/ranx, PyTerrier, BEIR
+    "rel": ("rel", "label", "relevance", "score", "grade"),  # toolkit, PyTerrier, ir_measures, BEIR/ranx
+}
+RUN_COLUMNS = {
+    "qid": ("qid", "query_id", "query-id", "q_id"),
+    "doc_id": ("doc_id", "docno", "corpus-id", "docid"),
+    "score": ("score",),
+    "rank": ("rank",),
+}
+
+
+def _to_polars(obj: Any, what: str) -> pl.DataFrame:
+    """A polars frame from a polars or pandas frame (or anything `pl.DataFrame` takes: dicts, rows)."""
+    if isinstance(obj, pl.DataFrame):
+        return obj
+    if isinstance(obj, pl.LazyFrame):
+        return obj.collect()
+    mod = type(obj).__module__
+    if mod.startswith("pandas"):
+        # PyTerrier frames put qid in the index after some transformations; keep a named index as a column.
+        if getattr(obj.index, "name", None) is not None or any(n is not None for n in getattr(obj.index, "names", [])):
+            obj = obj.reset_index()
+        return pl.from_pandas(obj)
+    if isinstance(obj, Mapping) and obj and all(isinstance(v, str) for v in obj.values()):
+        return pl.DataFrame({"qid": list(obj), "text": list(obj.values())})  # {qid: text}
+    try:
+        return pl.DataFrame(obj)
+    except Exception as e:  # polars raises several types for shapes it cannot read
+        raise InputError(f"{what}: expected a polars or pandas DataFrame, got {type(obj).__name__} ({e})") from None
+
+
+def _rename(df: pl.DataFrame, spec: dict[str, tuple[str, ...]], what: str, required: Iterable[str]) -> pl.DataFrame:
+    """Rename the first present alias of each canonical column; name the accepted spellings when missing."""
+    cols = set(df.columns)
+    mapping: dict[str, str] = {}
+    for canon, aliases in spec.items():
+        if canon in cols:
+            continue
+        hit = next((a for a in aliases if a in cols and a not in mapping and a not in spec), None)
+        if hit is not None:
+            mapping[hit] = canon
+    out = df.rename(mapping) if mapping else df
+    missing = [c for c in required if c not in out.columns]
+    if missing:
+        need = "; ".join(f"{c}: one of {', '.join(spec[c])}" for c in missing)
+        raise InputError(f"{what}: missing column(s) ({need}); have {', '.join(df.columns) or 'none'}")
+    return out
+
+
+def queries_frame(queries: Any) -> pl.DataFrame:
+    """Queries as the toolkit's frame [qid, text, scope, (metadata)], from a polars or pandas frame with
+    toolkit, PyTerrier (`qid, query`), BEIR (`_id, text`) or ir_datasets (`query_id, text`) columns, or a
+    {qid: text} dict. An empty query text is an error naming the query."""
+    if isinstance(queries, str) or hasattr(queries, "__fspath__"):
+        raise InputError(f"queries: got a path ({queries}); load it with Dataset.open(...).queries(split) or load_queries(path)")
+    df = _rename(_to_polars(queries, "queries"), QUERY_COLUMNS, "queries", ("qid", "text"))
+    df = df.with_columns(pl.col("qid").cast(pl.Utf8), pl.col("text").cast(pl.Utf8))
+    empty = df.filter(pl.col("text").is_null() | (pl.col("text").str.strip_chars() == ""))
+    if len(empty):
+        raise InputError(f"queries: query {empty['qid'][0]!r} has an empty text")
+    dup = df["qid"].is_duplicated()
+    if dup.any():
+        raise InputError(f"queries: duplicate query id {df.filter(dup)['qid'][0]!r}")
+    if "scope" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
+    keep = ["qid", "text", "scope"] + (["metadata"] if "metadata" in df.columns else [])
+    return df.select(keep).with_columns(pl.col("scope").cast(pl.Utf8))
+
+
+def qrels_frame(qrels: Any) -> pl.DataFrame:
+    """Judgements as [qid, doc_id, rel] from a polars/pandas frame (toolkit, PyTerrier `qid, docno, label`,
+    BEIR `query-id, corpus-id, score`, ir_measures `query_id, doc_id, relevance`, ranx `q_id, doc_id,
+    score`), a {qid: {doc_id: rel}} dict (pytrec_eval, ranx, BEIR), a `ranx.Qrels`, or ir_measures `Qrel`s."""
+    if qrels is None:
+        raise InputError("qrels: none given")
+    if type(qrels).__module__.startswith("ranx"):
+        qrels = qrels.to_dict()
+    if isinstance(qrels, Mapping) and all(isinstance(v, Mapping) for v in qrels.values()):
+        rows = [(str(q), str(d), int(r)) for q, docs in qrels.items() for d, r in docs.items()]
+        return pl.DataFrame(rows, schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}, orient="row")
+    qrels = _namedtuples(qrels)
+    df = _rename(_to_polars(qrels, "qrels"), QREL_COLUMNS, "qrels", ("qid", "doc_id", "rel"))
+    try:
+        rel = df["rel"].cast(pl.Int64, strict=True)
+    except pl.exceptions.InvalidOperationError:
+        raise InputError(f"qrels: relevance grades must be integers (column dtype {df['rel'].dtype})") from None
+    return df.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), rel.alias("rel"))
+
+
+def run_frame(run: Any) -> pl.DataFrame:
+    """A run as [qid, doc_id, rank, score] from a polars/pandas frame (toolkit, PyTerrier `qid, docno,
+    score`, ir_measures `query_id, doc_id, score`), a {qid: {doc_id: score}} dict, a `ranx.Run`, or
+    ir_measures `ScoredDoc`s. A missing rank is derived from the score (highest first)."""
+    if type(run).__module__.startswith("ranx"):
+        run = run.to_dict()
+    if isinstance(run, Mapping) and all(isinstance(v, Mapping) for v in run.values()):
+        rows = [(str(q), str(d), float(s)) for q, docs in run.items() for d, s in docs.items()]
+        run = pl.DataFrame(rows, schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64}, orient="row")
+    run = _namedtuples(run)
+    df = _rename(_to_polars(run, "run"), RUN_COLUMNS, "run", ("qid", "doc_id"))
+    if "score" not in df.columns and "rank" not in df.columns:
+        raise InputError(f"run: needs a score or a rank column; have {', '.join(df.columns)}")
+    df = df.with_columns(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8))
+    if "score" not in df.columns:
+        df = df.with_columns((-pl.col("rank").cast(pl.Float64)).alias("score"))
+    if "rank" not in df.columns:
+        df = df.with_columns(pl.col("score").rank("ordinal", descending=True).over("qid").alias("rank"))
+    return df.select("qid", "doc_id", pl.col("rank").cast(pl.Int64), pl.col("score").cast(pl.Float64)).sort("qid", "rank")
+
+
+def _namedtuples(obj: Any) -> Any:
+    """ir_measures `Qrel`/`ScoredDoc` (named tuples) and other iterables of named tuples -> list of dicts."""
+    if isinstance(obj, list | tuple) and obj and hasattr(obj[0], "_asdict"):
+        return [x._asdict() for x in obj]
+    if not isinstance(obj, list | tuple | Mapping | pl.DataFrame) and not type(obj).__module__.startswith("pandas") and hasattr(obj, "__iter__"):
+        items = list(obj)
+        return [x._asdict() for x in items] if items and hasattr(items[0], "_asdict") else items
+    return obj
+
+
+# ------------------------------------------------------------------ the other way
+def to_pandas(frame: pl.DataFrame, style: str = "pyterrier") -> Any:
+    """A toolkit queries/qrels/run frame as pandas with `style` column names: "pyterrier" (qid, query,
+    docno, label), "ir_measures" (query_id, doc_id, relevance), "beir" (query-id, corpus-id, score)."""
+    names = {
+        "pyterrier": {"text": "query", "doc_id": "docno", "rel": "label"},
+        "ir_measures": {"qid": "query_id", "rel": "relevance"},
+        "beir": {"qid": "query-id", "doc_id": "corpus-id", "rel": "score"},
+        "toolkit": {},
+    }
+    if style not in names:
+        raise InputError(f"style {style!r}: expected one of {', '.join(names)}")
+    return frame.rename({k: v for k, v in names[style].items() if k in frame.columns}).to_pandas()
+
+
+def to_ir_measures(frame: Any) -> list:
+    """Qrels -> a list of `ir_measures.Qrel`, a run -> a list of `ir_measures.ScoredDoc` (what
+    `ir_measures.calc_aggregate(measures, qrels, run)` iterates)."""
+    ir_measures = _optional("ir_measures")
+    if isinstance(frame, pl.DataFrame) and "rel" in frame.columns:
+        q = qrels_frame(frame)
+        return [ir_measures.Qrel(a, b, c) for a, b, c in q.iter_rows()]
+    r = run_frame(frame)
+    return [ir_measures.ScoredDoc(a, b, c) for a, b, c in r.select("qid", "doc_id", "score").iter_rows()]
+
+
+def to_ranx(frame: Any, name: str | None = None) -> Any:
+    """Qrels -> `ranx.Qrels`, a run -> `ranx.Run` (named `name`, as `ranx.compare` labels it)."""
+    ranx = _optional("ranx")
+    if isinstance(frame, pl.DataFrame) and "rel" in frame.columns:
+        return ranx.Qrels(_nested(qrels_frame(frame), "rel", int), name=name)
+    return ranx.Run(_nested(run_frame(frame), "score", float), name=name)
+
+
+def _nested(df: pl.DataFrame, value: str, cast: type) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for q, d, v in df.select("qid", "doc_id", value).iter_rows():
+        out.setdefault(q, {})[d] = cast(v)
+    return out
+
+
+def _optional(name: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise InputError(f"{name} is not installed (pip install {name.replace('_', '-')})") from None
+
+
+# ------------------------------------------------------------------ ir_datasets, from the local cache only
+@contextmanager
+def _no_downloads(dataset_id: str):
+    """Make every remote ir_datasets download raise instead of fetching. Hand-written because ir_datasets
+    has no offline switch: a file missing from its cache is downloaded on first use, which must never
+    happen here (no dataset downloads at run time)."""
+    from ir_datasets.util import download as dl
+
+    def refuse(self, *_a: Any, **_k: Any) -> Any:
+        raise InputError(
+            f"ir_datasets {dataset_id!r}: not in the local ir_datasets cache ({dl.util.home_path()}); "
+            f"the toolkit does not download datasets. Download it once with ir_datasets where the network "
+            f"allows, or export it to a BEIR folder"
+        )
+
+    remote = [c for c in (dl.RequestsDownload, dl.GoogleDriveDownload, dl.GoogleCloudBucketStream) if hasattr(c, "stream")]
+    with _patched(remote, refuse):
+        yield
+
+
+@contextmanager
+def _patched(classes: list[type], fn: Any):
+    saved = [(c, c.__dict__.get("stream"), c.__dict__.get("__iter__")) for c in classes]
+    try:
+        for c, _, it in saved:
+            c.stream = fn
+            if it is not None:
+                c.__iter__ = fn
+        yield
+    finally:
+        for c, st, it in saved:
+            if st is not None:
+                c.stream = st
+            if it is not None:
+                c.__iter__ = it
+
+
+def from_ir_datasets(dataset_id: str) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(queries, qrels) of an ir_datasets id, read from the local ir_datasets cache; qrels is None when the
+    dataset has none. A dataset that is not cached is a clear error, never a download."""
+    irds = _optional("ir_datasets")
+    try:
+        ds = irds.load(dataset_id)
+    except KeyError:
+        raise InputError(f"ir_datasets {dataset_id!r}: unknown dataset id") from None
+    if not ds.has_queries():
+        raise InputError(f"ir_datasets {dataset_id!r}: has no queries")
+    with _no_downloads(dataset_id):
+        try:
+            qrows = [(str(q.query_id), str(getattr(q, "text", None) or getattr(q, "title", ""))) for q in ds.queries_iter()]
+            qrels = (
+                pl.DataFrame(
+                    [(str(r.query_id), str(r.doc_id), int(r.relevance)) for r in ds.qrels_iter()],
+                    schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}, orient="row",
+                )
+                if ds.has_qrels()
+                else None
+            )
+        except InputError:
+            raise
+        except Exception as e:  # a truncated or corrupt cache file
+            raise InputError(f"ir_datasets {dataset_id!r}: cannot read the local cache ({type(e).__name__}: {e})") from None
+    queries = queries_frame(pl.DataFrame(qrows, schema={"qid": pl.Utf8, "text": pl.Utf8}, orient="row"))
+    return queries, qrels
