@@ -1,87 +1,232 @@
-"""Engine exports: documented JSON shapes, numbers carried, and honest 'not carried over' lists."""
+"""Engine exports: complete requests, numbers carried, honest 'not carried over' lists, minimum versions and
+analyzer notes; the bodies built through the engines' own Python clients and published schemas (extras:
+skipped only when the client is absent), and the LanceDB module run for real."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
+import yaml
 
 from toolkit.config import list_presets, load_config
 from toolkit.errors import InputError
 from toolkit.export import ENGINES, export_config, write_export
 
-
-def check_opensearch(p: dict) -> None:
-    (proc,) = p["phase_results_processors"]
-    (name,) = proc
-    assert name in ("normalization-processor", "score-ranker-processor")
-    if name == "score-ranker-processor":
-        comb = proc[name]["combination"]
-        assert comb["technique"] == "rrf" and isinstance(comb["rank_constant"], int)
-    else:
-        assert proc[name]["normalization"]["technique"] in ("min_max", "l2", "z_score")
-        w = proc[name]["combination"]["parameters"]["weights"]
-        assert len(w) == 2 and abs(sum(w) - 1) < 1e-6
+VECTOR = [0.1, -0.2, 0.3]
+HYBRID = ["hybrid-rrf", "qmd"]
+CONVEX = load_config("hybrid-rrf").with_updates({"name": "convex", "fusion.method": "convex", "fusion.alpha": 0.7})
+WEIGHTED = load_config("hybrid-rrf").with_updates({"name": "weighted", "fusion.rrf_k": 30, "fusion.lexical_weight": 3.0})
+CASES = [load_config(p) for p in HYBRID] + [CONVEX, WEIGHTED]
 
 
-def check_elasticsearch(p: dict) -> None:
-    (kind,) = p["retriever"]
-    body = p["retriever"][kind]
-    assert kind in ("rrf", "linear") and len(body["retrievers"]) == 2 and body["rank_window_size"] >= 1
-    if kind == "rrf":
-        assert isinstance(body["rank_constant"], int)
-    for r in body["retrievers"]:
-        if "retriever" in r:
-            assert isinstance(r["weight"], float)
-            if kind == "linear":
-                assert r["normalizer"] == "minmax"
-
-
-def check_weaviate(p: dict) -> None:
-    assert 0 <= p["alpha"] <= 1 and p["fusionType"] in ("rankedFusion", "relativeScoreFusion") and p["limit"] > 0
-
-
-def check_lancedb(p: dict) -> None:
-    assert p["query_type"] == "hybrid"
-    assert p["reranker"]["class"] in ("RRFReranker", "LinearCombinationReranker", "CrossEncoderReranker")
-
-
-CHECKS = {"opensearch": check_opensearch, "elasticsearch": check_elasticsearch, "weaviate": check_weaviate, "lancedb": check_lancedb}
+def fill(obj, text="deploy fails", vector=VECTOR):
+    """The payload with its placeholders filled in, as a developer sends it."""
+    if isinstance(obj, dict):
+        return {k: fill(v, text, vector) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [fill(v, text, vector) for v in obj]
+    if obj == "{{query_vector}}":
+        return vector
+    if isinstance(obj, str):
+        return obj.replace("{{query}}", text).replace("{{index}}", "docs")
+    return obj
 
 
 @pytest.mark.parametrize("preset", list_presets())
-@pytest.mark.parametrize("engine", list(CHECKS))
-def test_every_preset_exports_a_documented_shape(preset, engine):
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e != "toolkit"])
+def test_every_preset_exports_with_version_and_analyzer_note(preset, engine):
     res = export_config(load_config(preset), engine)
-    CHECKS[engine](res.payload)
-    json.dumps(res.payload)
+    assert res.min_version and "does not reproduce" in res.analyzer_note and "stem" in res.analyzer_note
+    if engine == "lancedb":
+        compile(res.payload, "export.py", "exec")
+        assert "LinearCombinationReranker" not in res.payload
+    else:
+        json.dumps(res.payload)
+        assert res.payload["min_version"] == res.min_version
 
 
-def test_numbers_and_not_carried_lists():
+def test_numbers_versions_and_not_carried_lists():
     qmd = load_config("qmd")
-    os_ = export_config(qmd, "opensearch").payload["phase_results_processors"][0]["score-ranker-processor"]
-    assert os_["combination"]["rank_constant"] == 60
+    os_ = export_config(qmd, "opensearch").payload
+    proc = os_["search_pipeline"]["body"]["phase_results_processors"][0]["score-ranker-processor"]
+    assert proc["combination"]["rank_constant"] == 60
+    assert os_["search"]["request"].endswith("search_pipeline=hrt-qmd")
     assert "top-rank bonus" in export_config(qmd, "elasticsearch").not_carried
     assert "top-rank bonus" not in export_config(load_config("hybrid-rrf"), "elasticsearch").not_carried
-    conv = load_config("hybrid-rrf").with_updates({"fusion.method": "convex", "fusion.alpha": 0.7})
-    assert export_config(conv, "weaviate").payload == {"alpha": 0.7, "fusionType": "relativeScoreFusion", "limit": 5}
-    w = export_config(conv, "opensearch").payload["phase_results_processors"][0]["normalization-processor"]
-    assert w["combination"]["parameters"]["weights"] == [0.3, 0.7]
-    k30 = load_config("hybrid-rrf").with_updates({"fusion.rrf_k": 30})
-    assert any("k=30" in x for x in export_config(k30, "weaviate").not_carried)
-    assert export_config(k30, "lancedb").payload["reranker"]["kwargs"]["K"] == 30
-    weighted = k30.with_updates({"fusion.lexical_weight": 3.0})
-    rs = export_config(weighted, "elasticsearch").payload["retriever"]["rrf"]["retrievers"]
+    w = export_config(CONVEX, "weaviate").payload["hybrid"]
+    assert (w["alpha"], w["fusion_type"], w["query_properties"], w["limit"]) == (0.7, "RELATIVE_SCORE", ["title", "text"], 5)
+    n = export_config(CONVEX, "opensearch").payload["search_pipeline"]["body"]["phase_results_processors"][0]["normalization-processor"]
+    assert n["combination"]["parameters"]["weights"] == [0.3, 0.7]
+    assert any("k=30" in x for x in export_config(WEIGHTED, "weaviate").not_carried)
+    # Weaviate's rankedFusion weighs the lists by alpha, the LanceDB module by the toolkit's weights.
+    for engine in ("weaviate", "lancedb"):
+        assert not any("weights" in x for x in export_config(WEIGHTED, engine).not_carried), engine
+    assert export_config(WEIGHTED, "weaviate").payload["hybrid"]["alpha"] == 0.25
+    rs = export_config(WEIGHTED, "elasticsearch").payload["search"]["body"]["retriever"]["rrf"]["retrievers"]
     assert [r["weight"] for r in rs] == [0.75, 0.25]
+    assert export_config(WEIGHTED, "elasticsearch").min_version.startswith("9.2")
+    assert export_config(WEIGHTED, "opensearch").min_version.startswith("3.0")
+    assert export_config(load_config("hybrid-rrf"), "opensearch").min_version.startswith("2.19")
+    assert export_config(CONVEX, "elasticsearch").min_version.startswith("8.18")
+    assert "RRF_K = 30" in export_config(WEIGHTED, "lancedb").payload
 
 
-def test_write_export_and_toolkit_round_trip(tmp_path):
+def test_written_format_follows_the_extension(tmp_path):
     cfg = load_config("qmd")
     res = write_export(cfg, "opensearch", tmp_path / "os.json")
     assert json.loads((tmp_path / "os.json").read_text()) == res.payload
-    assert "top-rank bonus" in (tmp_path / "os.json.README.md").read_text()
+    readme = (tmp_path / "os.json.README.md").read_text()
+    assert "top-rank bonus" in readme and "Minimum engine version: 2.19" in readme and "Analyzer" in readme
+    write_export(cfg, "elasticsearch", tmp_path / "es.yaml")
+    assert yaml.safe_load((tmp_path / "es.yaml").read_text())["search"]["body"]["size"] == cfg.output.n
+    write_export(cfg, "toolkit", tmp_path / "qmd.json")
+    json.loads((tmp_path / "qmd.json").read_text())  # JSON, not YAML, in a .json file
+    assert load_config(tmp_path / "qmd.json") == cfg
     write_export(cfg, "toolkit", tmp_path / "qmd.yaml")
     assert load_config(tmp_path / "qmd.yaml") == cfg
+    write_export(cfg, "lancedb", tmp_path / "lance_qmd.py")
+    with pytest.raises(InputError, match="Python module"):
+        write_export(cfg, "lancedb", tmp_path / "lance.json")
     with pytest.raises(InputError, match="unknown engine"):
         export_config(cfg, "solr")
-    assert ENGINES[0] == "toolkit"
+
+
+# ---------------------------------------------------------------- Elasticsearch: the official client
+# Keys each retriever takes, from the Elasticsearch specification (elastic/elasticsearch-specification,
+# specification/_types/Retriever.ts: RetrieverBase, StandardRetriever, KnnRetriever, RRFRetriever,
+# RRFRetrieverContainer, LinearRetriever, InnerRetriever).
+_BASE = {"filter", "min_score", "_name"}
+ES_KEYS = {
+    "standard": _BASE | {"query", "search_after", "terminate_after", "sort", "collapse"},
+    "knn": _BASE | {"field", "query_vector", "query_vector_builder", "k", "num_candidates", "similarity", "rescore_vector", "visit_percentage"},
+    "rrf": _BASE | {"retrievers", "rank_constant", "rank_window_size", "query", "fields"},
+    "linear": _BASE | {"retrievers", "rank_window_size", "query", "fields", "normalizer"},
+}
+
+
+def _check_retriever(container: dict) -> None:
+    (kind,) = container
+    body = container[kind]
+    assert set(body) <= ES_KEYS[kind], (kind, set(body) - ES_KEYS[kind])
+    for sub in body.get("retrievers", []):
+        if kind == "linear":
+            assert set(sub) <= {"retriever", "weight", "normalizer"} and sub["normalizer"] in ("minmax", "l2_norm", "none")
+            _check_retriever(sub["retriever"])
+        elif "retriever" in sub:  # RRFRetrieverContainer with a weight
+            assert set(sub) == {"retriever", "weight"}
+            _check_retriever(sub["retriever"])
+        else:
+            _check_retriever(sub)
+
+
+@pytest.mark.parametrize("cfg", CASES, ids=lambda c: c.name)
+def test_elasticsearch_body_through_the_official_client(cfg):
+    es = pytest.importorskip("elasticsearch")
+    sent = []
+    client = es.Elasticsearch("http://localhost:9200")
+    client.perform_request = lambda method, path, **kw: sent.append((method, path, kw.get("body")))
+    search = fill(export_config(cfg, "elasticsearch").payload["search"])
+    method, path = search["request"].split(" ")
+    client.search(index=path.split("/")[1], **search["body"])  # the client rejects unknown body keys (TypeError)
+    assert sent == [(method, path, search["body"])]
+    _check_retriever(search["body"]["retriever"])
+
+
+# ---------------------------------------------------------------- OpenSearch: published protobuf schema + client
+def _proto_shape(q: dict) -> dict:
+    """REST query JSON -> the field-explicit shape of OpenSearch's protobuf schema (opensearch-protobufs)."""
+    (kind,) = q
+    if kind == "hybrid":
+        return {"hybrid": {**{k: v for k, v in q["hybrid"].items() if k != "queries"}, "queries": [_proto_shape(x) for x in q["hybrid"]["queries"]]}}
+    (fld,) = q[kind]
+    args = dict(q[kind][fld])
+    if kind == "match":
+        args["query"] = {"string": args["query"]}
+    return {kind: {"field": fld, **args}}
+
+
+@pytest.mark.parametrize("cfg", CASES, ids=lambda c: c.name)
+def test_opensearch_requests_against_the_protobuf_schema_and_client(cfg):
+    pytest.importorskip("opensearch.protobufs")
+    osp = pytest.importorskip("opensearchpy")
+    from google.protobuf.json_format import MessageToDict, ParseDict
+    from opensearch.protobufs.schemas import common_pb2
+
+    payload = fill(export_config(cfg, "opensearch").payload)
+    body = payload["search"]["body"]
+    msg = ParseDict({"size": body["size"], "query": _proto_shape(body["query"])}, common_pb2.SearchRequestBody())  # unknown keys raise
+    got = MessageToDict(msg, preserving_proto_field_name=True)
+    assert got["query"]["hybrid"]["queries"][1]["knn"]["vector"] == pytest.approx(VECTOR)
+    assert int(got["query"]["hybrid"]["pagination_depth"]) == body["query"]["hybrid"]["pagination_depth"]
+
+    sent = []
+    client = osp.OpenSearch("http://localhost:9200")
+    client.transport.perform_request = lambda method, url, **kw: sent.append((method, url, kw.get("params"), kw.get("body")))
+    pipe = payload["search_pipeline"]
+    client.search_pipeline.put(id=pipe["request"].rsplit("/", 1)[1], body=pipe["body"])
+    client.search(index="docs", body=body, params={"search_pipeline": f"hrt-{cfg.name}"})
+    assert sent[0][:2] == ("PUT", pipe["request"].split(" ")[1]) and sent[0][3] == pipe["body"]
+    assert sent[1][1] == "/docs/_search" and sent[1][2]["search_pipeline"] == f"hrt-{cfg.name}"
+    (proc,) = pipe["body"]["phase_results_processors"]
+    (name,) = proc
+    assert name in ("normalization-processor", "score-ranker-processor")
+
+
+# ---------------------------------------------------------------- Weaviate: the v4 client's query builder
+@pytest.mark.parametrize("cfg", CASES, ids=lambda c: c.name)
+def test_weaviate_hybrid_through_the_client_query_builder(cfg):
+    pytest.importorskip("weaviate")
+    from weaviate.classes.query import HybridFusion
+    from weaviate.collections.grpc.query import _QueryGRPC
+    from weaviate.util import _ServerVersion
+
+    h = fill(export_config(cfg, "weaviate").payload["hybrid"])
+    builder = _QueryGRPC(_ServerVersion(1, 32, 0), "Docs", None, None, True, True, True)
+    req = builder.hybrid(query=h["query"], alpha=h["alpha"], vector=h["vector"], properties=h["query_properties"],
+                         fusion_type=HybridFusion[h["fusion_type"]], limit=h["limit"])
+    hs = req.hybrid_search
+    assert hs.query == "deploy fails" and hs.alpha == pytest.approx(h["alpha"]) and list(hs.properties) == ["title", "text"]
+    assert hs.fusion_type == (1 if h["fusion_type"] == "RANKED" else 2) and req.limit == cfg.output.n
+    assert len(hs.vectors) or len(hs.vector_bytes) or len(hs.vector)  # the vector went into the request
+
+
+# ---------------------------------------------------------------- LanceDB: the module, run
+@pytest.mark.parametrize("cfg", [load_config("hybrid-rrf"), CONVEX, WEIGHTED], ids=lambda c: c.name)
+def test_lancedb_module_runs_and_fuses_like_the_toolkit(cfg, tmp_path):
+    lancedb = pytest.importorskip("lancedb")
+    import numpy as np
+    import polars as pl
+
+    from toolkit.fusion import fuse
+
+    path = write_export(cfg, "lancedb", tmp_path / "lance_export.py") and tmp_path / "lance_export.py"
+    spec = importlib.util.spec_from_file_location("lance_export", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(0)
+    texts = ["deploy failed with ECONNREFUSED", "deploy retry backoff", "team lunch on thursday", "deploy pinned sdk version",
+             "rate limit backoff", "pool size production deploy"]
+    vecs = rng.normal(size=(len(texts), 8)).astype("float32")
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    db = lancedb.connect(str(tmp_path / "db"))
+    rows = [{"doc_id": f"d{i}", "scope": "", "text": t, "vector": v.tolist()} for i, (t, v) in enumerate(zip(texts, vecs, strict=True))]
+    tbl = db.create_table("docs", rows)
+    from lancedb.index import FTS
+
+    tbl.create_index("text", config=FTS(stem=True, remove_stop_words=True, language="English"))
+    qv = vecs[3] + 0.1 * vecs[0]
+    got = mod.search(tbl, "deploy", qv, limit=6)
+    # The same two lists, fused by the toolkit's own fusion stage.
+    fts = tbl.search("deploy", query_type="fts").limit(100).to_pandas()
+    vec = tbl.search(qv.tolist()).distance_type("cosine").limit(100).to_pandas()
+    cands = pl.concat([
+        pl.DataFrame({"qid": "q", "list_id": "orig:lex", "variant": "orig", "retriever": "lex", "doc_id": fts["doc_id"].tolist(),
+                      "chunk_id": fts["doc_id"].tolist(), "rank": list(range(1, len(fts) + 1)), "score": fts["_score"].astype(float).tolist()}),
+        pl.DataFrame({"qid": "q", "list_id": "orig:vec", "variant": "orig", "retriever": "vec", "doc_id": vec["doc_id"].tolist(),
+                      "chunk_id": vec["doc_id"].tolist(), "rank": list(range(1, len(vec) + 1)), "score": (1 - vec["_distance"]).astype(float).tolist()}),
+    ])
+    weights = pl.DataFrame({"qid": ["q", "q"], "list_id": ["orig:lex", "orig:vec"], "weight": [cfg.fusion.lexical_weight, cfg.fusion.dense_weight]})
+    ours = fuse(cands, weights, cfg.fusion).sort("rank")["doc_id"].to_list()
+    assert got["doc_id"].tolist() == ours[:6]

@@ -225,7 +225,7 @@ def test_export_yaml_json_and_engine(store, tmp_path):
     assert lab.export("json", tmp_path / "tuned").endswith("tuned.json")
     msg = lab.export("opensearch", tmp_path / "os.json")
     assert (tmp_path / "os.json").exists() and "os.json" in msg
-    proc = json.loads((tmp_path / "os.json").read_text())["phase_results_processors"][0]
+    proc = json.loads((tmp_path / "os.json").read_text())["search_pipeline"]["body"]["phase_results_processors"][0]
     assert proc["score-ranker-processor"]["combination"]["rank_constant"] == 25
 
 

@@ -398,7 +398,7 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
 @main.command()
 @click.option("--config", required=True, help="Config to export (preset name or path).")
 @click.option("--engine", required=True, type=click.Choice(["toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb"]))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="File for the engine payload (caveats go to <out>.README.md).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="File for the engine payload; its format follows the extension (.json, .yaml; .py for lancedb). Caveats go to <out>.README.md.")
 def export(config, engine, out) -> None:
     """Export a pipeline config to another engine, listing what does not carry over (bonus, blend, dedup...)."""
     from .config import load_config
@@ -406,6 +406,9 @@ def export(config, engine, out) -> None:
 
     res = write_export(load_config(config), engine, out)
     click.echo(f"{engine} -> {out}")
+    if res.min_version:
+        click.echo(f"  minimum version: {res.min_version}")
+        click.echo(f"  {res.analyzer_note}")
     for item in res.not_carried:
         click.echo(f"  not carried over: {item}")
     for note in res.notes:

@@ -1,10 +1,20 @@
-"""Export a tuned pipeline to other engines, and say plainly what does not carry over.
+"""Export a tuned pipeline as complete requests for other engines, and say plainly what does not carry over.
 
-Each engine gets the closest payload it can run (the JSON shapes of their documented hybrid-search APIs:
-OpenSearch search pipelines with `normalization-processor` / `score-ranker-processor`, the Elasticsearch
-`rrf` and `linear` retrievers, Weaviate's hybrid `alpha`/`fusionType`, LanceDB's hybrid rerankers), plus
-the list of active stages the engine cannot express, so nobody deploys a different pipeline than the one
-they tuned. Engine shapes are plain dicts written by hand: no client library describes them offline.
+Per engine, what a developer sends (placeholders `{{query}}`, `{{query_vector}}`, `{{index}}` to fill in):
+
+- OpenSearch: the search-pipeline body (`normalization-processor` or `score-ranker-processor`) and the
+  `hybrid` query body that runs through it, plus an index mapping with an `english` text analyzer.
+- Elasticsearch: the `_search` body with the retriever tree (`rrf` or `linear` over `standard` + `knn`).
+- Weaviate: the hybrid query (query, alpha, fusion type, properties, vector, limit) as the v4 Python
+  client's `collection.query.hybrid(...)` takes it, and the same as GraphQL.
+- LanceDB: a runnable Python module: a `Reranker` subclass that fuses exactly as the toolkit does
+  (weighted RRF, or min-max / z-score convex) and a `search(table, text, vector)` function. The
+  deprecated `LinearCombinationReranker` is not used.
+
+Each export states the minimum engine version its features need and an analyzer note: the toolkit's BM25
+(stemming, stopwords, technical-token splitting) is not what a plain `match` on a default analyzer does.
+The bodies are checked in tests through the engines' own Python clients and published schemas. Engine
+shapes are plain dicts: the toolkit does not depend on any engine client.
 """
 
 from __future__ import annotations
@@ -14,10 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .config import PipelineConfig, save_config
 from .errors import InputError
 
 ENGINES = ("toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb")
+TEXT_FIELD, VECTOR_FIELD = "text", "embedding"
+_DIMS = {"all-MiniLM-L6-v2": 384, "sentence-transformers/all-MiniLM-L6-v2": 384}
 
 
 @dataclass
@@ -26,6 +40,8 @@ class ExportResult:
     payload: dict[str, Any] | str
     not_carried: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    min_version: str = ""
+    analyzer_note: str = ""
 
 
 def _shares(cfg: PipelineConfig) -> tuple[float, float]:
@@ -37,12 +53,20 @@ def _shares(cfg: PipelineConfig) -> tuple[float, float]:
     return (0.5, 0.5) if tot <= 0 else (round(lex / tot, 6), round(den / tot, 6))
 
 
+def _hybrid(cfg: PipelineConfig) -> bool:
+    return cfg.retrieval.lexical.enabled and cfg.retrieval.dense.enabled
+
+
 def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
     """Active stages of `cfg` that `engine` cannot express."""
     if engine == "toolkit":
         return []
     f, out = cfg.fusion, []
-    hybrid = cfg.retrieval.lexical.enabled and cfg.retrieval.dense.enabled
+    hybrid = _hybrid(cfg)
+    if f.method == "learned":
+        out.append("learned fusion (LightGBM model over toolkit features): exported as plain RRF")
+    if getattr(f, "router", False):
+        out.append("learned per-query router weights (BM25 vs dense): exported as the fixed weights")
     if hybrid and f.method == "rrf" and any(b > 0 for _, b in f.rank_bonus):
         out.append("top-rank bonus")
     if cfg.expansion.provider != "none":
@@ -58,94 +82,319 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
         out.append("query routing (conversational / technical)")
     if cfg.threshold.min_score > 0:
         out.append(f"min_score threshold {cfg.threshold.min_score}")
-    if cfg.retrieval.level == "document":
+    if cfg.retrieval.scope_filter and engine != "lancedb":
+        out.append("scope filter (a query with a scope sees only that scope's documents): add a filter on a `scope` field")
+    if cfg.retrieval.level == "document" and engine != "lancedb":
         out.append("document-level results (best chunk per document): index one document per engine record")
     if hybrid and f.method == "convex" and f.normalization in ("rank", "fixed"):
         out.append(f"'{f.normalization}' normalisation (exported as min-max)")
-    if hybrid and f.method == "convex" and f.normalization == "zscore" and engine in ("elasticsearch", "weaviate", "lancedb"):
+    if hybrid and f.method == "convex" and f.normalization == "zscore" and engine in ("elasticsearch", "weaviate"):
         out.append("z-score normalisation (exported as min-max)")
-    if hybrid and engine == "weaviate" and f.method == "rrf" and f.rrf_k != 60:
+    if hybrid and engine == "weaviate" and f.method in ("rrf", "learned") and f.rrf_k != 60:
         out.append(f"RRF k={f.rrf_k} (Weaviate's rankedFusion uses k=60)")
-    if hybrid and engine in ("weaviate", "lancedb") and f.method == "rrf" and f.lexical_weight != f.dense_weight:
-        out.append("unequal RRF list weights")
+    # Weaviate's rankedFusion weighs the two rank lists by alpha and 1 - alpha, and the LanceDB module fuses
+    # with the toolkit's own weights: unequal list weights carry over to both.
     return out
 
 
-def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str]]:
-    f, (lw, dw), notes = cfg.fusion, _shares(cfg), []
-    if f.method == "rrf":
+def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
+    lx = cfg.retrieval.lexical
+    how = {
+        "opensearch": "the mapping below uses the `english` analyzer (Porter stemming + English stopwords), the closest built-in",
+        "elasticsearch": "give the text field the `english` analyzer (Porter stemming + English stopwords), the closest built-in",
+        "weaviate": "Weaviate's BM25 uses the property's tokenization (`word`) without stemming or stopword removal by default",
+        "lancedb": "the module's FTS index is built with FTS(stem=True, remove_stop_words=True, language='English') (native FTS)",
+    }[engine]
+    return (
+        f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) stems ({lx.stemmer}), drops {lx.stopwords} stopwords "
+        "and splits technical tokens (versions, snake_case, camelCase, error codes) into parts plus the whole token; "
+        f"a plain BM25 `match` on a default analyzer does not reproduce that, so lexical scores and ranks differ: {how}."
+    )
+
+
+def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
+    f, r, (lw, dw), notes = cfg.fusion, cfg.retrieval, _shares(cfg), []
+    if f.method in ("rrf", "learned"):
         comb: dict[str, Any] = {"technique": "rrf", "rank_constant": f.rrf_k}
+        version = "2.19 (score-ranker-processor)"
         if lw != dw:
             comb["parameters"] = {"weights": [lw, dw]}
-            notes.append("weighted RRF in score-ranker-processor needs OpenSearch >= 3.0")
+            version = "3.0 (weighted RRF in score-ranker-processor)"
         proc = {"score-ranker-processor": {"combination": comb}}
     else:
         tech = "z_score" if f.normalization == "zscore" else "min_max"
+        version = "3.0 (z_score normalization)" if tech == "z_score" else "2.10 (hybrid query, normalization-processor)"
         proc = {
             "normalization-processor": {
                 "normalization": {"technique": tech},
                 "combination": {"technique": "arithmetic_mean", "parameters": {"weights": [lw, dw]}},
             }
         }
-    notes.append("use with a `hybrid` query whose sub-queries are [match on text, neural/knn on the embedding], in that order")
-    return {"description": f"hybrid-retrieval-toolkit config {cfg.name!r}", "phase_results_processors": [proc]}, notes
-
-
-def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str]]:
-    f, r, (lw, dw) = cfg.fusion, cfg.retrieval, _shares(cfg)
-    lexical = {"standard": {"query": {"match": {"text": "{{query}}"}}}}
-    dense = {"knn": {"field": "embedding", "query_vector": "{{query_vector}}", "k": r.dense.top_k, "num_candidates": max(100, 2 * r.dense.top_k)}}
+    pipeline_id = f"hrt-{cfg.name}"
     window = max(r.lexical.top_k, r.dense.top_k)
-    if f.method == "rrf":
+    query = {
+        "hybrid": {
+            "queries": [
+                {"match": {TEXT_FIELD: {"query": "{{query}}"}}},
+                {"knn": {VECTOR_FIELD: {"vector": "{{query_vector}}", "k": r.dense.top_k}}},
+            ],
+            "pagination_depth": window,
+        }
+    }
+    dims = _DIMS.get(r.dense.model, "{{dims}}")
+    payload = {
+        "min_version": version,
+        "search_pipeline": {
+            "request": f"PUT /_search/pipeline/{pipeline_id}",
+            "body": {"description": f"hybrid-retrieval-toolkit config {cfg.name!r}", "phase_results_processors": [proc]},
+        },
+        "search": {
+            "request": f"POST /{{{{index}}}}/_search?search_pipeline={pipeline_id}",
+            "body": {"size": cfg.output.n, "query": query},
+        },
+        "index": {
+            "request": "PUT /{{index}}",
+            "body": {
+                "settings": {"index": {"knn": True}},
+                "mappings": {"properties": {
+                    TEXT_FIELD: {"type": "text", "analyzer": "english"},
+                    VECTOR_FIELD: {"type": "knn_vector", "dimension": dims, "space_type": "cosinesimil"},
+                }},
+            },
+        },
+    }
+    notes.append("the hybrid sub-queries must stay in this order: [match on text, knn on the embedding] (the weights follow it)")
+    notes.append("`pagination_depth` (OpenSearch >= 2.19) sets each sub-query's window; drop it on older versions")
+    return payload, notes, version
+
+
+def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
+    f, r, (lw, dw) = cfg.fusion, cfg.retrieval, _shares(cfg)
+    lexical = {"standard": {"query": {"match": {TEXT_FIELD: {"query": "{{query}}"}}}}}
+    dense = {"knn": {"field": VECTOR_FIELD, "query_vector": "{{query_vector}}", "k": r.dense.top_k,
+                     "num_candidates": max(100, 2 * r.dense.top_k)}}
+    window = max(r.lexical.top_k, r.dense.top_k)
+    if f.method in ("rrf", "learned"):
         if lw == dw:
             body = {"rrf": {"retrievers": [lexical, dense], "rank_constant": f.rrf_k, "rank_window_size": window}}
+            version = "8.16 (rrf retriever GA)"
         else:
-            body = {"rrf": {"retrievers": [{"retriever": lexical, "weight": lw}, {"retriever": dense, "weight": dw}], "rank_constant": f.rrf_k, "rank_window_size": window}}
+            body = {"rrf": {"retrievers": [{"retriever": lexical, "weight": lw}, {"retriever": dense, "weight": dw}],
+                            "rank_constant": f.rrf_k, "rank_window_size": window}}
+            version = "9.2 (weighted rrf retrievers)"
     else:
-        body = {"linear": {"retrievers": [{"retriever": lexical, "weight": lw, "normalizer": "minmax"}, {"retriever": dense, "weight": dw, "normalizer": "minmax"}], "rank_window_size": window}}
-    return {"retriever": body, "size": cfg.output.n}, ["replace {{query}} / {{query_vector}}; field names 'text' and 'embedding' are placeholders"]
+        body = {"linear": {"retrievers": [{"retriever": lexical, "weight": lw, "normalizer": "minmax"},
+                                          {"retriever": dense, "weight": dw, "normalizer": "minmax"}],
+                           "rank_window_size": window}}
+        version = "8.18 (linear retriever with minmax normalizer)"
+    dims = _DIMS.get(r.dense.model, "{{dims}}")
+    payload = {
+        "min_version": version,
+        "search": {"request": "POST /{{index}}/_search", "body": {"retriever": body, "size": cfg.output.n}},
+        "index": {
+            "request": "PUT /{{index}}",
+            "body": {"mappings": {"properties": {
+                TEXT_FIELD: {"type": "text", "analyzer": "english"},
+                VECTOR_FIELD: {"type": "dense_vector", "dims": dims, "similarity": "cosine", "index": True},
+            }}},
+        },
+    }
+    return payload, ["replace {{query}} / {{query_vector}}; field names 'text' and 'embedding' are the mapping's"], version
 
 
-def _weaviate(cfg: PipelineConfig) -> tuple[dict, list[str]]:
+def _weaviate(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
     _, dw = _shares(cfg)
-    fusion = "rankedFusion" if cfg.fusion.method == "rrf" else "relativeScoreFusion"
-    return {"alpha": dw, "fusionType": fusion, "limit": cfg.output.n}, ["alpha = share of the vector search (0 = BM25 only)"]
+    ranked = cfg.fusion.method in ("rrf", "learned")
+    fusion = "RANKED" if ranked else "RELATIVE_SCORE"
+    hybrid = {
+        "query": "{{query}}",
+        "alpha": dw,
+        "fusion_type": fusion,
+        "query_properties": ["title", TEXT_FIELD],
+        "vector": "{{query_vector}}",
+        "limit": cfg.output.n,
+    }
+    gql_fusion = "rankedFusion" if ranked else "relativeScoreFusion"
+    graphql = (
+        "{ Get { {{collection}}(limit: " + str(cfg.output.n) + ", hybrid: {query: \"{{query}}\", alpha: " + str(dw)
+        + ", fusionType: " + gql_fusion + ", properties: [\"title\", \"" + TEXT_FIELD + "\"], vector: {{query_vector}}}) "
+        "{ doc_id _additional { score } } } }"
+    )
+    payload = {
+        "min_version": "1.24 (Python client v4 needs >= 1.23.7; relativeScoreFusion since 1.20)",
+        "python": "collection.query.hybrid(**hybrid) with fusion_type=weaviate.classes.query.HybridFusion.<fusion_type>",
+        "collection": "{{collection}}",
+        "hybrid": hybrid,
+        "graphql": graphql,
+    }
+    notes = ["alpha = share of the vector search (0 = BM25 only); with rankedFusion Weaviate weighs the two rank "
+             "lists by alpha and 1 - alpha, so unequal list weights carry over"]
+    return payload, notes, payload["min_version"]
 
 
-def _lancedb(cfg: PipelineConfig) -> tuple[dict, list[str]]:
-    f, (_, dw) = cfg.fusion, _shares(cfg)
-    if cfg.rerank.provider == "cross-encoder" and cfg.rerank.model:
-        rr = {"class": "CrossEncoderReranker", "kwargs": {"model_name": cfg.rerank.model}}
-    elif f.method == "rrf":
-        rr = {"class": "RRFReranker", "kwargs": {"K": f.rrf_k, "return_score": "relevance"}}
+_LANCEDB_MODULE = '''"""LanceDB hybrid search reproducing hybrid-retrieval-toolkit config {name!r}.
+
+Exported by `hrt export --engine lancedb`. Needs lancedb >= 0.40 (verified with 0.40.0) and pyarrow.
+Table: one row per chunk with columns doc_id (str), text (str), vector (float32[{dims}], the toolkit's
+embedding model {model!r}, normalised), and a full-text index on `text`:
+
+    table.create_index("text", config=FTS(stem=True, remove_stop_words=True, language="English"))
+
+Each result list is collapsed to the best chunk per document before fusion (the toolkit's
+document level), then fused as the toolkit does. Run as a script for a smoke test on a throwaway table.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from lancedb.index import FTS
+from lancedb.rerankers import Reranker
+
+METHOD = {method!r}  # "rrf" or "convex"
+RRF_K = {rrf_k}
+WEIGHTS = {{"fts": {lw}, "vector": {dw}}}  # shares of the lexical and the dense list
+NORMALIZATION = {normalization!r}  # convex only: "minmax" or "zscore"
+WINDOW = {window}  # candidates per list (the toolkit's top_k)
+LIMIT = {limit}
+
+
+def _best_per_doc(t: pa.Table | None) -> list[tuple[int, float, str]]:
+    """(row id, score, doc_id) in list order, the first (best) chunk of each document only."""
+    if t is None or t.num_rows == 0:
+        return []
+    score_col = "_distance" if "_distance" in t.column_names else "_score"
+    seen, out = set(), []
+    for rid, s, d in zip(t["_rowid"].to_pylist(), t[score_col].to_pylist(), t["doc_id"].to_pylist()):
+        if d not in seen:
+            seen.add(d)
+            out.append((rid, -s if score_col == "_distance" else s, d))  # higher is better for both
+    return out
+
+
+def _normalize(scores: list[float]) -> list[float]:
+    if not scores:
+        return []
+    n = len(scores)
+    if NORMALIZATION == "zscore":
+        mean = sum(scores) / n
+        sd = (sum((s - mean) ** 2 for s in scores) / n) ** 0.5
+        if sd > 0:
+            return [(s - mean) / sd for s in scores]
     else:
-        rr = {"class": "LinearCombinationReranker", "kwargs": {"weight": dw}}
-    return {"query_type": "hybrid", "limit": cfg.output.n, "reranker": rr}, ["LinearCombinationReranker: weight = share of the vector score"]
+        lo, hi = min(scores), max(scores)
+        if hi > lo:
+            return [(s - lo) / (hi - lo) for s in scores]
+    return [1.0 - i / n for i in range(n)]  # no spread: keep the order (as the toolkit does)
+
+
+class ToolkitFusion(Reranker):
+    """Weighted RRF or convex fusion over the vector and full-text lists, as the toolkit fuses them."""
+
+    def __init__(self) -> None:
+        super().__init__("relevance")
+
+    def rerank_hybrid(self, query: str, vector_results: pa.Table, fts_results: pa.Table) -> pa.Table:
+        score: dict[int, float] = {{}}
+        for name, table in (("vector", vector_results), ("fts", fts_results)):
+            w = WEIGHTS[name]
+            if w <= 0:
+                continue
+            rows = _best_per_doc(table)
+            contrib = ([1.0 / (RRF_K + i) for i in range(1, len(rows) + 1)] if METHOD == "rrf"
+                       else _normalize([s for _, s, _ in rows]))
+            for (rid, _, _), c in zip(rows, contrib):
+                score[rid] = score.get(rid, 0.0) + w * c
+        merged = self.merge_results(vector_results, fts_results)
+        keep = [i for i, rid in enumerate(merged["_rowid"].to_pylist()) if rid in score]
+        merged = merged.take(keep)
+        merged = merged.append_column("_relevance_score", pa.array([score[r] for r in merged["_rowid"].to_pylist()], pa.float32()))
+        merged = merged.sort_by([("_relevance_score", "descending"), ("doc_id", "descending")])
+        return self._keep_relevance_score(merged) if self.score == "relevance" else merged
+
+
+def search(table, query_text: str, query_vector, limit: int = LIMIT, scope: str | None = None):
+    """Top `limit` documents (pandas frame: doc_id, text, _relevance_score) for one query; `scope` keeps
+    only rows of that scope (the toolkit's scope filter; the table then needs a `scope` column)."""
+    q = (table.search(query_type="hybrid").vector(list(map(float, query_vector))).text(query_text)
+         .distance_type("cosine").with_row_id(True).limit(WINDOW))
+    if scope is not None:
+        q = q.where("scope = '" + scope.replace("'", "''") + "'", prefilter=True)
+    return q.rerank(reranker=ToolkitFusion()).to_pandas().head(limit)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    import lancedb
+
+    with tempfile.TemporaryDirectory() as d:
+        db = lancedb.connect(d)
+        dim = {dims_int}
+        rows = [{{"doc_id": f"d{{i}}", "text": t, "vector": [float(i == j) for j in range(dim)]}}
+                for i, t in enumerate(["deploy failed with ECONNREFUSED", "retry backoff policy", "team lunch"])]
+        tbl = db.create_table("docs", rows)
+        tbl.create_index("text", config=FTS(stem=True, remove_stop_words=True, language="English"))
+        print(search(tbl, "deploy failure", [1.0] + [0.0] * (dim - 1))[["doc_id", "_relevance_score"]])
+'''
+
+
+def _lancedb(cfg: PipelineConfig) -> tuple[str, list[str], str]:
+    f, r, (lw, dw) = cfg.fusion, cfg.retrieval, _shares(cfg)
+    dims = _DIMS.get(r.dense.model)
+    text = _LANCEDB_MODULE.format(
+        name=cfg.name, dims=dims or "model dim", model=r.dense.model,
+        method="convex" if f.method == "convex" else "rrf", rrf_k=f.rrf_k, lw=lw, dw=dw,
+        normalization="zscore" if f.normalization == "zscore" else "minmax",
+        window=max(r.lexical.top_k, r.dense.top_k), limit=cfg.output.n, dims_int=dims or 8,
+    )
+    notes = ["a Python module: `from <file> import search`; `python <file>` runs a smoke test on a throwaway table"]
+    if cfg.rerank.provider == "cross-encoder" and cfg.rerank.model and cfg.rerank.blend == "replace":
+        notes.append(f"to rerank as the toolkit does, apply lancedb.rerankers.CrossEncoderReranker(model_name={cfg.rerank.model!r}) "
+                     "to the fused top n")
+    return text, notes, "lancedb 0.40 (verified)"
 
 
 def export_config(cfg: PipelineConfig, engine: str) -> ExportResult:
-    """The engine payload for `cfg`, what does not carry over, and notes."""
+    """The engine payload for `cfg`, what does not carry over, notes, minimum version and analyzer note."""
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "toolkit":
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as d:
-            text = save_config(cfg, Path(d) / "c.yaml").read_text()
-        return ExportResult(engine, text)
-    payload, notes = {"opensearch": _opensearch, "elasticsearch": _elasticsearch, "weaviate": _weaviate, "lancedb": _lancedb}[engine](cfg)
-    if not (cfg.retrieval.lexical.enabled and cfg.retrieval.dense.enabled):
+        return ExportResult(engine, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
+    payload, notes, version = {"opensearch": _opensearch, "elasticsearch": _elasticsearch, "weaviate": _weaviate,
+                               "lancedb": _lancedb}[engine](cfg)
+    if not _hybrid(cfg):
         notes.insert(0, "single-retriever config: no fusion applies; run the engine's plain BM25 or vector query")
-    return ExportResult(engine, payload, _not_carried(cfg, engine), notes)
+    return ExportResult(engine, payload, _not_carried(cfg, engine), notes, version, _analyzer_note(cfg, engine))
+
+
+def _serialize(payload: dict | str, path: Path) -> str:
+    """The file's format follows its extension: .json JSON, .yaml/.yml YAML, .py (LanceDB) the module."""
+    suffix = path.suffix.lower()
+    if isinstance(payload, str):
+        if suffix not in (".py", ""):
+            raise InputError(f"{path}: the LanceDB export is a Python module; use a .py file")
+        return payload
+    if suffix in (".yaml", ".yml"):
+        return yaml.safe_dump(payload, sort_keys=False, allow_unicode=True)
+    if suffix in (".json", ""):
+        return json.dumps(payload, indent=2) + "\n"
+    raise InputError(f"{path}: unsupported extension {suffix!r} (use .json or .yaml)")
 
 
 def write_export(cfg: PipelineConfig, engine: str, path: str | Path) -> ExportResult:
-    """Write the pure engine payload to `path` and the caveats to `<path>.README.md`."""
+    """Write the engine payload to `path` (format from the extension) and the caveats to `<path>.README.md`."""
     res = export_config(cfg, engine)
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(res.payload if isinstance(res.payload, str) else json.dumps(res.payload, indent=2) + "\n")
-    lines = [f"# Export of {cfg.name!r} to {engine}", "", "Not carried over:"]
+    if engine == "toolkit":
+        save_config(cfg, p)  # .yaml or .json, loads back to an equal config
+    else:
+        text = _serialize(res.payload, p)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    lines = [f"# Export of {cfg.name!r} to {engine}", ""]
+    if engine != "toolkit":
+        lines += [f"Minimum engine version: {res.min_version}", "", res.analyzer_note, ""]
+    lines += ["Not carried over:"]
     lines += [f"- {x}" for x in res.not_carried] or ["- nothing"]
     lines += ["", "Notes:"] + ([f"- {x}" for x in res.notes] or ["- none"])
     Path(f"{p}.README.md").write_text("\n".join(lines) + "\n")
