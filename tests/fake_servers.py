@@ -8,6 +8,8 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
 - "500": HTTP 500.  "slow": sleep `delay_s` before answering.  "malformed": invalid JSON.
 - "wrong_shape": valid JSON of the wrong shape.  "out_of_range": a result index past the last document.
 - "partial": rerank answers only the even-indexed documents.
+- "trickle": HTTP 200 with a long body sent a few bytes at a time (`trickle_bytes` every `trickle_every_s`,
+  for at most `trickle_max_s`): never a gap long enough for a per-read timeout, so only a deadline stops it.
 - "tei": rerank wants TEI's `{"query", "texts"}` (HTTP 422 otherwise) and answers a bare list.
 - `fail_first = N`: the first N requests get HTTP 500, then the mode applies (tests retries).
 - `fail_queries`: queries (or user messages) containing any of these words get HTTP 500.
@@ -56,6 +58,7 @@ class FakeServer:
         self.mode = "good"
         self.fail_first = 0
         self.delay_s = 3.0
+        self.trickle_bytes, self.trickle_every_s, self.trickle_max_s = 20, 0.1, 5.0
         self.fail_queries: set[str] = set()
         self.chat_content: str | None = None  # overrides chat_answer() when set
         self.requests: list[dict[str, Any]] = []
@@ -159,6 +162,9 @@ def _make_handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 body = None
             code, payload = server.answer(self.path, body, {k.lower(): v for k, v in self.headers.items()})
+            if server.mode == "trickle" and code == 200:
+                self._trickle()
+                return
             try:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
@@ -167,6 +173,22 @@ def _make_handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(payload)
             except OSError:  # the client gave up (timeout test): nothing to answer
                 pass
+
+        def _trickle(self) -> None:
+            end = time.monotonic() + server.trickle_max_s  # bounded: the test server never hangs
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100000000")
+                self.end_headers()
+                self.wfile.write(b'{"results": [')
+                while time.monotonic() < end and not server._stop.is_set():
+                    self.wfile.write(b" " * server.trickle_bytes)
+                    self.wfile.flush()
+                    server._stop.wait(server.trickle_every_s)
+            except OSError:  # the client gave up: that is the point
+                pass
+            self.close_connection = True
 
         def log_message(self, *args: object) -> None:  # keep pytest output clean
             pass

@@ -149,7 +149,10 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
     final = res.final.filter(pl.col("rank") <= depth)
     write_run(final, out, tag=tag or cfg.name or "hrt")
     took = time.perf_counter() - t0
-    click.echo(f"{cfg.name}: {final['qid'].n_unique()}/{len(queries)} queries, {len(final)} results in {took:.1f}s -> {out}")
+    from .providers import summary
+
+    click.echo(f"{cfg.name}: {final['qid'].n_unique()}/{len(queries)} queries, {len(final)} results in {took:.1f}s; "
+               f"providers: {summary(res.per_query)} -> {out}")
 
 
 @main.command(name="eval")

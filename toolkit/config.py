@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InputError
+from .redact import looks_like_secret, url_credentials
 
 SCHEMA_VERSION = 1
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -34,44 +35,28 @@ Stemmer = Literal[
 Stopwords = Literal["english", "none"]  # DuckDB FTS stopword lists (a table name is never accepted)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Prefixes of common API tokens: a config that contains one has a secret pasted where a name belongs.
-_SECRET_PREFIX = re.compile(
-    r"^(sk-|sk_|pk_|rk_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|hf_|AKIA|AIza|Bearer\s)"
-)
-
-
-def _looks_like_secret(value: str) -> bool:
-    """Heuristic: known token prefixes, or a long mixed-case/digit string no one would name a variable."""
-    if _SECRET_PREFIX.match(value):
-        return True
-    mixed = (
-        any(c.islower() for c in value)
-        and any(c.isupper() for c in value)
-        and any(c.isdigit() for c in value)
-    )
-    return len(value) >= 20 and mixed and "_" not in value
 
 
 def _check_env_name(v: str | None) -> str | None:
+    # Messages never repeat the value: a rejected "name" is often a pasted key (#16).
     if v is None:
         return v
-    if _looks_like_secret(v):
+    if looks_like_secret(v):
         raise ValueError(
-            "looks like a secret value; put the NAME of the environment variable that holds it (e.g. RERANK_API_KEY)"
+            "looks like a secret value (not shown); put the NAME of the environment variable that holds it (e.g. RERANK_API_KEY)"
         )
     if not _ENV_NAME.match(v):
-        raise ValueError(f"{v!r} is not an environment variable name (letters, digits, underscore)")
+        raise ValueError("is not an environment variable name (letters, digits, underscore; value not shown)")
     return v
 
 
 def _check_url(v: str | None) -> str | None:
     if v is None:
         return v
-    if re.match(r"^[a-z][a-z0-9+.-]*://[^/@\s]*:[^/@\s]*@", v, re.I) or re.search(
-        r"[?&](api[_-]?key|key|token|secret)=", v, re.I
-    ):
+    why = url_credentials(v)
+    if why:
         raise ValueError(
-            "the URL carries credentials; put the key in an environment variable and name it in api_key_env"
+            f"the URL carries credentials ({why}); put the key in an environment variable and name it in api_key_env"
         )
     if not re.match(r"^https?://", v):
         raise ValueError("must start with http:// or https://")
@@ -133,7 +118,8 @@ class ExpansionConfig(_Model):
     url: str | None = None
     model: str | None = None
     api_key_env: str | None = None
-    timeout_s: float = Field(20.0, gt=0.0, le=600.0)
+    timeout_s: float = Field(20.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
+    budget_s: float = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
     max_lex: int = Field(2, ge=0, le=10)
     max_vec: int = Field(2, ge=0, le=10)
     max_hyde: int = Field(1, ge=0, le=10)
@@ -205,7 +191,8 @@ class RerankConfig(_Model):
     model: str | None = None
     url: str | None = None
     api_key_env: str | None = None
-    timeout_s: float = Field(10.0, gt=0.0, le=600.0)
+    timeout_s: float = Field(10.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
+    budget_s: float = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
     retries: int = Field(2, ge=0, le=10)
     path: str | None = None
     top_n: int = Field(40, ge=1, le=1000)

@@ -17,7 +17,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from .errors import InputError, ToolkitError
-from .rerank import PROGRESS_MIN_QUERIES, ProviderError, api_key_headers, http_client, post_json
+from .rerank import PROGRESS_MIN_QUERIES, ProviderError, RunBudget, api_key_headers, http_client, post_json
 
 KINDS = ("lex", "vec", "hyde")
 VARIANTS_SCHEMA = {"qid": pl.Utf8, "variant": pl.Utf8, "kind": pl.Utf8, "text": pl.Utf8}
@@ -237,6 +237,7 @@ def variants(
     max_hyde: int = 1,
     skip: pl.DataFrame | None = None,
     progress: bool | None = None,
+    budget_s: float | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Variants [qid, variant, kind, text] and status [qid, status, error] for `queries` [qid, text].
 
@@ -245,6 +246,7 @@ def variants(
     [qid, skip_expansion] is true: strong lexical signal or conversational routing), "fallback" (the
     provider failed: original only, `error` says why) or "none" (no expander). Never raises for provider
     failures; the expander is called once per query (it is a network or file lookup, not a hot path).
+    Once its calls have taken `budget_s` seconds in all, the remaining queries fall back without a call.
     """
     missing = {"qid", "text"} - set(queries.columns)
     if missing:
@@ -269,14 +271,19 @@ def variants(
     rows: list[tuple[str, str, str, str]] = []
     status_rows: list[tuple[str, str, str | None]] = []
     show = len(queries) > PROGRESS_MIN_QUERIES if progress is None else progress
+    budget = RunBudget(budget_s, "expansion.budget_s", "query expansion")
     for qid, text in tqdm(
         orig.select("qid", "text").iter_rows(), total=len(orig), disable=not show, desc="expand", unit="query"
     ):
         if qid in skipped:
             status_rows.append((qid, "skipped", None))
             continue
+        if budget.spent_out():
+            status_rows.append((qid, "fallback", budget.message()))
+            continue
         try:
-            exps = expander.expand(text, qid=qid)
+            with budget.timed():
+                exps = expander.expand(text, qid=qid)
         except ProviderError as e:
             status_rows.append((qid, "fallback", str(e)))
             continue

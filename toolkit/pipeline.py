@@ -18,7 +18,7 @@ import polars as pl
 
 from . import blend as blend_stage
 from . import dedup as dedup_stage
-from . import expansion, features, fusion, learned_fusion, ltr_features, rerank, router, threshold
+from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
 from .config import PipelineConfig
 from .retrieve import empty_candidates, retrieve
 from .store import Store, sha1
@@ -176,6 +176,7 @@ def _prepare(
             max_vec=cfg.expansion.max_vec,
             max_hyde=cfg.expansion.max_hyde,
             skip=skip_exp,
+            budget_s=cfg.expansion.budget_s if cfg.expansion.provider == "http" else None,
         )
     else:
         variants = orig
@@ -237,7 +238,8 @@ def _rerank(
     # Each document is represented by its chunk with the most query-term hits, read with its title (the
     # passage format `hrt train-reranker` trains on, and the body the store embeds).
     pairs = rerank.doc_passages(store.chunks(), queries, pool_docs)
-    return rerank.rerank_scores(pairs, reranker, cache=store, progress=progress)
+    budget = rc.budget_s if rc.provider == "http" else None  # a local model's time is work, not waiting
+    return rerank.rerank_scores(pairs, reranker, cache=store, progress=progress, budget_s=budget)
 
 
 def rerank_pool(cands: pl.DataFrame, feats: pl.DataFrame | None, cfg: PipelineConfig, depth: int | None = None) -> pl.DataFrame:
@@ -286,6 +288,11 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
         kept = learned_fusion.attach_prob(kept, prep, cfg.fusion.model)
     final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
     t["threshold"] = time.perf_counter() - t0
+    # Provider status (reranker / expander fallbacks) travels with the result: per-query columns and flags.
+    dense = cfg.retrieval.dense.enabled
+    status = prep.derived(f"providers:{dense}", (prep.queries, prep.rerank_status, prep.expansion_status),
+                          lambda: providers.query_status(prep.queries, prep.rerank_status, prep.expansion_status, dense=dense))
+    final, per_query = providers.annotate(final, per_query, status)
 
     tr = _trace(cands, fused, blended, final) if trace else pl.DataFrame(schema=TRACE_SCHEMA)
     return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t)

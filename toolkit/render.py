@@ -73,6 +73,18 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def provider_lines(notes: Mapping[str, Any] | None) -> list[str]:
+    """Provider fallbacks (`reranker unavailable (HTTP 500): retrieval order kept`), shown first: the list
+    is then not what the config asked for, and the reader must know it (#16)."""
+    return [f"warning: {m}" for m in (notes or {}).get("provider_notes") or []]
+
+
+def provider_field(notes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The JSON output's `providers` field: each provider's status for this query, and the warnings."""
+    n = notes or {}
+    return {k: n.get(k) for k in ("reranker", "expander", "embedder")} | {"warnings": list(n.get("provider_notes") or [])}
+
+
 def _header(r: Mapping[str, Any], title_chars: int) -> str:
     parts = [f"{r.get('rank', '?')}. score {_num(r.get('score'))}"]
     if r.get("raw_score") is not None:
@@ -154,9 +166,9 @@ def render(
     text and/or excerpt, flags; `notes` is the query's per-query row (low_confidence,
     low_differentiation, spread) plus optional `messages` (list of strings)."""
     rows = _rows(results)
-    lines = note_lines(notes)
+    lines = provider_lines(notes) + note_lines(notes)
     if fmt == "json":
-        doc = {"notes": _json_safe(dict(notes or {})), "messages": lines, "results": _json_safe(rows)}
+        doc = {"notes": _json_safe(dict(notes or {})), "providers": provider_field(notes), "messages": lines, "results": _json_safe(rows)}
         return json.dumps(doc, ensure_ascii=False, indent=2)
     if fmt == "detailed":
         out = _detailed(rows, lines)

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import polars as pl
 
+from . import providers
 from .compare import compare
 from .config import PipelineConfig, load_config
 from .metrics import evaluate
@@ -120,10 +121,11 @@ def build_report(
     if baseline not in configs:
         raise ValueError(f"baseline {baseline!r} is not one of the configs {list(configs)}")
     measures = sorted(set(AB_MEASURES))
-    per, lat = [], []
+    per, lat, prov = [], [], {}
     for name, src in configs.items():
         cfg = load_config(src)
         res = rescore(prepare(store, queries, cfg, progress=progress), cfg, trace=False)
+        prov[name] = providers.summary(res.per_query)  # fallbacks make a row mean something else: say so
         pq = evaluate(res.run(), qrels, measures, rel_threshold=rel_threshold)
         per.append(pq.with_columns(pl.lit(name).alias("system")))
         if latency_sample:
@@ -136,6 +138,7 @@ def build_report(
     if len(latency):
         tot = latency.filter(pl.col("stage") == "total").select("system", pl.col("p50_ms").alias("latency_p50_ms"), pl.col("p95_ms").alias("latency_p95_ms"))
         ab = ab.join(tot, on="system", how="left")
+    ab = ab.with_columns(pl.col("system").replace_strict(prov, return_dtype=pl.Utf8).alias("providers"))
     order = {n: i for i, n in enumerate(configs)}
     ab = ab.sort(pl.col("system").replace_strict(order, return_dtype=pl.Int64))
     sig = pl.concat(

@@ -13,12 +13,15 @@ because cross-encoders truncate long inputs and a document's first chunk is ofte
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +31,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from .errors import InputError, ToolkitError
+from .redact import scrub
 
 PAIR_COLUMNS = ("qid", "query", "doc_id", "chunk_id", "text")
 SCORES_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64}
@@ -68,6 +72,60 @@ def api_key_headers(api_key_env: str | None, field: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+MAX_ANSWER_BYTES = 20_000_000  # a rerank or chat answer is kilobytes; more is a broken or hostile server
+
+
+class _Answer:
+    """What the request thread hands back: (status, body text) or the exception it met."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.text = ""
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, str], deadline: float,
+             cancel: threading.Event, out: _Answer) -> None:
+    """One POST, streamed, giving up at `deadline` between chunks (a trickling server cannot stretch it)."""
+    try:
+        with client.stream("POST", url, json=payload, headers=headers) as r:
+            body = bytearray()
+            for chunk in r.iter_bytes():
+                body += chunk
+                if cancel.is_set() or time.monotonic() > deadline:
+                    return
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise ProviderError(f"answer larger than {MAX_ANSWER_BYTES:,} bytes")
+            out.status, out.text = r.status_code, body.decode(r.encoding or "utf-8", errors="replace")
+    except BaseException as e:  # handed to the caller, which decides what it means
+        out.error = e
+    finally:
+        out.done.set()
+
+
+def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict[str, str], timeout_s: float) -> tuple[int, str]:
+    """(status, body) of one POST within a wall-clock deadline of `timeout_s` for connect and all reads.
+
+    httpx timeouts apply to each phase and each read, so a server trickling a few bytes a second is never
+    cut off by them; the request runs in a daemon thread instead and is abandoned at the deadline (the
+    thread notices at its next chunk, or when httpx's own per-read timeout fires). Written by hand: neither
+    httpx nor the standard library offers a total deadline for a request.
+    """
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    out, cancel = _Answer(), threading.Event()
+    threading.Thread(target=_request, args=(client, url, payload, headers, deadline, cancel, out), daemon=True,
+                     name="hrt-provider-call").start()
+    if not out.done.wait(timeout_s) or out.status is None and out.error is None:
+        cancel.set()
+        raise httpx.TimeoutException(f"no complete answer within {timeout_s:g}s")
+    if out.error is not None:
+        raise out.error
+    return out.status, out.text
+
+
 def post_json(
     client: Any,
     url: str,
@@ -80,8 +138,10 @@ def post_json(
 ) -> Any:
     """POST `payload` and return the decoded JSON answer, or raise `ProviderError`.
 
+    Each attempt has a wall-clock deadline of `timeout_s` (connect and all reads, see `post_within`).
     Retries (with exponential backoff from `backoff_s`) on timeouts, connection errors, 5xx and 429;
-    other 4xx and malformed JSON fail at once, since repeating the request cannot fix them.
+    other 4xx and malformed JSON fail at once, since repeating the request cannot fix them. Answer
+    bodies quoted in errors are scrubbed of anything that looks like a credential (`redact.scrub`).
     """
     import httpx
 
@@ -90,22 +150,22 @@ def post_json(
         if attempt:
             time.sleep(backoff_s * 2 ** (attempt - 1))
         try:
-            r = client.post(url, json=payload, headers=headers)
+            status, text = post_within(client, url, payload, headers=headers, timeout_s=timeout_s)
         except httpx.TimeoutException:
             last = f"timed out after {timeout_s:g}s"
             continue
         except httpx.TransportError as e:
-            last = f"connection error: {type(e).__name__}: {e}"
+            last = f"connection error: {type(e).__name__}: {scrub(str(e))}"
             continue
-        if r.status_code >= 500 or r.status_code == 429:
-            last = f"HTTP {r.status_code}: {r.text[:200]}"
+        if status >= 500 or status == 429:
+            last = f"HTTP {status}: {scrub(text[:200])}"
             continue
-        if r.status_code >= 400:
-            raise ProviderError(f"HTTP {r.status_code} from {url}: {r.text[:300]}")
+        if status >= 400:
+            raise ProviderError(f"HTTP {status} from {url}: {scrub(text[:300])}")
         try:
-            return r.json()
+            return json.loads(text)
         except (ValueError, json.JSONDecodeError) as e:
-            raise ProviderError(f"malformed JSON from {url}: {e}; body starts {r.text[:120]!r}") from e
+            raise ProviderError(f"malformed JSON from {url}: {e}; body starts {scrub(text[:120])!r}") from e
     raise ProviderError(f"{url}: {last} ({retries + 1} attempt{'s' if retries else ''})")
 
 
@@ -412,6 +472,35 @@ def make_reranker(
     )
 
 
+# ---------------------------------------------------------------------------------------------- run budget
+
+
+class RunBudget:
+    """Wall-clock seconds a provider may take over one run; `spent_out()` once they are used up. The first
+    time it is, one warning says so (the per-query statuses say it too)."""
+
+    def __init__(self, seconds: float | None, field: str, who: str) -> None:
+        self.seconds, self.field, self.who, self.spent, self._warned = seconds, field, who, 0.0, False
+
+    @contextlib.contextmanager
+    def timed(self):
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent += time.monotonic() - t0
+
+    def message(self) -> str:
+        return f"{self.who} switched off for the rest of the run: run budget of {self.seconds:g}s spent (raise {self.field})"
+
+    def spent_out(self) -> bool:
+        out = self.seconds is not None and self.spent >= self.seconds
+        if out and not self._warned:
+            self._warned = True
+            logging.getLogger("toolkit").warning("%s", self.message())
+        return out
+
+
 # ---------------------------------------------------------------------------------------------- stage
 
 
@@ -531,6 +620,7 @@ def rerank_scores(
     top_n: int | None = None,
     progress: bool | None = None,
     max_consecutive_failures: int | None = 3,
+    budget_s: float | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Reranker scores for `pairs` [qid, query, doc_id, chunk_id, text]; never raises for provider failures.
 
@@ -542,7 +632,8 @@ def rerank_scores(
     `max_consecutive_failures` failed queries in a row, the rest fall back without calls, so a dead endpoint
     costs seconds, not (queries x timeout x retries). `cache` has `get_rerank(model, [(query_hash,
     text_hash)])` and `put_rerank(model, [(query_hash, text_hash, score)])`. `progress=None`: a bar when
-    more than 20 queries.
+    more than 20 queries. `budget_s`: once the provider calls of this run have taken that many seconds in
+    all, the provider is switched off for the remaining queries (status "fallback", and one warning).
     """
     missing = set(PAIR_COLUMNS) - set(pairs.columns)
     if missing:
@@ -580,6 +671,7 @@ def rerank_scores(
     status_rows: list[tuple[str, str, str | None]] = []
     pending: list[tuple[str, str, float]] = []
     failures, tripped = 0, None
+    budget = RunBudget(budget_s, "rerank.budget_s", "reranker")
     show = len(qids) > PROGRESS_MIN_QUERIES if progress is None else progress
     groups = pairs.group_by("qid", maintain_order=True)
     try:
@@ -596,7 +688,8 @@ def rerank_scores(
                 continue
             else:
                 try:
-                    result = list(reranker.score(query, [texts[th] for th in todo]))
+                    with budget.timed():
+                        result = list(reranker.score(query, [texts[th] for th in todo]))
                     if len(result) != len(todo):
                         raise ProviderError(f"returned {len(result)} scores for {len(todo)} documents")
                 except ProviderError as e:
@@ -607,6 +700,8 @@ def rerank_scores(
                     err = f"{type(e).__name__}: {e}"
                 else:
                     err = None
+                if budget.spent_out():
+                    tripped = f"{model}: {budget.message()}"
                 if err is not None:
                     status_rows.append((qid, "fallback", f"{model}: {err}"))
                     failures += 1
