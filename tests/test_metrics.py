@@ -404,3 +404,18 @@ def test_cutoff_depth():
     assert cutoff_depth(["nDCG@10", "R@5", "MRR@20"]) == 20
     assert cutoff_depth(["nDCG@10", "MAP"]) is None
     assert cutoff_depth(["Rprec"]) is None
+
+
+def test_float32_near_ties_follow_trec_eval_and_ties_rank_follows_the_rank_column():
+    # Scores 1e-10 apart are different doubles but the same float32: trec_eval (pytrec_eval) re-sorts them by
+    # doc id descending, so "b" comes first; ties="rank" keeps the written order (a first).
+    run = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "b"], "rank": [1, 2], "score": [0.03 + 1e-10, 0.03]})
+    qrels = pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "rel": [1]})
+    assert values(evaluate(run, qrels, ["RR"]), "q") == {"RR": 0.5}
+    assert values(evaluate(run, qrels, ["RR"], ties="rank"), "q") == {"RR": 1.0}
+    ref = ir_measures.pytrec_eval.iter_calc([ir_measures.RR], {"q": {"a": 1}}, {"q": {"a": 0.03 + 1e-10, "b": 0.03}})
+    assert [m.value for m in ref] == [0.5]
+    with pytest.raises(InputError, match="ties"):
+        evaluate(run, qrels, ["RR"], ties="score")
+    with pytest.raises(InputError, match="rank"):
+        evaluate(run.drop("rank"), qrels, ["RR"], ties="rank")

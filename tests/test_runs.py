@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 from conftest import shared
 
 from toolkit.errors import InputError
-from toolkit.runs import read_qrels, read_run, write_run
+from toolkit.runs import float32_strict, rank_conflicts, read_qrels, read_run, write_run
 
 
 def test_read_run_keeps_string_ids_and_ignores_q0_and_tag(tmp_path):
@@ -42,7 +43,7 @@ def test_missing_file_is_an_input_error(tmp_path):
         read_run(tmp_path / "nope.trec")
 
 
-def test_write_run_keeps_valid_ranks_and_round_trips_scores(tmp_path):
+def test_write_run_keeps_valid_ranks_and_writes_float32_scores(tmp_path):
     run = pl.DataFrame(
         {
             "qid": ["2", "01", "01"],
@@ -54,25 +55,70 @@ def test_write_run_keeps_valid_ranks_and_round_trips_scores(tmp_path):
     p = tmp_path / "out.trec"
     write_run(run, p, tag="sys1")
     lines = p.read_text().splitlines()
+    # Shortest float32 decimals; the tag says the scores are float32-strict.
     assert lines == [
-        "01 Q0 a 1 0.3333333333333333 sys1",
-        "01 Q0 b 2 0.30000000000000004 sys1",
-        "2 Q0 x 1 0.1 sys1",
+        "01 Q0 a 1 0.33333334 sys1.f32strict",
+        "01 Q0 b 2 0.3 sys1.f32strict",
+        "2 Q0 x 1 0.1 sys1.f32strict",
     ]
     back = read_run(p)
-    assert back.sort("qid", "rank").equals(run.sort("qid", "rank"))
+    assert back.select("qid", "doc_id", "rank").equals(run.sort("qid", "rank").select("qid", "doc_id", "rank"))
+    assert back["score"].cast(pl.Float32).to_list() == run.sort("qid", "rank")["score"].cast(pl.Float32).to_list()
+    write_run(back, p, tag="sys1.f32strict")  # idempotent: same scores, the tag is not doubled
+    assert p.read_text().splitlines() == lines
 
 
 def test_write_run_recomputes_ranks_in_trec_eval_order(tmp_path):
-    # No rank column: order by score desc, ties by doc id desc (what trec_eval would do anyway).
+    # No rank column: order by score desc, ties by doc id desc; the tie is then split at float32.
     run = pl.DataFrame({"qid": ["q", "q", "q"], "doc_id": ["a", "c", "b"], "score": [1.0, 1.0, 2.0]})
     p = tmp_path / "o.trec"
     write_run(run, p)
-    assert [ln.split()[2:4] for ln in p.read_text().splitlines()] == [["b", "1"], ["c", "2"], ["a", "3"]]
+    assert [ln.split()[2:5] for ln in p.read_text().splitlines()] == [
+        ["b", "1", "2.0"],
+        ["c", "2", "1.0"],
+        ["a", "3", "0.99999994"],
+    ]
     # Ranks with a gap are not 1..n: recomputed too.
     write_run(run.with_columns(rank=pl.Series([1, 5, 2])), p)
     assert [ln.split()[2:4] for ln in p.read_text().splitlines()] == [["b", "1"], ["c", "2"], ["a", "3"]]
-    assert p.read_text().splitlines()[0].endswith(" hrt")
+    assert p.read_text().splitlines()[0].endswith(" hrt.f32strict")
+
+
+def test_float32_strict_keeps_rank_order_under_float32_resorting():
+    # RRF-like near-ties (1e-10 apart tie at float32), an exact tie, an inversion (rank 4 scores above rank 3),
+    # signed zeros and negative scores: after float32_strict every query's float32 scores strictly decrease
+    # in rank order, and each score moved by no more than its float32 rounding plus one step per row above.
+    run = pl.DataFrame(
+        {
+            "qid": ["a"] * 6 + ["b"] * 4,
+            "doc_id": ["d1", "d2", "d3", "d4", "d5", "d6", "e1", "e2", "e3", "e4"],
+            "rank": [1, 2, 3, 4, 5, 6, 1, 2, 3, 4],
+            "score": [1 / 61 + 1 / 70, 1 / 62 + 1 / 66 + 1e-12, 0.03, 0.5, 0.03, 0.0, 0.0, -0.0, -1.5, -1.5],
+        }
+    )
+    out = float32_strict(run)
+    assert out.select("qid", "doc_id", "rank").equals(run.select("qid", "doc_id", "rank"))
+    s32 = out["score"].cast(pl.Float32).to_numpy()
+    assert (out["score"].to_numpy() == s32.astype(np.float64)).all()  # exactly float32 values
+    for q in ("a", "b"):
+        qs = s32[(out["qid"] == q).to_numpy()]
+        assert (np.diff(qs) < 0).all(), qs
+    want = run["score"].cast(pl.Float32).to_numpy()
+    assert out["score"][0] == float(want[0])  # a score with nothing above it is only rounded
+    assert out["score"][1] == float(np.nextafter(want[0], np.float32(-1)))  # the near-tie: one step below
+    assert float32_strict(out).equals(out)  # idempotent
+
+
+@pytest.mark.parametrize("tag", ["run", "run.f32strict"])
+def test_rank_conflicts_counts_queries_that_float32_would_reorder(tmp_path, tag):
+    run = pl.DataFrame(
+        {"qid": ["a", "a", "b", "b"], "doc_id": ["x", "y", "x", "y"], "rank": [1, 2, 1, 2], "score": [0.1, 0.1 - 1e-10, 2.0, 1.0]}
+    )
+    assert rank_conflicts(run) == 1  # query a: a float32 tie, broken by doc id descending (y before x)
+    p = tmp_path / "r.trec"
+    write_run(run, p, tag=tag)
+    assert rank_conflicts(read_run(p)) == 0
+    assert p.read_text().split()[5] == "run.f32strict"
 
 
 def test_write_run_rejects_bad_frames(tmp_path):

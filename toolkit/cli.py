@@ -155,6 +155,12 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
                f"providers: {summary(res.per_query)} -> {out}")
 
 
+TIES = {
+    "trec": "score as float32 descending, ties by doc id descending; the rank column is ignored (trec_eval)",
+    "rank": "the rank column (as written); ties in it by score as float32, then doc id descending",
+}
+
+
 @main.command(name="eval")
 @click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
 @click.option("--split", default="test", show_default=True, help="Qrels split.")
@@ -164,26 +170,33 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--per-query", is_flag=True, help="Also print per-query values.")
 @click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
-def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline) -> None:
+@click.option("--ties", type=click.Choice(list(TIES)), default="trec", show_default=True, help="Order within a query: trec = score as float32 desc, then doc id desc (trec_eval); rank = the rank column.")
+def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline, ties) -> None:
     """Evaluate TREC run(s) against a dataset's qrels (nDCG@10, R@5, R@10, MRR@10 by default).
 
-    Every judged query counts; a query missing from the run scores 0. Values agree with trec_eval. With
-    several runs, each is tested against the baseline (paired randomisation test, Holm-corrected across
-    runs; * = significant at 0.05).
+    Every judged query counts; a query missing from the run scores 0. Values agree with trec_eval: like
+    trec_eval, each query is re-sorted by score read as a 32-bit float, ties by doc id descending, and the
+    rank column is ignored (`--ties rank` evaluates the rank column's order instead). Runs written by
+    `hrt run` keep their ranks under that re-sort, so both give the same numbers there. With several runs,
+    each is tested against the baseline (paired randomisation test, Holm-corrected across runs; * =
+    significant at 0.05).
     """
     from .loaders import Dataset
     from .metrics import aggregate, evaluate
-    from .runs import read_run
+    from .runs import rank_conflicts, read_run
 
     ds = Dataset.open(dataset)
     qrels = ds.qrels(split)
     ms = [m.strip() for m in measures.split(",") if m.strip()]
     out = {}
     per = {}
+    conflicts = {}
     for rp in run_path:
-        pq = evaluate(read_run(rp), qrels, ms, rel_threshold=rel_threshold)
+        run_frame = read_run(rp)
+        pq = evaluate(run_frame, qrels, ms, rel_threshold=rel_threshold, ties=ties)
         out[rp] = aggregate(pq)
         per[rp] = pq
+        conflicts[rp] = rank_conflicts(run_frame)
     sig = None
     if len(run_path) > 1:
         from .compare import compare
@@ -194,7 +207,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         stacked = pl.concat([pq.select(pl.lit(rp).alias("system"), pl.all()) for rp, pq in per.items()])
         sig = compare(stacked, base)
     if fmt == "json":
-        doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "runs": out}
+        doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "ties": TIES[ties], "runs": out}
+        doc["rank_conflicts"] = conflicts
         if sig is not None:
             doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
         if per_query:
@@ -216,6 +230,11 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
                 r = sig.filter((pl.col("system") == rp) & (pl.col("measure") == m))
                 cells.append(f"{r['p_holm'][0]:>7.3g}{'*' if r['significant'][0] else ' '}" if len(r) else f"{'':>8}")
             click.echo(f"{rp:<{width}}  " + "  ".join(cells))
+    click.echo(f"\norder: {TIES[ties]}")
+    for rp, n in conflicts.items():
+        if n:
+            other = "rank" if ties == "trec" else "trec"
+            click.echo(f"note: {rp}: in {n} queries the rank column and the float32 score order disagree; --ties {other} evaluates the other order")
     if per_query:
         for rp, pq in per.items():
             click.echo(f"\n{rp}")

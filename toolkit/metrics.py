@@ -7,9 +7,12 @@ default measures on these 2 cores). The tests check agreement with ir_measures
 
 Conventions (those of trec_eval, so numbers are comparable with published ones):
 
-- Order: the run's `rank` column is ignored. Each query's documents are ordered by score descending, ties
-  broken by doc id descending (byte-wise string order). A document repeated for one query keeps its
-  best-placed occurrence.
+- Order (`ties="trec"`, the default): the run's `rank` column is ignored. Each query's documents are
+  ordered by score descending with the score taken as a 32-bit float, as trec_eval stores it, ties broken
+  by doc id descending (byte-wise string order). So two scores 1e-9 apart tie, as they do in trec_eval.
+  `ties="rank"` orders by the `rank` column instead (the ranking as written; trec order breaks repeats).
+  Runs written by `runs.write_run` (and `Result.run()`) have float32-strict scores: both orders agree.
+  A document repeated for one query keeps its best-placed occurrence.
 - Query set: every query with at least one judgement of grade > 0 (where nDCG is defined). A query with
   no rows in the run scores 0 on every measure (trec_eval `-c`). `only_run_queries=True` evaluates only
   the judged queries that appear in the run, which is what ir_measures does by default. Run queries
@@ -154,6 +157,7 @@ def evaluate(
     level: str = "doc",
     doc_source: pl.DataFrame | None = None,
     only_run_queries: bool = False,
+    ties: str = "trec",
 ) -> pl.DataFrame:
     """Per-query values [qid, measure, value] of `measures` for `run` [qid, doc_id, score, ...] against
     `qrels` [qid, doc_id, rel]; see the module docstring for the trec_eval conventions followed.
@@ -175,13 +179,20 @@ def evaluate(
     _need(qrels, ("qid", "doc_id", "rel"), "qrels")
     if gain not in ("linear", "exp"):
         raise InputError(f"gain {gain!r}: expected 'linear' or 'exp'")
+    if ties not in ("trec", "rank"):
+        raise InputError(f"ties {ties!r}: expected 'trec' (score as float32, then doc id) or 'rank'")
+    if ties == "rank":
+        _need(run, ("rank",), "run (ties='rank')")
     if level not in ("doc", "source"):
         raise InputError(f"level {level!r}: expected 'doc' or 'source'")
     if not isinstance(rel_threshold, int) or isinstance(rel_threshold, bool) or rel_threshold < 1:
         raise InputError(f"rel_threshold {rel_threshold!r}: expected an integer grade >= 1")
 
     r = run.select(
-        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("score").cast(pl.Float64)
+        pl.col("qid").cast(pl.Utf8),
+        pl.col("doc_id").cast(pl.Utf8),
+        pl.col("score").cast(pl.Float64),
+        *([pl.col("rank").cast(pl.Int64)] if ties == "rank" else []),
     )
     q = qrels.select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
@@ -200,7 +211,7 @@ def evaluate(
         if doc_source is None:
             raise InputError("level='source' needs doc_source [doc_id, source]")
         _need(doc_source, ("doc_id", "source"), "doc_source")
-    r = _trec_order(r, doc_source if level == "source" else None)
+    r = _trec_order(r, doc_source if level == "source" else None, by_rank=ties == "rank")
     if level == "source":
         q = _to_source(q, doc_source)
     q = q.group_by("qid", "doc_id").agg(pl.col("rel").max())
@@ -294,22 +305,24 @@ def _query_key(qid: pl.Expr) -> pl.Expr:
     return qid.hash()
 
 
-def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None) -> pl.DataFrame:
-    """[qid, doc_id, score] -> + h (query key) and pos (1-based place), each query's rows in trec_eval order.
+def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None, by_rank: bool = False) -> pl.DataFrame:
+    """[qid, doc_id, score] -> + h (query key) and pos (1-based place), each query's rows in trec_eval order
+    (score as float32 descending, doc id descending) or, `by_rank`, in rank order with that as tie-break.
 
     Sorting on the string qid costs ~4x a numeric key here, so rows are grouped by a 64-bit hash of the
     qid; a hash collision (checked, not assumed away) falls back to sorting on the string itself.
     Repeated documents (or sources) keep their first, i.e. best, place; the duplicate test is a cheap
     hash check first, so the exact (slower) de-duplication only runs when something may be repeated.
     """
-    r = r.with_columns(_query_key(pl.col("qid")).alias("h"))
+    r = r.with_columns(_query_key(pl.col("qid")).alias("h"), pl.col("score").cast(pl.Float32).alias("s32"))
+    keys, desc = (["rank", "s32", "doc_id"], [False, True, True]) if by_rank else (["s32", "doc_id"], [True, True])
     # Single-threaded: measured faster on 2 busy cores than polars' parallel sort for ~150k rows.
-    r = r.sort(["h", "score", "doc_id"], descending=[False, True, True], multithreaded=False)
+    r = r.sort(["h", *keys], descending=[False, *desc], multithreaded=False)
     mixed = r.select(
         ((pl.col("h") == pl.col("h").shift()) & (pl.col("qid") != pl.col("qid").shift())).any()
     ).item()
     if mixed:
-        r = r.sort(["h", "qid", "score", "doc_id"], descending=[False, False, True, True])
+        r = r.sort(["h", "qid", *keys], descending=[False, False, *desc])
         r = r.with_columns(
             (pl.col("qid") != pl.col("qid").shift()).fill_null(True).cum_sum().cast(pl.UInt64).alias("h")
         )

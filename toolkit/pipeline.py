@@ -21,6 +21,7 @@ from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
 from .config import PipelineConfig
 from .retrieve import empty_candidates, retrieve
+from .runs import float32_strict
 from .store import Store, sha1
 
 TRACE_SCHEMA = {
@@ -76,9 +77,10 @@ class Result:
     def run(self, depth: int | None = None) -> pl.DataFrame:
         """The final lists as a run frame [qid, doc_id, rank, score], cut to `depth` results per query when
         given (`metrics.cutoff_depth(measures)`: evaluating 10 rows per query instead of 100 halves the
-        metrics time on a slider tick, with identical values)."""
+        metrics time on a slider tick, with identical values). Scores are float32-strict
+        (`runs.float32_strict`), as written to TREC files, so in-memory measures equal trec_eval's on the file."""
         run = self.final.select("qid", "doc_id", "rank", "score")
-        return run if depth is None else run.filter(pl.col("rank") <= depth)
+        return float32_strict(run if depth is None else run.filter(pl.col("rank") <= depth))
 
 
 def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from .errors import InputError
@@ -126,13 +127,58 @@ def _valid_ranks(run: pl.DataFrame) -> bool:
     )
 
 
+# The run tag of every file `write_run` writes ends with this, so a reader of the file alone knows that its
+# scores are float32 values kept strictly decreasing down each query's ranking (see `float32_strict`).
+STRICT_TAG = ".f32strict"
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _f32_key(bits: np.ndarray) -> np.ndarray:
+    """float32 bit patterns (int32) -> int64 keys in the same order as the floats (-0.0 and 0.0 share 0)."""
+    b = bits.astype(np.int64)
+    return np.where(b >= 0, b, -(b & 0x7FFFFFFF))
+
+
+def _f32_from_key(key: np.ndarray) -> np.ndarray:
+    bits = np.where(key >= 0, key, (-key) | 0x80000000).astype(np.uint32)
+    return bits.view(np.float32)
+
+
+def float32_strict(run: pl.DataFrame) -> pl.DataFrame:
+    """Scores of a run frame [qid, doc_id, rank, score] rounded to float32 and, where that would tie with or
+    pass the score above in rank order, lowered to the next float32 below it.
+
+    Why: trec_eval (and pytrec_eval, hence ir_measures and PyTerrier) keeps scores as 32-bit floats and
+    re-sorts each query by score, breaking ties by doc id; ranx re-sorts in float64 with an unstable sort.
+    RRF scores differ by ~1e-9, so float32 ties are common and those tools evaluated a different ranking
+    than the one written. With scores strictly decreasing at float32 resolution every tool's re-sort gives
+    back the rank column. Each score moves by at most its float32 rounding plus one float32 step per tie
+    (or rank/score inversion) above it. Kernel: in int64 keys ordered like the floats, the rule
+    key'[i] = min(key[i], key'[i-1] - 1) unrolls to cummin(key[j] + j) - i, one vectorised pass.
+    """
+    big = run.filter(pl.col("score").abs() > _F32_MAX)
+    if len(big):
+        raise InputError(
+            f"run frame: query {big['qid'][0]!r}, document {big['doc_id'][0]!r}: score {big['score'][0]} "
+            "is outside the float32 range that trec_eval reads"
+        )
+    r = run.sort("qid", "rank")
+    pos = r.select(pl.int_range(pl.len(), dtype=pl.Int64).over("qid"))["literal"].to_numpy()
+    key = _f32_key(r["score"].cast(pl.Float32).to_numpy().view(np.int32)) + pos
+    low = pl.DataFrame({"qid": r["qid"], "k": key}).select(pl.col("k").cum_min().over("qid"))["k"].to_numpy()
+    return r.with_columns(pl.Series("score", _f32_from_key(low - pos)).cast(pl.Float64))
+
+
 def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
-    """Write [qid, doc_id, (rank), score] as a TREC run, sorted by qid then rank.
+    """Write [qid, doc_id, (rank), score] as a TREC run, sorted by qid then rank, that every evaluator reads
+    in the written rank order.
 
     The frame's ranks are kept when they are 1..n per query; otherwise (missing, gaps, repeats) they are
-    recomputed from the score order with trec_eval's tie-break (score descending, then doc id descending),
-    so the file states the order trec_eval will use anyway. Note that trec_eval ignores the rank column:
-    a run whose scores disagree with its ranks is evaluated in score order.
+    recomputed from the score order (score descending, then doc id descending). trec_eval, pytrec_eval and
+    ranx ignore the rank column and re-sort by score (trec_eval at float32), so the scores are written as
+    float32 values strictly decreasing down each query (`float32_strict`) and the tag says so: it ends with
+    `STRICT_TAG` (".f32strict"). Nothing else is added to the file: trec_eval, ir_measures and ranx all
+    expect exactly six fields on every line, so a comment or header line would break them.
     """
     missing = {"qid", "doc_id", "score"} - set(run.columns)
     if missing:
@@ -168,15 +214,35 @@ def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
         r = r.sort(["qid", "score", "doc_id"], descending=[False, True, True]).with_columns(
             pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")
         )
-    r = r.sort("qid", "rank")
-    # polars prints the shortest decimal that round-trips, so reading the file back gives the same ties.
+    r = float32_strict(r)
+    tag = tag if tag.endswith(STRICT_TAG) else tag + STRICT_TAG
+    # polars prints the shortest decimal that round-trips the float32, so any reader (float or double)
+    # gets back the same strictly decreasing scores.
     body = r.select(
         pl.format(
-            "{} Q0 {} {} {} {}", "qid", "doc_id", "rank", pl.col("score").cast(pl.Utf8), pl.lit(tag)
+            "{} Q0 {} {} {} {}",
+            "qid",
+            "doc_id",
+            "rank",
+            pl.col("score").cast(pl.Float32).cast(pl.Utf8),
+            pl.lit(tag),
         ).alias("l")
     )["l"]
     text = "\n".join(body.to_list())
     Path(path).write_text(text + "\n" if text else "", encoding="utf-8")
+
+
+def rank_conflicts(run: pl.DataFrame) -> int:
+    """Number of queries whose rank column orders documents differently from trec_eval's re-sort (score
+    as float32 descending, then doc id descending): where `hrt eval --ties trec` and `--ties rank` differ."""
+    if run.is_empty() or "rank" not in run.columns:
+        return 0
+    by_rank = run.sort("qid", "rank", "doc_id").select("qid", "doc_id")
+    by_score = run.with_columns(pl.col("score").cast(pl.Float32).alias("s32")).sort(
+        ["qid", "s32", "doc_id"], descending=[False, True, True]
+    )
+    diff = by_rank["doc_id"] != by_score["doc_id"]
+    return int(by_rank.filter(diff)["qid"].n_unique())
 
 
 def read_qrels(path: str | Path) -> pl.DataFrame:
