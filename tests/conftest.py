@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,18 @@ def shared(name: str) -> Path:
     if not p.exists():
         pytest.skip(f"shared collection {name} not available at {p}")
     return p
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hrt_cache_dir(tmp_path_factory):
+    """Exported ONNX models go to a per-session directory, not the user's cache (subprocesses inherit it)."""
+    old = os.environ.get("HRT_CACHE_DIR")
+    os.environ["HRT_CACHE_DIR"] = str(tmp_path_factory.mktemp("hrt-cache"))
+    yield
+    if old is None:
+        os.environ.pop("HRT_CACHE_DIR", None)
+    else:
+        os.environ["HRT_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="session")

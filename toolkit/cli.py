@@ -55,11 +55,14 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--stemmer", default=None, help="FTS stemmer: porter, english, none, ... (default porter).")
 @click.option("--stopwords", default=None, help="FTS stopword list: english or none (default english).")
 @click.option("--model", default=None, help="Embedding model: path or id (default: packaged all-MiniLM-L6-v2).")
+@click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default="auto", show_default=True,
+              help="Local embedding runtime: auto = ONNX Runtime when installed, else torch (same vectors); onnx-int8 is a different model.")
 @click.option("--no-embed", is_flag=True, help="Skip embeddings (lexical search only).")
 @click.option("--prune", is_flag=True, help="Remove stored documents that are not in SOURCE.")
 @click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
               help="Also build an HNSW index over the vectors (DuckDB vss; for stores of a few 100k chunks and up).")
-def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, no_embed, prune, vector_index) -> None:
+def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, no_embed, prune,
+           vector_index) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of .md/.txt files
@@ -81,7 +84,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         settings = replace(base, **over)
         if settings.chunk_overlap >= settings.chunk_size:
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
-        rep = st.ingest(docs, settings=settings, embed=not no_embed, model=model, prune=prune, progress=True)
+        rep = st.ingest(docs, settings=settings, embed=not no_embed, model=model, backend=backend, prune=prune,
+                        progress=True)
         if vector_index == "hnsw":
             st.build_vector_index()
     index_note = "; HNSW vector index built" if vector_index == "hnsw" else ""
@@ -96,7 +100,9 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
 @click.option("-n", "n", default=5, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--scope", default=None, help="Only documents whose scope equals this.")
 @click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
-def search(query, store_path, mode, config, n, scope, fmt) -> None:
+@click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default=None,
+              help="Query embedding runtime (default from config: auto = ONNX Runtime when installed, else torch).")
+def search(query, store_path, mode, config, n, scope, fmt, backend) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars)."""
     from .pipeline import run_pipeline
     from .render import render
@@ -105,6 +111,8 @@ def search(query, store_path, mode, config, n, scope, fmt) -> None:
     if not query.strip():
         raise ToolkitError("the query is empty")
     cfg = _load_cfg(config, mode)
+    if backend:
+        cfg = cfg.with_updates({"retrieval.dense.backend": backend})
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
     with Store(store_path, read_only=True) as st:
         res = run_pipeline(st, q, cfg)

@@ -92,6 +92,45 @@ class DenseConfig(_Model):
     enabled: bool = True
     top_k: int = Field(100, ge=1, le=10_000)
     model: str = Field("all-MiniLM-L6-v2", min_length=1)
+    # How queries are embedded (`toolkit.embed.make_embedder`). Local: auto = ONNX Runtime when installed
+    # (same vectors as torch within float tolerance), else torch; onnx-int8 is a different model id.
+    # http: an OpenAI-compatible /v1/embeddings endpoint serving `model`.
+    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = "auto"
+    provider: Literal["local", "http"] = "local"
+    url: str | None = None
+    api_key_env: str | None = None
+    dimensions: int | None = Field(None, ge=1, le=65_536)
+    batch_size: int = Field(64, ge=1, le=4096)
+    timeout_s: float = Field(30.0, gt=0.0, le=600.0)
+    retries: int = Field(2, ge=0, le=10)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key(cls, d: Any) -> Any:
+        return _no_pasted_key(d)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _check_env_name(v)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return _check_url(v)
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> DenseConfig:
+        if self.provider == "http" and not self.url:
+            raise ValueError("provider 'http' needs retrieval.dense.url (an OpenAI-compatible /v1/embeddings endpoint)")
+        return self
+
+    def embedder_args(self) -> dict[str, Any]:
+        """Keyword arguments of `toolkit.embed.make_embedder` for embedding queries. A local model is the
+        store's own (None); an http provider names its model."""
+        args = self.model_dump(include={"backend", "provider", "url", "api_key_env", "dimensions", "batch_size",
+                                        "timeout_s", "retries"})
+        return args | {"model": self.model if self.provider == "http" else None}
 
 
 class RetrievalConfig(_Model):

@@ -1,4 +1,5 @@
-"""Embedding providers: the packaged all-MiniLM-L6-v2 by default, any sentence-transformers model by path or id.
+"""Embedding providers: the packaged all-MiniLM-L6-v2 by default, any sentence-transformers model by path or id,
+run by torch or ONNX Runtime (`embed_onnx`), or an OpenAI-compatible endpoint (`embed_http`).
 
 Embeddings are L2-normalised so that cosine similarity is a dot product (the batched dense path relies on it).
 """
@@ -17,8 +18,13 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
 
 
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+INT8_SUFFIX = "#int8"  # model-id suffix of int8-quantised vectors: not the same vectors, never mixed
+
+
 class Embedder(Protocol):
     model_id: str
+    backend: str
 
     @property
     def dim(self) -> int: ...
@@ -42,6 +48,8 @@ def resolve_model(model: str) -> tuple[str, str]:
 
 class SentenceTransformerEmbedder:
     """A sentence-transformers model on the CPU, loaded lazily on first use."""
+
+    backend = "torch"
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu") -> None:
         self.model_id, self._load_from = resolve_model(model)
@@ -84,3 +92,54 @@ class SentenceTransformerEmbedder:
             show_progress_bar=progress,
         )
         return np.asarray(vecs, dtype=np.float32)
+
+
+def make_embedder(
+    model: str | None = None,
+    backend: str = "auto",
+    *,
+    provider: str = "local",
+    url: str | None = None,
+    api_key_env: str | None = None,
+    dimensions: int | None = None,
+    batch_size: int = 64,
+    timeout_s: float = 30.0,
+    retries: int = 2,
+) -> Embedder:
+    """The embedder a config describes (`retrieval.dense`): local (default: the packaged MiniLM) or http.
+
+    Local `auto` is ONNX Runtime when it is installed and the model is a local directory (exported once, on
+    first use), else torch: a query then never pays for importing torch. ONNX fp32 vectors equal the torch
+    ones within float tolerance (same model id); `onnx-int8` is a different model id.
+    """
+    if provider == "http":
+        from .embed_http import HttpEmbedder
+
+        return HttpEmbedder(url or "", model or "", dimensions=dimensions, api_key_env=api_key_env,
+                            batch_size=batch_size, timeout_s=timeout_s, retries=retries)
+    if provider != "local":
+        raise ToolkitError(f"embedding provider {provider!r}: use local or http")
+    model = model or DEFAULT_MODEL
+    if model.endswith(INT8_SUFFIX):  # a store's recorded id names its backend
+        model, backend = model[: -len(INT8_SUFFIX)], "onnx-int8"
+    if backend not in BACKENDS:
+        raise ToolkitError(f"embedding backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        from .embed_onnx import onnxruntime_available
+
+        backend = "onnx" if onnxruntime_available() and Path(resolve_model(model)[1]).is_dir() else "torch"
+    if backend == "torch":
+        return SentenceTransformerEmbedder(model, batch_size=batch_size)
+    from .embed_onnx import OnnxEmbedder
+
+    return OnnxEmbedder(model, quantize=backend == "onnx-int8", batch_size=batch_size)
+
+
+def embedder_model_id(model: str | None, backend: str = "auto", provider: str = "local") -> str:
+    """The id `make_embedder` would record, without loading anything."""
+    if provider == "http":
+        return model or ""
+    model = model or DEFAULT_MODEL
+    if model.endswith(INT8_SUFFIX):
+        return resolve_model(model[: -len(INT8_SUFFIX)])[0] + INT8_SUFFIX
+    return resolve_model(model)[0] + (INT8_SUFFIX if backend == "onnx-int8" else "")

@@ -13,11 +13,13 @@ versions in free text, and the rules must stay readable and testable (see tests/
 from __future__ import annotations
 
 import errno
+import functools
+import importlib.util
 import re
 import signal
+from pathlib import Path
 
 import polars as pl
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from .config import ExpansionConfig, RoutingConfig
 
@@ -148,13 +150,30 @@ def _tokens(text: str) -> list[str]:
     return [t.lower() for t in _TOKEN.findall(text)]
 
 
+@functools.cache
+def english_stop_words() -> frozenset[str]:
+    """scikit-learn's English stop-word list, read from its module file without importing scikit-learn:
+    `import sklearn` pulls scipy.stats and pandas (about 2 s of a cold `hrt search` that needs one frozenset)."""
+    spec = importlib.util.find_spec("sklearn")
+    path = Path(spec.origin).parent / "feature_extraction" / "_stop_words.py" if spec and spec.origin else None
+    if path is None or not path.exists():  # another layout: the public import, slower but the same list
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+        return frozenset(ENGLISH_STOP_WORDS)
+    mod_spec = importlib.util.spec_from_file_location("_hrt_sklearn_stop_words", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return frozenset(mod.ENGLISH_STOP_WORDS)
+
+
 def _is_stopword(tok: str) -> bool:
     # scikit-learn's list has no contractions: "what's"/"i'm" count by their base, negated auxiliaries
     # ("didn't", "doesn't") are function words too.
-    if tok in ENGLISH_STOP_WORDS:
+    stop = english_stop_words()
+    if tok in stop:
         return True
     base, sep, suffix = tok.replace("’", "'").partition("'")
-    return bool(sep) and (base in ENGLISH_STOP_WORDS or (suffix == "t" and base.endswith("n")))
+    return bool(sep) and (base in stop or (suffix == "t" and base.endswith("n")))
 
 
 def _text_features(text: str) -> dict:

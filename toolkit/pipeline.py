@@ -86,7 +86,7 @@ class Result:
 def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     r = cfg.retrieval
     lex = {"top_k": r.lexical.top_k, "k1": r.lexical.k1, "b": r.lexical.b} if r.lexical.enabled else None
-    den = {"top_k": r.dense.top_k} if r.dense.enabled else None
+    den = {"top_k": r.dense.top_k, "embedding": r.dense.embedder_args()} if r.dense.enabled else None
     return lex, den
 
 

@@ -506,10 +506,9 @@ class RunBudget:
 
 @functools.cache
 def _stopwords() -> frozenset[str]:
-    # scikit-learn's English list (a dependency already); imported lazily because sklearn takes ~1 s to import.
-    from sklearn.feature_extraction._stop_words import ENGLISH_STOP_WORDS
+    from .features import english_stop_words  # one list for routing and reranking, read without sklearn
 
-    return frozenset(ENGLISH_STOP_WORDS)
+    return english_stop_words()
 
 
 def _tokens(col: str) -> pl.Expr:

@@ -31,13 +31,14 @@ from tqdm.auto import tqdm
 from .analysis import FTS_IGNORE, lexical_text
 from .chunking import chunk_text
 from .config import Stemmer, Stopwords
-from .embed import DEFAULT_MODEL, Embedder, SentenceTransformerEmbedder, resolve_model
+from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreError
 
 SCHEMA_VERSION = "1"
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
 # million-chunk store scores 32 queries per block (about 256 MB of float64) instead of 256 (2 GB).
 BLOCK_CELLS = 32_000_000
+_SQL_PATH_MAX_QUERIES = 8  # below this many queries, and with no term matrix read yet, BM25 runs in SQL
 CAND_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
 
 
@@ -227,6 +228,12 @@ class Store:
         return self._meta("embedding_model")
 
     @property
+    def embedding_backend(self) -> str | None:
+        """How the stored vectors were made: torch, onnx, onnx-int8, http or precomputed (None: before this
+        was recorded, i.e. torch)."""
+        return self._meta("embedding_backend")
+
+    @property
     def embedding_dim(self) -> int | None:
         d = self._meta("embedding_dim")
         return int(d) if d else None
@@ -255,6 +262,7 @@ class Store:
             "embeddings": n_emb,
             "embedding_model": self.embedding_model,
             "embedding_dim": self.embedding_dim,
+            "embedding_backend": self.embedding_backend,
             "index_settings": asdict(self.settings) if self.settings else None,
             "generation": self.generation(),
         }
@@ -278,12 +286,21 @@ class Store:
         return self._memo["fts"]
 
     # ------------------------------------------------------------------ embedding
-    def embedder(self, model: str | None = None) -> Embedder:
-        """The embedder for this store: the one given, else the store's recorded model, else the default."""
+    def embedder(self, model: str | None = None, **options: Any) -> Embedder:
+        """The embedder for this store: the one given, else one made by `make_embedder(model, **options)`
+        for `model`, the store's recorded model, or the default (`options`: backend, provider, url...)."""
+        provider = options.get("provider", "local")
         want = model or self.embedding_model or DEFAULT_MODEL
-        want_id = resolve_model(want)[0]
-        if self._embedder is None or self._embedder.model_id != want_id:
-            self._embedder = SentenceTransformerEmbedder(want)
+        if provider == "local" and model is None and self.embedding_backend == "http":
+            raise StoreError(
+                f"{self.path} holds vectors of {want!r} made by an http endpoint: embed queries the same way "
+                f"(retrieval.dense.provider: http, retrieval.dense.url, retrieval.dense.model: {want})"
+            )
+        want_id = embedder_model_id(want, options.get("backend", "auto"), provider)
+        backend = options.get("backend", "auto")
+        e = self._embedder
+        if e is None or e.model_id != want_id or (backend != "auto" and getattr(e, "backend", backend) != backend):
+            self._embedder = make_embedder(want, **options)
         return self._embedder
 
     def _check_model(self, emb: Embedder, *, dim_too: bool = True) -> None:
@@ -368,10 +385,12 @@ class Store:
         settings: IndexSettings | None = None,
         embed: bool = True,
         model: str | None = None,
+        backend: str = "auto",
         prune: bool = False,
         progress: bool = False,
     ) -> IngestReport:
-        """Add or update documents (idempotent). `prune=True` also removes stored documents not in `docs`."""
+        """Add or update documents (idempotent). `prune=True` also removes stored documents not in `docs`.
+        `backend`: the local embedding runtime (`toolkit.embed.make_embedder`)."""
         if not docs:
             raise InputError("the corpus is empty: nothing to ingest")
         settings = settings or self.settings or IndexSettings()
@@ -379,7 +398,7 @@ class Store:
         rechunk_all = old_settings is not None and (
             (old_settings.chunk_size, old_settings.chunk_overlap) != (settings.chunk_size, settings.chunk_overlap)
         )
-        emb = self.embedder(model) if embed else None
+        emb = self.embedder(model, backend=backend) if embed else None
         if emb is not None:
             self._check_model(emb, dim_too=False)
 
@@ -484,6 +503,7 @@ class Store:
                 )
                 self._set_meta("embedding_model", emb.model_id)
                 self._set_meta("embedding_dim", str(dim))
+                self._set_meta("embedding_backend", getattr(emb, "backend", "torch"))
             if rebuild:
                 self._build_fts(settings)
             self._set_meta("index_settings", json.dumps(asdict(settings)))
@@ -659,10 +679,15 @@ class Store:
         chunk term weights come from the FTS tables once per store generation. Same scores and rankings
         as `lexical_search_sql` (a test checks), several times faster: no join per query term.
         """
-        import scipy.sparse as sp
-
         if not self.has_lexical_index():
             raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
+        if len(queries) <= _SQL_PATH_MAX_QUERIES and getattr(self, "_lex_cache", None) is None:
+            # A few queries in a fresh process (`hrt search`): one SQL join over the postings of their terms
+            # beats reading every posting into a matrix (and importing scipy) for them.
+            return self.lexical_search_sql(queries, top_k=top_k, level=level, k1=k1, b=b,
+                                           scope_filter=scope_filter, filters=filters)
+        import scipy.sparse as sp
+
         settings = self.settings or IndexSettings()
         m = self._lexical_matrix(k1, b)
         # The query texts go in as one list parameter (no frame registration: a fixed ~2 ms per call).
@@ -802,8 +827,13 @@ class Store:
             self._dense_cache = (gen, {"vecs": vecs, **_chunk_layout(df)})
         return self._dense_cache[1]
 
-    def query_vectors(self, texts: Sequence[str], *, model: str | None = None, progress: bool = False) -> np.ndarray:
-        emb = self.embedder(model)
+    def query_vectors(
+        self, texts: Sequence[str], *, model: str | None = None, embedding: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> np.ndarray:
+        """Query vectors from the store's model (or `model`); `embedding`: `make_embedder` options."""
+        opts = dict(embedding or {})
+        emb = self.embedder(opts.pop("model", None) or model, **opts)
         self._check_model(emb, dim_too=False)
         return self.embed_cached(list(texts), emb, progress=progress)
 
@@ -816,6 +846,7 @@ class Store:
         scope_filter: bool = True,
         filters: dict[str, Any] | None = None,
         vectors: np.ndarray | None = None,
+        embedding: dict[str, Any] | None = None,
         block: int = 256,
         progress: bool = False,
         index: str = "exact",
@@ -827,7 +858,9 @@ class Store:
         `index="hnsw"` asks the store's HNSW index instead (`build_vector_index`; approximate, see
         `_dense_hnsw`); scoped queries and metadata filters always use the exact path.
         """
-        qv = vectors if vectors is not None else self.query_vectors(queries["text"].to_list(), progress=progress)
+        qv = vectors if vectors is not None else self.query_vectors(
+            queries["text"].to_list(), embedding=embedding, progress=progress
+        )
         if index not in ("exact", "hnsw"):
             raise InputError(f"dense index must be 'exact' or 'hnsw', got {index!r}")
         scoped = scope_filter and "scope" in queries.columns and queries["scope"].is_not_null().any()

@@ -1,0 +1,90 @@
+"""The ONNX Runtime backend: same vectors as torch, exported once and cached, int8 kept apart from fp32."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from toolkit.embed import make_embedder
+from toolkit.errors import StoreError
+from toolkit.loaders import load_corpus
+from toolkit.store import Store
+
+pytest.importorskip("onnxruntime")
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpus.jsonl"
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    rows = [json.loads(line) for line in DEMO.read_text().splitlines()[:60]]
+    return [r["text"] for r in rows] + ["", "ECONNREFUSED", "a " * 600]  # empty, one token, past 256 tokens
+
+
+@pytest.fixture(scope="module")
+def onnx():
+    return make_embedder(backend="onnx")
+
+
+def test_onnx_vectors_equal_torch_within_float_tolerance(embedder, onnx, texts):
+    ref, got = embedder.embed(texts), onnx.embed(texts)
+    assert onnx.model_id == embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    assert got.shape == ref.shape == (len(texts), 384)
+    cos = (ref * got).sum(axis=1)
+    assert cos.min() > 0.9999, cos.min()
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # batches and order do not matter (length-sorted batching puts texts back in place)
+    np.testing.assert_allclose(onnx.embed(texts[::-1])[::-1], got, atol=1e-5)
+
+
+def test_export_is_cached_and_reused(onnx):
+    from toolkit.embed import resolve_model
+    from toolkit.embed_onnx import export, export_dir
+
+    d = export_dir(resolve_model("all-MiniLM-L6-v2")[1])
+    assert (d / "model.onnx").exists() and (d / "manifest.json").exists()
+    stamp = (d / "model.onnx").stat().st_mtime_ns
+    assert export(resolve_model("all-MiniLM-L6-v2")[1]) == d
+    assert (d / "model.onnx").stat().st_mtime_ns == stamp
+
+
+def test_int8_is_close_but_recorded_as_another_model(embedder, texts):
+    q8 = make_embedder(backend="onnx-int8")
+    assert q8.model_id == embedder.model_id + "#int8"
+    cos = (embedder.embed(texts[:30]) * q8.embed(texts[:30])).sum(axis=1)
+    assert cos.mean() > 0.97, cos.mean()
+
+
+def test_torch_store_is_searched_with_onnx_queries_and_int8_is_refused(tmp_path, corpus_file, embedder):
+    path = tmp_path / "t.duckdb"
+    with Store(path, embedder=embedder) as st:
+        st.ingest(load_corpus(corpus_file))
+        assert st.embedding_backend == "torch"
+    q = pl.DataFrame({"qid": ["a", "b"], "text": ["deploy connection refused", "how long do we wait between retries"]})
+    with Store(path, embedder=embedder) as st:
+        ref = st.dense_search(q, top_k=6, scope_filter=False)
+    with Store(path, read_only=True) as st:
+        got = st.dense_search(q, top_k=6, scope_filter=False, embedding={"backend": "onnx"})
+        assert st.embedder().backend == "onnx"
+    assert got.select("qid", "doc_id", "rank").equals(ref.select("qid", "doc_id", "rank"))
+    np.testing.assert_allclose(got["score"].to_numpy(), ref["score"].to_numpy(), atol=1e-5)
+    with Store(path) as st, pytest.raises(StoreError, match=r"all-MiniLM-L6-v2'.*all-MiniLM-L6-v2#int8"):
+        st.ingest(load_corpus(corpus_file), backend="onnx-int8")
+
+
+def test_onnx_query_path_never_imports_torch(tmp_path, corpus_file, onnx):
+    """A process that only embeds with an exported model loads neither torch nor sentence-transformers."""
+    import subprocess
+
+    onnx.embed(["export it first"])  # the export itself needs torch: done here, in the test process
+    code = (
+        "import sys\nfrom toolkit.embed import make_embedder\n"
+        "e = make_embedder(backend='auto'); v = e.embed(['hello'])\n"
+        "print(e.backend, v.shape, [m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "onnx" and out[-1] == "[]", out

@@ -1,0 +1,104 @@
+"""Embeddings you bring: an OpenAI-compatible `/v1/embeddings` endpoint (OpenAI, vLLM, TEI, Ollama, LiteLLM...).
+
+POST {"model", "input": [texts], "dimensions"?} -> {"data": [{"index", "embedding"}]}. Texts go in batches;
+timeouts, connection errors, 5xx and 429 are retried with exponential backoff (the same client code as the
+http reranker); the API key comes from the environment variable whose NAME the config gives, and is never
+printed. Vectors are checked (count, index, dimension, finite) and L2-normalised, since the store's dense
+search is a dot product.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import ToolkitError
+from .rerank import ProviderError, api_key_headers, http_client, post_json
+
+
+class HttpEmbedder:
+    """An `/v1/embeddings` endpoint. `model_id` is the model name the endpoint is asked for: what the store
+    records, and what a store's vectors are checked against at query time."""
+
+    backend = "http"
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        dimensions: int | None = None,
+        api_key_env: str | None = None,
+        batch_size: int = 64,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+    ) -> None:
+        if not url:
+            raise ToolkitError("retrieval.dense.url: the http embedder needs the endpoint URL (e.g. http://host:8000/v1/embeddings)")
+        if not model:
+            raise ToolkitError("retrieval.dense.model: the http embedder needs the model name the endpoint serves")
+        self.url, self.model_id, self.dimensions = url, model, dimensions
+        self.batch_size, self.timeout_s, self.retries, self.backoff_s = batch_size, timeout_s, retries, backoff_s
+        self._headers = api_key_headers(api_key_env, "retrieval.dense.api_key_env")
+        self._client = None
+        self._dim: int | None = dimensions
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:  # unknown until the endpoint answers once
+            self.embed(["dimension probe"])
+        return int(self._dim)
+
+    def _batch(self, texts: list[str]) -> np.ndarray:
+        body: dict[str, Any] = {"model": self.model_id, "input": texts}
+        if self.dimensions:
+            body["dimensions"] = self.dimensions
+        if self._client is None:
+            self._client = http_client(self.timeout_s)
+        data = post_json(self._client, self.url, body, headers=self._headers, retries=self.retries,
+                         backoff_s=self.backoff_s, timeout_s=self.timeout_s)
+        return self._parse(data, len(texts))
+
+    def _parse(self, data: Any, n: int) -> np.ndarray:
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise ProviderError(f"{self.url}: expected {{'data': [{{'index', 'embedding'}}]}}, got {str(data)[:120]!r}")
+        if len(items) != n:
+            raise ProviderError(f"{self.url}: asked for {n} embeddings, got {len(items)}")
+        rows: list[Any] = [None] * n
+        for pos, item in enumerate(items):
+            idx = item.get("index", pos) if isinstance(item, dict) else None
+            vec = item.get("embedding") if isinstance(item, dict) else None
+            if not isinstance(idx, int) or not 0 <= idx < n or rows[idx] is not None or not isinstance(vec, list):
+                raise ProviderError(f"{self.url}: malformed embedding item {pos}: {str(item)[:120]}")
+            rows[idx] = vec
+        dims = {len(r) for r in rows}
+        if len(dims) != 1:
+            raise ProviderError(f"{self.url}: embeddings of different lengths {sorted(dims)}")
+        got = dims.pop()
+        want = self._dim
+        if want is not None and got != want:
+            raise ProviderError(
+                f"{self.url}: model {self.model_id!r} returned {got}-d vectors, expected {want}"
+                + (" (retrieval.dense.dimensions)" if self.dimensions else " (as its earlier answers)")
+            )
+        arr = np.asarray(rows, dtype=np.float32)
+        if not np.isfinite(arr).all():
+            raise ProviderError(f"{self.url}: embeddings contain NaN or infinity")
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        if (norms == 0).any():
+            raise ProviderError(f"{self.url}: an embedding is all zeros")
+        self._dim = got
+        return arr / norms
+
+    def embed(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        return np.vstack([self._batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)])
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,238 @@
+"""ONNX Runtime backend for sentence-transformers models (the packaged MiniLM by default).
+
+The model is exported once from its local weights (torch, on first use) into a user cache directory, with
+its tokenizer and a small manifest; after that a process embeds with `onnxruntime` and `tokenizers` alone,
+never importing torch or sentence-transformers. That is what makes a cold hybrid `hrt search` fast, and
+batched ingest faster on a CPU.
+
+Why not sentence-transformers' own `backend="onnx"`: it needs `optimum`, whose releases pin
+`transformers<4.58` (this toolkit runs transformers 5), and loading through it imports torch anyway. The
+export here is `torch.onnx.export` of the sentence-transformers module itself (transformer, pooling and
+normalisation in one graph), so the vectors are the model's own; a test checks them against torch.
+
+`quantize=True` adds onnxruntime's dynamic int8 quantisation of the weights: faster, but its vectors are
+not the torch ones within float tolerance, so it is recorded as a different model id (`...#int8`) and a
+store never mixes it with fp32 vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ToolkitError
+
+EXPORT_VERSION = "1"  # bump when the exported graph or manifest changes: old cache entries are then ignored
+
+
+def cache_dir() -> Path:
+    """Where exported models live: $HRT_CACHE_DIR, else the user cache directory (platformdirs)."""
+    env = os.environ.get("HRT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("hybrid-retrieval-toolkit"))
+
+
+def onnxruntime_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def _require_ort():
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise ToolkitError(
+            "the ONNX backend needs onnxruntime: `pip install 'hybrid-retrieval-toolkit[onnx]'` "
+            "(or set retrieval.dense.backend: torch)"
+        ) from e
+    return ort
+
+
+def _source_key(model_dir: Path) -> str:
+    """Identity of the source weights: file names, sizes and modification times (no hashing of 90 MB)."""
+    h = hashlib.sha1(f"{EXPORT_VERSION}|{model_dir.resolve()}".encode())
+    for p in sorted(model_dir.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(model_dir)}|{st.st_size}|{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def export_dir(model_dir: str | Path) -> Path:
+    model_dir = Path(model_dir)
+    return cache_dir() / "onnx" / f"{model_dir.name}-{_source_key(model_dir)}"
+
+
+def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
+    """The exported model directory for `model_dir` (exporting it first if the cache lacks it).
+
+    Returns a directory with `model.onnx` (and `model_int8.onnx` when `quantize`), `tokenizer.json` and
+    `manifest.json`. Concurrent exports are safe: each writes a temporary directory and renames it.
+    """
+    model_dir = Path(model_dir)
+    out = export_dir(model_dir)
+    if not (out / "manifest.json").exists():
+        _export_fp32(model_dir, out)
+    if quantize and not (out / "model_int8.onnx").exists():
+        _require_ort()
+        import logging
+
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=out)
+        os.close(fd)
+        root, level = logging.getLogger(), logging.getLogger().level
+        root.setLevel(logging.ERROR)  # quantize_dynamic logs a "pre-process first" hint on the root logger
+        try:
+            quantize_dynamic(out / "model.onnx", tmp, weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            root.setLevel(level)
+        os.replace(tmp, out / "model_int8.onnx")
+    return out
+
+
+def _export_fp32(model_dir: Path, out: Path) -> None:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        st = SentenceTransformer(str(model_dir), device="cpu")
+    except Exception as e:
+        raise ToolkitError(f"could not load {model_dir} to export it to ONNX ({type(e).__name__}: {e})") from e
+    tok_file = model_dir / "tokenizer.json"
+    if not tok_file.exists():
+        raise ToolkitError(f"{model_dir} has no tokenizer.json (a fast tokenizer): the ONNX backend needs one; use backend torch")
+    features = st.tokenize(["an example sentence", "another, a little longer example sentence"])
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in features]
+
+    class _Graph(torch.nn.Module):
+        """The whole sentence-transformers module (transformer, pooling, normalise) as one traced graph."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.st = st
+
+        def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+            emb = self.st(dict(zip(names, tensors, strict=True)))["sentence_embedding"]
+            return torch.nn.functional.normalize(emb, p=2, dim=1)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        import warnings
+
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
+            torch.onnx.export(
+                _Graph().eval(),
+                tuple(features[n] for n in names),
+                str(tmp / "model.onnx"),
+                input_names=names,
+                output_names=["embedding"],
+                dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in names}, "embedding": {0: "batch"}},
+                opset_version=17,
+                dynamo=False,
+            )
+        shutil.copy(tok_file, tmp / "tokenizer.json")
+        tk = st.tokenizer
+        manifest = {
+            "export_version": EXPORT_VERSION,
+            "source": str(model_dir.resolve()),
+            "inputs": names,
+            "max_seq_length": int(st.max_seq_length),
+            "pad_id": int(tk.pad_token_id or 0),
+            "pad_token": str(tk.pad_token or "[PAD]"),
+            "dim": int((getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension)()),
+            "torch": torch.__version__,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process finished the same export first: theirs is as good
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class OnnxEmbedder:
+    """A sentence-transformers model run by ONNX Runtime (exported on first use, then torch-free).
+
+    Texts are embedded in length-sorted batches (as sentence-transformers does) so that padding stays small.
+    """
+
+    backend = "onnx"
+
+    def __init__(self, model: str = "all-MiniLM-L6-v2", *, quantize: bool = False, batch_size: int = 64,
+                 threads: int | None = None) -> None:
+        from .embed import INT8_SUFFIX, resolve_model
+
+        base_id, load_from = resolve_model(model)
+        if not Path(load_from).is_dir():
+            raise ToolkitError(
+                f"the ONNX backend exports local models only; {model!r} is not a local model directory "
+                "(use the packaged 'all-MiniLM-L6-v2', a model directory, or backend torch)"
+            )
+        self.model_id = base_id + (INT8_SUFFIX if quantize else "")
+        self.backend = "onnx-int8" if quantize else "onnx"
+        self._model_dir = Path(load_from)
+        self.quantize = quantize
+        self.batch_size = batch_size
+        self.threads = threads
+        self._session = None
+        self._tok = None
+        self._manifest: dict | None = None
+
+    def _load(self) -> None:
+        if self._session is not None:
+            return
+        ort = _require_ort()
+        from tokenizers import Tokenizer
+
+        d = export(self._model_dir, quantize=self.quantize)
+        self._manifest = json.loads((d / "manifest.json").read_text())
+        tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+        tok.enable_truncation(self._manifest["max_seq_length"])
+        tok.enable_padding(pad_id=self._manifest["pad_id"], pad_token=self._manifest["pad_token"])
+        self._tok = tok
+        opts = ort.SessionOptions()
+        if self.threads:
+            opts.intra_op_num_threads = self.threads
+        # Busy-waiting worker threads win microseconds on an idle machine and lose whole cores on a shared one.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        model = d / ("model_int8.onnx" if self.quantize else "model.onnx")
+        self._session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+
+    @property
+    def dim(self) -> int:
+        self._load()
+        return int(self._manifest["dim"])
+
+    def embed(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        self._load()
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        names = self._manifest["inputs"]
+        for lo in range(0, len(texts), self.batch_size):
+            idx = order[lo : lo + self.batch_size]
+            enc = self._tok.encode_batch([texts[i] for i in idx])
+            cols = {
+                "input_ids": [e.ids for e in enc],
+                "attention_mask": [e.attention_mask for e in enc],
+                "token_type_ids": [e.type_ids for e in enc],
+            }
+            feed = {n: np.asarray(cols[n], dtype=np.int64) for n in names}
+            out[idx] = self._session.run(None, feed)[0]
+        return out
