@@ -31,3 +31,31 @@ def test_report_tables_significance_breakdown_and_html(tmp_path, corpus_file, em
     assert {"retrieve", "fuse", "total"} <= set(rep.latency["stage"])
     page = rep.write_html(tmp_path / "r.html").read_text()
     assert page.count("<table>") >= 4 and "plotly" in page.lower() and "Retrieval report" in page
+
+
+def test_report_names_the_configs_and_pivots_group_tables(tmp_path, corpus_file, embedder):
+    queries = pl.DataFrame(
+        {
+            "qid": ["q1", "q2", "q3"],
+            "text": ["deploy fails with ECONNREFUSED", "retry backoff decision", "which SDK version is pinned"],
+            "metadata": [json.dumps({"style": "technical"}), json.dumps({"style": "paraphrase"}), json.dumps({"style": "technical"})],
+        }
+    )
+    qrels = pl.DataFrame({"qid": ["q1", "q2", "q3"], "doc_id": ["d1", "d2", "d5"], "rel": [1, 1, 1]})
+    from toolkit.config import load_config
+
+    tuned = load_config("hybrid-rrf").with_updates({"fusion.rrf_k": 20, "name": "rrf-k20"})
+    with Store(tmp_path / "r.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(corpus_file))
+        rep = build_report(st, queries, qrels, {"rrf": "hybrid-rrf", "k20": tuned}, baseline="rrf", group_by=["style"], latency_sample=0)
+    diff = rep.config_diff()
+    assert diff.columns == ["field", "rrf", "k20"]
+    assert diff.filter(pl.col("field") == "fusion.rrf_k").row(0) == ("fusion.rrf_k", "60", "20")
+    tables = rep.breakdown_tables()
+    assert {f for f, _ in tables} == {"style"} and ("style", "nDCG@10") in tables
+    table = tables[("style", "nDCG@10")]
+    assert table.columns == ["group", "n", "rrf", "k20"] and table["group"].to_list() == ["paraphrase", "technical"]
+    page = rep.to_html()
+    top = page.index("Compared configs")
+    assert top < page.index("A/B table") and "fusion.rrf_k" in page[top:page.index("A/B table")]
+    assert "rrf_k: 20" in page  # the YAML of each config

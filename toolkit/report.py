@@ -17,6 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 import polars as pl
+import yaml
 
 from . import providers
 from .compare import compare
@@ -42,19 +43,57 @@ class Report:
     breakdown: pl.DataFrame  # [system, field, value, measure, mean, n]
     latency: pl.DataFrame  # [system, stage, p50_ms, p95_ms]
     figures: dict[str, go.Figure] = field(default_factory=dict)
+    configs: dict[str, PipelineConfig] = field(default_factory=dict)  # name -> the config compared
+
+    def config_diff(self) -> pl.DataFrame:
+        """[field, <baseline>, <other systems>...]: every config field where a system differs from the baseline."""
+        if self.baseline not in self.configs:
+            return pl.DataFrame()
+        base = self.configs[self.baseline]
+        others = [n for n in self.configs if n != self.baseline]
+        fields = sorted({k for n in others for k in base.diff(self.configs[n]) if k not in ("name", "description")})
+        flat = {n: c.flat() for n, c in self.configs.items()}
+        return pl.DataFrame(
+            {"field": fields, **{n: [_show(flat[n].get(f)) for f in fields] for n in [self.baseline, *others]}},
+            schema={"field": pl.Utf8, **{n: pl.Utf8 for n in [self.baseline, *others]}},
+        )
+
+    def breakdown_tables(self) -> dict[tuple[str, str], pl.DataFrame]:
+        """(field, measure) -> groups as rows, systems as columns (mean), plus the group's query count n."""
+        out: dict[tuple[str, str], pl.DataFrame] = {}
+        if not len(self.breakdown):
+            return out
+        systems = list(dict.fromkeys(self.ab["system"].to_list()))
+        for (fld, measure), g in self.breakdown.group_by("field", "measure", maintain_order=True):
+            wide = g.pivot(on="system", index="group", values="mean")
+            n = g.group_by("group").agg(pl.col("n").max())
+            out[(str(fld), str(measure))] = wide.join(n, on="group").select("group", "n", *[s for s in systems if s in wide.columns]).sort("group")
+        return out
 
     def to_html(self) -> str:
         parts = [
             f"<h1>Retrieval report: {html.escape(self.dataset)} ({html.escape(self.split)})</h1>",
             f"<p>Baseline: <b>{html.escape(self.baseline)}</b>. Significance: paired randomisation test, "
             "Holm-corrected across systems; * marks p &lt; 0.05.</p>",
+        ]
+        if self.configs:
+            diff = self.config_diff()
+            parts += ["<h2>Compared configs</h2>",
+                      "<p>Fields where a system differs from the baseline:</p>" + (_table(diff) if len(diff) else "<p>none</p>")]
+            for name, cfg in self.configs.items():
+                text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+                parts.append(f"<details><summary>{html.escape(name)} (YAML)</summary><pre>{html.escape(text)}</pre></details>")
+        parts += [
             "<h2>A/B table</h2>",
             _table(self.ab),
             "<h2>Against the baseline</h2>",
             _table(self.significance.select("measure", "system", "mean", "baseline_mean", "delta", "wins", "ties", "losses", "p_holm", "significant")),
         ]
-        if len(self.breakdown):
-            parts += ["<h2>By query group</h2>", _table(self.breakdown)]
+        tables = self.breakdown_tables()
+        if tables:
+            parts.append("<h2>By query group</h2>")
+            for (fld, measure), t in tables.items():
+                parts += [f"<h3>{html.escape(measure)} by {html.escape(fld)}</h3>", _table(t)]
         parts += ["<h2>Latency per stage (ms per query)</h2>", _table(self.latency)]
         first = True
         for name, fig in self.figures.items():
@@ -69,6 +108,10 @@ class Report:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(self.to_html(), encoding="utf-8")
         return p
+
+
+def _show(v: object) -> str:
+    return "" if v is None else json.dumps(v, default=str) if isinstance(v, list | dict) else str(v)
 
 
 def _table(df: pl.DataFrame) -> str:
@@ -151,7 +194,8 @@ def build_report(
     }
     if len(latency):
         figs["Latency per stage (p50, ms)"] = _latency_fig(latency)
-    return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, figs)
+    return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, figs,
+                  configs={name: load_config(src) for name, src in configs.items()})
 
 
 def _breakdown(per_query: pl.DataFrame, queries: pl.DataFrame, fields: list[str]) -> pl.DataFrame:
