@@ -369,3 +369,194 @@ def test_expansion_budget_switches_the_expander_off(fake_server):
     called = fake_server.count()  # each call >= 0.2 s: at most 2 fit in 0.3 s
     assert 1 <= called <= 2 and status["status"].to_list() == ["ok"] * called + ["fallback"] * (3 - called)
     assert "run budget of 0.3s spent" in status["error"][2]
+
+
+# ---------------------------------------------------------------------------------------------- 7. secrets
+
+
+@pytest.mark.parametrize("param", ["access_token", "token", "auth", "signature", "sig", "password", "key", "api_key",
+                                   "apikey", "secret", "client_secret", "X-Amz-Signature", "refresh_token", "apiKey"])
+def test_credential_query_parameters_are_refused_and_not_echoed(tmp_path, param):
+    from toolkit.config import config_from_dict
+
+    value = "live9f8e7d6c5b4a3f2e1d0c"
+    for section in ("rerank", "expansion"):
+        url = f"https://api.example.com/v1/x?model=m&{param}={value}"
+        with pytest.raises(InputError, match="carries credentials") as e:
+            config_from_dict({section: {"provider": "http", "url": url}})
+        assert value not in str(e.value)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(json.dumps({"rerank": {"provider": "http", "url": f"https://h/v1/rerank?{param}={value}"}}))
+    r = _invoke(["export", "--config", str(cfg), "--engine", "toolkit", "--out", str(tmp_path / "out.yaml")])
+    assert r.exit_code == 2 and value not in r.output and not (tmp_path / "out.yaml").exists()
+
+
+def test_plain_urls_still_pass():
+    from toolkit.config import config_from_dict
+
+    cfg = config_from_dict({"rerank": {"provider": "http", "url": "http://127.0.0.1:8080/v1/rerank?model=bge&top_n=5"}})
+    assert cfg.rerank.url.endswith("top_n=5")
+
+
+@pytest.mark.parametrize("name", ["live_9f8e7d6c5b4a3f2e", "sk-proj-abcdef0123456789", "ghp_0123456789abcdefABCDEF",
+                                  "AbCdEfGh1234567890XyZw", "my key with spaces", "9f8e7d6c5b4a3f2e1d0c"])
+def test_env_var_name_errors_never_echo_the_value(name):
+    from toolkit.config import config_from_dict
+
+    with pytest.raises(InputError) as e:
+        config_from_dict({"rerank": {"provider": "http", "url": "http://h/v1/rerank", "api_key_env": name}})
+    assert name not in str(e.value) and "rerank.api_key_env" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["RERANK_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "GPT4_KEY", "my_key_2024"])
+def test_ordinary_env_var_names_pass(name):
+    from toolkit.config import config_from_dict
+
+    assert config_from_dict({"rerank": {"provider": "http", "url": "http://h/v1/rerank", "api_key_env": name}})
+
+
+def test_echoed_credentials_are_scrubbed_before_the_stage_cache(tmp_path, fake_server, monkeypatch):
+    """A server answering 4xx with the request's Authorization header: the key must not be stored or printed."""
+    from toolkit.pipeline import prepare, prepare_key
+    from toolkit.rerank import HttpReranker, ProviderError
+
+    key = "sk-live-0123456789abcdefghijKLMNOP"
+    monkeypatch.setenv("RR_KEY", key)
+    original = fake_server.answer
+
+    def echo(path, body, headers):
+        original(path, body, headers)
+        return 401, json.dumps({"error": "bad key", "received": {"authorization": headers["authorization"]},
+                                "hint": f"token={key} api_key={key}"}).encode()
+
+    fake_server.answer = echo
+    with pytest.raises(ProviderError) as e:
+        HttpReranker(fake_server.rerank_url, api_key_env="RR_KEY", retries=0).score("q", ["a"])
+    assert key not in str(e.value) and "HTTP 401" in str(e.value) and "[redacted]" in str(e.value)
+
+    store = tmp_path / "s.duckdb"
+    _notes(tmp_path / "notes")
+    assert _invoke(["ingest", str(tmp_path / "notes"), "--store", str(store), "--no-embed"]).exit_code == 0
+    cfg = _http_cfg(**{"rerank.provider": "http", "rerank.url": fake_server.rerank_url, "rerank.api_key_env": "RR_KEY"})
+    with Store(store) as st:
+        prep = prepare(st, _queries(), cfg)
+        assert set(prep.rerank_status["status"]) == {"fallback"}
+        assert st.get_frames(prepare_key(st, _queries(), cfg)) is not None
+    raw = store.read_bytes()
+    assert key.encode() not in raw and b"0123456789abcdefghij" not in raw
+
+
+def test_scrub_patterns():
+    from toolkit.redact import scrub
+
+    for secret, text in [
+        ("abc123def456ghi789jkl012", "Authorization: Bearer abc123def456ghi789jkl012"),
+        ("sk-ant-api03-AAAABBBBCCCC", "key sk-ant-api03-AAAABBBBCCCC leaked"),
+        ("hunter2", "password=hunter2&x=1"),
+        ("s3cr3t", '{"client_secret": "s3cr3t"}'),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig"),
+    ]:
+        assert secret not in scrub(text), text
+    assert scrub("HTTP 404: model bge-small not found") == "HTTP 404: model bge-small not found"
+
+
+# ---------------------------------------------------------------------------------------------- 5. input
+
+
+def test_record_without_text_is_an_error_naming_file_line_and_keys(tmp_path):
+    from toolkit.loaders import load_corpus
+
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"_id": "a", "text": "fine"}\n{"_id": "b", "body": "the text is here", "title": "T"}\n')
+    store = tmp_path / "s.duckdb"
+    r = _invoke(["ingest", str(f), "--store", str(store), "--no-embed"])
+    assert r.exit_code == 2 and not store.exists()
+    assert r.output == (f"error: {f}:2: no text field `text` or `contents` (the record has: _id, body, title); "
+                        "name it with --text-field\n")
+    r = _invoke(["ingest", str(f), "--store", str(store), "--no-embed", "--text-field", "body"])
+    assert r.exit_code == 2 and f"{f}:1: no text field `body` (the record has: _id, text)" in r.output
+    f.write_text('{"_id": "a", "body": "fine"}\n{"_id": "b", "body": "the text is here"}\n')
+    r = _invoke(["ingest", str(f), "--store", str(store), "--no-embed", "--text-field", "body"])
+    assert r.exit_code == 0, r.output
+    with Store(store, read_only=True) as st:
+        assert sorted(st.documents()["text"].to_list()) == ["fine", "the text is here"]
+    assert [d["text"] for d in load_corpus(f, text_field="body")] == ["fine", "the text is here"]
+    pq = tmp_path / "c.parquet"
+    pl.DataFrame({"id": ["a"], "content": ["x"]}).write_parquet(pq)
+    with pytest.raises(InputError, match=r"c.parquet row 0: no text field .*\(the record has: content, id\)"):
+        load_corpus(pq)
+    assert load_corpus(pq, text_field="content")[0]["text"] == "x"
+
+
+def _beir(root: Path, qrels: str) -> Path:
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": f"doc {d} text"}) + "\n" for d in "abc"))
+    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"doc {d}"}) + "\n" for q, d in [("q1", "a"), ("q2", "b")]))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+    return root
+
+
+def test_qrels_with_unknown_ids_are_reported_and_never_averaged(tmp_path, caplog):
+    ds = _beir(tmp_path / "ds", "q1\ta\t1\nq2\tb\t1\nq2\tzz\t1\nq9\ta\t1\nq9\tc\t1\n")
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 a 1 2.0 t\nq2 Q0 b 1 2.0 t\n")  # perfect on both asked queries
+    with caplog.at_level("WARNING", logger="toolkit"):
+        r = _invoke(["eval", "--dataset", str(ds), "--run", str(run), "--format", "json", "--measures", "R@10"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["queries"] == 2 and doc["runs"][str(run)]["R@10"] == pytest.approx(0.75)  # q2: b found, zz not
+    msg = " ".join(x.getMessage() for x in caplog.records)
+    assert "2 judgement(s) name 1 query id(s) not in queries.jsonl (e.g. 'q9'; left out of every average)" in msg
+    assert "1 judgement(s) name 1 document id(s) not in the corpus (e.g. 'zz'" in msg
+    r = _invoke(["eval", "--dataset", str(ds), "--run", str(run), "--strict"])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "(--strict)" in r.output
+
+
+# ---------------------------------------------------------------------------------------------- audit trials that passed
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": \n', r":2: malformed JSON"),
+        (b'{"_id": "a", "text": "caf\xe9"}\n', r":1: not valid UTF-8"),
+        (b'{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n', r":2: duplicate document id 'a'"),
+        (b'["not", "an", "object"]\n', r":1: expected a JSON object"),
+        (b'{"text": "no id"}\n', r":1: missing document id"),
+    ],
+)
+def test_bad_jsonl_is_one_line_and_loses_nothing(lexical_store, tmp_path, content, message):
+    import re
+
+    before = _snapshot(lexical_store)
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(content)
+    r = _invoke(["ingest", str(f), "--store", str(lexical_store), "--no-embed"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and re.search(re.escape(str(f)) + message, r.output), r.output
+    assert _snapshot(lexical_store) == before
+
+
+def test_bad_parquet_types_are_an_error(lexical_store, tmp_path):
+    before = _snapshot(lexical_store)
+    f = tmp_path / "bad.parquet"
+    pl.DataFrame({"_id": ["a"], "text": [123]}).write_parquet(f)
+    r = _invoke(["ingest", str(f), "--store", str(lexical_store), "--no-embed"])
+    assert r.exit_code == 2 and "bad.parquet row 0: field `text` must be a string, got int" in r.output
+    assert _snapshot(lexical_store) == before
+
+
+def test_two_processes_on_one_store(lexical_store, tmp_path):
+    """A second writer gets a clear message naming the store; the first one's data is intact."""
+    import os
+    import subprocess
+    import sys
+
+    before = _snapshot(lexical_store)
+    with Store(lexical_store):
+        p = subprocess.run(
+            [sys.executable, "-m", "toolkit.cli", "ingest", str(tmp_path / "notes"), "--store", str(lexical_store), "--no-embed"],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        )
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {lexical_store}: cannot open the store"), p.stderr
+    assert "Traceback" not in p.stderr
+    assert _snapshot(lexical_store) == before

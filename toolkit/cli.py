@@ -61,8 +61,9 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--prune", is_flag=True, help="Remove stored documents that are not in SOURCE.")
 @click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
               help="Also build an HNSW index over the vectors (DuckDB vss; for stores of a few 100k chunks and up).")
+@click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, no_embed, prune,
-           vector_index) -> None:
+           vector_index, text_field) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of .md/.txt files
@@ -77,7 +78,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     t0 = time.perf_counter()
     # Checked before anything is read or opened: a bad --stemmer/--stopwords is one line, and no store is made.
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
-    docs = load_corpus(source)
+    docs = load_corpus(source, text_field=text_field)
     with Store(store_path) as st:
         base = st.settings or IndexSettings()
         over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords}.items() if v is not None}
@@ -179,22 +180,24 @@ TIES = {
 @click.option("--per-query", is_flag=True, help="Also print per-query values.")
 @click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
 @click.option("--ties", type=click.Choice(list(TIES)), default="trec", show_default=True, help="Order within a query: trec = score as float32 desc, then doc id desc (trec_eval); rank = the rank column.")
-def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline, ties) -> None:
+@click.option("--strict", is_flag=True, help="Qrels naming queries or documents the dataset lacks are an error (default: a warning with counts).")
+def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline, ties, strict) -> None:
     """Evaluate TREC run(s) against a dataset's qrels (nDCG@10, R@5, R@10, MRR@10 by default).
 
-    Every judged query counts; a query missing from the run scores 0. Values agree with trec_eval: like
-    trec_eval, each query is re-sorted by score read as a 32-bit float, ties by doc id descending, and the
-    rank column is ignored (`--ties rank` evaluates the rank column's order instead). Runs written by
-    `hrt run` keep their ranks under that re-sort, so both give the same numbers there. With several runs,
-    each is tested against the baseline (paired randomisation test, Holm-corrected across runs; * =
-    significant at 0.05).
+    Every judged query of the query file counts (judgements naming unknown query or document ids are
+    reported with counts; --strict: an error); a query missing from the run scores 0. Values agree with
+    trec_eval: like trec_eval, each query is re-sorted by score read as a 32-bit float, ties by doc id
+    descending, and the rank column is ignored (`--ties rank` evaluates the rank column's order instead).
+    Runs written by `hrt run` keep their ranks under that re-sort, so both give the same numbers there.
+    With several runs, each is tested against the baseline (paired randomisation test, Holm-corrected
+    across runs; * = significant at 0.05).
     """
     from .loaders import Dataset
     from .metrics import aggregate, evaluate
     from .runs import rank_conflicts, read_run
 
     ds = Dataset.open(dataset)
-    qrels = ds.qrels(split)
+    qrels = ds.qrels(split, strict=strict)
     ms = [m.strip() for m in measures.split(",") if m.strip()]
     out = {}
     per = {}

@@ -17,6 +17,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from .errors import InputError, ToolkitError
+from .redact import scrub
 from .rerank import PROGRESS_MIN_QUERIES, ProviderError, RunBudget, api_key_headers, http_client, post_json
 
 KINDS = ("lex", "vec", "hyde")
@@ -290,7 +291,7 @@ def variants(
         except ToolkitError:
             raise
         except Exception as e:  # an unknown provider failure degrades like a known one
-            status_rows.append((qid, "fallback", f"{type(e).__name__}: {e}"))
+            status_rows.append((qid, "fallback", f"{type(e).__name__}: {scrub(str(e))}"))
             continue
         rows.extend((qid, v, k, t) for v, k, t in _typed_variants(text, exps, limits))
         status_rows.append((qid, "ok", None))

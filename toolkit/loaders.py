@@ -6,7 +6,9 @@ Every error names the file and, for line-oriented formats, the line. Documents c
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,13 +40,31 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield lineno, obj
 
 
-def _doc_from_record(obj: dict[str, Any], where: str) -> dict[str, Any]:
+TEXT_FIELDS = ("text", "contents")  # where a record's text is looked for when no --text-field is given
+
+
+def _record_text(obj: dict[str, Any], where: str, text_field: str | None) -> str:
+    """The record's text. A record without the field is an error naming the keys it has: storing it with
+    an empty text (what happened with `body` records) loses the document silently."""
+    names = (text_field,) if text_field else TEXT_FIELDS
+    found = next((n for n in names if n in obj), None)
+    if found is None:
+        keys = ", ".join(sorted(map(str, obj))[:20]) or "none"
+        wanted = f"`{text_field}`" if text_field else "`text` or `contents`"
+        raise InputError(f"{where}: no text field {wanted} (the record has: {keys}); name it with --text-field")
+    text = obj[found]
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise InputError(f"{where}: field `{found}` must be a string, got {type(text).__name__}")
+    return text
+
+
+def _doc_from_record(obj: dict[str, Any], where: str, text_field: str | None = None) -> dict[str, Any]:
     doc_id = obj.get("_id", obj.get("id", obj.get("doc_id")))
     if doc_id is None or str(doc_id).strip() == "":
         raise InputError(f"{where}: missing document id (field `_id`, `id` or `doc_id`)")
-    text = obj.get("text", obj.get("contents", ""))
-    if not isinstance(text, str):
-        raise InputError(f"{where}: field `text` must be a string")
+    text = _record_text(obj, where, text_field)
     title = obj.get("title") or ""
     meta = obj.get("metadata") or {}
     if isinstance(meta, str):
@@ -78,21 +98,24 @@ def _check_unique(docs: Iterator[tuple[str, dict[str, Any]]], path: Path) -> lis
     return out
 
 
-def load_corpus(path: str | Path) -> list[dict[str, Any]]:
-    """Documents from a BEIR dir, a .jsonl or .parquet file, or a folder of .md/.txt files."""
+def load_corpus(path: str | Path, *, text_field: str | None = None) -> list[dict[str, Any]]:
+    """Documents from a BEIR dir, a .jsonl or .parquet file, or a folder of .md/.txt files.
+
+    `text_field` names the field holding the text in JSONL/Parquet records (default: `text`, else
+    `contents`); a record without it is an error naming the file, the line and the keys it has."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
     if p.is_dir() and (p / "corpus.jsonl").exists():
         p = p / "corpus.jsonl"
     if p.is_file() and p.suffix in {".jsonl", ".json"}:
-        return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}")) for n, o in _read_jsonl(p)), p)
+        return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}", text_field)) for n, o in _read_jsonl(p)), p)
     if p.is_file() and p.suffix == ".parquet":
         try:
             rows = pl.read_parquet(p).to_dicts()
         except Exception as e:
             raise InputError(f"{p}: cannot read Parquet ({e})") from e
-        return _check_unique(((f"{p} row {i}", _doc_from_record(r, f"{p} row {i}")) for i, r in enumerate(rows)), p)
+        return _check_unique(((f"{p} row {i}", _doc_from_record(r, f"{p} row {i}", text_field)) for i, r in enumerate(rows)), p)
     if p.is_dir():
         return _check_unique(_folder_docs(p), p)
     raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, or a folder of .md/.txt)")
@@ -139,6 +162,25 @@ def load_queries(path: str | Path) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
 
 
+_REPORTED: set[str] = set()  # qrels problems already reported in this process (each command reads qrels twice)
+
+
+def _ids(path: Path, keys: tuple[str, ...]) -> frozenset[str]:
+    """The record ids of a JSONL file, cached per (path, size, mtime)."""
+    st = path.stat()
+    return _ids_cached(str(path), st.st_size, st.st_mtime_ns, keys)
+
+
+@functools.lru_cache(maxsize=16)
+def _ids_cached(path: str, size: int, mtime: int, keys: tuple[str, ...]) -> frozenset[str]:
+    out = set()
+    for _, o in _read_jsonl(Path(path)):
+        v = next((o[k] for k in keys if o.get(k) is not None), None)
+        if v is not None:
+            out.add(str(v))
+    return frozenset(out)
+
+
 @dataclass(frozen=True)
 class Dataset:
     """A BEIR-layout directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv."""
@@ -159,13 +201,35 @@ class Dataset:
     def splits(self) -> list[str]:
         return sorted(f.stem for f in (self.root / "qrels").glob("*.tsv"))
 
-    def qrels(self, split: str) -> pl.DataFrame:
+    def qrels(self, split: str, *, strict: bool = False) -> pl.DataFrame:
+        """Judgements of `split` for the queries of the query file only: a judged query that is never asked
+        would be averaged in as a zero. Judgements naming query ids missing from queries.jsonl or document
+        ids missing from the corpus are reported once, with counts (a logged warning; an error if `strict`)."""
         from .runs import read_qrels
 
         f = self.root / "qrels" / f"{split}.tsv"
         if not f.exists():
             raise InputError(f"{f}: no qrels for split {split!r} (available: {', '.join(self.splits()) or 'none'})")
-        return read_qrels(f)
+        q = read_qrels(f)
+        known_q = sorted(_ids(self.root / "queries.jsonl", ("_id", "id", "qid")))
+        known_d = sorted(_ids(self.root / "corpus.jsonl", ("_id", "id", "doc_id")))
+        bad_q = q.filter(~pl.col("qid").is_in(known_q))
+        bad_d = q.filter(~pl.col("doc_id").is_in(known_d))
+        problems = []
+        if len(bad_q):
+            problems.append(f"{len(bad_q)} judgement(s) name {bad_q['qid'].n_unique()} query id(s) not in queries.jsonl "
+                            f"(e.g. {bad_q['qid'][0]!r}; left out of every average)")
+        if len(bad_d):
+            problems.append(f"{len(bad_d)} judgement(s) name {bad_d['doc_id'].n_unique()} document id(s) not in the "
+                            f"corpus (e.g. {bad_d['doc_id'][0]!r}; no run can retrieve them)")
+        if problems:
+            msg = f"{f}: " + "; ".join(problems)
+            if strict:
+                raise InputError(msg + " (--strict)")
+            if msg not in _REPORTED:
+                _REPORTED.add(msg)
+                logging.getLogger("toolkit").warning("warning: %s", msg)
+        return q.filter(pl.col("qid").is_in(known_q))
 
     def queries(self, split: str | None = None) -> pl.DataFrame:
         """All queries, or only those judged in `split`."""

@@ -696,7 +696,7 @@ def rerank_scores(
                 except ToolkitError:
                     raise  # setup problems (model cannot be loaded, ...) stop the run
                 except Exception as e:  # an unknown provider failure degrades like a known one
-                    err = f"{type(e).__name__}: {e}"
+                    err = f"{type(e).__name__}: {scrub(str(e))}"
                 else:
                     err = None
                 if budget.spent_out():
