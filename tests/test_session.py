@@ -80,3 +80,5 @@ def test_session_inspects_pins_and_exports(store, tmp_path):
     assert s.deltas["delta"].to_list() == [0.0] and s.baseline_name.startswith("pinned")
     assert s.export("yaml", tmp_path / "c.yaml").startswith("wrote")
     assert load_config(tmp_path / "c.yaml") == s.config
+    assert s.export("lancedb", tmp_path / "pipeline.yaml").startswith(f"wrote {tmp_path / 'pipeline.py'}")
+    compile((tmp_path / "pipeline.py").read_text(), "pipeline.py", "exec")

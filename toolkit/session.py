@@ -355,6 +355,10 @@ class Session:
                 from . import export as ex
             except ImportError as e:
                 raise ToolkitError(f"engine exports are not available in this install ({e})") from None
+            if kind == "lancedb" and path.suffix.lower() != ".py":
+                path = path.with_suffix(".py")  # the LanceDB export is a Python module
+            elif kind not in ("lancedb", "toolkit") and path.suffix.lower() not in (".json", ".yaml", ".yml"):
+                path = path.with_suffix(".json")
             res = ex.write_export(self.config, kind, path)
             missing = _not_carried(res)
             if missing is None:
