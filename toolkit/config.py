@@ -238,7 +238,8 @@ class RerankConfig(_Model):
     blend: Literal["replace", "position", "none"] = "position"
     # (last fused rank of the bucket, retrieval weight); YAML writes inf as .inf.
     buckets: list[tuple[float, float]] = [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
-    score_normalization: Literal["minmax", "sigmoid"] = "minmax"
+    # none: the provider's raw score (agent-memory replaces the fused score with the relevance_score as is).
+    score_normalization: Literal["minmax", "sigmoid", "none"] = "minmax"
 
     @model_validator(mode="before")
     @classmethod
@@ -311,6 +312,47 @@ class OutputConfig(_Model):
     excerpt_chars: int = Field(240, ge=20, le=100_000)
 
 
+# ------------------------------------------------------------------ priors
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def _check_field(v: str | None) -> str | None:
+    if v is not None and not _FIELD_NAME.match(v):
+        raise ValueError(f"{v!r} is not a metadata field name (letters, digits, '_', '.', '-')")
+    return v
+
+
+class PriorsConfig(_Model):
+    """Document priors applied after blending (toolkit/priors.py). A prior is off while its field is None;
+    a document without the field (or with a value the mapping lacks) gets the neutral factor 1."""
+
+    combine: Literal["multiply", "add"] = "multiply"
+    # Only the blended top_n are re-weighted; the rest keep their order below them (agent-memory: limit * 2).
+    top_n: int | None = Field(None, ge=1, le=10_000)
+    add_weight: float = Field(1.0, ge=0.0, le=100.0)  # add: score + add_weight * sum(factor - 1)
+    recency_field: str | None = None  # a typed date field of the documents, e.g. date, updated_at
+    recency_half_life_days: float = Field(30.0, gt=0.0, le=1e6)
+    recency_floor: float = Field(0.0, ge=0.0, le=1.0)  # factor = floor + (1 - floor) * 0.5 ** (age / half_life)
+    recency_query_field: str = "date"  # the query's own date (reference time); now when it has none
+    priority_field: str | None = None
+    priority_map: dict[str, float] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
+    use_field: str | None = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)
+    use_weight: float = Field(0.25, ge=0.0, le=100.0)
+
+    @field_validator("recency_field", "recency_query_field", "priority_field", "use_field")
+    @classmethod
+    def _names(cls, v: str | None) -> str | None:
+        return _check_field(v)
+
+    @field_validator("priority_map")
+    @classmethod
+    def _map(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, f in v.items():
+            if not (math.isfinite(f) and f >= 0):
+                raise ValueError(f"priority_map[{k!r}]: a multiplier must be a finite number >= 0 (got {f})")
+        return v
+
+
 class PipelineConfig(_Model):
     schema_version: int = SCHEMA_VERSION
     name: str = "custom"
@@ -323,6 +365,7 @@ class PipelineConfig(_Model):
     dedup: DedupConfig = DedupConfig()
     threshold: ThresholdConfig = ThresholdConfig()
     output: OutputConfig = OutputConfig()
+    priors: PriorsConfig = PriorsConfig()
 
     @field_validator("schema_version")
     @classmethod

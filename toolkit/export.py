@@ -78,6 +78,8 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
         out.append(f"source dedup (max {cfg.dedup.max_per_source} per source, fill)")
     if cfg.dedup.near_duplicate_enabled:
         out.append(f"near-duplicate dedup (cosine >= {cfg.dedup.near_duplicate_threshold})")
+    if any(x is not None for x in (cfg.priors.recency_field, cfg.priors.priority_field, cfg.priors.use_field)):
+        out.append("document priors (recency / priority / use re-weighting after blending)")
     if cfg.routing.enabled:
         out.append("query routing (conversational / technical)")
     if cfg.threshold.min_score > 0:

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from .errors import InputError
+from .metatypes import typed_values
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt"}
 
@@ -74,6 +75,7 @@ def _doc_from_record(obj: dict[str, Any], where: str, text_field: str | None = N
             raise InputError(f"{where}: field `metadata` is not valid JSON") from e
     if not isinstance(meta, dict):
         raise InputError(f"{where}: field `metadata` must be an object")
+    typed_values(meta, where)  # dates must parse (the store types them again; here the error names the line)
     doc_id = str(doc_id)
     return {
         "doc_id": doc_id,
@@ -155,6 +157,9 @@ def load_queries(path: str | Path) -> pl.DataFrame:
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{p}:{n}: query {qid!r} has an empty text")
         meta = o.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise InputError(f"{p}:{n}: field `metadata` must be an object")
+        typed_values(meta, f"{p}:{n}")
         scope = o.get("scope") or meta.get("scope")
         rows.append({"qid": qid, "text": text, "scope": str(scope) if scope else None, "metadata": json.dumps(meta)})
     if not rows:

@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import polars as pl
@@ -19,7 +20,9 @@ import polars as pl
 from . import blend as blend_stage
 from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
+from . import priors as priors_stage
 from .config import PipelineConfig
+from .metatypes import query_values
 from .retrieve import empty_candidates, retrieve
 from .runs import float32_strict
 from .store import Store, sha1
@@ -51,6 +54,9 @@ class Prepared:
     # Learning-to-rank features of every (query, candidate document): what `fusion.method: learned` scores.
     ltr_features: pl.DataFrame | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    # Inputs of the priors stage: typed metadata of the candidate documents and of the queries.
+    doc_values: pl.DataFrame | None = None
+    query_values: pl.DataFrame | None = None
     _derived: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     def derived(self, name: str, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
@@ -90,7 +96,7 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     return lex, den
 
 
-_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features")
+_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values")
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
@@ -134,10 +140,18 @@ def prepare(
         if got is not None:
             frames = {name: got.get(name) for name in _PREPARED_FRAMES}
             prep = Prepared(**frames, timings={"cache_load": 0.0})
+            stale = False
             if not ltr_features.is_current(prep.ltr_features):  # cached by an older version: add them
                 prep.ltr_features = ltr_features.candidate_features(store, prep.queries, prep.candidates, prep.features)
-                if not store.read_only:
-                    store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
+                stale = True
+            if prep.doc_values is None:  # cached before typed metadata existed: read the values now
+                prep.doc_values = _doc_values(store, prep.candidates)
+                stale = True
+            if prep.query_values is None:
+                prep.query_values = query_values(prep.queries)
+                stale = True
+            if stale and not store.read_only:
+                store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
             return prep
     prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool)
     if use_cache and not store.read_only:
@@ -210,7 +224,16 @@ def _prepare(
     t0 = time.perf_counter()
     ltr = ltr_features.candidate_features(store, queries, cands, feats)
     t["ltr_features"] = time.perf_counter() - t0
-    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr, t)
+    t0 = time.perf_counter()
+    doc_vals, q_vals = _doc_values(store, cands), query_values(queries)
+    t["prior_inputs"] = time.perf_counter() - t0
+    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr, t, doc_vals, q_vals)
+
+
+def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
+    """Typed metadata of the candidate documents (every field: which one a prior reads is a live setting)."""
+    ids = cands["doc_id"].unique().to_list() if cands is not None and len(cands) else []
+    return store.doc_values(ids)
 
 
 def _expansion_kwargs(cfg: PipelineConfig) -> dict:
@@ -253,8 +276,9 @@ def rerank_pool(cands: pl.DataFrame, feats: pl.DataFrame | None, cfg: PipelineCo
     return pl.concat([fused, cands.filter(pl.col("rank") <= (depth or rc.top_n)).select("qid", "doc_id")]).unique()
 
 
-def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace: bool = True) -> Result:
-    """Run stages 6-9 on cached frames: fusion, guarded blending, dedup, thresholds. All queries at once."""
+def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace: bool = True, now: datetime | None = None) -> Result:
+    """Run stages 6-9 on cached frames: fusion, guarded blending, priors, dedup, thresholds. All queries at once.
+    `now` (naive UTC, default the clock) is the recency prior's reference for queries without a date."""
     t: dict[str, float] = {}
     n = n or max(cfg.output.n, 100)
     t0 = time.perf_counter()
@@ -276,13 +300,20 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
         if idx is not None:
             pairs = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
             lookup = (*pairs, prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
-    # Without dedup nothing below place n can reach the final list: the blend stage keeps the top n only.
-    keep = None if (cfg.dedup.source_enabled or cfg.dedup.near_duplicate_enabled) else n
+    # Without dedup and priors nothing below place n can reach the final list: the blend stage keeps the top n only.
+    with_priors = priors_stage.active(cfg.priors)
+    keep = None if (cfg.dedup.source_enabled or cfg.dedup.near_duplicate_enabled or with_priors) else n
     blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
     t["blend"] = time.perf_counter() - t0
 
+    ranked, prior = blended, None
+    if with_priors:
+        t0 = time.perf_counter()
+        ranked = prior = priors_stage.apply_priors(blended, prep.doc_values, prep.query_values, cfg.priors, now=now)
+        t["priors"] = time.perf_counter() - t0
+
     t0 = time.perf_counter()
-    kept, removed = dedup_stage.dedup(blended, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n)
+    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n)
     t["dedup"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -296,11 +327,13 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
                           lambda: providers.query_status(prep.queries, prep.rerank_status, prep.expansion_status, dense=dense))
     final, per_query = providers.annotate(final, per_query, status)
 
-    tr = _trace(cands, fused, blended, final) if trace else pl.DataFrame(schema=TRACE_SCHEMA)
+    tr = _trace(cands, fused, blended, final, prior) if trace else pl.DataFrame(schema=TRACE_SCHEMA)
     return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t)
 
 
-def _trace(cands: pl.DataFrame, fused: pl.DataFrame, blended: pl.DataFrame, final: pl.DataFrame) -> pl.DataFrame:
+def _trace(
+    cands: pl.DataFrame, fused: pl.DataFrame, blended: pl.DataFrame, final: pl.DataFrame, prior: pl.DataFrame | None = None
+) -> pl.DataFrame:
     def frame(df: pl.DataFrame, stage: pl.Expr) -> pl.DataFrame:
         flags = pl.col("flags") if "flags" in df.columns else pl.lit([], pl.List(pl.Utf8))
         return df.select(
@@ -313,14 +346,17 @@ def _trace(cands: pl.DataFrame, fused: pl.DataFrame, blended: pl.DataFrame, fina
             frame(cands, pl.lit("retrieve:") + pl.col("list_id")),
             frame(fused, pl.lit("fuse")),
             frame(blended, pl.lit("blend")),
+            *([frame(prior.with_columns(priors_stage.factor_flags(prior).alias("flags")), pl.lit("priors"))] if prior is not None else []),
             frame(final, pl.lit("final")),
         ]
     )
 
 
-def run_pipeline(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool = False) -> Result:
+def run_pipeline(
+    store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool = False, now: datetime | None = None
+) -> Result:
     """Full run: prepare, then rescore."""
     prep = prepare(store, queries, cfg, progress=progress)
-    res = rescore(prep, cfg)
+    res = rescore(prep, cfg, now=now)
     res.timings = {**prep.timings, **res.timings}
     return res

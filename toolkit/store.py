@@ -33,6 +33,7 @@ from .chunking import chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreError
+from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 
 SCHEMA_VERSION = "1"
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
@@ -133,6 +134,7 @@ CREATE TABLE IF NOT EXISTS chunks(chunk_id VARCHAR, doc_id VARCHAR, ord INTEGER,
 CREATE TABLE IF NOT EXISTS embedding_cache(model VARCHAR, text_hash VARCHAR, vec FLOAT[]);
 CREATE TABLE IF NOT EXISTS rerank_cache(model VARCHAR, query_hash VARCHAR, text_hash VARCHAR, score DOUBLE);
 CREATE TABLE IF NOT EXISTS stage_cache(key VARCHAR, name VARCHAR, data BLOB, created TIMESTAMP DEFAULT current_timestamp);
+CREATE TABLE IF NOT EXISTS doc_values(doc_id VARCHAR, field VARCHAR, num DOUBLE, ts TIMESTAMP, text VARCHAR);
 """
 
 
@@ -182,9 +184,12 @@ class Store:
                 raise InputError(f"memory_limit must look like '4GB' or '512MB', got {memory_limit!r}")
             self.con.execute("SET memory_limit = ?", [memory_limit.strip()])
         if not read_only:
+            had_values = self._has_table("doc_values")
             self.con.execute(_DDL)
             if self._meta("schema_version") is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
+            if not had_values:
+                self._migrate_doc_values()
         elif self._meta("schema_version") is None:
             raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
         self._embedder = embedder
@@ -423,6 +428,9 @@ class Store:
             if not d["text"].strip() and not d["title"].strip():
                 raise InputError(f"document {d['doc_id']!r} has no text and no title")
 
+        # Typed metadata (dates, numbers) before anything is written: a bad date stops the ingest here.
+        value_rows = [(d["doc_id"], *v) for d in todo for v in typed_values(d["metadata"], f"document {d['doc_id']!r}")]
+
         computed = cached = 0
         need_embed = emb is not None and bool(chunk_rows or self._chunks_without_embeddings())
         if emb is not None and need_embed:
@@ -461,6 +469,10 @@ class Store:
                         "(SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone))"
                     )
                 self.con.execute("DELETE FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone)")
+                self.con.execute("DELETE FROM doc_values WHERE doc_id IN (SELECT doc_id FROM gone)")
+            if value_rows:
+                self._register("newvalues", values_frame(value_rows, "doc_id"))
+                self.con.execute("INSERT INTO doc_values SELECT doc_id, field, num, ts, text FROM newvalues")
             if todo:
                 ddf = pl.DataFrame(
                     {
@@ -552,6 +564,35 @@ class Store:
         return self.con.execute(
             "SELECT d.doc_id, source, scope, title, text, metadata::VARCHAR AS metadata FROM documents d SEMI JOIN ids USING (doc_id)"
         ).pl()
+
+    def _migrate_doc_values(self) -> None:
+        """A store written before typed metadata: type every stored document's metadata in place. Lenient
+        (a value that does not read as a date is kept as text only), so that an old store always opens."""
+        docs = self.con.execute("SELECT doc_id, metadata::VARCHAR FROM documents").fetchall()
+        rows = [(d, *v) for d, m in docs for v in typed_values(json.loads(m) if m else {}, d, strict=False)]
+        if rows:
+            self._register("newvalues", values_frame(rows, "doc_id"))
+            self.con.execute("INSERT INTO doc_values SELECT doc_id, field, num, ts, text FROM newvalues")
+
+    def doc_values(self, doc_ids: Sequence[str] | None = None) -> pl.DataFrame:
+        """Typed metadata [doc_id, field, num, ts, text] (all documents, or the given ids). A store opened
+        read-only before its migration has no `doc_values` table: the values are then typed on the fly."""
+        schema = {"doc_id": pl.Utf8, **VALUES_SCHEMA}
+        if doc_ids is not None:
+            self._register("vids", pl.DataFrame({"doc_id": list(doc_ids)}, schema={"doc_id": pl.Utf8}))
+        semi = " SEMI JOIN vids USING (doc_id)" if doc_ids is not None else ""
+        if self._has_table("doc_values"):
+            out = self.con.execute(f"SELECT doc_id, field, num, ts, text FROM doc_values{semi}").pl()
+            return out.cast(schema) if len(out) else pl.DataFrame(schema=schema)
+        docs = self.con.execute(f"SELECT doc_id, metadata::VARCHAR FROM documents{semi}").fetchall()
+        rows = [(d, *v) for d, m in docs for v in typed_values(json.loads(m) if m else {}, d, strict=False)]
+        return values_frame(rows, "doc_id")
+
+    def value_fields(self) -> dict[str, str]:
+        """Typed metadata fields and their kind ("date", "number" or "text"), for the priors' field pickers."""
+        v = self.doc_values()
+        kinds = v.group_by("field").agg(pl.col("ts").is_not_null().any().alias("d"), pl.col("num").is_not_null().any().alias("n"))
+        return {f: "date" if d else "number" if n else "text" for f, d, n in kinds.sort("field").iter_rows()}
 
     def doc_sources(self) -> pl.DataFrame:
         return self.con.execute("SELECT doc_id, source, scope FROM documents").pl()

@@ -1,0 +1,146 @@
+"""Stage 7b: document priors (recency, priority, use) after blending and before dedup.
+
+Agent memory is not a static corpus: a fact said last week supersedes one said last year, a memory marked
+P0 matters more than small talk, and a memory recalled often is worth keeping on top. Each prior is a
+factor per (query, document) read from the documents' typed metadata (`store.doc_values`):
+
+    recency   floor + (1 - floor) * 0.5 ** (age_days / half_life_days)
+              age = reference time - document date, clipped at 0; the reference time is the query's own
+              date (metadata field `recency_query_field`, as memory benchmarks date their questions), else
+              `now`. A document dated after its reference is not penalised (factor 1).
+    priority  priority_map[value of priority_field] (value as text: 0, "P1", "high")
+    use       1 + use_weight * ln(1 + max(value, 0))    (a count, log-damped: 10 uses is not 10x one use)
+
+A document without the field, or with a value the mapping lacks, gets factor 1 (neutral). `combine`:
+"multiply" scales the score by the product of the factors (a negative score is divided instead, so a
+larger factor always ranks higher), "add" adds `add_weight * sum(factor - 1)`. The documents are then
+re-ranked by the new score (ties keep their blended order); with `top_n`, only the blended top_n are
+re-weighted and the rest follow in their blended order (agent-memory re-weights its limit * 2 candidates). The factors stay on every row as
+`prior_recency`, `prior_priority`, `prior_use` (null for a prior that is off) and the score before the
+priors as `score_before_priors`, so the trace and the final list show what each prior did.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import polars as pl
+
+from .blend import scores_below
+from .config import PriorsConfig
+
+FACTOR_COLUMNS = ("prior_recency", "prior_priority", "prior_use")
+_US_PER_DAY = 86_400e6
+
+
+def active(cfg: PriorsConfig) -> bool:
+    """True when at least one prior is configured (otherwise the stage is skipped)."""
+    return any(f is not None for f in (cfg.recency_field, cfg.priority_field, cfg.use_field))
+
+
+def utc_now() -> datetime:
+    """Now as a naive UTC datetime (the store keeps dates that way)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _field(values: pl.DataFrame, key: str, field: str, column: str, alias: str) -> pl.DataFrame:
+    """[key, alias]: one value per key for `field` (the first when a key has several)."""
+    return (
+        values.filter((pl.col("field") == field) & pl.col(column).is_not_null())
+        .select(pl.col(key).cast(pl.Utf8), pl.col(column).alias(alias))
+        .unique(key, keep="first", maintain_order=True)
+    )
+
+
+def prior_factors(
+    ranked: pl.DataFrame,
+    doc_values: pl.DataFrame,
+    query_values: pl.DataFrame,
+    cfg: PriorsConfig,
+    *,
+    now: datetime,
+) -> pl.DataFrame:
+    """`ranked` with the three factor columns added (Float64; 1.0 = neutral; null for a prior that is off)."""
+    r = ranked
+    if cfg.recency_field is not None:
+        r = r.join(_field(doc_values, "doc_id", cfg.recency_field, "ts", "_doc_ts"), on="doc_id", how="left", maintain_order="left")
+        r = r.join(_field(query_values, "qid", cfg.recency_query_field, "ts", "_ref_ts"), on="qid", how="left", maintain_order="left")
+        ref = pl.coalesce(pl.col("_ref_ts"), pl.lit(now, pl.Datetime("us")))
+        age = ((ref - pl.col("_doc_ts")).dt.total_microseconds().cast(pl.Float64) / _US_PER_DAY).clip(lower_bound=0.0)
+        decay = pl.lit(0.5) ** (age / cfg.recency_half_life_days)
+        rec = (cfg.recency_floor + (1.0 - cfg.recency_floor) * decay).fill_null(1.0)
+        r = r.with_columns(rec.alias("prior_recency")).drop("_doc_ts", "_ref_ts")
+    else:
+        r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_recency"))
+    if cfg.priority_field is not None:
+        r = r.join(_field(doc_values, "doc_id", cfg.priority_field, "text", "_prio"), on="doc_id", how="left", maintain_order="left")
+        mapping = cfg.priority_map
+        pri = pl.col("_prio").replace_strict(list(mapping), list(mapping.values()), default=1.0, return_dtype=pl.Float64)
+        r = r.with_columns(pri.fill_null(1.0).alias("prior_priority")).drop("_prio")
+    else:
+        r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_priority"))
+    if cfg.use_field is not None:
+        r = r.join(_field(doc_values, "doc_id", cfg.use_field, "num", "_use"), on="doc_id", how="left", maintain_order="left")
+        use = 1.0 + cfg.use_weight * pl.col("_use").clip(lower_bound=0.0).log1p()
+        r = r.with_columns(use.fill_null(1.0).alias("prior_use")).drop("_use")
+    else:
+        r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_use"))
+    return r
+
+
+def apply_priors(
+    ranked: pl.DataFrame,
+    doc_values: pl.DataFrame | None,
+    query_values: pl.DataFrame | None,
+    cfg: PriorsConfig,
+    *,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Re-score and re-rank `ranked` ([qid, doc_id, score, rank, ...], any order) by the configured priors.
+
+    `now` (naive UTC; default the current time) is the reference for queries without a date: tests and
+    benchmarks pass a fixed one so results do not drift with the clock."""
+    from .metatypes import values_frame
+
+    now = now or utc_now()
+    dv = doc_values if doc_values is not None else values_frame([], "doc_id")
+    qv = query_values if query_values is not None else values_frame([], "qid")
+    if not len(ranked):
+        return ranked.with_columns(
+            *(pl.lit(None, pl.Float64).alias(c) for c in FACTOR_COLUMNS), pl.col("score").alias("score_before_priors")
+        )
+    r = prior_factors(ranked, dv, qv, cfg, now=now)
+    factors = [pl.col(c).fill_null(1.0) for c in FACTOR_COLUMNS]
+    s = pl.col("score")
+    if cfg.combine == "multiply":
+        prod = (factors[0] * factors[1] * factors[2]).clip(lower_bound=1e-12)
+        new = pl.when(s >= 0).then(s * prod).otherwise(s / prod)
+    else:
+        new = s + cfg.add_weight * ((factors[0] - 1.0) + (factors[1] - 1.0) + (factors[2] - 1.0))
+    r = r.with_columns(s.alias("score_before_priors"), new.alias("score"))
+    if cfg.top_n is None:
+        r = r.sort(["qid", "score", "rank"], descending=[False, True, False], maintain_order=True)
+        return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
+    # Re-weighted top_n first, then the rest in their blended order, scored strictly below the block.
+    tail = pl.col("rank") > cfg.top_n
+    r = r.with_columns(tail.alias("_tail"), pl.when(tail).then(0.0).otherwise(-pl.col("score")).alias("_key"))
+    r = r.sort(["qid", "_tail", "_key", "rank"], maintain_order=True)
+    floor = pl.col("score").filter(~pl.col("_tail")).min().over("qid")
+    pos = pl.col("_tail").cast(pl.Int64).cum_sum().over("qid")
+    below = scores_below(floor, pos, pl.col("_tail").sum().over("qid"))
+    return r.with_columns(
+        pl.when(pl.col("_tail")).then(pl.coalesce(below, pl.col("score_before_priors"))).otherwise(pl.col("score")).alias("score"),
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"),
+    ).drop("_tail", "_key")
+
+
+def factor_flags(df: pl.DataFrame) -> pl.Expr:
+    """Flags naming each active prior's factor ("recency=0.707"), for the trace's priors stage."""
+    parts = [
+        pl.when(pl.col(c).is_not_null()).then(pl.format(f"{c.removeprefix('prior_')}={{}}", pl.col(c).round(4)))
+        for c in FACTOR_COLUMNS
+        if c in df.columns and df[c].null_count() < len(df)
+    ]
+    if not parts:
+        return pl.col("flags")
+    return pl.col("flags").list.concat(pl.concat_list(parts).list.drop_nulls())
