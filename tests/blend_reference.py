@@ -96,6 +96,8 @@ def blend_reference(fused: pl.DataFrame, rerank_scores: pl.DataFrame | None, cfg
     x = pl.when(pl.col("reranked")).then(pl.col("rerank_score"))
     if cfg.score_normalization == "sigmoid":
         norm = 1.0 / (1.0 + (-x).exp())
+    elif cfg.score_normalization == "none":
+        norm = x
     else:
         lo, hi = x.min().over("qid"), x.max().over("qid")
         norm = (

@@ -163,7 +163,7 @@ def test_block_then_tail_in_fused_order(n, top_n, raw, mode):
     top_n=st.integers(1, 12),
     raw=st.lists(st.one_of(st.none(), st.floats(-5, 5, allow_nan=False), st.sampled_from([0.5, 1.0])), min_size=75, max_size=75),
     mode=st.sampled_from(["position", "replace", "none"]),
-    norm=st.sampled_from(["minmax", "sigmoid"]),
+    norm=st.sampled_from(["minmax", "sigmoid", "none"]),
     seed=st.integers(0, 3),
 )
 def test_numpy_blend_equals_the_polars_reference(sizes, top_n, raw, mode, norm, seed):

@@ -29,6 +29,7 @@ EXPECTED_PRESETS = {
     "memoria",
     "hybrid-rrf",
     "learned",
+    "agent-memory",
 }
 
 

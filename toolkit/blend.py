@@ -75,7 +75,7 @@ def blend(
 
     `blend`: "position" (formula above), "replace" (reranked block ordered by reranker score), "none"
     (fused order). Reranker scores are normalised per query over the reranked documents: minmax (one
-    document, or all equal, gives 1.0) or sigmoid (for logits). retrieval_weight is the share of the
+    document, or all equal, gives 1.0), sigmoid (for logits) or none (raw scores). retrieval_weight is the share of the
     retrieval signal in the final score (1 for documents that were not reranked). raw_score is the
     reranker's raw score for reranked documents, the fused score otherwise. Flags: "reranked", and
     "rerank_missing" for a top-N document without a score in a query where others were reranked.
@@ -169,6 +169,8 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
     gm = g[m]
     if cfg.score_normalization == "sigmoid":
         norm = 1.0 / (1.0 + np.exp(-x))
+    elif cfg.score_normalization == "none":
+        norm = x
     else:
         lo = _group_reduce(np.minimum, x[m], gm, ng, np.nan)[g]
         hi = _group_reduce(np.maximum, x[m], gm, ng, np.nan)[g]

@@ -103,17 +103,25 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
 @click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default=None,
               help="Query embedding runtime (default from config: auto = ONNX Runtime when installed, else torch).")
-def search(query, store_path, mode, config, n, scope, fmt, backend) -> None:
-    """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars)."""
+@click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or HRT_RERANK_* environment).")
+def search(query, store_path, mode, config, n, scope, fmt, backend, verbose) -> None:
+    """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
+
+    With no reranker in the config, HRT_RERANK_PROVIDER / _MODEL / _BASE_URL / _API_KEY_ENV (or agent-memory's
+    AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins.
+    """
     from .pipeline import run_pipeline
     from .render import render
+    from .rerank_env import resolve_rerank
     from .store import Store
 
     if not query.strip():
         raise ToolkitError("the query is empty")
-    cfg = _load_cfg(config, mode)
+    cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
     if backend:
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
+    if verbose:
+        click.echo(rr_source.describe(cfg), err=True)
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
     with Store(store_path, read_only=True) as st:
         res = run_pipeline(st, q, cfg)
@@ -142,11 +150,14 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
     """
     from .loaders import Dataset, load_corpus
     from .pipeline import run_pipeline
+    from .rerank_env import resolve_rerank
     from .runs import write_run
     from .store import Store
 
     ds = Dataset.open(dataset)
-    cfg = _load_cfg(config, mode)
+    cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
+    if rr_source.source == "environment":
+        click.echo(rr_source.describe(cfg), err=True)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
     queries = ds.queries(split)
     t0 = time.perf_counter()

@@ -1,0 +1,106 @@
+"""Switching the reranker through the environment, with no config edit (as agent-memory does).
+
+| variable | meaning | seed aliases (agent-memory), in order |
+|---|---|---|
+| `HRT_RERANK_PROVIDER` | `none`/`off`, `http` (also `openai`, `jina`, `cohere`: a `/v1/rerank` endpoint), `cross-encoder` | `AGENT_MEMORY_RERANK_PROVIDER` |
+| `HRT_RERANK_MODEL` | model name sent to the endpoint, or the CrossEncoder path/id | `AGENT_MEMORY_RERANK_MODEL` |
+| `HRT_RERANK_BASE_URL` | base URL; `/rerank` is appended unless the URL ends with it | `AGENT_MEMORY_RERANK_BASE_URL`, `OPENAI_BASE_URL` |
+| `HRT_RERANK_API_KEY_ENV` | the NAME of the variable holding the API key | `AGENT_MEMORY_RERANK_API_KEY`, `OPENAI_API_KEY` (the key itself: its own name is used) |
+
+Precedence: a config whose `rerank.provider` is not `none` wins, and the environment is ignored (`hrt
+search -v` says so); otherwise the environment, when it names a provider, sets `rerank.provider`,
+`model`, `url` and `api_key_env`; otherwise there is no reranker. Key values are never read here, let alone
+printed: only variable names travel (the reranker reads the key when it connects).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .config import PipelineConfig
+from .errors import InputError
+
+PROVIDER_VARS = ("HRT_RERANK_PROVIDER", "AGENT_MEMORY_RERANK_PROVIDER")
+MODEL_VARS = ("HRT_RERANK_MODEL", "AGENT_MEMORY_RERANK_MODEL")
+URL_VARS = ("HRT_RERANK_BASE_URL", "AGENT_MEMORY_RERANK_BASE_URL", "OPENAI_BASE_URL")
+KEY_NAME_VAR = "HRT_RERANK_API_KEY_ENV"
+KEY_VARS = ("AGENT_MEMORY_RERANK_API_KEY", "OPENAI_API_KEY")
+PROVIDERS = {"none": "none", "off": "none", "http": "http", "openai": "http", "jina": "http", "cohere": "http",
+             "cross-encoder": "cross-encoder"}
+
+
+@dataclass(frozen=True)
+class RerankSource:
+    """Where the reranker settings came from: "config", "environment" or "none", with the variables read."""
+
+    source: str
+    variables: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = field(default=())
+
+    def describe(self, cfg: PipelineConfig) -> str:
+        """One line for `hrt search -v`: provider, model, endpoint, key variable NAME, and the source."""
+        r = cfg.rerank
+        what = r.provider
+        details = [f"model {r.model}" if r.model else "", f"url {r.url}" if r.url else "", f"path {r.path}" if r.path else "",
+                   f"key from ${r.api_key_env}" if r.api_key_env else ""]
+        details = [d for d in details if d]
+        if details:
+            what += " (" + ", ".join(details) + ")"
+        if self.source == "environment":
+            return f"reranker: {what} from the environment ({', '.join(self.variables)})"
+        if self.source == "config":
+            note = f"; environment ignored ({', '.join(self.ignored)}): the config file wins" if self.ignored else ""
+            return f"reranker: {what} from the config file{note}"
+        return "reranker: none (no provider in the config file, none in HRT_RERANK_PROVIDER or AGENT_MEMORY_RERANK_PROVIDER)"
+
+
+def _first(env: Mapping[str, str], names: tuple[str, ...]) -> tuple[str | None, str | None]:
+    for n in names:
+        v = env.get(n, "").strip()
+        if v:
+            return n, v
+    return None, None
+
+
+def resolve_rerank(cfg: PipelineConfig, environ: Mapping[str, str] | None = None) -> tuple[PipelineConfig, RerankSource]:
+    """`cfg` with the reranker the environment names (see the module docstring), and where it came from."""
+    env = os.environ if environ is None else environ
+    pvar, provider = _first(env, PROVIDER_VARS)
+    if cfg.rerank.provider != "none":
+        set_vars = tuple(n for n in (*PROVIDER_VARS, *MODEL_VARS, *URL_VARS[:2], KEY_NAME_VAR) if env.get(n, "").strip())
+        return cfg, RerankSource("config", ignored=set_vars if pvar else ())
+    if pvar is None:
+        return cfg, RerankSource("none")
+    kind = PROVIDERS.get(provider.lower())
+    if kind is None:
+        raise InputError(f"{pvar}={provider!r}: unknown reranker provider; use one of {', '.join(PROVIDERS)}")
+    if kind == "none":
+        return cfg, RerankSource("environment", (pvar,))
+    used = [pvar]
+    updates: dict[str, object] = {"rerank.provider": kind}
+    mvar, model = _first(env, MODEL_VARS)
+    if model:
+        updates["rerank.model"], used = model, [*used, mvar]
+    if kind == "http":
+        uvar, url = _first(env, URL_VARS)
+        if not url:
+            raise InputError(f"{pvar}={provider}: the http reranker needs a base URL in {' or '.join(URL_VARS)}")
+        url = url.rstrip("/")
+        updates["rerank.url"] = url if url.endswith("/rerank") else url + "/rerank"
+        used.append(uvar)
+        key_name = env.get(KEY_NAME_VAR, "").strip()
+        if key_name and not key_name.replace("_", "a").isalnum():  # never echo it: it may be a pasted key
+            raise InputError(f"{KEY_NAME_VAR} must hold the NAME of the variable with the key (letters, digits, _), not the key")
+        if key_name:
+            updates["rerank.api_key_env"], used = key_name, [*used, KEY_NAME_VAR]
+        else:
+            kvar, _ = _first(env, KEY_VARS)  # the variable holds the key: its NAME goes into the config
+            if kvar:
+                updates["rerank.api_key_env"], used = kvar, [*used, kvar]
+    try:
+        out = cfg.with_updates(updates)
+    except InputError as e:
+        raise InputError(f"reranker from the environment ({', '.join(used)}): {e}") from None
+    return out, RerankSource("environment", tuple(used))
