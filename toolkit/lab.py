@@ -292,6 +292,29 @@ def _from_session(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.session, name), doc=doc)
 
 
+def priors_controls(cfg: PipelineConfig, fields: dict[str, str]) -> dict[str, W.Widget]:
+    """Controls of the priors section: which typed metadata field each prior reads (from the store's
+    `value_fields`, plus the config's own choice), the half-life, floor, use weight and how they combine."""
+    p = cfg.priors
+
+    def pick(kinds: tuple[str, ...], value: str | None, label: str) -> W.Dropdown:
+        names = [f for f, k in fields.items() if k in kinds]
+        if value is not None and value not in names:
+            names.append(value)
+        return _control("choice", value, options=[("(off)", None), *[(f, f) for f in names]], description=label)
+
+    return {
+        "priors.recency_field": pick(("date",), p.recency_field, "recency: date field"),
+        "priors.recency_half_life_days": _control("text", p.recency_half_life_days, step=1.0, description="half-life (days)"),
+        "priors.recency_floor": _control("float", p.recency_floor, min=0.0, max=1.0, step=0.05, description="recency floor"),
+        "priors.priority_field": pick(("number", "text"), p.priority_field, "priority field"),
+        "priors.use_field": pick(("number",), p.use_field, "use field (count)"),
+        "priors.use_weight": _control("float", p.use_weight, min=0.0, max=2.0, step=0.05, description="use weight (log)"),
+        "priors.combine": _control("toggle", p.combine, options=["multiply", "add"], description="combine"),
+        "priors.add_weight": _control("float", p.add_weight, min=0.0, max=1.0, step=0.01, description="add weight"),
+    }
+
+
 class Lab:
     """Widgets and panels over a `Session`; see the module docstring. The lab holds no state of its own
     beyond what is on screen (pending widget changes, the picked failure case, figure slots)."""
@@ -579,6 +602,7 @@ class Lab:
             "routing.conversational_skip_lexical": _control("check", c.routing.conversational_skip_lexical, description="conversational: skip BM25 (recomputes candidates)"),
             "routing.conversational_skip_expansion": _control("check", c.routing.conversational_skip_expansion, description="conversational: skip expansion (recomputes candidates)"),
         }
+        ctl.update(priors_controls(c, self.store.value_fields()))
         self.bucket_editor = BucketEditor(c.rerank.buckets, lambda v: self._on_change("rerank.buckets", v))
         ctl["rerank.buckets"] = self.bucket_editor
         for key, w in ctl.items():
@@ -634,9 +658,10 @@ class Lab:
                 section("dedup.source_enabled", "dedup.max_per_source", "dedup.near_duplicate_enabled", "dedup.near_duplicate_threshold"),
                 section("threshold.min_score", "threshold.low_spread"),
                 section("routing.enabled", "routing.technical_lexical_boost", "routing.conversational_skip_lexical", "routing.conversational_skip_expansion"),
+                section(*(k for k in self.controls if k.startswith("priors."))),
                 W.VBox([self._export_kind, self._export_path, export_btn, self._export_msg]),
             ],
-            titles=("fusion", "rerank blend", "dedup", "threshold", "routing", "export"),
+            titles=("fusion", "rerank blend", "dedup", "threshold", "routing", "priors", "export"),
             selected_index=0,
             layout=W.Layout(width="400px", min_width="400px"),
         )
@@ -677,6 +702,8 @@ class Lab:
                     continue
                 if hasattr(w, "max") and isinstance(v, int | float) and not isinstance(v, bool) and v > w.max:
                     w.max = v
+                if isinstance(w, W.Dropdown) and v not in [o[1] if isinstance(o, tuple) else o for o in w.options]:
+                    w.options = [*w.options, (str(v), v)]  # e.g. a priors field the store does not hold
                 if w.value != v:
                     w.value = v
         finally:
@@ -700,6 +727,9 @@ class Lab:
         ctl["dedup.near_duplicate_threshold"].disabled = not c.dedup.near_duplicate_enabled
         for key in ("routing.technical_lexical_boost", "routing.conversational_skip_lexical", "routing.conversational_skip_expansion"):
             ctl[key].disabled = not c.routing.enabled
+        ctl["priors.recency_half_life_days"].disabled = ctl["priors.recency_floor"].disabled = c.priors.recency_field is None
+        ctl["priors.use_weight"].disabled = c.priors.use_field is None
+        ctl["priors.add_weight"].disabled = c.priors.combine != "add"
         self._rerank_note.value = (
             "<i>rerank.provider is none: blend settings take effect once a reranker is configured</i>"
             if c.rerank.provider == "none"
