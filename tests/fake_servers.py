@@ -8,6 +8,8 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
 - "500": HTTP 500.  "slow": sleep `delay_s` before answering.  "malformed": invalid JSON.
 - "wrong_shape": valid JSON of the wrong shape.  "out_of_range": a result index past the last document.
 - "partial": rerank answers only the even-indexed documents.
+- embeddings (`/v1/embeddings`): "good" answers `embed_fake(text, dim)` per input (dim = `dimensions` of the
+  request, else `embed_dim`), items in reverse order; "wrong_dim" answers one component more than asked.
 - "trickle": HTTP 200 with a long body sent a few bytes at a time (`trickle_bytes` every `trickle_every_s`,
   for at most `trickle_max_s`): never a gap long enough for a per-read timeout, so only a deadline stops it.
 - "tei": rerank wants TEI's `{"query", "texts"}` (HTTP 422 otherwise) and answers a bare list.
@@ -39,6 +41,17 @@ def overlap(query: str, doc: str) -> float:
     return float(len(words(query) & words(doc)))
 
 
+def embed_fake(text: str, dim: int = 8) -> list[float]:
+    """The fake embedding: hashed bag of words (deterministic, so tests can compare vectors and rankings)."""
+    import zlib
+
+    v = [0.0] * dim
+    for w in words(text):
+        v[zlib.crc32(w.encode()) % dim] += 1.0
+    v[0] += 0.5  # no all-zero vector for an empty text
+    return v
+
+
 def chat_answer(query: str) -> str:
     """A chat answer mixing typed lines in several styles with lines the parser must ignore."""
     return (
@@ -61,6 +74,7 @@ class FakeServer:
         self.trickle_bytes, self.trickle_every_s, self.trickle_max_s = 20, 0.1, 5.0
         self.fail_queries: set[str] = set()
         self.chat_content: str | None = None  # overrides chat_answer() when set
+        self.embed_dim = 8
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -76,6 +90,10 @@ class FakeServer:
     @property
     def rerank_url(self) -> str:
         return self.base_url + "/v1/rerank"
+
+    @property
+    def embeddings_url(self) -> str:
+        return self.base_url + "/v1/embeddings"
 
     @property
     def chat_url(self) -> str:
@@ -120,6 +138,8 @@ class FakeServer:
             return self._rerank(body, mode)
         if path == "/v1/chat/completions":
             return self._chat(body, mode)
+        if path == "/v1/embeddings":
+            return self._embeddings(body, mode)
         return 404, b'{"error": "not found"}'
 
     def _rerank(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
@@ -142,6 +162,13 @@ class FakeServer:
         if mode == "partial":
             results = [r for r in results if r["index"] % 2 == 0]
         return 200, json.dumps({"model": body.get("model"), "results": results}).encode()
+
+    def _embeddings(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
+        if mode == "wrong_shape":
+            return 200, json.dumps({"embeddings": [[1.0]]}).encode()
+        dim = int(body.get("dimensions") or self.embed_dim) + (1 if mode == "wrong_dim" else 0)
+        data = [{"object": "embedding", "index": i, "embedding": embed_fake(t, dim)} for i, t in enumerate(body["input"])]
+        return 200, json.dumps({"object": "list", "model": body.get("model"), "data": data[::-1]}).encode()
 
     def _chat(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
         if mode == "wrong_shape":

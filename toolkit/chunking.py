@@ -28,6 +28,11 @@ class Chunk:
     text: str
 
 
+def chunk_body(title: str, text: str) -> str:
+    """What is embedded and indexed for a chunk: "title\ntext", or the text alone without a title."""
+    return f"{title}\n{text}" if title else text
+
+
 def chunk_text(text: str, size: int = 1000, overlap: int = 150) -> list[Chunk]:
     """Chunks of at most `size` characters, each starting about `overlap` characters before the last ended.
 

@@ -57,18 +57,27 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--model", default=None, help="Embedding model: path or id (default: packaged all-MiniLM-L6-v2).")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default="auto", show_default=True,
               help="Local embedding runtime: auto = ONNX Runtime when installed, else torch (same vectors); onnx-int8 is a different model.")
+@click.option("--vectors", "vectors_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Precomputed chunk vectors (Parquet/JSONL from `hrt embed`): nothing is embedded here.")
+@click.option("--embed-url", default=None, help="OpenAI-compatible /v1/embeddings endpoint; --model names its model.")
+@click.option("--api-key-env", default=None, help="NAME of the environment variable holding the endpoint's API key.")
+@click.option("--dimensions", default=None, type=click.IntRange(1), help="Vector size to ask the endpoint for.")
 @click.option("--no-embed", is_flag=True, help="Skip embeddings (lexical search only).")
 @click.option("--prune", is_flag=True, help="Remove stored documents that are not in SOURCE.")
 @click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
               help="Also build an HNSW index over the vectors (DuckDB vss; for stores of a few 100k chunks and up).")
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
-def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, no_embed, prune,
-           vector_index, text_field) -> None:
+def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
+           api_key_env, dimensions, no_embed, prune, vector_index, text_field) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of .md/.txt files
     (source = relative path, scope = top folder). Re-ingesting unchanged documents computes nothing; a
     changed document replaces its chunks and embeddings; the whole update is one transaction.
+
+    Vectors made elsewhere: a corpus whose records carry a `vector` field (one chunk per document; name
+    the model with --model), a vectors file from `hrt embed` (--vectors), or an http endpoint (--embed-url).
+    A store keeps the vectors of one model: another model is refused, naming both.
     """
     from dataclasses import replace
 
@@ -79,14 +88,30 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     # Checked before anything is read or opened: a bad --stemmer/--stopwords is one line, and no store is made.
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
     docs = load_corpus(source, text_field=text_field)
-    with Store(store_path) as st:
+    given = None
+    if vectors_path:
+        from .vectors import read_vectors
+
+        given = read_vectors(vectors_path)
+    elif embed_url:
+        from .config import DenseConfig
+        from .embed import make_embedder
+
+        try:
+            dense = DenseConfig(provider="http", url=embed_url, model=model or "", api_key_env=api_key_env,
+                                dimensions=dimensions)
+        except ValueError as e:  # the messages only: pydantic's text would echo the rejected value
+            msgs = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in getattr(e, "errors", list)())
+            raise ToolkitError(f"--embed-url/--api-key-env/--model: {msgs or 'invalid'}") from None
+        given = make_embedder(**dense.embedder_args())
+    with Store(store_path, embedder=given) as st:
         base = st.settings or IndexSettings()
         over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords}.items() if v is not None}
         settings = replace(base, **over)
         if settings.chunk_overlap >= settings.chunk_size:
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
-        rep = st.ingest(docs, settings=settings, embed=not no_embed, model=model, backend=backend, prune=prune,
-                        progress=True)
+        rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
+                        prune=prune, progress=True)
         if vector_index == "hnsw":
             st.build_vector_index()
     index_note = "; HNSW vector index built" if vector_index == "hnsw" else ""

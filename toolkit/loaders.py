@@ -77,7 +77,7 @@ def _doc_from_record(obj: dict[str, Any], where: str, text_field: str | None = N
         raise InputError(f"{where}: field `metadata` must be an object")
     typed_values(meta, where)  # dates must parse (the store types them again; here the error names the line)
     doc_id = str(doc_id)
-    return {
+    doc = {
         "doc_id": doc_id,
         "source": str(obj.get("source") or meta.get("source") or doc_id),
         "scope": (str(obj.get("scope") or meta.get("scope")) if (obj.get("scope") or meta.get("scope")) else None),
@@ -85,6 +85,11 @@ def _doc_from_record(obj: dict[str, Any], where: str, text_field: str | None = N
         "text": text,
         "metadata": meta,
     }
+    if obj.get("vector") is not None:  # a precomputed embedding (toolkit.vectors)
+        from .vectors import check_vector
+
+        doc["vector"] = check_vector(obj["vector"], where)
+    return doc
 
 
 def _check_unique(docs: Iterator[tuple[str, dict[str, Any]]], path: Path) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from .analysis import FTS_IGNORE, lexical_text
-from .chunking import chunk_text
+from .chunking import chunk_body, chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreError
@@ -295,18 +295,29 @@ class Store:
         """The embedder for this store: the one given, else one made by `make_embedder(model, **options)`
         for `model`, the store's recorded model, or the default (`options`: backend, provider, url...)."""
         provider = options.get("provider", "local")
+        backend = options.get("backend", "auto")
+        e = self._embedder
+        if (model is None and e is not None and self.embedding_model in (None, e.model_id)
+                and backend in ("auto", getattr(e, "backend", backend))):
+            return e  # the embedder given to the store (http, precomputed, a test's model) fits it
         want = model or self.embedding_model or DEFAULT_MODEL
         if provider == "local" and model is None and self.embedding_backend == "http":
             raise StoreError(
                 f"{self.path} holds vectors of {want!r} made by an http endpoint: embed queries the same way "
                 f"(retrieval.dense.provider: http, retrieval.dense.url, retrieval.dense.model: {want})"
             )
-        want_id = embedder_model_id(want, options.get("backend", "auto"), provider)
-        backend = options.get("backend", "auto")
-        e = self._embedder
+        want_id = embedder_model_id(want, backend, provider)
         if e is None or e.model_id != want_id or (backend != "auto" and getattr(e, "backend", backend) != backend):
             self._embedder = make_embedder(want, **options)
         return self._embedder
+
+    def _ingest_embedder(self, docs: list[dict[str, Any]], settings: IndexSettings, model: str | None, backend: str) -> Embedder:
+        """Vectors the documents carry (`toolkit.vectors`, model named by `model`), else the store's embedder."""
+        if any("vector" in d for d in docs):
+            from .vectors import document_vectors
+
+            return document_vectors(docs, settings.chunk_size, settings.chunk_overlap, model)
+        return self.embedder(model, backend=backend)
 
     def _check_model(self, emb: Embedder, *, dim_too: bool = True) -> None:
         """Refuse to mix models in one store. The dimension check loads the model, so it is optional."""
@@ -403,7 +414,7 @@ class Store:
         rechunk_all = old_settings is not None and (
             (old_settings.chunk_size, old_settings.chunk_overlap) != (settings.chunk_size, settings.chunk_overlap)
         )
-        emb = self.embedder(model, backend=backend) if embed else None
+        emb = self._ingest_embedder(docs, settings, model, backend) if embed else None
         if emb is not None:
             self._check_model(emb, dim_too=False)
 
@@ -421,7 +432,7 @@ class Store:
         chunk_rows = []
         for d in tqdm(todo, desc="chunking", unit="doc", disable=not progress or len(todo) < 200):
             for c in chunk_text(d["text"], settings.chunk_size, settings.chunk_overlap) or []:
-                body = f"{d['title']}\n{c.text}" if d["title"] else c.text
+                body = chunk_body(d["title"], c.text)
                 chunk_rows.append(
                     (f"{d['doc_id']}#{c.ord}", d["doc_id"], c.ord, c.start, c.end, c.text, sha1(body), lexical_text(body), body)
                 )

@@ -1,0 +1,128 @@
+"""Precomputed vectors: embeddings made elsewhere (another model, a cluster via `hrt embed --engine ray`).
+
+Two ways in, one mechanism: the store embeds chunk bodies ("title\\ntext") and caches vectors by (model, sha1 of
+the body), so precomputed vectors are an `Embedder` that looks bodies up instead of running a model.
+
+- A vectors file (Parquet or JSONL; what `hrt embed` writes): columns `text_hash`, `vector` and `model`, one
+  row per chunk, made with the same chunk settings as the ingest (a missing chunk is an error naming it).
+- A corpus whose documents carry a `vector` field: the vector of the whole document, so each such document
+  must be one chunk (raise --chunk-size otherwise); the model that made them is named at ingest.
+
+The model id is recorded in the store like any other, so queries must come from the same model (the
+store refuses another one, naming both).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .chunking import chunk_body, chunk_text
+from .errors import InputError
+
+VECTOR_FIELD = "vector"
+
+
+def _sha1(s: str) -> str:
+    return hashlib.sha1(s.encode("utf-8")).hexdigest()
+
+
+def check_vector(v: Any, where: str) -> list[float]:
+    """A finite, non-zero list of numbers, or an InputError naming where it came from."""
+    if not isinstance(v, list | tuple | np.ndarray) or len(v) == 0:
+        raise InputError(f"{where}: field `{VECTOR_FIELD}` must be a non-empty list of numbers")
+    try:
+        out = [float(x) for x in v]
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{where}: field `{VECTOR_FIELD}` must hold numbers only") from e
+    if not all(math.isfinite(x) for x in out) or not any(out):
+        raise InputError(f"{where}: field `{VECTOR_FIELD}` has NaN/infinite values or is all zeros")
+    return out
+
+
+class PrecomputedEmbedder:
+    """Looks chunk bodies up by sha1 in a table of supplied vectors (L2-normalised here)."""
+
+    backend = "precomputed"
+
+    def __init__(self, model_id: str, by_hash: dict[str, list[float]], *, source: str = "supplied vectors") -> None:
+        if not model_id:
+            raise InputError(f"{source}: name the model that made the vectors (--model / model=)")
+        dims = {len(v) for v in by_hash.values()}
+        if len(dims) > 1:
+            raise InputError(f"{source}: vectors of different lengths {sorted(dims)}")
+        self.model_id, self.source = model_id, source
+        self._dim = dims.pop() if dims else 0
+        self._by_hash = by_hash
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        hashes = [_sha1(t) for t in texts]
+        missing = [i for i, h in enumerate(hashes) if h not in self._by_hash]
+        if missing:
+            first = texts[missing[0]][:80].replace("\n", " ")
+            raise InputError(
+                f"{self.source}: no vector for {len(missing)} of {len(texts)} chunks (first: {first!r}); the vectors "
+                "must be made from the same corpus with the same chunk settings (hrt embed --chunk-size/--chunk-overlap)"
+            )
+        arr = np.asarray([self._by_hash[h] for h in hashes], dtype=np.float32).reshape(len(texts), self._dim)
+        return arr / np.linalg.norm(arr, axis=1, keepdims=True)
+
+
+def read_vectors(path: str | Path) -> PrecomputedEmbedder:
+    """The vectors file `hrt embed` writes (Parquet or JSONL: text_hash, vector, model)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such vectors file")
+    try:
+        df = pl.read_parquet(p) if p.suffix == ".parquet" else pl.read_ndjson(p)
+    except Exception as e:
+        raise InputError(f"{p}: cannot read vectors ({e})") from e
+    need = {"text_hash", VECTOR_FIELD, "model"}
+    if not need <= set(df.columns):
+        raise InputError(f"{p}: a vectors file needs columns {sorted(need)}; it has {df.columns}")
+    models = df["model"].unique().to_list()
+    if len(models) != 1:
+        raise InputError(f"{p}: vectors of several models {sorted(map(str, models))}: one file, one model")
+    by_hash: dict[str, list[float]] = {}
+    for i, (h, v) in enumerate(zip(df["text_hash"].to_list(), df[VECTOR_FIELD].to_list(), strict=True)):
+        by_hash[h] = check_vector(v, f"{p} row {i}")
+    return PrecomputedEmbedder(str(models[0]), by_hash, source=str(p))
+
+
+def document_vectors(docs: list[dict[str, Any]], chunk_size: int, chunk_overlap: int, model: str | None) -> PrecomputedEmbedder:
+    """Vectors carried by the documents themselves (a `vector` field): each document must be one chunk."""
+    by_hash: dict[str, list[float]] = {}
+    for d in docs:
+        v = d.get(VECTOR_FIELD)
+        if v is None:
+            raise InputError(f"document {d['doc_id']!r} has no `{VECTOR_FIELD}` while others do: give every document one, or none")
+        chunks = chunk_text(d["text"], chunk_size, chunk_overlap)
+        if len(chunks) != 1:
+            raise InputError(
+                f"document {d['doc_id']!r} carries a vector but is split into {len(chunks)} chunks at chunk size "
+                f"{chunk_size} ({len(d['text'])} characters): raise --chunk-size, or embed chunks with `hrt embed`"
+            )
+        by_hash[_sha1(chunk_body(d["title"], chunks[0].text))] = v
+    return PrecomputedEmbedder(model or "", by_hash, source="corpus vectors")
+
+
+def write_vectors(frame: pl.DataFrame, out: str | Path, model: str, meta: dict[str, Any] | None = None) -> Path:
+    """Write [doc_id, chunk_id, text_hash, vector] + model as Parquet (or JSONL by suffix) for `hrt ingest --vectors`."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df = frame.with_columns(pl.lit(model).alias("model"))
+    if out.suffix in (".jsonl", ".ndjson"):
+        df.write_ndjson(out)
+    else:
+        df.write_parquet(out, metadata={"hrt": json.dumps(meta or {})})
+    return out
