@@ -37,6 +37,7 @@ from toolkit.compare import compare
 from toolkit.config import load_config
 from toolkit.learned_fusion import scored_for
 from toolkit.loaders import Dataset
+from toolkit.ltr_features import FEATURE_NAMES
 from toolkit.metrics import evaluate
 from toolkit.pipeline import prepare, rescore
 from toolkit.store import Store
@@ -52,6 +53,47 @@ def dataset_dir(name: str, shared: Path) -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "demo" if name == "demo" else shared / name
 
 
+# Feature sets compared by `--select` (leave-one-collection-out on the DEV splits, never on test).
+RAW_SCALE = {"lex_score", "q_idf_mean", "q_idf_max", "doc_len", "doc_chunks", "chunk_ord", "q_terms", "q_tokens"}
+FEATURE_SETS = {
+    "all": list(FEATURE_NAMES),
+    "portable": [f for f in FEATURE_NAMES if f not in RAW_SCALE],
+    "lists+text": ["lex_rr", "lex_norm", "lex_ratio", "vec_rr", "vec_score", "vec_norm", "vec_ratio", "best_rr", "rrf", "both",
+                   "coverage", "idf_coverage", "chunk_coverage", "proximity", "tech_match", "doc_len_rel"],
+}  # fmt: skip
+PARAM_SETS = {"leaves15": {}, "leaves7": {"num_leaves": 7, "min_data_in_leaf": 80}}
+PRIORS = (0.0, 2.0)
+
+
+def select(dev: dict, dev_q: dict, thresholds: dict, seed: int, say) -> None:
+    """nDCG@10 on each collection's DEV split of models trained on the other collections' dev splits."""
+    names = list(dev)
+    say("\n### Model selection: leave-one-collection-out on the dev splits (nDCG@10)\n",
+        "| features | params | RRF prior | " + " | ".join(names) + " | mean |", "|---|---|---:|" + "---:|" * (len(names) + 1))  # fmt: skip
+    base = {n: float(evaluate(_order(dev[n], "rrf"), dev_q[n].select("qid", "doc_id", "rel"), ["nDCG@10"], rel_threshold=thresholds[n])["value"].mean()) for n in names}
+    say("| (plain RRF) | | | " + " | ".join(f"{base[n]:.4f}" for n in names) + f" | {np.mean(list(base.values())):.4f} |")
+    for fs, feats in FEATURE_SETS.items():
+        for ps, params in PARAM_SETS.items():
+            for prior in PRIORS:
+                vals = {}
+                for target in names:
+                    others = [n for n in names if n != target]
+                    m, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), features=feats,
+                               seed=seed, rel_threshold=thresholds, params=params, prior=prior)  # fmt: skip
+                    d = dev[target].with_columns(pl.Series("_s", m.predict(dev[target])))
+                    vals[target] = float(evaluate(_order(d, "_s"), dev_q[target].select("qid", "doc_id", "rel"), ["nDCG@10"],
+                                                  rel_threshold=thresholds[target])["value"].mean())  # fmt: skip
+                say(f"| {fs} | {ps} | {prior} | " + " | ".join(f"{vals[n]:.4f}" for n in names) + f" | {np.mean(list(vals.values())):.4f} |")
+
+
+def _order(d: pl.DataFrame, col: str) -> pl.DataFrame:
+    return (
+        d.select("qid", "doc_id", pl.col(col).cast(pl.Float64).alias("score"))
+        .sort(["qid", "score", "doc_id"], descending=[False, True, False])
+        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
@@ -61,6 +103,7 @@ def main() -> None:
     ap.add_argument("--tune-budget", type=int, default=40, help="TPE trials for the tuned row (0: no tuned row).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", default=None, help="Also write the tables to this file.")
+    ap.add_argument("--select", action="store_true", help="Only compare feature/parameter sets, LOO on the dev splits.")
     args = ap.parse_args()
     shared, stores, work = Path(args.shared), Path(args.stores), Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -80,6 +123,11 @@ def main() -> None:
             dev[n], dev_q[n] = collect(st, dataset_dir(n, shared), split="dev", config=base, name=n, progress=False)
             print(f"{n}: dev features {len(dev[n])} rows in {time.perf_counter() - t:.1f}s", flush=True)
     thresholds = {n: REL_THRESHOLD.get(n, 1) for n in names}
+    if args.select:
+        select(dev, dev_q, thresholds, args.seed, say)
+        if args.markdown:
+            Path(args.markdown).write_text("\n".join(lines) + "\n")
+        return
 
     t = time.perf_counter()
     pooled, prep_rep = fit(pl.concat(list(dev.values())), pl.concat(list(dev_q.values())), seed=args.seed, rel_threshold=thresholds)

@@ -199,3 +199,18 @@ def test_lab_switches_to_learned_live(store):
     assert lab.config.fusion.method == "learned" and "score_prob" in lab.result.final.columns
     assert lab.controls["fusion.lexical_weight"].disabled and not lab.controls["rerank.buckets"].disabled
     assert lab.set("fusion.method", "rrf") and "score_prob" not in lab.result.final.columns
+
+
+def test_reliability_panel_and_compact_output(store):
+    from toolkit import panels
+    from toolkit.render import render
+
+    res = run_pipeline(store, QUERIES, load_config("learned"))
+    qrels = pl.DataFrame({"qid": ["q1", "q2", "q3", "q4"], "doc_id": ["d1", "d2", "d5", "d6"], "rel": [1, 1, 1, 1]})
+    table = panels.reliability(res.final, qrels, bins=5)
+    assert table["n"].sum() == len(res.final) and table["observed"].is_between(0, 1).all()
+    fig = panels.reliability_figure(table)
+    assert "ECE" in fig.layout.title.text and len(fig.data) == 2
+    assert "set fusion.method to learned" in str(panels.reliability_figure(panels.reliability(res.final.drop("score_prob"), qrels)).layout)
+    q1 = res.final.filter(pl.col("qid") == "q1").head(2)
+    assert "P(relevant)" in render(q1, fmt="compact")

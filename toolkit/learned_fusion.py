@@ -48,6 +48,9 @@ class FusionModel:
     calibration: dict | None = None
     router: dict | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # The trees learn a correction on top of `scale` x 30 x (plain RRF, k = 60): where they are unsure the
+    # model falls back to RRF's order (30 x RRF is ~1 for a document ranked first in both lists).
+    prior: dict | None = None
     _booster: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -63,12 +66,12 @@ class FusionModel:
         if not len(feats):
             return np.zeros(0)
         x = feats.select(self.features).to_numpy().astype(np.float64)
-        return np.asarray(self.booster.predict(x, num_threads=1), dtype=np.float64)
+        return np.asarray(self.booster.predict(x, num_threads=1), dtype=np.float64) + prior_score(feats, self.prior)
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"format": FORMAT, "version": 1, "features": self.features, "calibration": self.calibration,
+        doc = {"format": FORMAT, "version": 1, "features": self.features, "prior": self.prior, "calibration": self.calibration,
                "router": self.router, "info": self.info, "booster": self.booster_text}  # fmt: skip
         p.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         return p
@@ -90,7 +93,14 @@ class FusionModel:
         unknown = [f for f in doc["features"] if f not in ltr_features.FEATURE_NAMES]
         if unknown:
             raise InputError(f"{p}: features {', '.join(unknown)} are not computed by this toolkit version")
-        return cls(doc["features"], doc["booster"], doc.get("calibration"), doc.get("router"), doc.get("info", {}))
+        return cls(doc["features"], doc["booster"], doc.get("calibration"), doc.get("router"), doc.get("info", {}), doc.get("prior"))
+
+
+def prior_score(feats: pl.DataFrame, prior: dict | None) -> np.ndarray:
+    """The model's starting score before its trees: `scale` x 30 x the feature (plain RRF), or 0."""
+    if not prior or not prior.get("scale"):
+        return np.zeros(len(feats))
+    return float(prior["scale"]) * 30.0 * feats[prior.get("feature", "rrf")].cast(pl.Float64).to_numpy()
 
 
 def resolve(path: str | Path | None) -> Path:

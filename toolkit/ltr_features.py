@@ -39,7 +39,7 @@ FEATURES: list[tuple[str, int]] = [
     ("q_idf_mean", 0), ("q_idf_max", 0), ("q_idf_mean_norm", 0), ("q_idf_max_norm", 0),
     ("q_lex_top_norm", 0), ("q_vec_top", 0), ("q_overlap10", 0),
     # document / chunk
-    ("doc_len", 0), ("doc_chunks", 0), ("chunk_ord", 0), ("chunk_pos", 0), ("source_share", 0),
+    ("doc_len", 0), ("doc_len_rel", 0), ("doc_chunks", 0), ("chunk_ord", 0), ("chunk_pos", 0), ("source_share", 0),
     # text matches
     ("coverage", 1), ("idf_coverage", 1), ("chunk_coverage", 1), ("proximity", 1), ("tech_match", 1),
 ]  # fmt: skip
@@ -276,6 +276,8 @@ def candidate_features(store, queries: pl.DataFrame, candidates: pl.DataFrame, q
         .select("qid", "doc_id", "source_share")
     )
     out = out.join(src, on=["qid", "doc_id"], how="left").join(_tech_match(store, pairs, qfeat), on=["qid", "doc_id"], how="left")
+    if "doc_len" in out.columns:  # length against the query's other candidates: comparable across collections
+        out = out.with_columns((pl.col("doc_len") - pl.col("doc_len").mean().over("qid")).alias("doc_len_rel"))
     for f in FEATURE_NAMES:
         if f not in out.columns:
             out = out.with_columns(pl.lit(0.0).alias(f))

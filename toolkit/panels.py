@@ -564,3 +564,40 @@ def routing_dedup_figure(
     layout["yaxis2"]["rangemode"] = "nonnegative"
     layout.update({"title": {"text": "Routing and dedup"}, "height": 300, "margin": {"t": 70}})
     return _out({"data": data, "layout": layout}, raw)
+
+
+def reliability(scored: pl.DataFrame, qrels: pl.DataFrame, *, bins: int = 10, rel_threshold: int = 1) -> pl.DataFrame:
+    """[bin, lo, hi, n, mean_prob, observed] of `score_prob` against judged relevance (calibration.py):
+    what the reliability diagram draws. `scored` has qid, doc_id, score_prob (e.g. a learned `final`)."""
+    from . import calibration
+
+    s = scored.filter(pl.col("score_prob").is_not_null()) if "score_prob" in scored.columns else scored.clear()
+    if not len(s):
+        return calibration.reliability([], [], bins)
+    return calibration.reliability(s["score_prob"].to_numpy(), calibration.labelled(s, qrels, rel_threshold), bins)
+
+
+def reliability_figure(table: pl.DataFrame, *, title: str = "Calibration: predicted vs observed relevance", raw: bool = False) -> go.Figure:
+    """Reliability diagram of `reliability` output: mean score_prob per bin against the share of judged
+    relevant results in it (on the diagonal = calibrated), marker size by row count, ECE in the title."""
+    if not len(table):
+        return _out(_empty(title, "no score_prob: set fusion.method to learned"), raw)
+    total = int(table["n"].sum())
+    ece = float(((table["n"] / total) * (table["mean_prob"] - table["observed"]).abs()).sum())
+    size = (6 + 24 * (table["n"] / table["n"].max()).sqrt()).to_list()
+    spec = {
+        "data": [
+            {"type": "scatter", "x": [0, 1], "y": [0, 1], "mode": "lines", "name": "calibrated",
+             "line": {"dash": "dot", "color": "#999"}, "hoverinfo": "skip"},
+            {"type": "scatter", "x": table["mean_prob"].to_list(), "y": table["observed"].to_list(), "mode": "lines+markers",
+             "name": "score_prob", "marker": {"size": size, "color": _COLORS["fuse"]}, "customdata": table["n"].to_list(),
+             "hovertemplate": "predicted %{x:.3f}<br>observed %{y:.3f}<br>%{customdata} results<extra></extra>"},
+        ],
+        "layout": {
+            "title": {"text": f"{title} (ECE {ece:.3f}, {total} results)"}, "height": 320,
+            "xaxis": {"title": {"text": "predicted P(relevant)"}, "range": [0, 1]},
+            "yaxis": {"title": {"text": "observed share relevant"}, "range": [0, 1]},
+            "showlegend": False,
+        },
+    }  # fmt: skip
+    return _out(spec, raw)

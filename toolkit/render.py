@@ -89,6 +89,8 @@ def _header(r: Mapping[str, Any], title_chars: int) -> str:
     parts = [f"{r.get('rank', '?')}. score {_num(r.get('score'))}"]
     if r.get("raw_score") is not None:
         parts[0] += f" (raw {_num(r.get('raw_score'))})"
+    if r.get("score_prob") is not None:  # calibrated P(relevant), fusion.method learned
+        parts[0] += f" · P(relevant) {r['score_prob']:.2f}"
     if r.get("source"):
         parts.append(shorten(str(r["source"]), max(title_chars, 12)))
     label = str(r.get("doc_id", ""))

@@ -30,7 +30,7 @@ import polars as pl
 from . import calibration, ltr_features, router
 from .config import PipelineConfig, load_config
 from .errors import InputError
-from .learned_fusion import FusionModel, _lightgbm
+from .learned_fusion import FusionModel, _lightgbm, prior_score
 from .loaders import Dataset
 from .metrics import evaluate
 from .pipeline import prepare
@@ -118,13 +118,14 @@ def _split_queries(data: pl.DataFrame, holdout: float, seed: int) -> pl.DataFram
     return data.join(pl.concat(parts), on=["collection", "qid"], how="left")
 
 
-def _matrix(d: pl.DataFrame, features: list[str], balance: float, sizes: dict[str, int]):
-    """(X, y, group sizes, row weights) of `d` sorted by (collection, qid)."""
+def _dataset(lgb, d: pl.DataFrame, features: list[str], balance: float, sizes: dict[str, int], prior: dict | None, **kw):
+    """LightGBM dataset of `d` sorted by (collection, qid): groups per query, collection weights, prior as init score."""
     d = d.sort("collection", "qid", "doc_id")
     groups = d.group_by("collection", "qid", maintain_order=True).len()["len"].to_numpy()
     biggest = max(sizes.values())
     w = d["collection"].replace_strict({k: (biggest / v) ** balance for k, v in sizes.items()}, return_dtype=pl.Float64)
-    return d.select(features).to_numpy().astype(np.float64), d["label"].to_numpy(), groups, w.to_numpy()
+    x = d.select(features).to_numpy().astype(np.float64)
+    return lgb.Dataset(x, d["label"].to_numpy(), group=groups, weight=w.to_numpy(), init_score=prior_score(d, prior), **kw)
 
 
 def _useful(d: pl.DataFrame) -> pl.DataFrame:
@@ -177,7 +178,7 @@ def _routed_rrf(d: pl.DataFrame, rt: dict) -> np.ndarray:
 
 def fit(
     data: pl.DataFrame, qrels: pl.DataFrame, *, features: list[str] | None = None, seed: int = 0,
-    holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, rel_threshold: dict[str, int] | None = None,
+    holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, prior: float = 0.0, rel_threshold: dict[str, int] | None = None,
     params: dict[str, Any] | None = None, progress: bool = False,
 ) -> tuple[FusionModel, FusionTrainReport]:
     """Train on `data` (from `collect`, one or several collections concatenated); see the module doc."""
@@ -194,15 +195,14 @@ def fit(
     train_d = _useful(data.filter(~pl.col("held_out")))
     if not len(train_d):
         raise InputError("no training query has a judged-relevant candidate: nothing to learn from")
-    X, y, g, w = _matrix(train_d, features, balance, sizes)
-    dtrain = lgb.Dataset(X, y, group=g, weight=w, feature_name=features, free_raw_data=False)
+    prior_d = {"feature": "rrf", "scale": prior} if prior else None
+    dtrain = _dataset(lgb, train_d, features, balance, sizes, prior_d, feature_name=features, free_raw_data=False)
     callbacks = [lgb.log_evaluation(50)] if progress else []
     held = data.filter(pl.col("held_out"))
     held_useful = _useful(held)
     best_iter = rounds
     if len(held_useful):
-        Xv, yv, gv, wv = _matrix(held_useful, features, balance, sizes)
-        dvalid = lgb.Dataset(Xv, yv, group=gv, weight=wv, reference=dtrain)
+        dvalid = _dataset(lgb, held_useful, features, balance, sizes, prior_d, reference=dtrain)
         booster = lgb.train(p, dtrain, rounds, valid_sets=[dvalid], valid_names=["held-out"],
                             callbacks=[*callbacks, lgb.early_stopping(40, verbose=progress)])  # fmt: skip
         best_iter = max(int(booster.best_iteration or rounds), 10)
@@ -215,7 +215,7 @@ def fit(
     if len(held):
         hq = qrels.join(held.select("collection", "qid").unique(), on=["collection", "qid"])
         hs = held.sort("collection", "qid", "doc_id")
-        learned_run = _ranked(hs, booster.predict(hs.select(features).to_numpy(), num_iteration=best_iter))
+        learned_run = _ranked(hs, booster.predict(hs.select(features).to_numpy(), num_iteration=best_iter) + prior_score(hs, prior_d))
         res = {"learned": _ndcg(learned_run, hq, rel_threshold)}
         for label, feat in BASELINES.items():
             res[label] = _ndcg(_ranked(hs, hs[feat].to_numpy()), hq, rel_threshold)
@@ -244,17 +244,16 @@ def fit(
     # Refit on every query with the chosen number of trees (the shipped model sees all judgements).
     t0 = time.perf_counter()
     all_d = _useful(data)
-    X, y, g, w = _matrix(all_d, features, balance, sizes)
-    final = lgb.train({k: v for k, v in p.items() if k != "metric"}, lgb.Dataset(X, y, group=g, weight=w, feature_name=features), best_iter)
+    final = lgb.train({k: v for k, v in p.items() if k != "metric"}, _dataset(lgb, all_d, features, balance, sizes, prior_d, feature_name=features), best_iter)
     t_final = time.perf_counter() - t0
     gain = final.feature_importance("gain")
     total = float(gain.sum()) or 1.0
     info = {
         "trained_on": {name: {"queries": n, "rel_threshold": rel_threshold.get(name, 1)} for name, n in sizes.items()},
-        "best_iteration": best_iter, "seed": seed, "holdout": holdout, "balance": balance,
+        "best_iteration": best_iter, "seed": seed, "holdout": holdout, "balance": balance, "prior": prior,
         "lightgbm": lgb.__version__,
     }  # fmt: skip
-    model = FusionModel(features, final.model_to_string(), cal, rt_all, info)
+    model = FusionModel(features, final.model_to_string(), cal, rt_all, info, prior_d)
     report = FusionTrainReport(
         collections={k: {"queries": v} for k, v in sizes.items()}, features=features,
         importance={f: float(x) / total for f, x in zip(features, gain, strict=True)}, held_out=held_out,
