@@ -10,7 +10,8 @@ trained on the training queries with early stopping on the held-out ones (nDCG@1
 queries then give the report's gain (against plain RRF and each list alone, all evaluated with
 `metrics.evaluate` over every judged held-out query) and the calibrator's data (`calibration.py`, fitted
 on held-out predictions only). The shipped model is then refitted on all queries with the number of
-trees early stopping chose. Monotone constraints hold a model to "a better list rank or more query terms
+trees early stopping chose. The trees start from 2 x 30 x plain RRF (`prior`; chosen leave-one-collection-out on
+the dev splits, benchmarks/RESULTS.md), so where they know nothing the order is RRF's. Monotone constraints hold a model to "a better list rank or more query terms
 never hurts" (`ltr_features.FEATURES`). Collections are weighted so that a large one (LoCoMo's 761
 queries) does not drown the small ones: per-query weight (largest / own size) ** `balance`.
 """
@@ -178,7 +179,7 @@ def _routed_rrf(d: pl.DataFrame, rt: dict) -> np.ndarray:
 
 def fit(
     data: pl.DataFrame, qrels: pl.DataFrame, *, features: list[str] | None = None, seed: int = 0,
-    holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, prior: float = 0.0, rel_threshold: dict[str, int] | None = None,
+    holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, prior: float = 2.0, rel_threshold: dict[str, int] | None = None,
     params: dict[str, Any] | None = None, progress: bool = False,
 ) -> tuple[FusionModel, FusionTrainReport]:
     """Train on `data` (from `collect`, one or several collections concatenated); see the module doc."""
@@ -266,7 +267,7 @@ def fit(
 def train_fusion(
     sources: list[tuple[Any, str | Path, int]], out: str | Path, *, split: str = "dev",
     config: str | PipelineConfig = "learned", seed: int = 0, holdout: float = 0.2, rounds: int = 400,
-    balance: float = 0.5, force: bool = False, progress: bool = True,
+    balance: float = 0.5, prior: float = 2.0, force: bool = False, progress: bool = True,
 ) -> FusionTrainReport:
     """Train one model on the `split` of every (open store, dataset dir, rel threshold) in `sources`, write
     it to `out` (model JSON) and its report beside it (`<out stem>.report.json`)."""
@@ -287,7 +288,7 @@ def train_fusion(
         qrels.append(q)
         thresholds[name] = rel_t
     t_feat = time.perf_counter() - t0
-    model, rep = fit(pl.concat(frames), pl.concat(qrels), seed=seed, holdout=holdout, rounds=rounds, balance=balance,
+    model, rep = fit(pl.concat(frames), pl.concat(qrels), seed=seed, holdout=holdout, rounds=rounds, balance=balance, prior=prior,
                      rel_threshold=thresholds, progress=progress)  # fmt: skip
     rep.seconds["features"] = t_feat
     rep.out = str(model.save(out))
