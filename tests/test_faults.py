@@ -275,6 +275,30 @@ def test_expander_fault_is_visible(lexical_store, fake_server):
     assert summary(res.per_query) == "expander fallback 2/2 (HTTP 500)"
 
 
+def test_http_embedder_failure_falls_back_to_lexical_and_says_so(lexical_store, monkeypatch):
+    from toolkit.config import config_from_dict
+    from toolkit.pipeline import prepare, prepare_key, run_pipeline
+    from toolkit.providers import summary
+    from toolkit.rerank import ProviderError
+
+    def down(self, *a, **k):
+        raise ProviderError("http://127.0.0.1:9/v1/embeddings: HTTP 503: overloaded (3 attempts)")
+
+    monkeypatch.setattr(Store, "dense_search", down)
+    cfg = config_from_dict({"name": "h"})
+    with Store(lexical_store) as st:
+        res = run_pipeline(st, _queries(), cfg)
+        assert st.get_frames(prepare_key(st, _queries(), cfg)) is None
+        assert prepare(st, _queries(), cfg).embed_status is not None
+    line = "embedder unavailable (HTTP 503): lexical results only"
+    assert res.per_query["provider_notes"].to_list() == [[line], [line]]
+    assert set(res.per_query["embedder"]) == {"fallback"}
+    assert res.final["flags"].list.contains("embedder_fallback").all() and len(res.final)
+    assert summary(res.per_query) == "embedder fallback 2/2 (HTTP 503)"
+    with Store(lexical_store) as st, pytest.raises(ProviderError):  # dense alone has nothing to fall back to
+        run_pipeline(st, _queries(), config_from_dict({"retrieval": {"lexical": {"enabled": False}}}))
+
+
 @pytest.fixture
 def beir_notes(tmp_path) -> Path:
     root = tmp_path / "ds"
@@ -441,7 +465,8 @@ def test_echoed_credentials_are_scrubbed_before_the_stage_cache(tmp_path, fake_s
     with Store(store) as st:
         prep = prepare(st, _queries(), cfg)
         assert set(prep.rerank_status["status"]) == {"fallback"}
-        assert st.get_frames(prepare_key(st, _queries(), cfg)) is not None
+        assert key not in str(prep.rerank_status["error"].to_list())
+        assert st.get_frames(prepare_key(st, _queries(), cfg)) is None  # an outage is not cached either
     raw = store.read_bytes()
     assert key.encode() not in raw and b"0123456789abcdefghij" not in raw
 

@@ -58,6 +58,8 @@ class Prepared:
     doc_values: pl.DataFrame | None = None
     query_values: pl.DataFrame | None = None
     _derived: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
+    # [qid, status, error] of the query embedder when an http embedder failed and lexical lists stand alone.
+    embed_status: pl.DataFrame | None = None
 
     def derived(self, name: str, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """`build()` cached until one of `sources` (frames, which are immutable) is replaced: the config-free
@@ -96,7 +98,7 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     return lex, den
 
 
-_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values")
+_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status")
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
@@ -154,7 +156,8 @@ def prepare(
                 store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
             return prep
     prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool)
-    if use_cache and not store.read_only:
+    # A provider outage is not cached: the next run asks again instead of replaying the fallback.
+    if use_cache and not store.read_only and not providers.degraded(prep):
         store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
     return prep
 
@@ -200,17 +203,15 @@ def _prepare(
     t["expansion"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    cands = retrieve(
-        store,
-        queries,
-        variants,
-        lexical=lex_args,
-        dense=dense_args,
-        level=level,
-        scope_filter=scope_filter,
-        skip_lexical=skip if cfg.routing.enabled else None,
-        progress=progress,
-    )
+    kw = {"level": level, "scope_filter": scope_filter, "skip_lexical": skip if cfg.routing.enabled else None, "progress": progress}
+    embed_status = None
+    try:
+        cands = retrieve(store, queries, variants, lexical=lex_args, dense=dense_args, **kw)
+    except rerank.ProviderError as e:  # an http embedder failed: guarded like the reranker when BM25 can stand alone
+        if lex_args is None:
+            raise
+        cands = retrieve(store, queries, variants, lexical=lex_args, dense=None, **kw)
+        embed_status = queries.select("qid", pl.lit("fallback").alias("status"), pl.lit(str(e)).alias("error"))
     t["retrieve"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -227,7 +228,8 @@ def _prepare(
     t0 = time.perf_counter()
     doc_vals, q_vals = _doc_values(store, cands), query_values(queries)
     t["prior_inputs"] = time.perf_counter() - t0
-    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr, t, doc_vals, q_vals)
+    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr, t, doc_vals, q_vals,
+                    embed_status=embed_status)
 
 
 def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
@@ -323,8 +325,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     t["threshold"] = time.perf_counter() - t0
     # Provider status (reranker / expander fallbacks) travels with the result: per-query columns and flags.
     dense = cfg.retrieval.dense.enabled
-    status = prep.derived(f"providers:{dense}", (prep.queries, prep.rerank_status, prep.expansion_status),
-                          lambda: providers.query_status(prep.queries, prep.rerank_status, prep.expansion_status, dense=dense))
+    status = prep.derived(f"providers:{dense}", (prep.queries, prep.rerank_status, prep.expansion_status, prep.embed_status),
+                          lambda: providers.query_status(prep.queries, prep.rerank_status, prep.expansion_status, dense=dense,
+                                                         embed_status=prep.embed_status))
     final, per_query = providers.annotate(final, per_query, status)
 
     tr = _trace(cands, fused, blended, final, prior) if trace else pl.DataFrame(schema=TRACE_SCHEMA)

@@ -13,10 +13,11 @@ import re
 
 import polars as pl
 
-FLAGS = {"reranker": "reranker_fallback", "expander": "expansion_fallback"}
+FLAGS = {"reranker": "reranker_fallback", "expander": "expansion_fallback", "embedder": "embedder_fallback"}
 _WHAT = {
     "reranker": ("reranker unavailable", "retrieval order kept"),
     "expander": ("query expansion unavailable", "original query only"),
+    "embedder": ("embedder unavailable", "lexical results only"),
 }
 STATUS_SCHEMA = {
     "qid": pl.Utf8,
@@ -60,14 +61,26 @@ def note(provider: str, error: str | None) -> str:
     return f"{what} ({reason(error)}): {consequence}"
 
 
+def degraded(prep: object) -> bool:
+    """True when any query of a `Prepared` lost a provider (such results are not worth caching)."""
+    frames = (getattr(prep, n, None) for n in ("rerank_status", "expansion_status", "embed_status"))
+    return any(f is not None and len(f) and (f["status"] == "fallback").any() for f in frames)
+
+
 def query_status(
-    queries: pl.DataFrame, rerank_status: pl.DataFrame | None, expansion_status: pl.DataFrame | None, *, dense: bool
+    queries: pl.DataFrame,
+    rerank_status: pl.DataFrame | None,
+    expansion_status: pl.DataFrame | None,
+    *,
+    dense: bool,
+    embed_status: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """[qid, reranker, expander, embedder, provider_notes] for every query.
 
     Statuses are those of the stages (rerank: ok / cached / fallback / skipped; expansion: ok / skipped /
-    fallback / none). The local embedder has no fallback (a model that cannot load stops the run), so it is
-    "ok" when dense retrieval ran and "off" otherwise. `provider_notes` holds one line per failed provider."""
+    fallback / none). The embedder is "fallback" when an http embedder failed and the lexical lists stood
+    alone (`embed_status`), else "ok" when dense retrieval ran and "off" otherwise (a local model that cannot
+    load stops the run instead). `provider_notes` holds one line per failed provider."""
     q = queries.select(pl.col("qid").cast(pl.Utf8)).unique(maintain_order=True)
 
     def part(frame: pl.DataFrame | None, name: str, default: str) -> pl.DataFrame:
@@ -76,11 +89,17 @@ def query_status(
         f = frame.select(pl.col("qid").cast(pl.Utf8), pl.col("status").alias(name), pl.col("error").alias(f"{name}_error"))
         return q.join(f.unique("qid"), on="qid", how="left").with_columns(pl.col(name).fill_null(default))
 
-    out = q.join(part(rerank_status, "reranker", "skipped"), on="qid").join(part(expansion_status, "expander", "none"), on="qid")
+    out = (
+        q.join(part(rerank_status, "reranker", "skipped"), on="qid")
+        .join(part(expansion_status, "expander", "none"), on="qid")
+        .join(part(embed_status, "embedder", "ok" if dense else "off"), on="qid")
+    )
     rows = []
-    for qid, rr, rr_err, ex, ex_err in out.select("qid", "reranker", "reranker_error", "expander", "expander_error").iter_rows():
-        notes = [note(p, err) for p, st, err in (("reranker", rr, rr_err), ("expander", ex, ex_err)) if st == "fallback"]
-        rows.append((qid, rr, ex, "ok" if dense else "off", notes))
+    cols = ("qid", "reranker", "reranker_error", "expander", "expander_error", "embedder", "embedder_error")
+    for qid, rr, rr_err, ex, ex_err, em, em_err in out.select(cols).iter_rows():
+        notes = [note(p, err) for p, st, err in (("embedder", em, em_err), ("reranker", rr, rr_err), ("expander", ex, ex_err))
+                 if st == "fallback"]
+        rows.append((qid, rr, ex, em, notes))
     return pl.DataFrame(rows, schema=STATUS_SCHEMA, orient="row")
 
 
