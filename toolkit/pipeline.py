@@ -302,9 +302,12 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
         if idx is not None:
             pairs = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
             lookup = (*pairs, prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
-    # Without dedup and priors nothing below place n can reach the final list: the blend stage keeps the top n only.
+    # Without dedup nothing below place n can reach the final list: the blend stage keeps the top n only. Priors
+    # can lift any row, unless they re-weight only the blended top_n (then the first max(n, top_n) suffice).
     with_priors = priors_stage.active(cfg.priors)
-    keep = None if (cfg.dedup.source_enabled or cfg.dedup.near_duplicate_enabled or with_priors) else n
+    keep = None if (cfg.dedup.source_enabled or cfg.dedup.near_duplicate_enabled) else n
+    if keep is not None and with_priors:
+        keep = max(keep, cfg.priors.top_n) if cfg.priors.top_n is not None else None
     blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
     t["blend"] = time.perf_counter() - t0
 
