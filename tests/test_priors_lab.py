@@ -35,6 +35,9 @@ def test_priors_widgets_exist_and_rescore(tmp_path):
         assert lab.config.priors.recency_field == "date" and not ctl["priors.recency_half_life_days"].disabled
         assert lab.metrics["MRR@10"] == 1.0
         assert "priors" in lab.result.trace["stage"].to_list()
+        lists = lab.session.stage_lists("q")  # the drill-down shows the priors stage, each factor in its flags
+        assert lists["stage"].unique(maintain_order=True).to_list()[-2:] == ["priors", "final"]
+        assert lists.filter(pl.col("stage") == "priors")["flags"].to_list()[0][0].startswith("recency=")
         assert lab.set("priors.recency_half_life_days", 7.0) and ctl["priors.recency_half_life_days"].value == 7.0
         ctl["priors.priority_field"].value = "tier"
         ctl["priors.combine"].value = "add"

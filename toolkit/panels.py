@@ -32,10 +32,11 @@ _COLORS = {"fuse": "#1f77b4", "blend": "#ff7f0e", "final": "#2ca02c"}
 
 
 def stage_order(stages: Iterable[str]) -> list[str]:
-    """Retrieval lists (sorted) first, then fuse, blend, final; unknown stages keep their place after."""
+    """Retrieval lists (sorted) first, then fuse, blend, priors (when on), final; unknown stages keep their
+    place after."""
     s = list(dict.fromkeys(stages))
     lists = sorted(x for x in s if x.startswith("retrieve:"))
-    later = [x for x in LATER_STAGES if x in s]
+    later = [x for x in (*LATER_STAGES[:-1], "priors", LATER_STAGES[-1]) if x in s]
     rest = [x for x in s if x not in lists and x not in later]
     return lists + later + rest
 

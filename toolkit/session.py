@@ -41,7 +41,7 @@ from .store import Store
 
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "MRR@10")
 BONUS_KEY = re.compile(r"^fusion\.rank_bonus@(\d+)$")  # control keys that edit one band of fusion.rank_bonus
-LATER = ("fuse", "blend", "final")
+LATER = ("fuse", "blend", "priors", "final")  # "priors" is in the trace only when a prior is on
 _MAX_PREPS = 4  # prepared frame sets kept in memory (switching a routing skip back is then instant)
 
 
