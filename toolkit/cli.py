@@ -67,13 +67,16 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
               help="Also build an HNSW index over the vectors (DuckDB vss; for stores of a few 100k chunks and up).")
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
+@click.option("-v", "--verbose", is_flag=True, help="Name every file or record not indexed, with the reason.")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
-           api_key_env, dimensions, no_embed, prune, vector_index, text_field) -> None:
+           api_key_env, dimensions, no_embed, prune, vector_index, text_field, verbose) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
-    SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of .md/.txt files
-    (source = relative path, scope = top folder). Re-ingesting unchanged documents computes nothing; a
-    changed document replaces its chunks and embeddings; the whole update is one transaction.
+    SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of text files: .md,
+    .txt, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
+    relative path, scope = top folder). Files and records left out (other types, binary content, empty
+    documents) are counted; -v names each with the reason. Re-ingesting unchanged documents computes
+    nothing; a changed document replaces its chunks and embeddings; the whole update is one transaction.
 
     Vectors made elsewhere: a corpus whose records carry a `vector` field (one chunk per document; name
     the model with --model), a vectors file from `hrt embed` (--vectors), or an http endpoint (--embed-url).
@@ -114,8 +117,21 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
                         prune=prune, progress=True)
         if vector_index == "hnsw":
             st.build_vector_index()
+    _echo_skipped(docs, verbose)
     index_note = "; HNSW vector index built" if vector_index == "hnsw" else ""
     click.echo(f"{rep.summary()}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
+
+
+def _echo_skipped(docs, verbose: bool = False) -> None:
+    """Say what the corpus left out (count and reasons; each one with -v), on stderr."""
+    skipped = getattr(docs, "skipped", [])
+    if not skipped:
+        return
+    hint = "" if verbose else " (-v names them)"
+    click.echo(f"warning: {docs.skipped_summary()}{hint}", err=True)
+    if verbose:
+        for s in skipped:
+            click.echo(f"  skipped {s.where}: {s.reason}", err=True)
 
 
 @main.command()
@@ -187,8 +203,10 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
     queries = ds.queries(split)
     t0 = time.perf_counter()
     with Store(store_path) as st:
-        rep = st.ingest(load_corpus(ds.root), embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, progress=True)
+        corpus = load_corpus(ds.root)
+        rep = st.ingest(corpus, embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, progress=True)
         if rep.added or rep.changed:
+            _echo_skipped(corpus)
             click.echo(rep.summary(), err=True)
         res = run_pipeline(st, queries, cfg, progress=True)
     final = res.final.filter(pl.col("rank") <= depth)

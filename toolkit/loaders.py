@@ -1,7 +1,13 @@
-"""Read corpora and query sets: BEIR directories, JSONL, Parquet, and folders of .md/.txt files.
+"""Read corpora and query sets: BEIR directories, JSONL, Parquet, and folders of text files.
 
 Every error names the file and, for line-oriented formats, the line. Documents come out as plain dicts
 (`doc_id, source, scope, title, text, metadata`) so the store can hash and validate them in one place.
+
+Ingest tells the truth about what it leaves out: `load_corpus` returns a `Corpus` (a list of documents)
+whose `skipped` names every file or record not indexed and why (not a text file, an empty document).
+Skipping is for things that are not documents; malformed input (bad JSON, undecodable bytes in a text
+file, a field of the wrong type) is still an error naming the file and line, raised before the store is
+touched.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import mimetypes
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +26,36 @@ import polars as pl
 from .errors import InputError
 from .metatypes import typed_values
 
-TEXT_SUFFIXES = {".md", ".markdown", ".txt"}
+TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
+# Bytes read to decide whether a file without an extension (README, NEWS, CHANGES, LICENSE) is text.
+SNIFF_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file or record that was not indexed: where it is and why."""
+
+    where: str
+    reason: str
+
+
+class Corpus(list):
+    """The documents of a corpus (a plain list of dicts) plus `skipped`: what was left out, and why."""
+
+    def __init__(self, docs: list[dict[str, Any]] = (), skipped: list[Skipped] | None = None) -> None:
+        super().__init__(docs)
+        # Kept by reference: the folder reader fills it while `_check_unique` consumes its documents.
+        self.skipped: list[Skipped] = skipped if skipped is not None else []
+
+    def skipped_summary(self) -> str:
+        """'3 not indexed: 2 empty document, 1 binary content' (empty string when nothing was skipped)."""
+        if not self.skipped:
+            return ""
+        by: dict[str, int] = {}
+        for s in self.skipped:
+            key = s.reason.split(" (")[0]
+            by[key] = by.get(key, 0) + 1
+        return f"{len(self.skipped)} not indexed: " + ", ".join(f"{n} {r}" for r, n in sorted(by.items()))
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -92,21 +128,30 @@ def _doc_from_record(obj: dict[str, Any], where: str, text_field: str | None = N
     return doc
 
 
-def _check_unique(docs: Iterator[tuple[str, dict[str, Any]]], path: Path) -> list[dict[str, Any]]:
+def _check_unique(
+    docs: Iterator[tuple[str, dict[str, Any]]], path: Path, skipped: list[Skipped] | None = None
+) -> Corpus:
+    """Documents with unique ids; a document with no text and no title is skipped and counted (a classic
+    collection such as Cranfield has a few), never fatal."""
     seen: dict[str, str] = {}
-    out = []
+    out = Corpus(skipped=skipped)
     for where, d in docs:
         if d["doc_id"] in seen:
             raise InputError(f"{where}: duplicate document id {d['doc_id']!r} (first seen at {seen[d['doc_id']]})")
         seen[d["doc_id"]] = where
+        if not d["text"].strip() and not d["title"].strip():
+            out.skipped.append(Skipped(where, f"empty document (id {d['doc_id']!r}: no text and no title)"))
+            continue
         out.append(d)
     if not out:
-        raise InputError(f"{path}: the corpus is empty (no documents found)")
+        why = f"; {out.skipped_summary()}" if out.skipped else ""
+        raise InputError(f"{path}: the corpus is empty (no documents found{why})")
     return out
 
 
-def load_corpus(path: str | Path, *, text_field: str | None = None) -> list[dict[str, Any]]:
-    """Documents from a BEIR dir, a .jsonl or .parquet file, or a folder of .md/.txt files.
+def load_corpus(path: str | Path, *, text_field: str | None = None) -> Corpus:
+    """Documents from a BEIR dir, a .jsonl or .parquet file, or a folder of text files (.md, .txt, .rst, and
+    files without an extension whose content is UTF-8 text). `.skipped` lists what was not indexed.
 
     `text_field` names the field holding the text in JSONL/Parquet records (default: `text`, else
     `contents`); a record without it is an error naming the file, the line and the keys it has."""
@@ -124,20 +169,51 @@ def load_corpus(path: str | Path, *, text_field: str | None = None) -> list[dict
             raise InputError(f"{p}: cannot read Parquet ({e})") from e
         return _check_unique(((f"{p} row {i}", _doc_from_record(r, f"{p} row {i}", text_field)) for i, r in enumerate(rows)), p)
     if p.is_dir():
-        return _check_unique(_folder_docs(p), p)
-    raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, or a folder of .md/.txt)")
+        skipped: list[Skipped] = []
+        return _check_unique(_folder_docs(p, skipped), p, skipped)
+    raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, or a folder of text files)")
 
 
-def _folder_docs(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    files = sorted(f for f in root.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES)
-    for f in files:
+def _sniff_text(head: bytes) -> str | None:
+    """Why the first bytes of a file without a known extension are not text, or None if they are: no NUL
+    byte, and valid UTF-8 (a multi-byte character cut at the end of the sample is allowed)."""
+    if b"\0" in head:
+        return "binary content (NUL bytes)"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:
+            return f"not UTF-8 text (byte {e.start})"
+    return None
+
+
+def _folder_docs(root: Path, skipped: list[Skipped]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Text files under `root`: known text extensions, and files without an extension (README, NEWS,
+    CHANGES, LICENSE) recognised by content. Everything else goes to `skipped` with the reason."""
+    for f in sorted(x for x in root.rglob("*") if x.is_file()):
         rel = f.relative_to(root).as_posix()
+        if any(part.startswith(".") for part in f.relative_to(root).parts):
+            skipped.append(Skipped(rel, "hidden file or folder"))
+            continue
+        if f.suffix.lower() not in TEXT_SUFFIXES:
+            # A known type that is not a document (image, archive, code) is skipped by name; no extension
+            # or one no registry knows ("README", "NEWS", "README.Debian") is decided by content.
+            kind, encoding = mimetypes.guess_type(f.name, strict=False)
+            if encoding or kind:
+                skipped.append(Skipped(rel, f"file type {encoding or kind} ({f.suffix}: not a document format)"))
+                continue
+            with f.open("rb") as fh:
+                why = _sniff_text(fh.read(SNIFF_BYTES))
+            if why:
+                skipped.append(Skipped(rel, why))
+                continue
         try:
             text = f.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e:
             line = f.read_bytes()[: e.start].count(b"\n") + 1
             raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
-        title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), f.stem)
+        # An empty file gets no title either, so it is skipped as an empty document (not indexed by name).
+        title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "")
         top = rel.split("/")[0] if "/" in rel else None
         yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": title[:200], "text": text, "metadata": {"path": rel}}
 

@@ -1,0 +1,88 @@
+"""Ingest tells the truth: what it leaves out is counted and, with -v, named with the reason; files without
+an extension are read by content; an empty document is skipped, not fatal; malformed input still stops with
+the file and line named and the store untouched."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+from click.testing import CliRunner
+
+from toolkit.cli import main
+from toolkit.loaders import load_corpus
+
+
+def _folder(tmp_path):
+    root = tmp_path / "docs"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "README").write_text("avahi daemon readme: mDNS service discovery\n")
+    (root / "pkg" / "NEWS").write_text("Version 0.8 fixes CVE-2021-3468 in the avahi daemon\n")
+    (root / "pkg" / "README.Debian").write_text("Debian notes: avahi-daemon starts at boot\n")
+    (root / "notes.md").write_text("# Notes\nplain markdown\n")
+    (root / "empty.md").write_text("   \n")
+    (root / "pkg" / "changelog.Debian.gz").write_bytes(b"\x1f\x8b\x08\x00binary")
+    (root / "pkg" / "blob").write_bytes(b"\x00\x01\x02ELF")
+    (root / "logo.png").write_bytes(b"\x89PNG\r\n")
+    return root
+
+
+def test_folder_with_extensionless_files_and_an_empty_document(tmp_path):
+    root = _folder(tmp_path)
+    corpus = load_corpus(root)
+    assert sorted(d["doc_id"] for d in corpus) == ["notes.md", "pkg/NEWS", "pkg/README", "pkg/README.Debian"]
+    reasons = {s.where.split(":")[0]: s.reason for s in corpus.skipped}
+    assert set(reasons) == {"empty.md", "pkg/changelog.Debian.gz", "pkg/blob", "logo.png"}
+    assert reasons["empty.md"].startswith("empty document")
+    assert "binary" in reasons["pkg/blob"] and "gzip" in reasons["pkg/changelog.Debian.gz"]
+
+    store = str(tmp_path / "s.duckdb")
+    r = CliRunner().invoke(main, ["ingest", str(root), "--store", store, "--no-embed"])
+    assert r.exit_code == 0, r.output
+    assert "4 documents" in r.output and "4 not indexed" in r.output and "-v names them" in r.output
+    r = CliRunner().invoke(main, ["ingest", str(root), "--store", store, "--no-embed", "-v"])
+    assert r.exit_code == 0, r.output
+    for line in ("skipped empty.md: empty document", "skipped pkg/blob: binary content", "skipped logo.png: file type image/png"):
+        assert line in r.output
+    r = CliRunner().invoke(main, ["search", "CVE-2021-3468", "--store", store, "--mode", "lexical", "--format", "json"])
+    assert json.loads(r.output)["results"][0]["doc_id"] == "pkg/NEWS"
+
+
+def test_empty_document_in_a_collection_is_skipped_and_counted(tmp_path):
+    """Cranfield has documents with no text: the ingest goes on, and says so."""
+    p = tmp_path / "corpus.jsonl"
+    rows = [{"_id": "1", "title": "flow", "text": "boundary layer"}, {"_id": "471", "title": "", "text": ""},
+            {"_id": "2", "text": "shock waves"}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    corpus = load_corpus(p)
+    assert [d["doc_id"] for d in corpus] == ["1", "2"]
+    assert [(s.where, s.reason.split(" (")[0]) for s in corpus.skipped] == [(f"{p}:2", "empty document")]
+    r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(tmp_path / "s.duckdb"), "--no-embed", "-v"])
+    assert r.exit_code == 0, r.output
+    assert "2 documents" in r.output and "1 not indexed: 1 empty document" in r.output and "id '471'" in r.output
+
+
+def test_malformed_input_stops_with_file_and_line_and_leaves_the_store_untouched(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"_id": "a", "text": "alpha"}) + "\n")
+    store = str(tmp_path / "s.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(good), "--store", store, "--no-embed"]).exit_code == 0
+    cases = {
+        "json.jsonl": (b'{"_id": "b", "text": "beta"}\n{"_id": "c", "text": \n', "json.jsonl:2: malformed JSON"),
+        "bytes.jsonl": (b'{"_id": "b", "text": "beta"}\n{"_id": "c", "text": "caf\xe9"}\n', "bytes.jsonl:2: not valid UTF-8"),
+        "type.jsonl": (b'{"_id": "b", "text": "beta"}\n{"_id": "c", "text": 42}\n', "type.jsonl:2: field `text` must be a string"),
+    }
+    for name, (data, msg) in cases.items():
+        bad = tmp_path / name
+        bad.write_bytes(data)
+        r = CliRunner().invoke(main, ["ingest", str(bad), "--store", store, "--no-embed", "--prune"])
+        assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output, r.output
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "README").write_text("fine")
+    (folder / "bad.md").write_bytes(b"# t\nok\n\xff\n")
+    r = CliRunner().invoke(main, ["ingest", str(folder), "--store", store, "--no-embed", "--prune"])
+    assert r.exit_code == 2 and "bad.md:3: not valid UTF-8" in r.output
+    con = duckdb.connect(store, read_only=True)
+    assert con.execute("SELECT doc_id, text FROM documents").fetchall() == [("a", "alpha")]
+    con.close()
