@@ -288,6 +288,13 @@ class RerankConfig(_Model):
         return self
 
 
+# ------------------------------------------------------------------ guard
+class GuardConfig(_Model):
+    # BM25's top document, when it contains a query identifier verbatim, ends in the top max_rank (guard.py).
+    exact_token: bool = False
+    max_rank: int = Field(3, ge=1, le=100)
+
+
 # ------------------------------------------------------------------ dedup, threshold, output
 class DedupConfig(_Model):
     source_enabled: bool = False
@@ -362,6 +369,7 @@ class PipelineConfig(_Model):
     expansion: ExpansionConfig = ExpansionConfig()
     fusion: FusionConfig = FusionConfig()
     rerank: RerankConfig = RerankConfig()
+    guard: GuardConfig = GuardConfig()
     dedup: DedupConfig = DedupConfig()
     threshold: ThresholdConfig = ThresholdConfig()
     output: OutputConfig = OutputConfig()

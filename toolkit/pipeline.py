@@ -20,6 +20,7 @@ import polars as pl
 from . import blend as blend_stage
 from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
+from . import guard as guard_stage
 from . import priors as priors_stage
 from .config import PipelineConfig
 from .metatypes import query_values
@@ -53,6 +54,7 @@ class Prepared:
     vectors: pl.DataFrame | None
     # Learning-to-rank features of every (query, candidate document): what `fusion.method: learned` scores.
     ltr_features: pl.DataFrame | None = None
+    exact: pl.DataFrame | None = None  # guard.exact_matches: candidates holding a query identifier verbatim
     timings: dict[str, float] = field(default_factory=dict)
     # Inputs of the priors stage: typed metadata of the candidate documents and of the queries.
     doc_values: pl.DataFrame | None = None
@@ -98,7 +100,7 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     return lex, den
 
 
-_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status")
+_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status", "exact")
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
@@ -141,6 +143,8 @@ def prepare(
         got = store.get_frames(key)
         if got is not None:
             frames = {name: got.get(name) for name in _PREPARED_FRAMES}
+            if frames["exact"] is None:  # cached by a version without the guard's input: derive it now
+                frames["exact"] = _exact(store, frames["queries"], frames["candidates"])
             prep = Prepared(**frames, timings={"cache_load": 0.0})
             stale = False
             if not ltr_features.is_current(prep.ltr_features):  # cached by an older version: add them
@@ -228,14 +232,26 @@ def _prepare(
     t0 = time.perf_counter()
     doc_vals, q_vals = _doc_values(store, cands), query_values(queries)
     t["prior_inputs"] = time.perf_counter() - t0
-    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr, t, doc_vals, q_vals,
-                    embed_status=embed_status)
+    t0 = time.perf_counter()
+    exact = _exact(store, queries, cands)
+    t["exact"] = time.perf_counter() - t0
+    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr,
+                    exact=exact, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status)
 
 
 def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
     """Typed metadata of the candidate documents (every field: which one a prior reads is a live setting)."""
     ids = cands["doc_id"].unique().to_list() if cands is not None and len(cands) else []
     return store.doc_values(ids)
+
+
+def _exact(store: Store, queries: pl.DataFrame, cands: pl.DataFrame) -> pl.DataFrame:
+    """The exact-token guard's input, for the candidates of queries that carry an identifier."""
+    qs = queries.filter(pl.Series([bool(guard_stage.identifier_tokens(t)) for t in queries["text"].to_list()]))
+    if not len(qs) or not len(cands):
+        return pl.DataFrame(schema=guard_stage.EXACT_SCHEMA)
+    mine = cands.join(qs.select("qid"), on="qid", how="semi")
+    return guard_stage.exact_matches(qs, mine, store.documents(mine["doc_id"].unique().to_list()))
 
 
 def _expansion_kwargs(cfg: PipelineConfig) -> dict:
@@ -318,6 +334,10 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    ranked, guard_status = guard_stage.keep_exact(ranked, cands, prep.exact, cfg.guard)
+    t["guard"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
     kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n)
     t["dedup"] = time.perf_counter() - t0
 
@@ -325,6 +345,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     if learned:
         kept = learned_fusion.attach_prob(kept, prep, cfg.fusion.model)
     final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
+    per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
     t["threshold"] = time.perf_counter() - t0
     # Provider status (reranker / expander fallbacks) travels with the result: per-query columns and flags.
     dense = cfg.retrieval.dense.enabled

@@ -1,0 +1,70 @@
+"""The exact-token guard: a query naming an identifier keeps BM25's verbatim hit in the top 3, flagged."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from toolkit.config import load_config
+from toolkit.guard import identifier_tokens
+from toolkit.loaders import load_corpus
+from toolkit.pipeline import prepare, rescore
+from toolkit.store import Store
+
+NOTES = [
+    ("n0", "Security release", "git 2.39.1 fixes CVE-2022-41903, a heap overflow in git log --format."),
+    *[(f"n{i}", "Security advisory", f"A heap overflow vulnerability in the formatting code of version control tool number {i} was fixed in a security release.")
+      for i in range(1, 9)],
+]
+
+
+@pytest.fixture
+def store(tmp_path, embedder):
+    p = tmp_path / "c.jsonl"
+    p.write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in NOTES))
+    st = Store(tmp_path / "g.duckdb", embedder=embedder)
+    st.ingest(load_corpus(p))
+    yield st
+    st.close()
+
+
+def test_identifier_tokens_are_identifiers_not_acronyms():
+    assert identifier_tokens("heap overflow CVE-2022-41903 in git") == ["CVE-2022-41903"]
+    assert identifier_tokens("set retryBackoffMs and max_pool_size in config.yaml") == ["retryBackoffMs", "max_pool_size", "config.yaml"]
+    assert identifier_tokens("deploy fails with ECONNREFUSED after v2.14.3") == ["ECONNREFUSED", "v2.14.3"]
+    assert identifier_tokens("how do I parse JSON over HTTP with the API") == []
+    assert identifier_tokens("when did Caroline go to the support group?") == []
+
+
+def test_bm25_exact_hit_stays_in_top_3_and_is_flagged(store):
+    q = pl.DataFrame({"qid": ["q"], "text": ["heap overflow security vulnerability CVE-2022-41903"]})
+    # Dense search dominates the fusion: the verbatim hit (BM25 #1) falls below the top 3 without the guard.
+    base = load_config("hybrid-rrf").with_updates({"fusion.lexical_weight": 0.01})
+    prep = prepare(store, q, base)
+    lex_top = prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1))["doc_id"][0]
+    assert lex_top == "n0"
+    off = rescore(prep, base).final
+    assert off.filter(pl.col("doc_id") == "n0")["rank"][0] > 3
+    on = rescore(prep, base.with_updates({"guard.exact_token": True}))
+    row = on.final.filter(pl.col("doc_id") == "n0").row(0, named=True)
+    assert row["rank"] == 3 and "exact_token_kept" in row["flags"]
+    assert on.per_query["exact_token"].to_list() == ["kept"]
+    # Scores still give the shown order; nothing else was lost or duplicated.
+    f = on.final.sort("rank")
+    assert f["score"].is_sorted(descending=True) and f["doc_id"].n_unique() == len(f) == len(off)
+    assert "exact_token_kept" in on.trace.filter(pl.col("stage") == "final").explode("flags")["flags"].to_list()
+    # max_rank is live: 1 puts it first.
+    first = rescore(prep, base.with_updates({"guard.exact_token": True, "guard.max_rank": 1})).final
+    assert first.sort("rank")["doc_id"][0] == "n0"
+
+
+def test_guard_leaves_queries_without_identifiers_alone(store):
+    q = pl.DataFrame({"qid": ["q"], "text": ["heap overflow security vulnerability"]})
+    base = load_config("hybrid-rrf").with_updates({"fusion.lexical_weight": 0.01})
+    prep = prepare(store, q, base)
+    assert prep.exact.is_empty()
+    a = rescore(prep, base).final
+    b = rescore(prep, base.with_updates({"guard.exact_token": True})).final
+    assert a.select("doc_id", "rank", "score").equals(b.select("doc_id", "rank", "score"))
