@@ -45,9 +45,9 @@ def test_compact_fits_five_long_results_in_2000_chars():
     assert len(out) <= 2000
     b = blocks(out)
     assert len(b) == 5 and all(len(x) <= 4 for x in b)
-    assert b[0][0] == "1. score 1.0000 (raw 7.0000) · incident-1 · Deploy failure report number 1 [d1]"
+    assert b[0][0] == "1. score 1.0000 (fused 7.0000) · incident-1 · Deploy failure report number 1 [d1]"
     assert b[0][1].startswith("   w1x0 w1x1") and b[0][1].endswith("…") and len(b[0][1]) <= 3 + 240
-    assert b[4][-1] == "   flags: reranked, extra_from_source"
+    assert b[4][-1] == "   flags: reranked, extra result from a source already shown"
 
 
 def test_compact_shortens_excerpts_to_fit_a_small_budget():
@@ -83,7 +83,7 @@ def test_detailed_shows_full_text_and_flags_then_falls_back():
         "source: incident-1  doc: d1  chunk: d1#0" in out and "title: Deploy failure report number 2" in out
     )
     flagged = render(results(5, words=3), fmt="detailed", max_chars=5000)
-    assert "[reranked, extra_from_source]" in flagged
+    assert "[reranked, extra result from a source already shown]" in flagged
     long = render(results(), fmt="detailed", max_chars=2000)
     assert len(long) <= 2000 and long.startswith("note: detailed output (")
     assert "showing compact" in long.splitlines()[0] and len(blocks(long)) == 5
@@ -94,8 +94,9 @@ def test_json_and_dataframe_input():
     rows[1]["raw_score"] = math.nan
     doc = json.loads(render(pl.DataFrame(rows[::-1]), fmt="json", notes={"spread": 0.5}))
     assert [r["rank"] for r in doc["results"]] == [1, 2]  # sorted by rank
-    assert doc["results"][1]["raw_score"] is None and doc["results"][0]["text"] == rows[0]["text"]
-    assert doc["notes"] == {"spread": 0.5}
+    assert doc["results"][1]["fused_score"] is None and doc["results"][0]["fused_score"] == 7.0
+    assert doc["results"][0]["snippet"] == rows[0]["text"] and "text" not in doc["results"][0]
+    assert doc["notes"] == {"spread": 0.5} and doc["n_results"] == 2
     assert render([], notes={"low_confidence": True}).endswith("no results")
     with pytest.raises(InputError, match="unknown output format"):
         render(rows, fmt="xml")
@@ -105,3 +106,16 @@ def test_shorten_cuts_at_a_word_boundary():
     assert shorten("alpha beta   gamma\ndelta", 100) == "alpha beta gamma delta"
     assert shorten("alpha beta gamma delta", 14) == "alpha beta…"
     assert len(shorten("x" * 50, 10)) == 10
+
+
+def test_provenance_and_flags_in_words():
+    rows = results(2, words=3)
+    rows[0]["raw_score"] = rows[0]["score"]  # no blend: the fused score is not repeated
+    rows[0]["origins"] = [{"list": "bm25", "rank": 1, "score": 12.41}, {"list": "dense", "rank": 13, "score": 0.6123}]
+    rows[0]["flags"] = ["exact_token_kept", "duplicates_collapsed"]
+    rows[0]["also_in"] = ["a/README", "b/README", "c/README", "d/README", "e/README"]
+    out = render(rows)
+    head = out.splitlines()[0]
+    assert head == "1. score 1.0000 (bm25 #1 12.4 · dense #13 0.612) · incident-1 · Deploy failure report number 1 [d1]"
+    assert "flags: exact token kept (BM25's verbatim hit held in the top 3), also in 5 sources: a/README, b/README, c/README, …" in out
+    assert "raw" not in out

@@ -16,7 +16,7 @@ import polars as pl
 
 from .errors import ToolkitError
 
-MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "hybrid-rrf"}
+MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "default"}
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
 
 
@@ -137,7 +137,7 @@ def _echo_skipped(docs, verbose: bool = False) -> None:
 @main.command()
 @click.argument("query")
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
-@click.option("--mode", type=click.Choice(list(MODES)), default=None, help="lexical (BM25), dense (cosine) or hybrid (RRF). Default hybrid.")
+@click.option("--mode", type=click.Choice(list(MODES)), default=None, help="lexical (BM25), dense (cosine) or hybrid (the `default` preset). Default hybrid.")
 @click.option("--config", default=None, help="Pipeline config (YAML/JSON path or preset name); overrides --mode.")
 @click.option("-n", "n", default=5, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--scope", default=None, help="Only documents whose scope equals this.")
@@ -148,30 +148,41 @@ def _echo_skipped(docs, verbose: bool = False) -> None:
 def search(query, store_path, mode, config, n, scope, fmt, backend, verbose) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
 
+    Each result shows its final score and where it came from (each list's rank and score), and flags in
+    words (exact token kept, also in N sources, reranked). `--format json` is documented in docs/output.md.
+
     With no reranker in the config, HRT_RERANK_PROVIDER / _MODEL / _BASE_URL / _API_KEY_ENV (or agent-memory's
     AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins.
     """
-    from .pipeline import run_pipeline
-    from .render import render
+    from .pipeline import prepare, rescore
+    from .render import origins, render
     from .rerank_env import resolve_rerank
     from .store import Store
 
     if not query.strip():
         raise ToolkitError("the query is empty")
-    cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
+    cfg, rr_source = resolve_rerank(_load_cfg(config, mode).with_updates({"output.n": n}))
     if backend:
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
     if verbose:
         click.echo(rr_source.describe(cfg), err=True)
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
     with Store(store_path, read_only=True) as st:
-        res = run_pipeline(st, q, cfg)
+        prep = prepare(st, q, cfg)
+        res = rescore(prep, cfg)
         top = res.final.filter(pl.col("rank") <= n).sort("rank")
-        docs = st.documents(top["doc_id"].to_list())
+        docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
         chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", pl.col("text").alias("excerpt"))
-    rows = top.join(docs, on="doc_id", how="left").join(chunks, on="chunk_id", how="left").sort("rank")
+    rows = (
+        top.join(docs, on="doc_id", how="left")
+        .join(chunks, on="chunk_id", how="left")
+        .join(origins(prep.candidates, top), on=["qid", "doc_id"], how="left")
+        .sort("rank")
+    )
     notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
-    click.echo(render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars, excerpt_chars=cfg.output.excerpt_chars))
+    out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
+                 excerpt_chars=cfg.output.excerpt_chars, query=query)
+    click.echo(out)
 
 
 @main.command()

@@ -297,6 +297,8 @@ class GuardConfig(_Model):
 
 # ------------------------------------------------------------------ dedup, threshold, output
 class DedupConfig(_Model):
+    # Byte-identical documents (same documents.text_hash) collapse into the best-ranked copy (dedup.py).
+    identical_enabled: bool = False
     source_enabled: bool = False
     max_per_source: int = Field(1, ge=1, le=1000)
     fill: Literal["sources_then_chunks", "sources_only"] = "sources_then_chunks"

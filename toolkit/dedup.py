@@ -1,6 +1,9 @@
-"""Stage 8: near-duplicate removal and source-level dedup with fill ("I asked for 5 and got 1").
+"""Stage 8: collapsing copies, near-duplicate removal and source-level dedup with fill ("I asked for 5
+and got 1").
 
-Near duplicates first: a result whose embedding has cosine >= threshold with a higher-ranked kept result is
+Byte-identical documents first (same `text_hash`, e.g. one README shipped by five packages): the
+best-ranked copy stays and says where else the text lives (`also_in`: the sources of every other copy in
+the store, plus those of near-duplicates removed for it; flag `duplicates_collapsed`). Then near duplicates: a result whose embedding has cosine >= threshold with a higher-ranked kept result is
 dropped (only the top `depth` per query is compared; that is where it matters and what stays cheap). Then
 sources: at most `max_per_source` results per source in a first pass; the remaining slots of the n are
 filled from the next-best sources, and only when unseen sources run out with further results of sources
@@ -26,6 +29,7 @@ REMOVED_SCHEMA = {
     "reason": pl.Utf8,
     "kept_instead": pl.Utf8,
 }
+COLLAPSED = "duplicates_collapsed"
 
 
 def _add_flag(flags: pl.Expr, cond: pl.Expr, flag: str) -> pl.Expr:
@@ -236,7 +240,9 @@ def dedup(
     depth = depth or max(3 * n, 50)
     ordered = in_rank_order(ranked)
     r = ranked if ordered else ranked.sort("qid", "rank")
-    passthrough = not (cfg.near_duplicate_enabled or cfg.source_enabled)
+    hashes = doc_source is not None and "text_hash" in doc_source.columns
+    identical = cfg.identical_enabled and hashes
+    passthrough = not (cfg.near_duplicate_enabled or cfg.source_enabled or identical)
     if passthrough and ordered:  # nothing can be removed: the top n as they are (ranks already 1..n)
         r = r.filter(pl.col("rank") <= n)
     if "flags" not in r.columns:
@@ -253,6 +259,10 @@ def dedup(
     # A document without a source is its own source.
     r = r.with_columns(pl.coalesce(pl.col("source"), pl.col("doc_id")).alias("source"))
     removed: list[pl.DataFrame] = []
+
+    if identical and len(r):
+        r, gone = _collapse_identical(r, doc_source)
+        removed.append(gone)
 
     if cfg.near_duplicate_enabled and len(r):
         if vectors is None:
@@ -274,6 +284,9 @@ def dedup(
             )
             r = r.join(dups.select("qid", "doc_id"), on=["qid", "doc_id"], how="anti", maintain_order="left")
 
+    if (identical or cfg.near_duplicate_enabled) and len(r):
+        r = _also_in(r, doc_source, removed, copies=identical)
+
     if cfg.source_enabled and len(r):
         r, pushed = _source_pass(r, cfg, n)
         removed.append(pushed)
@@ -290,3 +303,52 @@ def dedup(
         else pl.DataFrame(schema=REMOVED_SCHEMA)
     )
     return kept, rem
+
+
+def _collapse_identical(r: pl.DataFrame, doc_source: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Keep the best-ranked of each query's results with the same text hash (rows sorted by qid, rank)."""
+    h = doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("text_hash").cast(pl.Utf8)).unique("doc_id")
+    grp = [pl.col("qid"), pl.coalesce(pl.col("text_hash"), pl.col("doc_id"))]
+    r = r.join(h, on="doc_id", how="left", maintain_order="left").with_columns(
+        (pl.int_range(pl.len()).over(grp) > 0).alias("_copy"), pl.col("doc_id").first().over(grp).alias("_first")
+    )
+    gone = r.filter("_copy").select(
+        "qid", "doc_id", "chunk_id", "rank", pl.lit("identical").alias("reason"), pl.col("_first").alias("kept_instead")
+    )
+    return r.filter(~pl.col("_copy")).drop("text_hash", "_copy", "_first"), gone
+
+
+def _also_in(
+    r: pl.DataFrame, doc_source: pl.DataFrame | None, removed: list[pl.DataFrame], *, copies: bool
+) -> pl.DataFrame:
+    """Add `also_in` (sorted sources where the result's text also lives: every identical copy in the store,
+    and the near-duplicates removed in its favour) and flag `duplicates_collapsed` where it is not empty."""
+    parts = []
+    if copies and doc_source is not None:
+        ds = doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("source").cast(pl.Utf8), pl.col("text_hash").cast(pl.Utf8))
+        ds = ds.with_columns(pl.coalesce("source", "doc_id").alias("source"))
+        mine = r.select("qid", "doc_id", "source").join(ds.select("doc_id", "text_hash"), on="doc_id", how="left")
+        copies = mine.join(ds.select("text_hash", pl.col("source").alias("other")), on="text_hash", how="inner")
+        parts.append(copies.select("qid", "doc_id", "source", "other"))
+    near = [x for x in removed if len(x) and (x["reason"] == "near_duplicate").any()]
+    if near:
+        src = (
+            doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("source").cast(pl.Utf8))
+            if doc_source is not None
+            else pl.DataFrame(schema={"doc_id": pl.Utf8, "source": pl.Utf8})
+        )
+        nd = pl.concat(near).filter(pl.col("reason") == "near_duplicate").join(src, on="doc_id", how="left")
+        nd = nd.select("qid", pl.col("kept_instead").alias("doc_id"), pl.coalesce("source", "doc_id").alias("other"))
+        parts.append(nd.join(r.select("qid", "doc_id", "source"), on=["qid", "doc_id"], how="inner").select("qid", "doc_id", "source", "other"))
+    if not parts:
+        return r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("also_in"))
+    also = (
+        pl.concat(parts)
+        .filter(pl.col("other") != pl.col("source"))
+        .group_by("qid", "doc_id")
+        .agg(pl.col("other").unique().sort().alias("also_in"))
+    )
+    r = r.join(also, on=["qid", "doc_id"], how="left", maintain_order="left").with_columns(
+        pl.col("also_in").fill_null(pl.lit([], pl.List(pl.Utf8)))
+    )
+    return r.with_columns(_add_flag(pl.col("flags"), pl.col("also_in").list.len() > 0, COLLAPSED).alias("flags"))

@@ -341,7 +341,7 @@ class Lab:
         store: Store,
         queries: Any,
         qrels: Any = None,
-        config: str | Path | PipelineConfig = "qmd",
+        config: str | Path | PipelineConfig = "default",
         baseline: str | Path | PipelineConfig | None = "bm25-only",
         measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,
         k: int = 10,

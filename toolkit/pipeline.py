@@ -145,6 +145,8 @@ def prepare(
             frames = {name: got.get(name) for name in _PREPARED_FRAMES}
             if frames["exact"] is None:  # cached by a version without the guard's input: derive it now
                 frames["exact"] = _exact(store, frames["queries"], frames["candidates"])
+            if "text_hash" not in frames["doc_source"].columns:  # ... or without the content hashes
+                frames["doc_source"] = store.doc_sources().select("doc_id", "source", "text_hash")
             prep = Prepared(**frames, timings={"cache_load": 0.0})
             stale = False
             if not ltr_features.is_current(prep.ltr_features):  # cached by an older version: add them
@@ -219,7 +221,7 @@ def _prepare(
     t["retrieve"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    doc_source = store.doc_sources().select("doc_id", "source")
+    doc_source = store.doc_sources().select("doc_id", "source", "text_hash")
     rr_scores, rr_status = _rerank(store, queries, cands, feats, cfg, pool=rerank_pool, progress=progress)
     t["rerank"] = time.perf_counter() - t0
 
@@ -321,7 +323,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     # Without dedup nothing below place n can reach the final list: the blend stage keeps the top n only. Priors
     # can lift any row, unless they re-weight only the blended top_n (then the first max(n, top_n) suffice).
     with_priors = priors_stage.active(cfg.priors)
-    keep = None if (cfg.dedup.source_enabled or cfg.dedup.near_duplicate_enabled) else n
+    d = cfg.dedup
+    keep = None if (d.source_enabled or d.near_duplicate_enabled or d.identical_enabled) else n
     if keep is not None and with_priors:
         keep = max(keep, cfg.priors.top_n) if cfg.priors.top_n is not None else None
     blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)

@@ -1,10 +1,12 @@
 """Output for one query's results: compact (for an agent's context window), detailed, or JSON.
 
 An agent pays for every character of memory it reads, so `compact` is the default: at most three lines
-per result (rank with final and raw score, source and title; an excerpt; flags if any), five results
-within 2,000 characters, excerpts shortened to fit. Notes say when the list should not be trusted (low
-confidence, scores that barely differ). `detailed` shows full texts and all flags and falls back to compact
-when it would exceed `max_chars`.
+per result (rank, final score and where it came from: each list's rank and score, e.g. `bm25 #1 12.4 ·
+dense #13 0.61`; source and title; an excerpt; flags in words if any), five results within 2,000
+characters, excerpts shortened to fit. Notes say when the list should not be trusted (low confidence,
+scores that barely differ, a provider that fell back). `detailed` shows full texts and all flags and falls
+back to compact when it would exceed `max_chars`. `json` is one object per result with a snippet, never a
+whole document; its schema is `docs/search-output.schema.json` (described in docs/output.md).
 """
 
 from __future__ import annotations
@@ -36,6 +38,68 @@ def _num(x: Any) -> str:
 def _flags(r: Mapping[str, Any]) -> list[str]:
     f = r.get("flags")
     return [str(x) for x in f] if f else []
+
+
+# Flags in words for the compact and detailed views (JSON keeps the identifiers).
+_FLAG_WORDS = {
+    "exact_token_kept": "exact token kept (BM25's verbatim hit held in the top 3)",
+    "reranked": "reranked",
+    "extra_from_source": "extra result from a source already shown",
+    "low_confidence": "low confidence",
+    "reranker_fallback": "reranker fallback (retrieval order)",
+    "expansion_fallback": "expansion fallback (original query only)",
+}
+_LIST_NAMES = {"lex": "bm25", "vec": "dense"}
+
+
+def _flag_words(r: Mapping[str, Any]) -> list[str]:
+    out = []
+    for f in _flags(r):
+        if f == "duplicates_collapsed":
+            also = [str(x) for x in r.get("also_in") or []]
+            shown = ", ".join(also[:3]) + (", …" if len(also) > 3 else "")
+            out.append(f"also in {len(also)} source{'s' if len(also) != 1 else ''}: {shown}" if also else "duplicates collapsed")
+        else:
+            out.append(_FLAG_WORDS.get(f, f.replace("_", " ")))
+    return out
+
+
+def origins(candidates: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
+    """[qid, doc_id, origins]: for each result, its best rank and that rank's score in every candidate list
+    (`origins` = list of {list, rank, score}, best rank first), read from the prepared candidates."""
+    schema = {"qid": pl.Utf8, "doc_id": pl.Utf8, "origins": pl.List(pl.Struct({"list": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}))}
+    if not len(candidates) or not len(results):
+        return pl.DataFrame(schema=schema)
+    name = pl.col("retriever").replace_strict(_LIST_NAMES, default=pl.col("retriever"))
+    label = pl.when(pl.col("variant") == "orig").then(name).otherwise(name + "[" + pl.col("variant") + "]")
+    best = (
+        candidates.join(results.select("qid", "doc_id").unique(), on=["qid", "doc_id"], how="semi")
+        .sort("rank")
+        .group_by("qid", "doc_id", "list_id", maintain_order=True)
+        .first()
+        .select("qid", "doc_id", pl.struct(label.alias("list"), pl.col("rank").cast(pl.Int64), pl.col("score").cast(pl.Float64)).alias("o"), "rank")
+        .sort("qid", "doc_id", "rank")
+    )
+    return best.group_by("qid", "doc_id", maintain_order=True).agg(pl.col("o").alias("origins")).cast(schema)
+
+
+def _origin_text(r: Mapping[str, Any]) -> str:
+    """`bm25 #1 12.4 · dense #13 0.61` (empty when the row carries no origins)."""
+    return " · ".join(f"{o['list']} #{o['rank']} {_short(o['score'])}" for o in r.get("origins") or [])
+
+
+def _short(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.3g}" if abs(x) < 100 else f"{x:.1f}"
+
+
+def _fused_differs(r: Mapping[str, Any]) -> bool:
+    """The pre-blend (fused) score is worth showing only where blending changed the score."""
+    raw, score = r.get("raw_score"), r.get("score")
+    if not isinstance(raw, int | float) or not isinstance(score, int | float) or not math.isfinite(raw):
+        return False
+    return abs(raw - score) > 1e-9 * max(1.0, abs(score))
 
 
 def _body(r: Mapping[str, Any]) -> str:
@@ -87,8 +151,9 @@ def provider_field(notes: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _header(r: Mapping[str, Any], title_chars: int) -> str:
     parts = [f"{r.get('rank', '?')}. score {_num(r.get('score'))}"]
-    if r.get("raw_score") is not None:
-        parts[0] += f" (raw {_num(r.get('raw_score'))})"
+    why = [x for x in (f"fused {_num(r.get('raw_score'))}" if _fused_differs(r) else "", _origin_text(r)) if x]
+    if why:
+        parts[0] += f" ({' · '.join(why)})"
     if r.get("score_prob") is not None:  # calibrated P(relevant), fusion.method learned
         parts[0] += f" · P(relevant) {r['score_prob']:.2f}"
     if r.get("source"):
@@ -105,7 +170,7 @@ def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excer
         return "\n".join([*notes, "no results"])[:max_chars]
     for title_chars in (60, 30, 12):
         heads = [_header(r, title_chars) for r in rows]
-        flags = [("   flags: " + ", ".join(_flags(r))) if _flags(r) else "" for r in rows]
+        flags = [("   flags: " + ", ".join(_flag_words(r))) if _flags(r) else "" for r in rows]
         fixed = (
             sum(len(x) + 1 for x in notes)
             + sum(len(h) + 1 for h in heads)
@@ -130,9 +195,13 @@ def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excer
 def _detailed(rows: list[dict[str, Any]], notes: list[str]) -> str:
     blocks = list(notes)
     for r in rows:
-        head = f"#{r.get('rank', '?')}  score {_num(r.get('score'))}  raw {_num(r.get('raw_score'))}"
+        head = f"#{r.get('rank', '?')}  score {_num(r.get('score'))}"
+        if _fused_differs(r):
+            head += f"  fused {_num(r.get('raw_score'))}"
+        if _origin_text(r):
+            head += f"  ({_origin_text(r)})"
         if _flags(r):
-            head += "  [" + ", ".join(_flags(r)) + "]"
+            head += "  [" + ", ".join(_flag_words(r)) + "]"
         meta = f"source: {r.get('source') or '-'}  doc: {r.get('doc_id', '-')}"
         if r.get("chunk_id") is not None:
             meta += f"  chunk: {r['chunk_id']}"
@@ -156,6 +225,34 @@ def _json_safe(v: Any) -> Any:
     return str(v)
 
 
+def _metadata(v: Any) -> dict[str, Any]:
+    """Metadata as an object: the store hands it over as a JSON string."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v) if v.strip() else {}
+        except json.JSONDecodeError:
+            return {"value": v}
+    return dict(v) if isinstance(v, Mapping) else {}
+
+
+def _json_result(r: Mapping[str, Any], excerpt_chars: int) -> dict[str, Any]:
+    """One result for `--format json` (the fields of docs/search-output.schema.json, nothing else)."""
+    return {
+        "rank": r.get("rank"),
+        "doc_id": r.get("doc_id"),
+        "chunk_id": r.get("chunk_id"),
+        "source": r.get("source"),
+        "title": r.get("title") or "",
+        "score": r.get("score"),
+        "fused_score": r.get("raw_score") if _fused_differs(r) else None,
+        "origins": [dict(o) for o in r.get("origins") or []],
+        "flags": _flags(r),
+        "also_in": [str(x) for x in r.get("also_in") or []],
+        "snippet": shorten(_body(r), excerpt_chars),
+        "metadata": _metadata(r.get("metadata")),
+    }
+
+
 def render(
     results: pl.DataFrame | Iterable[Mapping[str, Any]],
     *,
@@ -163,14 +260,20 @@ def render(
     fmt: str = "compact",
     max_chars: int = 2000,
     excerpt_chars: int = 240,
+    query: str | None = None,
 ) -> str:
-    """Render one query's results. Rows carry rank, score (final), raw_score, source, doc_id, title,
-    text and/or excerpt, flags; `notes` is the query's per-query row (low_confidence,
-    low_differentiation, spread) plus optional `messages` (list of strings)."""
+    """Render one query's results. Rows carry rank, score (final), raw_score (fused, before blending),
+    origins (see `origins`), source, doc_id, title, text and/or excerpt, flags, also_in, metadata;
+    `notes` is the query's per-query row (low_confidence, low_differentiation, spread, exact_token)
+    plus optional `messages` (list of strings, e.g. a provider that fell back)."""
     rows = _rows(results)
     lines = provider_lines(notes) + note_lines(notes)
     if fmt == "json":
-        doc = {"notes": _json_safe(dict(notes or {})), "providers": provider_field(notes), "messages": lines, "results": _json_safe(rows)}
+        out = [_json_result(r, excerpt_chars) for r in rows]
+        skip = {"qid", "messages", "n_results", "reranker", "expander", "embedder", "provider_notes"}
+        note = {k: v for k, v in dict(notes or {}).items() if k not in skip}
+        doc = {"query": query, "n_results": len(out), "notes": _json_safe(note), "providers": _json_safe(provider_field(notes)),
+               "messages": lines, "results": _json_safe(out)}
         return json.dumps(doc, ensure_ascii=False, indent=2)
     if fmt == "detailed":
         out = _detailed(rows, lines)

@@ -128,7 +128,7 @@ def fts_extension_path() -> str:
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta(key VARCHAR, value VARCHAR);
 CREATE TABLE IF NOT EXISTS documents(doc_id VARCHAR, source VARCHAR, scope VARCHAR, title VARCHAR, text VARCHAR,
-    metadata JSON, content_hash VARCHAR);
+    metadata JSON, content_hash VARCHAR, text_hash VARCHAR);
 CREATE TABLE IF NOT EXISTS chunks(chunk_id VARCHAR, doc_id VARCHAR, ord INTEGER, start_char INTEGER,
     end_char INTEGER, text VARCHAR, text_hash VARCHAR, lex_text VARCHAR);
 CREATE TABLE IF NOT EXISTS embedding_cache(model VARCHAR, text_hash VARCHAR, vec FLOAT[]);
@@ -190,12 +190,22 @@ class Store:
                 self._set_meta("schema_version", SCHEMA_VERSION)
             if not had_values:
                 self._migrate_doc_values()
+            self._migrate()
         elif self._meta("schema_version") is None:
             raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
         self._embedder = embedder
         self._dense_cache: tuple[str, dict[str, Any]] | None = None
         if self._meta("vector_index"):
             self._load_vss()  # the HNSW index is maintained on every write to `embeddings`: vss must be loaded
+
+    def _migrate(self) -> None:
+        """Bring a store written by an earlier version up to date in place (nothing is rebuilt):
+        documents.text_hash (sha1 of the text, for collapsing byte-identical documents) is added and filled."""
+        cols = {r[0] for r in self.con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'documents'").fetchall()}
+        if "text_hash" not in cols:
+            self.con.execute("ALTER TABLE documents ADD COLUMN text_hash VARCHAR")
+        if self.con.execute("SELECT count(*) FROM documents WHERE text_hash IS NULL").fetchone()[0]:
+            self.con.execute("UPDATE documents SET text_hash = sha1(text) WHERE text_hash IS NULL")
 
     # ------------------------------------------------------------------ basics
     def close(self) -> None:
@@ -494,11 +504,12 @@ class Store:
                         "text": [d["text"] for d in todo],
                         "metadata": [json.dumps(d["metadata"], ensure_ascii=False) for d in todo],
                         "content_hash": [d["content_hash"] for d in todo],
+                        "text_hash": [sha1(d["text"]) for d in todo],
                     },
-                    schema={k: pl.Utf8 for k in ("doc_id", "source", "scope", "title", "text", "metadata", "content_hash")},
+                    schema={k: pl.Utf8 for k in ("doc_id", "source", "scope", "title", "text", "metadata", "content_hash", "text_hash")},
                 )
                 self._register("newdocs", ddf)
-                self.con.execute("INSERT INTO documents SELECT * FROM newdocs")
+                self.con.execute("INSERT INTO documents BY NAME SELECT * FROM newdocs")
                 cdf = pl.DataFrame(
                     [r[:8] for r in chunk_rows],
                     schema={
@@ -606,7 +617,12 @@ class Store:
         return {f: "date" if d else "number" if n else "text" for f, d, n in kinds.sort("field").iter_rows()}
 
     def doc_sources(self) -> pl.DataFrame:
-        return self.con.execute("SELECT doc_id, source, scope FROM documents").pl()
+        """[doc_id, source, scope, text_hash]; a store of an earlier version opened read-only (not migrated)
+        gets the hash computed on the fly."""
+        try:
+            return self.con.execute("SELECT doc_id, source, scope, coalesce(text_hash, sha1(text)) AS text_hash FROM documents").pl()
+        except duckdb.BinderException:
+            return self.con.execute("SELECT doc_id, source, scope, sha1(text) AS text_hash FROM documents").pl()
 
     def chunks(self, chunk_ids: Sequence[str] | None = None) -> pl.DataFrame:
         """Chunks with their document's title and source: [chunk_id, doc_id, ord, text, title, source]."""

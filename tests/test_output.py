@@ -1,0 +1,81 @@
+"""What a user reads from `hrt search`: provenance per result, flags in words, copies collapsed into one
+result that says where else the text lives, and JSON that matches its documented schema."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from toolkit.cli import main
+from toolkit.store import Store
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "search-output.schema.json").read_text())
+README = "Avahi is a system which facilitates service discovery on a local network via the mDNS/DNS-SD protocol suite.\n" * 3
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("docs")
+    for pkg in ("avahi-daemon", "avahi-utils", "libavahi-client3", "libavahi-common3", "avahi-autoipd"):
+        (root / pkg).mkdir()
+        (root / pkg / "README").write_text(README)  # one README shipped by five packages
+    (root / "git").mkdir()
+    (root / "git" / "NEWS").write_text("Git 2.39.1 security release: fixes CVE-2022-41903 (heap overflow in git log --format).\n")
+    (root / "notes.md").write_text("# Printing\nCUPS finds printers on the local network through service discovery.\n")
+    path = tmp_path_factory.mktemp("s") / "s.duckdb"
+    r = CliRunner().invoke(main, ["ingest", str(root), "--store", str(path)])
+    assert r.exit_code == 0, r.output
+    return str(path)
+
+
+def _search(store, *args):
+    r = CliRunner().invoke(main, ["search", *args, "--store", store])
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_json_matches_the_documented_schema_with_correct_counts(store):
+    doc = json.loads(_search(store, "service discovery on the local network", "--format", "json", "-n", "3"))
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["n_results"] == len(doc["results"]) <= 3 and doc["query"] == "service discovery on the local network"
+    for r in doc["results"]:
+        assert isinstance(r["metadata"], dict) and len(r["snippet"]) <= 240 and r["origins"]
+        assert {o["list"] for o in r["origins"]} <= {"bm25", "dense"}
+    assert "source_right" not in json.dumps(doc)
+
+
+def test_identical_copies_collapse_into_one_result_that_says_where(store):
+    doc = json.loads(_search(store, "avahi mDNS service discovery", "--format", "json"))
+    readmes = [r for r in doc["results"] if r["doc_id"].endswith("/README")]
+    assert len(readmes) == 1
+    assert "duplicates_collapsed" in readmes[0]["flags"] and len(readmes[0]["also_in"]) == 4
+    assert readmes[0]["source"] not in readmes[0]["also_in"]
+    compact = _search(store, "avahi mDNS service discovery")
+    assert "also in 4 sources: " in compact
+
+
+def test_compact_shows_where_each_score_came_from_and_the_exact_token_flag(store):
+    out = _search(store, "heap overflow CVE-2022-41903", "--mode", "hybrid")
+    first = out.splitlines()[0]
+    assert first.startswith("1. score ") and "bm25 #1 " in first and "dense #" in first and "git/NEWS" in first
+    assert "raw" not in out
+
+
+def test_a_store_written_before_content_hashes_opens_and_is_migrated(store, tmp_path):
+    old = tmp_path / "old.duckdb"
+    shutil.copy(store, old)
+    con = duckdb.connect(str(old))
+    con.execute("ALTER TABLE documents DROP COLUMN text_hash")
+    con.close()
+    # Read-only (no migration possible): hashes computed on the fly, copies still collapse.
+    doc = json.loads(_search(str(old), "avahi mDNS service discovery", "--format", "json"))
+    assert sum(r["doc_id"].endswith("/README") for r in doc["results"]) == 1
+    with Store(old) as st:  # writable open adds and fills the column in place
+        assert st.con.execute("SELECT count(*) FROM documents WHERE text_hash IS NULL").fetchone()[0] == 0
+        assert st.doc_sources()["text_hash"].n_unique() == 3
