@@ -245,6 +245,8 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int) -> dict[str, Any]:
         "title": r.get("title") or "",
         "score": r.get("score"),
         "fused_score": r.get("raw_score") if _fused_differs(r) else None,
+        "reranked": bool(r.get("reranked")),
+        "rerank_score": r.get("rerank_score"),
         "origins": [dict(o) for o in r.get("origins") or []],
         "flags": _flags(r),
         "also_in": [str(x) for x in r.get("also_in") or []],

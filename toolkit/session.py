@@ -109,7 +109,7 @@ class Session:
         store: Store,
         queries: Any,
         qrels: Any = None,
-        config: str | Path | PipelineConfig = "qmd",
+        config: str | Path | PipelineConfig = "default",
         baseline: str | Path | PipelineConfig | None = "bm25-only",
         measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,
         k: int = 10,
