@@ -20,6 +20,7 @@ from toolkit.config import (
 from toolkit.errors import InputError
 
 EXPECTED_PRESETS = {
+    "default",
     "bm25-only",
     "vector-only",
     "qmd",

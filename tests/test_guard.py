@@ -68,3 +68,13 @@ def test_guard_leaves_queries_without_identifiers_alone(store):
     a = rescore(prep, base).final
     b = rescore(prep, base.with_updates({"guard.exact_token": True})).final
     assert a.select("doc_id", "rank", "score").equals(b.select("doc_id", "rank", "score"))
+
+
+def test_default_preset_reports_the_route_of_every_query(store):
+    """`default` adapts the dense weight per query and says which route each query took."""
+    q = pl.DataFrame({"qid": ["a", "b"], "text": ["heap overflow CVE-2022-41903", "security release of a tool"]})
+    cfg = load_config("default")
+    res = rescore(prepare(store, q, cfg), cfg)
+    pq = res.per_query.sort("qid")
+    assert set(pq["route"].to_list()) <= {"dense-led", "balanced", "bm25-led"} and pq["route"].null_count() == 0
+    assert pq["exact_token"].to_list()[0] in ("kept", "held") and pq["exact_token"].to_list()[1] is None

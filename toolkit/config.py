@@ -288,6 +288,15 @@ class RerankConfig(_Model):
         return self
 
 
+# ------------------------------------------------------------------ adapt
+class AdaptConfig(_Model):
+    # Per-query dense list weight = clip(dense top-1 minus top-10 cosine / gap_scale) (adapt.py).
+    dense_gap: bool = False
+    gap_scale: float = Field(0.16, gt=0.0, le=2.0)
+    min_weight: float = Field(0.25, ge=0.0, le=100.0)
+    max_weight: float = Field(4.0, ge=0.0, le=100.0)
+
+
 # ------------------------------------------------------------------ guard
 class GuardConfig(_Model):
     # BM25's top document, when it contains a query identifier verbatim, ends in the top max_rank (guard.py).
@@ -371,6 +380,7 @@ class PipelineConfig(_Model):
     expansion: ExpansionConfig = ExpansionConfig()
     fusion: FusionConfig = FusionConfig()
     rerank: RerankConfig = RerankConfig()
+    adapt: AdaptConfig = AdaptConfig()
     guard: GuardConfig = GuardConfig()
     dedup: DedupConfig = DedupConfig()
     threshold: ThresholdConfig = ThresholdConfig()

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from . import adapt as adapt_stage
 from . import blend as blend_stage
 from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
@@ -307,6 +308,11 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing.enabled, lists=lists)
     if cfg.fusion.router:
         weights = router.routed_weights(weights, lists, router.p_for(prep, cfg.fusion.model))
+    route = None
+    if cfg.adapt.dense_gap:
+        gaps = prep.derived("dense_gap", (cands,), lambda: adapt_stage.dense_gap(cands))
+        route = adapt_stage.routes(gaps, cfg.adapt)
+        weights = adapt_stage.adapt_weights(weights, route)
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
     learned = cfg.fusion.method == "learned"
     fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx)
@@ -349,6 +355,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
         kept = learned_fusion.attach_prob(kept, prep, cfg.fusion.model)
     final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
+    if route is not None:
+        per_query = per_query.join(route, on="qid", how="left")
     t["threshold"] = time.perf_counter() - t0
     # Provider status (reranker / expander fallbacks) travels with the result: per-query columns and flags.
     dense = cfg.retrieval.dense.enabled

@@ -1,0 +1,136 @@
+"""The exact-token rule on a corpus nobody here wrote: plain-text files from this machine's /usr/share/doc.
+
+Builds a folder of real package documentation (each package's README*, NEWS*, TODO and the decompressed
+head of changelog.Debian.gz: CVE ids, versions, package and function names), ingests it with the
+toolkit, and asks queries built from identifiers that occur in at most `--max-df` files: the identifier
+and a few words of the line it appears on ("fix heap overflow CVE-2022-41903"). For every query where
+BM25's top document contains the identifier verbatim, it counts how often that document is in the top 3
+of the final list: hybrid RRF without the guard (before) and the `default` preset (after), plus qmd
+and `default` with the guard switched off.
+
+    .venv/bin/python benchmarks/exact_tokens.py --work /tmp/exact --files 300 --queries 300
+
+The corpus is built under --work (never committed); the same seed gives the same files and queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import random
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import polars as pl
+
+from toolkit.config import load_config
+from toolkit.guard import identifier_tokens
+from toolkit.loaders import load_corpus
+from toolkit.pipeline import prepare, rescore
+from toolkit.store import Store
+
+NAMES = re.compile(r"^(README|NEWS|TODO|CHANGES|changelog)", re.I)
+
+
+def build_corpus(src: Path, dest: Path, n_files: int, max_chars: int, seed: int) -> int:
+    """Copy up to `n_files` text files (changelogs decompressed), each cut to `max_chars` at a line end."""
+    if dest.exists() and any(dest.rglob("*")):
+        return sum(1 for f in dest.rglob("*") if f.is_file())
+    files = sorted(f for f in src.rglob("*") if f.is_file() and NAMES.match(f.name) and not f.is_symlink())
+    random.Random(seed).shuffle(files)
+    n = 0
+    for f in files:
+        if n >= n_files:
+            break
+        try:
+            if f.suffix == ".gz":
+                with gzip.open(f) as fh:
+                    raw = fh.read(4 * max_chars)
+            else:
+                raw = f.read_bytes()[: 4 * max_chars]
+            text = raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError, EOFError):
+            continue
+        if b"\0" in raw or len(text.strip()) < 200:
+            continue
+        cut = text[:max_chars]
+        cut = cut[: cut.rfind("\n") + 1] or cut
+        out = dest / f.parent.relative_to(src) / f.name.removesuffix(".gz")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(cut, encoding="utf-8")
+        n += 1
+    return n
+
+
+def build_queries(docs: list[dict], n_queries: int, max_df: int, seed: int) -> pl.DataFrame:
+    """Queries from identifiers found in at most `max_df` documents: the identifier plus up to five other
+    words of the line it first appears on."""
+    where: dict[str, set[str]] = defaultdict(set)
+    line_of: dict[str, str] = {}
+    for d in docs:
+        for line in d["text"].splitlines():
+            for t in identifier_tokens(line):
+                where[t].add(d["doc_id"])
+                line_of.setdefault(t, line)
+    toks = sorted(t for t, ds in where.items() if len(ds) <= max_df and len(t) >= 4)
+    random.Random(seed).shuffle(toks)
+    rows = []
+    for i, t in enumerate(toks[:n_queries]):
+        words = [w for w in re.findall(r"[A-Za-z]{3,}", line_of[t].replace(t, " ")) if w.lower() != t.lower()][:5]
+        rows.append({"qid": f"q{i}", "text": " ".join([*words, t]), "token": t})
+    return pl.DataFrame(rows)
+
+
+def kept_top3(prep, cfg, queries: pl.DataFrame) -> pl.DataFrame:
+    """Per query with a guardable hit: is BM25's verbatim top document in the final top 3?"""
+    top = prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1)).select("qid", "doc_id")
+    exact = top.join(prep.exact.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
+    final = rescore(prep, cfg).final.select("qid", "doc_id", "rank")
+    return exact.join(final, on=["qid", "doc_id"], how="left").select(
+        "qid", (pl.col("rank").fill_null(10_000) <= 3).alias("top3"), pl.col("rank")
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", default="/usr/share/doc")
+    ap.add_argument("--work", default="/tmp/exact")
+    ap.add_argument("--files", type=int, default=300)
+    ap.add_argument("--max-chars", type=int, default=3000, help="Characters kept per file (embedding time).")
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--max-df", type=int, default=3, help="Identifiers found in at most this many files.")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    work = Path(args.work)
+    corpus_dir = work / "corpus"
+    n = build_corpus(Path(args.src), corpus_dir, args.files, args.max_chars, args.seed)
+    docs = load_corpus(corpus_dir)
+    print(f"corpus: {n} files copied from {args.src}; {len(docs)} documents, {docs.skipped_summary() or 'none skipped'}")
+    queries = build_queries(list(docs), args.queries, args.max_df, args.seed)
+    print(f"queries: {len(queries)} (identifier in <= {args.max_df} files), e.g. {queries['text'].head(3).to_list()}")
+    t0 = time.perf_counter()
+    base = load_config("default")
+    configs = {
+        "hybrid-rrf (before)": load_config("hybrid-rrf"),
+        "qmd": load_config("qmd"),
+        "default, guard off": base.with_updates({"guard.exact_token": False}),
+        "default (after)": base,
+    }
+    with Store(work / "store.duckdb") as st:
+        st.ingest(docs, progress=True)
+        print(f"ingest: {time.perf_counter() - t0:.0f} s")
+        q = queries.select("qid", "text")
+        rows = []
+        for label, cfg in configs.items():
+            k = kept_top3(prepare(st, q, cfg), cfg, queries)
+            rows.append((label, len(k), int(k["top3"].sum())))
+    print("\n| pipeline | queries where BM25's top hit has the identifier | kept in top 3 | share |")
+    print("|---|---:|---:|---:|")
+    for label, total, kept in rows:
+        print(f"| {label} | {total} | {kept} | {kept / max(total, 1):.1%} |")
+
+
+if __name__ == "__main__":
+    main()
