@@ -245,6 +245,7 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int) -> dict[str, Any]:
         "title": r.get("title") or "",
         "score": r.get("score"),
         "fused_score": r.get("raw_score") if _fused_differs(r) else None,
+        "score_prob": r.get("score_prob"),
         "reranked": bool(r.get("reranked")),
         "rerank_score": r.get("rerank_score"),
         "origins": [dict(o) for o in r.get("origins") or []],
