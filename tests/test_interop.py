@@ -126,7 +126,9 @@ def test_ir_datasets_ids_from_the_local_cache_and_a_clear_error_otherwise(tmp_pa
     (cached / "vaswani" / "npl.tar.gz").write_bytes(_npl_tar())
     got = _in_subprocess(cached, """
         from toolkit.interop import from_ir_datasets
+        from toolkit.interop import qrels_frame, queries_frame
         q, qrels = from_ir_datasets("vaswani")
+        assert queries_frame("irds:vaswani").equals(q) and qrels_frame("irds:vaswani").equals(qrels)
         print(q["qid"].to_list(), [t.strip() for t in q["text"].to_list()], qrels.sort("qid").rows())
     """)
     assert got.returncode == 0, got.stderr

@@ -22,6 +22,8 @@ import polars as pl
 
 from .errors import InputError
 
+IRDS_PREFIX = "irds:"  # "irds:vaswani" as queries or qrels reads the local ir_datasets cache
+
 # canonical column -> accepted spellings, in order of preference. The first alias found is used.
 QUERY_COLUMNS = {
     "qid": ("qid", "query_id", "query-id", "q_id", "_id", "id"),  # toolkit/PyTerrier, ir_datasets, BEIR tsv, ranx, BEIR jsonl
@@ -81,7 +83,10 @@ def _rename(df: pl.DataFrame, spec: dict[str, tuple[str, ...]], what: str, requi
 def queries_frame(queries: Any) -> pl.DataFrame:
     """Queries as the toolkit's frame [qid, text, scope, (metadata)], from a polars or pandas frame with
     toolkit, PyTerrier (`qid, query`), BEIR (`_id, text`) or ir_datasets (`query_id, text`) columns, or a
-    {qid: text} dict. An empty query text is an error naming the query."""
+    {qid: text} dict, or "irds:<ir_datasets id>" (local cache only). An empty query text is an error naming
+    the query."""
+    if isinstance(queries, str) and queries.startswith(IRDS_PREFIX):
+        return from_ir_datasets(queries[len(IRDS_PREFIX):])[0]
     if isinstance(queries, str) or hasattr(queries, "__fspath__"):
         raise InputError(f"queries: got a path ({queries}); load it with Dataset.open(...).queries(split) or load_queries(path)")
     df = _rename(_to_polars(queries, "queries"), QUERY_COLUMNS, "queries", ("qid", "text"))
@@ -104,6 +109,11 @@ def qrels_frame(qrels: Any) -> pl.DataFrame:
     score`), a {qid: {doc_id: rel}} dict (pytrec_eval, ranx, BEIR), a `ranx.Qrels`, or ir_measures `Qrel`s."""
     if qrels is None:
         raise InputError("qrels: none given")
+    if isinstance(qrels, str) and qrels.startswith(IRDS_PREFIX):
+        got = from_ir_datasets(qrels[len(IRDS_PREFIX):])[1]
+        if got is None:
+            raise InputError(f"ir_datasets {qrels[len(IRDS_PREFIX):]!r}: has no qrels")
+        return got
     if type(qrels).__module__.startswith("ranx"):
         qrels = qrels.to_dict()
     if isinstance(qrels, Mapping) and all(isinstance(v, Mapping) for v in qrels.values()):
