@@ -277,3 +277,46 @@ def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(
+    c=candidate_sets(),
+    norm=st.sampled_from(["minmax", "rank", "fixed"]),
+    alpha=st.floats(0.0, 1.0),
+    lex_w=st.floats(0.0, 5.0),
+    dense_w=st.floats(0.0, 5.0),
+    orig_w=st.floats(0.0, 4.0),
+    exp_w=st.floats(0.0, 4.0),
+)
+def test_convex_scores_stay_in_unit_interval_whatever_the_weights(
+    c, norm, alpha, lex_w, dense_w, orig_w, exp_w
+):
+    # A true convex combination: the list x variant weights and alpha are normalised per query to coefficients
+    # summing to 1, so normalised values in [0, 1] give fused scores in [0, 1] (the lab once showed 4.0 here).
+    cfg = FusionConfig(
+        method="convex",
+        normalization=norm,
+        alpha=alpha,
+        lexical_weight=lex_w,
+        dense_weight=dense_w,
+        original_weight=orig_w,
+        expansion_weight=exp_w,
+        rank_bonus=[],
+    )
+    f = fuse(c, list_weights(c, None, cfg, False), cfg)
+    assert ((f["score"] >= -1e-9) & (f["score"] <= 1.0 + 1e-9)).all(), f["score"].to_list()
+
+
+def test_convex_weights_set_shares_not_scale():
+    # Original lists weighted x2, an expansion list x1, alpha 0.5: coefficients 1, 1, 0.5 over 2.5.
+    c = cands(
+        {
+            "orig:lex": [("a", 3.0), ("b", 1.0)],
+            "orig:vec": [("a", 0.9), ("c", 0.1)],
+            "lex1:lex": [("c", 2.0), ("a", 1.0)],
+        }
+    )
+    cfg = FusionConfig(method="convex", alpha=0.5, original_weight=2.0, expansion_weight=1.0, rank_bonus=[])
+    s = scores(fuse(c, list_weights(c, None, cfg, False), cfg))
+    assert s == pytest.approx({"a": (1 + 1 + 0) / 2.5, "b": 0.0, "c": (0 + 0 + 0.5) / 2.5})

@@ -4,8 +4,11 @@ Runs on every slider change, so all queries are fused at once: ids become intege
 one sort plus numpy segment reductions (1,536 queries x 2 lists x 100 candidates: tens of milliseconds).
 
 RRF:    score(d) = sum_l w_l / (k + rank_l(d)) + bonus(best rank of d in any list)
-Convex: score(d) = sum_l w_l * side_l * norm_l(d), side = alpha for dense lists, 1 - alpha for lexical;
-        a document missing from a list contributes 0 there.
+Convex: score(d) = sum_l c_l * norm_l(d), c_l = w_l * side_l / sum_m (w_m * side_m) over the query's lists,
+        side = alpha for dense lists, 1 - alpha for lexical; a document missing from a list gets 0 there.
+        The coefficients sum to 1, so with minmax, rank or fixed normalisation (values in [0, 1]) the fused
+        score stays in [0, 1]: list and variant weights (original x2 ...) set each list's share, they do
+        not scale the score. No rank bonus is added.
 A list whose weight is 0 takes no part (its documents do not enter the fused list through it).
 """
 
@@ -273,7 +276,12 @@ def fuse(
     else:
         lex = ix.lex
         norm = _normalize(ix.score, rank, lex, ql, nq * nl, cfg.normalization)
-        contrib = weight * np.where(lex, 1.0 - cfg.alpha, cfg.alpha) * norm
+        coef = weight * np.where(lex, 1.0 - cfg.alpha, cfg.alpha)
+        per_list = np.zeros(nq * nl)
+        per_list[ql] = coef  # every row of a (query, list) has the same coefficient
+        total = per_list.reshape(nq, nl).sum(axis=1)[q]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            contrib = np.where(total > 0, coef / total, 0.0) * norm
     icontrib = np.round(np.nan_to_num(contrib, nan=0.0) * _SCALE).astype(np.int64)
 
     live = weight > 0
