@@ -47,6 +47,13 @@ def store(tmp_path_factory, embedder):
     st.close()
 
 
+def fuse_hist(lab: Lab):
+    """The spread panel's histogram of fuse spreads (blend and final fold into it: no reranker here)."""
+    fig = lab.figures["spread"]
+    assert [t.name for t in fig.data if t.type == "box"] == ["fuse"]
+    return next(t for t in fig.data if t.type == "histogram" and t.name == "fuse")
+
+
 def make_lab(store, **kw) -> Lab:
     cfg = load_config("hybrid-rrf").with_updates({"fusion.lexical_weight": 0.0})
     kw.setdefault("debounce_s", 30.0)  # nothing fires by itself unless a test wants it to
@@ -58,7 +65,7 @@ def test_slider_change_rescores_and_redraws(store):
     assert lab.metrics["R@1"] == pytest.approx(0.75)  # q3 misses at rank 1
     assert set(lab.figures) == {"metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector"}
     before_y = list(lab.figures["metrics"].data[-1].y)
-    before_spread = sorted(lab.figures["spread"].data[3].x)
+    before_spread = sorted(fuse_hist(lab).x)
 
     lab.controls["fusion.lexical_weight"].value = 3.0
     assert lab.config.fusion.lexical_weight == 0.0  # debounced: nothing applied yet
@@ -67,7 +74,7 @@ def test_slider_change_rescores_and_redraws(store):
     assert lab.metrics["R@1"] == pytest.approx(1.0) and lab.metrics["MRR@10"] == pytest.approx(1.0)
     after_y = list(lab.figures["metrics"].data[-1].y)
     assert after_y != before_y and after_y[2] == pytest.approx(1.0)
-    assert sorted(lab.figures["spread"].data[3].x) != before_spread  # fuse spreads moved with the weights
+    assert sorted(fuse_hist(lab).x) != before_spread  # fuse spreads moved with the weights
     assert lab.last_update_ms is not None and lab.last_update_ms > 0
     assert {"rescore", "metrics", "figures"} <= set(lab.timings)
     assert "updated in" in lab._timing.value
@@ -220,8 +227,11 @@ def test_export_yaml_json_and_engine(store, tmp_path):
     lab = make_lab(store)
     lab.set("fusion.rrf_k", 25)
     msg = lab.export("yaml", tmp_path / "tuned.yaml")
-    assert msg == f"wrote {tmp_path / 'tuned.yaml'}"
-    assert load_config(tmp_path / "tuned.yaml") == lab.config
+    assert msg == f"wrote hybrid-rrf + rrf k 25 to {tmp_path / 'tuned.yaml'}"  # named by what changed
+    saved = load_config(tmp_path / "tuned.yaml")
+    assert saved.description.startswith("hybrid-rrf + rrf k 25 (from the lab")
+    assert saved.model_copy(update={"description": lab.config.description}) == lab.config
+    assert lab.figures["metrics"].data[-1].name == "hybrid-rrf + rrf k 25"  # the legend too
     assert lab.export("json", tmp_path / "tuned").endswith("tuned.json")
     msg = lab.export("opensearch", tmp_path / "os.json")
     assert (tmp_path / "os.json").exists() and "os.json" in msg
@@ -234,9 +244,9 @@ def test_static_fallback_and_display(store):
     assert lab.metrics == {} and lab.failures.height == 0
     assert isinstance(lab.figures["spread"], go.Figure)
     assert "no judgements" in lab.figures["metrics"].layout.annotations[0].text
-    before = sorted(lab.figures["spread"].data[3].x)
+    before = sorted(fuse_hist(lab).x)
     lab.set("fusion.lexical_weight", 4.0)
-    assert sorted(lab.figures["spread"].data[3].x) != before
+    assert sorted(fuse_hist(lab).x) != before
     bundle = lab._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
 

@@ -146,12 +146,31 @@ def test_score_spread_and_figure_counts():
     assert fig.layout.title.text == "Score spread: 1 of 3 queries flagged low-differentiation (spread < 0.1)"
     boxes = [t for t in fig.data if t.type == "box"]
     hists = {t.name: t for t in fig.data if t.type == "histogram"}
-    assert [b.name for b in boxes] == ["fuse", "blend", "final"]
+    # final has exactly blend's rows: drawn once, with a note saying so.
+    assert [b.name for b in boxes] == ["fuse", "blend"] and "final" not in hists
+    assert any(a.text == "final: same as blend" for a in fig.layout.annotations)
     fuse_box = boxes[0]  # top-2 scores of fuse: 0.9, 0.5 (q1), 0.3 (q2), 0.5, 0.45 (q3)
     assert fuse_box.median[0] == pytest.approx(0.5) and fuse_box.upperfence[0] == pytest.approx(0.9)
     assert sorted(hists["fuse"].x) == pytest.approx([0.05, 0.8])
-    assert len(hists["final"].x) == 1
     assert fig.layout.shapes[0].x0 == 0.1
+    # The histogram's axis spans every spread (nothing clipped), with padding.
+    lo, hi = fig.layout.xaxis2.range
+    assert lo < 0.0 and hi > 0.8 and hi < 0.9
+
+
+def test_fold_blend_without_reranker_and_mark_outliers():
+    rows = []
+    for q in range(12):
+        scores = [0.1, 0.09 - 0.001 * q] if q else [5.0, 0.0]  # one query's spread (5.0) is far out
+        for stage in ("fuse", "blend", "final"):
+            rows += [(f"q{q}", f"d{i}", stage, i + 1, sc) for i, sc in enumerate(scores)]
+    trace = _trace(rows)
+    assert panels.folded_stages(trace) == {"blend": "fuse", "final": "fuse"}
+    fig = panels.spread_figure(trace)
+    assert [t.name for t in fig.data if t.type == "box"] == ["fuse"]
+    assert any(a.text == "blend: no reranker, same as fuse; final: same as fuse" for a in fig.layout.annotations)
+    marked = [t for t in fig.data if t.name == "outlier"]
+    assert list(marked[0].x) == [5.0] and fig.layout.xaxis2.range[1] > 5.0  # marked, and inside the axis
 
 
 def test_routing_and_dedup_counts():

@@ -78,7 +78,9 @@ def test_session_inspects_pins_and_exports(store, tmp_path):
     assert s.inspected is not lists  # the inspected query follows every change
     s.pin_baseline()
     assert s.deltas["delta"].to_list() == [0.0] and s.baseline_name.startswith("pinned")
-    assert s.export("yaml", tmp_path / "c.yaml").startswith("wrote")
-    assert load_config(tmp_path / "c.yaml") == s.config
-    assert s.export("lancedb", tmp_path / "pipeline.yaml").startswith(f"wrote {tmp_path / 'pipeline.py'}")
+    assert s.export("yaml", tmp_path / "c.yaml").startswith("wrote hybrid-rrf + rrf k 20 to")
+    saved = load_config(tmp_path / "c.yaml")  # the same settings; the description names what changed
+    assert saved.description.startswith("hybrid-rrf + rrf k 20") and s.label == "hybrid-rrf + rrf k 20"
+    assert saved.model_copy(update={"description": s.config.description}) == s.config
+    assert s.export("lancedb", tmp_path / "pipeline.yaml").startswith(f"wrote hybrid-rrf + rrf k 20 to {tmp_path / 'pipeline.py'}")
     compile((tmp_path / "pipeline.py").read_text(), "pipeline.py", "exec")

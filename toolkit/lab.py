@@ -503,7 +503,7 @@ class Lab:
         t = time.perf_counter()
         self._draw_metrics()
         cfg, res = s.config, s.result
-        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=s.k, low_spread=cfg.threshold.low_spread, raw=True))
+        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=s.k, low_spread=cfg.threshold.low_spread, title_prefix=f"{s.label}: ", raw=True))
         self._slots["failures"].set(panels.failures_figure(s.failures, s.queries, raw=True))
         self._slots["routing"].set(panels.routing_dedup_figure(s.prepared.features, res.removed, routing_enabled=cfg.routing.enabled, raw=True))
         self._refresh_failure_pick()
@@ -518,7 +518,7 @@ class Lab:
     def _draw_metrics(self) -> None:
         s = self.session
         if s.deltas is not None:
-            self._slots["metrics"].set(panels.metrics_figure(s.deltas, current_name=s.config.name, baseline_name=s.baseline_name or "baseline", raw=True))
+            self._slots["metrics"].set(panels.metrics_figure(s.deltas, current_name=s.label, baseline_name=s.baseline_name or "baseline", raw=True))
         else:
             self._slots["metrics"].set(panels.metrics_figure(pl.DataFrame(schema={"measure": pl.Utf8}), raw=True))
 
@@ -548,12 +548,14 @@ class Lab:
         tq = s.query_trace(qid)  # once, then the panels work on one query's rows
         if s.qrels is not None:
             self._slots["trajectory"].set(panels.trajectory_figure(tq, s.qrels, qid, k=s.k, raw=True))
-        self._slots["drilldown"].set(panels.drilldown_figure(s.stage_lists(qid, tq, stages=LATER), qid, raw=True))
+        self._slots["drilldown"].set(panels.drilldown_figure(s.stage_lists(qid, tq, stages=LATER), qid, query_text=self._qtext.get(qid, ""), raw=True))
 
     def _draw_inspector(self) -> None:
         s = self.session
         if s.inspected is not None:
             self._slots["inspector"].set(panels.side_by_side_figure(s.inspected, s.inspected_title, raw=True))
+        else:
+            self._slots["inspector"].set(panels.inspector_hint())
 
     # -------------------------------------------------------------- widgets
     def _show(self, msg: str, error: bool = False) -> None:
@@ -613,6 +615,7 @@ class Lab:
         self._status = W.HTML()
         self._timing = W.HTML()
         self._rerank_note = W.HTML()
+        self._fusion_note = W.HTML(layout=W.Layout(width="95%"))
         pin = W.Button(description="pin current as baseline", icon="thumb-tack", layout=W.Layout(width="220px"))
         pin.on_click(lambda _b: self._guarded(self.pin_baseline))
 
@@ -653,7 +656,8 @@ class Lab:
         controls = W.Accordion(
             children=[
                 section("fusion.method", "fusion.rrf_k", "fusion.lexical_weight", "fusion.dense_weight", "fusion.original_weight",
-                        "fusion.expansion_weight", "fusion.rank_bonus@1", "fusion.rank_bonus@3", "fusion.alpha", "fusion.normalization"),
+                        "fusion.expansion_weight", "fusion.rank_bonus@1", "fusion.rank_bonus@3", "fusion.alpha", "fusion.normalization",
+                        extra=[self._fusion_note]),
                 section("rerank.blend", "rerank.top_n", "rerank.buckets", extra=[self._rerank_note]),
                 section("dedup.source_enabled", "dedup.max_per_source", "dedup.near_duplicate_enabled", "dedup.near_duplicate_threshold"),
                 section("threshold.min_score", "threshold.low_spread"),
@@ -730,6 +734,7 @@ class Lab:
         ctl["priors.recency_half_life_days"].disabled = ctl["priors.recency_floor"].disabled = c.priors.recency_field is None
         ctl["priors.use_weight"].disabled = c.priors.use_field is None
         ctl["priors.add_weight"].disabled = c.priors.combine != "add"
+        self._fusion_note.value = f"<small>{escape(panels.fusion_formula(c.fusion))}</small>"
         self._rerank_note.value = (
             "<i>rerank.provider is none: blend settings take effect once a reranker is configured</i>"
             if c.rerank.provider == "none"

@@ -220,6 +220,49 @@ def score_spread(trace: pl.DataFrame, *, depth: int | None = None, stages: Itera
     return out.with_columns(pl.when(pl.col("n") >= 2).then(pl.col("top") - pl.col("last")).alias("spread")).sort("qid", "stage")
 
 
+def folded_stages(trace: pl.DataFrame, stages: Iterable[str] = LATER_STAGES) -> dict[str, str]:
+    """{stage: earlier stage it equals}: a later stage whose rows (qid, doc_id, rank, score) are exactly the
+    previous drawn stage's, e.g. blend without a reranker is fuse again. Panels draw it once, with a note."""
+    out: dict[str, str] = {}
+    prev: str | None = None
+    prev_rows: pl.DataFrame | None = None
+    for st in stages:
+        rows = trace.filter(pl.col("stage") == st).select("qid", "doc_id", "rank", "score").sort("qid", "rank")
+        if not len(rows):
+            continue
+        if prev is not None and prev_rows is not None and rows.equals(prev_rows):
+            out[st] = prev
+            continue
+        prev, prev_rows = st, rows
+    return out
+
+
+def _fold_note(folded: dict[str, str], why: dict[str, str] | None = None) -> str:
+    why = why or {}
+    return "; ".join(f"{s}: {why[s] + ', ' if s in why else ''}same as {e}" for s, e in folded.items())
+
+
+def data_range(values, *, include: Iterable[float] = (), whisker: float = 3.0) -> tuple[list[float], list[float]]:
+    """([lo, hi] axis range, outliers): the range spans every value (nothing is clipped) with 5% padding;
+    outliers are values beyond Q3 + whisker * IQR or below Q1 - whisker * IQR, to be marked on the panel."""
+    import numpy as np
+
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    extra = [float(x) for x in include if x is not None and math.isfinite(x)]
+    if not v.size and not extra:
+        return [0.0, 1.0], []
+    allv = np.concatenate([v, extra]) if extra else v
+    lo, hi = float(allv.min()), float(allv.max())
+    pad = (hi - lo) * 0.05 or max(abs(hi) * 0.05, 1e-6)
+    outliers: list[float] = []
+    if v.size >= 4:
+        q1, q3 = np.percentile(v, [25, 75])
+        iqr = q3 - q1
+        if iqr > 0:
+            outliers = [float(x) for x in v if x > q3 + whisker * iqr or x < q1 - whisker * iqr]
+    return [lo - pad, hi + pad], outliers
+
+
 def spread_figure(
     trace: pl.DataFrame,
     per_query: pl.DataFrame | None = None,
@@ -227,17 +270,24 @@ def spread_figure(
     k: int = 10,
     depth: int | None = None,
     low_spread: float | None = None,
+    title_prefix: str = "",
     raw: bool = False,
 ) -> go.Figure:
     """Left: distribution of the top-k scores per stage (box from precomputed quartiles, so an update
     sends 5 numbers per stage, not every score). Right: histogram across queries of each stage's spread
     (`score_spread` at `depth`), with the low-differentiation line. The title counts the queries the
-    threshold stage flagged low-differentiation (`per_query` from `rescore`)."""
+    threshold stage flagged low-differentiation (`per_query` from `rescore`).
+
+    A stage identical to the one before it (`folded_stages`: blend without a reranker is fuse) is drawn
+    once and named in a note. The histogram's x range and bins come from the data (all of it: outliers
+    are marked with a triangle under the axis, not clipped)."""
     later = trace.filter(pl.col("stage").is_in(LATER_STAGES))
     present = set(later["stage"].unique().to_list())
-    stages = [s for s in LATER_STAGES if s in present]
-    if not stages:
+    drawn = [s for s in LATER_STAGES if s in present]
+    if not drawn:
         return _out(_empty("Score spread", "no fused results"), raw)
+    folded = folded_stages(later, drawn)
+    stages = [s for s in drawn if s not in folded]
     score = pl.col("score")
     box = (
         later.filter(pl.col("rank") <= k)
@@ -251,6 +301,10 @@ def spread_figure(
         )
     )
     spread = score_spread(later, depth=depth, stages=stages)
+    values = spread["spread"].drop_nulls().to_list()
+    xr, outliers = data_range(values, include=[0.0] + ([low_spread] if low_spread is not None else []))
+    size = (xr[1] - xr[0]) / 40
+    bins = {"start": xr[0], "end": xr[1], "size": size}
     data: list[dict] = []
     for s in stages:
         st = box.filter(pl.col("stage") == s)
@@ -259,19 +313,31 @@ def spread_figure(
                      "xaxis": "x", "yaxis": "y", **stats})
     for s in stages:
         data.append({"type": "histogram", "x": spread.filter(pl.col("stage") == s)["spread"].drop_nulls().to_numpy(),
-                     "name": s, "marker": {"color": _COLORS[s]}, "opacity": 0.6, "nbinsx": 40, "xaxis": "x2", "yaxis": "y2"})
+                     "name": s, "marker": {"color": _COLORS[s]}, "opacity": 0.6, "xbins": bins, "autobinx": False,
+                     "xaxis": "x2", "yaxis": "y2"})
+    if outliers:
+        data.append({"type": "scatter", "mode": "markers", "x": outliers, "y": [0] * len(outliers), "name": "outlier",
+                     "marker": {"symbol": "triangle-up", "size": 9, "color": "#d62728"}, "xaxis": "x2", "yaxis": "y2",
+                     "hovertemplate": "outlier spread %{x:.4g}<extra></extra>"})
     layout = _two_panels(f"scores in the top {k}", "top minus last score, per query")
+    layout["xaxis2"].update({"range": xr, "title": {"text": "spread"}})
+    layout["yaxis2"].update({"title": {"text": "queries"}, "rangemode": "tozero"})
+    layout["yaxis"].update({"title": {"text": "score"}})
     shapes = []
     if low_spread is not None:
         shapes.append({"type": "line", "x0": low_spread, "x1": low_spread, "xref": "x2", "y0": 0, "y1": 1,
                        "yref": "y2 domain", "line": {"dash": "dash", "color": "red"}})
     n_q = spread["qid"].n_unique()
     flagged = int(per_query["low_differentiation"].fill_null(False).sum()) if per_query is not None and len(per_query) else 0
-    title = f"Score spread: {flagged} of {n_q} queries flagged low-differentiation"
+    title = f"{title_prefix}Score spread: {flagged} of {n_q} queries flagged low-differentiation"
     if low_spread is not None:
         title += f" (spread < {low_spread:g})"
-    layout.update({"title": {"text": title}, "barmode": "overlay", "height": 360, "margin": {"t": 70}, "shapes": shapes,
-                   "legend": {"orientation": "h", "x": 0.55, "y": -0.15}})
+    note = _fold_note(folded, {"blend": "no reranker"} if folded.get("blend") == "fuse" else None)
+    if note:
+        layout["annotations"].append({"text": note, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.0,
+                                      "y": -0.28, "xanchor": "left", "font": {"size": 12, "color": "#555"}})
+    layout.update({"title": {"text": title}, "barmode": "overlay", "height": 380, "margin": {"t": 70, "b": 90}, "shapes": shapes,
+                   "legend": {"orientation": "h", "x": 0.55, "y": -0.2}})
     return _out({"data": data, "layout": layout}, raw)
 
 
@@ -389,16 +455,25 @@ def failures_figure(
     title = f"Relevant documents lost from the top k: {summary} ({failures['qid'].n_unique()} queries)"
     f = failures.head(max_rows)
     if queries is not None:
-        f = f.join(queries.select(pl.col("qid").cast(pl.Utf8), pl.col("text").str.slice(0, 80)), on="qid", how="left", maintain_order="left")
+        f = f.join(queries.select(pl.col("qid").cast(pl.Utf8), pl.col("text")), on="qid", how="left", maintain_order="left")
     else:
         f = f.with_columns(pl.lit("").alias("text"))
     cols = ["qid", "text", "doc_id", "culprit", "list_rank", "fuse_rank", "blend_rank", "final_rank", "detail"]
-    table = _table(
-        ["query", "text", "document", "culprit", "best list", "fuse", "blend", "final", "what happened"],
-        [f[c].to_list() for c in cols],
-        [70, 180, 90, 55, 40, 40, 40, 40, 200],
+    # Headers break onto two lines ("<br>") instead of being cut by a narrow column; the query text is cut
+    # to fit with "…" (the full text: pick the query in the drill-down, its title shows it whole).
+    f = f.with_columns(
+        pl.when(pl.col("text").str.len_chars() > 40).then(pl.col("text").str.slice(0, 39) + "…").otherwise(pl.col("text")).alias("text")
     )
-    layout = {"title": {"text": title}, "height": 360, "margin": {"t": 50, "b": 10, "l": 10, "r": 10}}
+    table = _table(
+        ["query", "text", "document", "culprit", "best<br>list rank", "fuse<br>rank", "blend<br>rank", "final<br>rank", "what happened"],
+        [f[c].to_list() for c in cols],
+        [55, 170, 95, 60, 55, 45, 48, 45, 220],
+    )
+    table["header"]["height"] = 36
+    caption = "ranks: best list = best rank in any retrieval list; fuse / blend / final = rank after that stage (blank: absent)"
+    layout = {"title": {"text": title}, "height": 380, "margin": {"t": 50, "b": 30, "l": 10, "r": 10},
+              "annotations": [{"text": caption, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.0, "y": -0.06,
+                               "xanchor": "left", "font": {"size": 11, "color": "#555"}}]}
     return _out({"data": [table], "layout": layout}, raw)
 
 
@@ -476,9 +551,9 @@ def stage_lists(
     return t.sort("_o", "rank").select("stage", "rank", "doc_id", "score", "rel", "flags", "excerpt")
 
 
-def drilldown_figure(lists: pl.DataFrame, qid: str = "", *, raw: bool = False) -> go.Figure:
-    """`stage_lists` as a table; relevant rows shaded green."""
-    title = f"Top results per stage: {qid}"
+def drilldown_figure(lists: pl.DataFrame, qid: str = "", *, query_text: str = "", raw: bool = False) -> go.Figure:
+    """`stage_lists` as a table; relevant rows shaded green. The title carries the full query text, wrapped."""
+    title = f"Top results per stage: {qid}" + (f"<br><span style='font-size:12px'>{_wrap(query_text)}</span>" if query_text else "")
     if not len(lists):
         return _out(_empty(title, "no results"), raw)
     relevant = (lists["rel"].fill_null(0) > 0).to_list()
@@ -494,8 +569,21 @@ def drilldown_figure(lists: pl.DataFrame, qid: str = "", *, raw: bool = False) -
     ]
     table = _table(["stage", "rank", "document", "score", "rel", "flags", "excerpt"], cols, [70, 30, 90, 50, 25, 70, 330])
     table["cells"]["fill"] = {"color": [fill] * len(cols)}
-    layout = {"title": {"text": title}, "height": 420, "margin": {"t": 50, "b": 10, "l": 10, "r": 10}}
+    layout = {"title": {"text": title}, "height": 440, "margin": {"t": 50 + 16 * title.count("<br>"), "b": 10, "l": 10, "r": 10}}
     return _out({"data": [table], "layout": layout}, raw)
+
+
+def _wrap(text: str, width: int = 110) -> str:
+    """HTML-escaped text broken into lines of at most ~`width` characters (plotly titles do not wrap)."""
+    import html
+    import textwrap
+
+    return "<br>".join(html.escape(line) for line in textwrap.wrap(text, width)) or ""
+
+
+def inspector_hint(title: str = "Query inspector") -> dict:
+    """What the inspector shows before a query is picked: a hint, not empty axes."""
+    return _empty(title, "pick a dataset query or type one above: its lists appear here stage by stage", height=200)
 
 
 def side_by_side(lists: pl.DataFrame) -> pl.DataFrame:
@@ -602,3 +690,57 @@ def reliability_figure(table: pl.DataFrame, *, title: str = "Calibration: predic
         },
     }  # fmt: skip
     return _out(spec, raw)
+
+
+# ------------------------------------------------------------------ 5. naming and readouts
+def _flat(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _show_value(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.1f}" if v.is_integer() and abs(v) < 1e6 else f"{v:g}"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_show_value(x) for x in v) + "]"
+    return str(v)
+
+
+def config_changes(base, cfg) -> list[tuple[str, object]]:
+    """[(field path, new value)] where `cfg` differs from `base` (both PipelineConfig); name and
+    description are not settings and are left out."""
+    a = _flat(base.model_dump(mode="json"))
+    b = _flat(cfg.model_dump(mode="json"))
+    return [(k, b.get(k)) for k in b if k not in ("name", "description") and a.get(k) != b.get(k)]
+
+
+def config_label(base, cfg, *, max_changes: int = 3) -> str:
+    """The live config named by what changed from the one the lab started with: "qmd + lexical weight 3",
+    "qmd + 5 changes" past `max_changes`; just "qmd" when nothing changed."""
+    changes = config_changes(base, cfg)
+    name = base.name or "config"
+    if not changes:
+        return name
+    if len(changes) > max_changes:
+        return f"{name} + {len(changes)} changes"
+    return name + " + " + ", ".join(f"{k.rsplit('.', 1)[-1].replace('_', ' ')} {_show_value(v)}" for k, v in changes)
+
+
+def fusion_formula(f) -> str:
+    """How the fusion settings enter the score (`FusionConfig`), for the lab's readout."""
+    if f.method == "rrf":
+        bonus = " + bonus(best rank)" if f.rank_bonus else ""
+        return (f"score = Σ_lists w / ({f.rrf_k} + rank){bonus}; w = retriever weight (lexical {f.lexical_weight:g}, "
+                f"dense {f.dense_weight:g}) × variant weight (original {f.original_weight:g}, expansion {f.expansion_weight:g})")
+    if f.method == "convex":
+        return (f"score = Σ_lists c × {f.normalization}(score), c = w × side / Σ(w × side) per query, so the c sum to 1 and the "
+                f"score stays in [0, 1]{' (zscore is unbounded)' if f.normalization == 'zscore' else ''}; side = α = {f.alpha:g} "
+                f"for dense lists, 1 − α for lexical; w = retriever weight × variant weight (original {f.original_weight:g}, "
+                f"expansion {f.expansion_weight:g}): the weights set each list's share, they do not scale the score")
+    return "score = learned model over the lists' features (weights and α are not used)"

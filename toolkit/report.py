@@ -95,11 +95,12 @@ class Report:
             for (fld, measure), t in tables.items():
                 parts += [f"<h3>{html.escape(measure)} by {html.escape(fld)}</h3>", _table(t)]
         parts += ["<h2>Latency per stage (ms per query)</h2>", _table(self.latency)]
-        first = True
-        for name, fig in self.figures.items():
-            parts.append(f"<h2>{html.escape(name)}</h2>")
-            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs="inline" if first else False))
-            first = False
+        figs = []
+        for i, (name, fig) in enumerate(self.figures.items()):
+            parts.append(f"<h2>{html.escape(name)}</h2><div id='fig{i}' class='fig'></div>")
+            figs.append(f'["fig{i}",{pio.to_json(fig, validate=False)}]')
+        if figs:
+            parts.append(_plotly_loader("[" + ",".join(figs) + "]"))
         style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
         return f"<!doctype html><html><head><meta charset='utf-8'><title>hrt report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>"
 
@@ -112,6 +113,28 @@ class Report:
 
 def _show(v: object) -> str:
     return "" if v is None else json.dumps(v, default=str) if isinstance(v, list | dict) else str(v)
+
+
+def _plotly_loader(figures_json: str) -> str:
+    """One copy of plotly.js, gzip-compressed (base64), unpacked in the page by the browser's
+    DecompressionStream, then each figure drawn from its one JSON copy. Why by hand: plotly's to_html
+    inlines the 4.6 MB bundle uncompressed and offers only a CDN (not reachable offline) or a side file
+    instead; compressed it is ~1.9 MB and the report stays one self-contained file."""
+    import base64
+    import gzip
+
+    from plotly.offline import get_plotlyjs
+
+    packed = base64.b64encode(gzip.compress(get_plotlyjs().encode("utf-8"), 9, mtime=0)).decode("ascii")
+    figs = figures_json.replace("</", "<\\/")  # figure text cannot close the script element
+    return (
+        f"<script>const HRT_FIGS={figs};const HRT_PLOTLY='{packed}';"
+        "(async()=>{try{const b=Uint8Array.from(atob(HRT_PLOTLY),c=>c.charCodeAt(0));"
+        "const js=await new Response(new Blob([b]).stream().pipeThrough(new DecompressionStream('gzip'))).text();"
+        "const s=document.createElement('script');s.textContent=js;document.head.appendChild(s);"
+        "for(const [id,f] of HRT_FIGS){Plotly.newPlot(id,f.data,f.layout,{responsive:true});}}"
+        "catch(e){for(const d of document.querySelectorAll('.fig'))d.textContent='figures need a browser with DecompressionStream: '+e;}})();</script>"
+    )
 
 
 def _table(df: pl.DataFrame) -> str:
@@ -127,8 +150,24 @@ def _table(df: pl.DataFrame) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def stages_run(cfg: PipelineConfig) -> set[str]:
+    """The timed stages that do work under `cfg`: a report lists latency only for these (a rerank stage
+    with no reranker, or expansion with no expander, takes ~0 ms and would read as if it ran)."""
+    c = cfg
+    off = set()
+    if c.expansion.provider == "none":
+        off.add("expansion")
+    if c.rerank.provider == "none" or c.rerank.blend == "none":
+        off |= {"rerank", "blend"}
+    if c.fusion.method != "learned":
+        off.add("ltr_features")
+    if not (c.dedup.source_enabled or c.dedup.near_duplicate_enabled):
+        off.add("dedup")
+    return {*STAGES, "ltr_features", "total", "cache_load"} - off
+
+
 def stage_latency(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, sample: int = 30, seed: int = 0) -> pl.DataFrame:
-    """p50/p95 milliseconds per stage, each sampled query run alone and uncached."""
+    """p50/p95 milliseconds per stage that ran (`stages_run`), each sampled query run alone and uncached."""
     rng = np.random.default_rng(seed)
     idx = rng.choice(len(queries), size=min(sample, len(queries)), replace=False)
     rows: list[dict] = []
@@ -138,8 +177,10 @@ def stage_latency(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, samp
         prep = prepare(store, q, cfg, use_cache=False)
         res = rescore(prep, cfg, trace=False)
         total = time.perf_counter() - t0
+        ran = stages_run(cfg)
         for stage, secs in {**prep.timings, **res.timings, "total": total}.items():
-            rows.append({"stage": stage, "ms": secs * 1000})
+            if stage in ran:
+                rows.append({"stage": stage, "ms": secs * 1000})
     df = pl.DataFrame(rows)
     return df.group_by("stage").agg(
         pl.col("ms").quantile(0.5, "linear").alias("p50_ms"), pl.col("ms").quantile(0.95, "linear").alias("p95_ms")

@@ -122,6 +122,7 @@ class Session:
         self.k = k
         self.qrels = qrels_frame(qrels).join(self.queries.select("qid"), on="qid", how="semi") if qrels is not None else None
         self.config: PipelineConfig = load_config(config)
+        self.base_config = self.config  # what `label` names changes against
         self.on_notice = on_notice
         self.lock = threading.RLock()
         self.message = ""  # the status line: "" when all is well, else the last error or notice
@@ -152,6 +153,11 @@ class Session:
         self.result: Result = self._run(self.config)
 
     # -------------------------------------------------------------- state
+    @property
+    def label(self) -> str:
+        """The live config named by what changed since the session started: "qmd + lexical weight 3.0"."""
+        return panels.config_label(self.base_config, self.config)
+
     @property
     def metrics(self) -> dict[str, float]:
         """Current mean of each measure (empty without qrels)."""
@@ -200,7 +206,7 @@ class Session:
             if self.per_query is None:
                 raise InputError("pin_baseline: no judgements (qrels), so there are no metrics to compare")
             self.baseline_per_query = self.per_query
-            self.baseline_name = f"pinned {self.config.name} @ {time.strftime('%H:%M:%S')}"
+            self.baseline_name = f"pinned {self.label} @ {time.strftime('%H:%M:%S')}"
             self.deltas = panels.metric_deltas(self.per_query, self.baseline_per_query)
 
     def notice(self, msg: str, *, error: bool = False) -> None:
@@ -345,11 +351,15 @@ class Session:
         engine export (`toolkit.export.write_export`). Returns what was written and what the engine could
         not carry over."""
         path = Path(path)
+        label = self.label
+        cfg = self.config
+        if label != cfg.name:  # the file says what it is: the base config plus the lab's changes
+            cfg = cfg.model_copy(update={"description": f"{label} (from the lab; base: {cfg.description or cfg.name})"})
         if kind in ("yaml", "json"):
             if kind == "json" and path.suffix.lower() != ".json":
                 path = path.with_suffix(".json")
-            written = save_config(self.config, path)
-            msg = f"wrote {written}"
+            written = save_config(cfg, path)
+            msg = f"wrote {label} to {written}"
         else:
             try:
                 from . import export as ex
@@ -359,7 +369,7 @@ class Session:
                 path = path.with_suffix(".py")  # the LanceDB export is a Python module
             elif kind not in ("lancedb", "toolkit") and path.suffix.lower() not in (".json", ".yaml", ".yml"):
                 path = path.with_suffix(".json")
-            res = ex.write_export(self.config, kind, path)
+            res = ex.write_export(cfg, kind, path)
             missing = _not_carried(res)
             if missing is None:
                 try:
@@ -367,6 +377,6 @@ class Session:
                 except Exception:  # the report is informative only; the file is written
                     missing = None
             written = res if isinstance(res, str | Path) else path
-            msg = f"wrote {written}" + (f"; not carried over: {', '.join(map(str, missing))}" if missing else "; everything carried over" if missing is not None else "")
+            msg = f"wrote {label} to {written}" + (f"; not carried over: {', '.join(map(str, missing))}" if missing else "; everything carried over" if missing is not None else "")
         self.last_export = msg
         return msg
