@@ -106,7 +106,7 @@ def main() -> None:
         # needed to time the cheap stages, which only see numbers; the real one is in quality.py).
         cands = prep.candidates
         if args.rerank:
-            pool = rerank_pool(cands, prep.features, cfg.with_updates({"rerank.top_n": 40}))
+            pool = rerank_pool(cands, 40)
             cos = st.dense_search(queries, top_k=200, level="document")
             prep.rerank_scores = pool.join(cos.select("qid", "doc_id", "chunk_id", pl.col("score").alias("rerank_score")), on=["qid", "doc_id"])
     print(f"{ds.name}: {queries.height} queries, {cands.height} candidate rows, {len(prep.rerank_scores)} reranker "

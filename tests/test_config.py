@@ -43,7 +43,8 @@ def test_defaults_are_the_qmd_guardrails():
         1.2,
         0.75,
     )
-    assert c.retrieval.dense.model == "all-MiniLM-L6-v2"
+    # Index settings are the store's unless a config pins them (then prepare checks them).
+    assert (c.retrieval.dense.model, c.retrieval.lexical.stemmer, c.retrieval.lexical.stopwords) == (None, None, None)
     assert (c.fusion.method, c.fusion.rrf_k, c.fusion.original_weight) == ("rrf", 60, 2.0)
     assert c.fusion.rank_bonus == [(1, 0.05), (3, 0.02)]
     assert (c.rerank.provider, c.rerank.top_n, c.rerank.blend) == ("none", 40, "position")
@@ -243,3 +244,59 @@ def test_load_config_errors(tmp_path):
     p.write_text("- 1\n- 2\n")
     with pytest.raises(InputError, match="must be a mapping"):
         load_config(p)
+
+
+# ------------------------------------------------------------------ strict where it says strict (#16.6)
+@pytest.mark.parametrize(
+    ("section", "value", "message"),
+    [
+        ({"retrieval": {"lexical": {"top_k": True}}}, "retrieval.lexical.top_k", "valid integer"),
+        ({"retrieval": {"lexical": {"top_k": "50"}}}, "retrieval.lexical.top_k", "valid integer"),
+        ({"fusion": {"rrf_k": 60.0}}, "fusion.rrf_k", "valid integer"),
+        ({"fusion": {"alpha": "0.5"}}, "fusion.alpha", "valid number"),
+        ({"fusion": {"alpha": True}}, "fusion.alpha", "valid number"),
+        ({"routing": {"enabled": "yes"}}, "routing.enabled", "valid boolean"),
+        ({"routing": {"enabled": 1}}, "routing.enabled", "valid boolean"),
+        ({"fusion": {"rank_bonus": [[True, 0.05]]}}, r"fusion.rank_bonus\[0\]\[0\]", "valid integer"),
+        ({"threshold": {"min_score": math.inf}}, "threshold.min_score", "finite number"),
+        ({"threshold": {"low_spread": math.nan}}, "threshold.low_spread", "finite number"),
+        ({"fusion": {"rank_bonus": [[1, math.inf]]}}, r"fusion.rank_bonus\[0\]\[1\]", "finite number"),
+        ({"rerank": {"buckets": [[3, math.nan], [math.inf, 0.4]]}}, r"rerank.buckets\[0\]\[1\]", "finite number"),
+        ({"expansion": {"timeout_s": math.inf}}, "expansion.timeout_s", "finite number"),
+        ({"output": {"n": "5"}}, "output.n", "valid integer"),
+        ({"retrieval": {"lexical": {"stemmer": "bogus"}}}, "retrieval.lexical.stemmer", "Input should be"),
+    ],
+)
+def test_types_are_strict_and_numbers_finite(section, value, message):
+    """No coercion from bool or string to a number (or from a float to an int), no NaN or infinity where
+    they make no sense; the error names the dotted field."""
+    with pytest.raises(InputError, match=rf"<t>: {value}: .*{message}"):
+        config_from_dict(section, origin="<t>")
+
+
+def test_strictness_keeps_what_configs_legitimately_write(tmp_path):
+    # An int where a float is meant, YAML's .inf (and JSON's "inf") for the last bucket, numpy scalars
+    # from tuners, and every preset.
+    c = config_from_dict({"fusion": {"alpha": 1, "lexical_weight": 2}, "rerank": {"buckets": [[3, 1], ["inf", 0.4]]}})
+    assert c.fusion.alpha == 1.0 and isinstance(c.fusion.alpha, float) and c.rerank.buckets[-1] == (math.inf, 0.4)
+    p = tmp_path / "c.yaml"
+    p.write_text("rerank:\n  buckets: [[3, 0.75], [.inf, 0.4]]\n")
+    assert load_config(p).rerank.buckets[-1][0] == math.inf
+    assert load_config("qmd").with_updates({"fusion.rrf_k": np.int64(7), "fusion.alpha": np.float32(0.5)}).fusion.rrf_k == 7
+    for name in list_presets():
+        load_config(name)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "null\n"])
+def test_an_empty_config_file_is_an_error(tmp_path, text):
+    p = tmp_path / "empty.yaml"
+    p.write_text(text)
+    with pytest.raises(InputError, match=r"empty\.yaml: the config file is empty"):
+        load_config(p)
+    j = tmp_path / "empty.json"
+    j.write_text("null")
+    with pytest.raises(InputError, match=r"empty\.json: the config file is empty"):
+        load_config(j)
+    explicit = tmp_path / "defaults.yaml"
+    explicit.write_text("{}\n")
+    assert load_config(explicit) == PipelineConfig()  # all defaults, said on purpose

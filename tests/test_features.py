@@ -97,7 +97,7 @@ def test_features_worked_example_and_schema():
     assert rows["q2"]["route"] == "default" and rows["q2"]["n_tokens"] == 2
     assert rows["q3"]["stopword_ratio"] == pytest.approx(2 / 3) and rows["q3"]["n_tokens"] == 3
     # Routing off: features are computed, the policy is neutral.
-    assert not f["skip_lexical"].any() and not f["skip_expansion"].any() and (f["lexical_boost"] == 1.0).all()
+    assert not f["skip_lexical"].any() and not f["skip_expansion"].any()
 
 
 def test_routing_policy_applies_only_when_enabled():
@@ -111,7 +111,7 @@ def test_routing_policy_applies_only_when_enabled():
     )
     assert on["skip_lexical"].to_list() == [False, False, False]
     assert on["skip_expansion"].to_list() == [True, False, False]
-    assert on["lexical_boost"].to_list() == [1.0, 1.5, 1.0]
+    assert on["technical"].to_list() == [False, True, False]  # the boost is fusion's (test_fusion)
     strict = query_features(q, RoutingConfig(enabled=True, conversational_stopword_ratio=0.6))
     assert strict["route"].to_list() == ["default", "technical", "default"]
     assert not strict["skip_lexical"].any()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.config import FusionConfig
+from toolkit.config import FusionConfig, RoutingConfig
 from toolkit.fusion import FUSED_SCHEMA, fuse, list_weights, normalized_scores
 
 COLS = ["qid", "list_id", "variant", "retriever", "doc_id", "chunk_id", "rank", "score"]
@@ -36,7 +36,7 @@ def scores(fused: pl.DataFrame) -> dict[str, float]:
 def test_worked_rrf_example_with_weights_and_bonus():
     c = cands({"orig:lex": ["a", "b", "c"], "orig:vec": ["b", "d"], "lex1:lex": ["c"]})
     cfg = FusionConfig()  # k=60, original x2, expansion x1, bonus rank 1 +.05, ranks 2-3 +.02
-    w = list_weights(c, None, cfg, routing_enabled=False)
+    w = list_weights(c, None, cfg)
     assert dict(zip(w["list_id"], w["weight"], strict=True)) == {
         "lex1:lex": 1.0,
         "orig:lex": 2.0,
@@ -57,17 +57,21 @@ def test_worked_rrf_example_with_weights_and_bonus():
 
 def test_list_weights_with_routing_boost():
     c = cands({"orig:lex": ["a"], "lex1:lex": ["a"], "orig:vec": ["a"], "vec1:vec": ["a"]})
-    feats = pl.DataFrame({"qid": ["q"], "lexical_boost": [1.5]})
+    feats = pl.DataFrame({"qid": ["q"], "technical": [True]})
     cfg = FusionConfig(lexical_weight=1.5, dense_weight=0.5, original_weight=2.0, expansion_weight=1.0)
-    on = dict(list_weights(c, feats, cfg, routing_enabled=True).select("list_id", "weight").iter_rows())
+    routing = RoutingConfig(enabled=True, technical_lexical_boost=1.5)
+    on = dict(list_weights(c, feats, cfg, routing).select("list_id", "weight").iter_rows())
     assert on == {
         "lex1:lex": pytest.approx(2.25),
         "orig:lex": pytest.approx(4.5),
         "orig:vec": 1.0,
         "vec1:vec": 0.5,
     }
-    off = dict(list_weights(c, feats, cfg, routing_enabled=False).select("list_id", "weight").iter_rows())
+    off = dict(list_weights(c, feats, cfg, routing.model_copy(update={"enabled": False})).select("list_id", "weight").iter_rows())
     assert off["orig:lex"] == pytest.approx(3.0)
+    # A query that is not technical keeps weight 1 on its lexical lists whatever the boost.
+    plain = pl.DataFrame({"qid": ["q"], "technical": [False]})
+    assert dict(list_weights(c, plain, cfg, routing).select("list_id", "weight").iter_rows())["orig:lex"] == pytest.approx(3.0)
 
 
 CONVEX = {"orig:lex": [("a", 10.0), ("b", 6.0), ("c", 2.0)], "orig:vec": [("b", 0.9), ("d", 0.5)]}
@@ -90,7 +94,7 @@ Z = 1.5**0.5  # z-score of 10 and 2 in [10, 6, 2] (population std sqrt(32/3))
 def test_convex_normalisations_by_hand(norm, expected, order):
     c = cands(CONVEX)
     cfg = FusionConfig(method="convex", normalization=norm, alpha=0.5, original_weight=1.0)
-    f = fuse(c, list_weights(c, None, cfg, False), cfg)
+    f = fuse(c, list_weights(c, None, cfg), cfg)
     assert scores(f) == pytest.approx(expected, abs=1e-8)
     assert f["doc_id"].to_list() == order  # c and d tie under minmax: d has the better best rank
 
@@ -188,7 +192,7 @@ CONFIGS = [
 @given(c=candidate_sets(), seed=st.integers(0, 2**32 - 1), which=st.integers(0, len(CONFIGS) - 1))
 def test_fusion_is_invariant_to_row_order(c, seed, which):
     cfg = CONFIGS[which]
-    w = list_weights(c, None, cfg, False)
+    w = list_weights(c, None, cfg)
     shuffled = c.sample(fraction=1.0, shuffle=True, seed=seed)
     w_shuffled = w.sample(fraction=1.0, shuffle=True, seed=seed)
     assert fuse(c, w, cfg).equals(fuse(shuffled, w_shuffled, cfg))
@@ -201,7 +205,7 @@ def test_fusion_is_invariant_to_row_order(c, seed, which):
 def test_raising_a_list_weight_never_lowers_its_exclusive_documents(c, factor, which):
     # zscore (config 3) is excluded on purpose: its negative scores break this monotonicity by design.
     cfg = CONFIGS[which]
-    w = list_weights(c, None, cfg, False)
+    w = list_weights(c, None, cfg)
     target = c.select("qid", "list_id").row(0)
     boosted = w.with_columns(
         pl.when((pl.col("qid") == target[0]) & (pl.col("list_id") == target[1]))
@@ -263,7 +267,7 @@ def test_fusing_a_locomo_sized_run_is_fast():
         )
     c = pl.concat(frames)
     cfg = FusionConfig()
-    w = list_weights(c, None, cfg, False)
+    w = list_weights(c, None, cfg)
     best = min(_timed(lambda: fuse(c, w, cfg)) for _ in range(3))
     assert best < 0.4, f"fusion took {best * 1000:.0f} ms"
     f = fuse(c, w, cfg)

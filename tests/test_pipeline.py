@@ -131,10 +131,29 @@ def test_cached_encodings_give_the_plain_stage_chain_with_reranker_scores(store)
                 {"dedup.source_enabled": True}):
         cfg = base.with_updates(upd)
         got = rescore(prep, cfg, trace=False).final
-        w = fusion.list_weights(c, prep.features, cfg.fusion, cfg.routing.enabled)
+        w = fusion.list_weights(c, prep.features, cfg.fusion, cfg.routing)
         b = blend_stage.blend(fusion.fuse(c, w, cfg.fusion), prep.rerank_scores, cfg.rerank)
         kept, _ = dedup_stage.dedup(b, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=100)
         want, _ = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
         cols = ["qid", "doc_id", "rank", "score"]
         assert got.select(cols).sort("qid", "rank").equals(want.select(cols).sort("qid", "rank")), upd
         assert got.filter(pl.col("flags").list.contains("reranked")).height > 0
+
+
+def test_index_settings_in_a_config_are_checked_against_the_store(store):
+    """retrieval.lexical.stemmer/stopwords and retrieval.dense.model act: unset, the store's own index is
+    used; set, they must match how the store was built, or prepare stops naming the field and the flag."""
+    from toolkit.errors import StoreError
+
+    base = load_config("qmd")
+    assert store.settings.stemmer == "porter" and store.embedding_model
+    same = base.with_updates({"retrieval.lexical.stemmer": "porter", "retrieval.lexical.stopwords": "english",
+                              "retrieval.dense.model": "all-MiniLM-L6-v2"})
+    assert prepare(store, QUERIES, same).candidates.height > 0
+    for upd, msg in (({"retrieval.lexical.stemmer": "english"}, r"retrieval\.lexical\.stemmer is 'english' but .* built with 'porter'.*--stemmer english"),
+                     ({"retrieval.lexical.stopwords": "none"}, r"retrieval\.lexical\.stopwords is 'none'.*--stopwords none"),
+                     ({"retrieval.dense.model": "intfloat/e5-small-v2"}, r"retrieval\.dense\.model is 'intfloat/e5-small-v2'.*--model")):
+        with pytest.raises(StoreError, match=msg):
+            prepare(store, QUERIES, base.with_updates(upd))
+    # A stemmer pinned for a lexical list that is switched off is not checked.
+    assert prepare(store, QUERIES, load_config("vector-only").with_updates({"retrieval.lexical.stemmer": "english"})).candidates.height > 0

@@ -2,8 +2,23 @@
 
 Configs are plain YAML/JSON files (presets ship in `toolkit/presets/`). Validation is strict (unknown keys,
 wrong types and out-of-range values are errors naming the file and the dotted field) because a typo in a
-tuning file silently falling back to a default is the worst kind of wrong result. Models are frozen:
-change a config with `cfg.with_updates({"fusion.rrf_k": 30})`, which returns a new validated config.
+tuning file silently falling back to a default is the worst kind of wrong result. Types are strict too:
+no coercion (`top_k: true` or `top_k: "50"` is an error; an int is accepted where a float is meant), and
+floats must be finite unless a field says otherwise (the last rerank bucket ends at `.inf`). Models are
+frozen: change a config with `cfg.with_updates({"fusion.rrf_k": 30})`, which returns a new validated config.
+
+The stage boundary is declared here, once per field, by its type:
+
+    top_k: Prepare[int] = Field(100, ge=1)        # read by pipeline.prepare: a change re-runs retrieval
+    rrf_k: Rescore[int] = Field(60, gt=0)         # never read by prepare: a change only re-scores
+
+`Prepare` fields are everything the expensive, cached stages read (`pipeline.prepare`: features, expansion,
+retrieval, reranker scores, vectors); `Rescore` fields are read only by the live stages (`pipeline.rescore`:
+fusion, blending, dedup, thresholds, output). Adding a field is one line with its stage; a leaf without
+one fails at import. Everything else derives from the declaration: `pipeline.prepare_key` and the lab's
+cache signature hash `prepare_settings(cfg)`, and the tuner accepts exactly `fields(Stage.RESCORE)`.
+The contract is that `prepare` reads no rescore field, so `rescore(prepare(a), b) == rescore(prepare(b), b)`
+whenever `a` and `b` differ only in rescore fields (tests/test_stage_boundary.py checks it for every one).
 """
 
 from __future__ import annotations
@@ -12,11 +27,22 @@ import difflib
 import json
 import math
 import re
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import InputError
 from .redact import looks_like_secret, url_credentials
@@ -74,35 +100,66 @@ def _no_pasted_key(data: Any) -> Any:
     return data
 
 
+class Stage(StrEnum):
+    """Which side of the stage boundary reads a field (see the module docstring)."""
+
+    PREPARE = "prepare"  # the expensive, cached stages read it: a change re-runs `pipeline.prepare`
+    RESCORE = "rescore"  # only the live stages read it: a change re-scores the cached frames
+
+
+_T = TypeVar("_T")
+Prepare = Annotated[_T, Stage.PREPARE]
+Rescore = Annotated[_T, Stage.RESCORE]
+
+
+def _inf_word(v: Any) -> Any:
+    """JSON has no infinity: `save_config` writes the string "inf", which reads back as the float."""
+    return math.inf if isinstance(v, str) and v.strip().lower() in ("inf", "+inf", ".inf", "infinity") else v
+
+
+# A list of pairs: YAML and JSON give lists, so the pair itself may be a list (its items stay strict).
+_Band = Annotated[tuple[int, float], Strict(False)]
+_Bucket = Annotated[
+    tuple[Annotated[float, AllowInfNan(True), BeforeValidator(_inf_word)], float], Strict(False)
+]
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False
+    )
 
 
 # ------------------------------------------------------------------ retrieval
 class LexicalConfig(_Model):
-    enabled: bool = True
-    top_k: int = Field(100, ge=1, le=10_000)
-    k1: float = Field(1.2, ge=0.0, le=10.0)
-    b: float = Field(0.75, ge=0.0, le=1.0)
-    stemmer: Stemmer = "porter"
-    stopwords: Stopwords = "english"
+    enabled: Prepare[bool] = True
+    top_k: Prepare[int] = Field(100, ge=1, le=10_000)
+    k1: Prepare[float] = Field(1.2, ge=0.0, le=10.0)
+    b: Prepare[float] = Field(0.75, ge=0.0, le=1.0)
+    # The index is built at ingest (`hrt ingest --stemmer/--stopwords`) and belongs to the store. Unset,
+    # a pipeline runs on whatever index the store has; set, `prepare` checks the store was built so and
+    # stops with a clear error otherwise (a config tuned on one index says so when run on another).
+    stemmer: Prepare[Stemmer | None] = None
+    stopwords: Prepare[Stopwords | None] = None
 
 
 class DenseConfig(_Model):
-    enabled: bool = True
-    top_k: int = Field(100, ge=1, le=10_000)
-    model: str = Field("all-MiniLM-L6-v2", min_length=1)
+    enabled: Prepare[bool] = True
+    top_k: Prepare[int] = Field(100, ge=1, le=10_000)
+    # Local: the store's embeddings fix the model, so unset (null) means the store's own; set, `prepare`
+    # checks it against the store. http: the model name the endpoint serves (required).
+    model: Prepare[str | None] = Field(None, min_length=1)
     # How queries are embedded (`toolkit.embed.make_embedder`). Local: auto = ONNX Runtime when installed
     # (same vectors as torch within float tolerance), else torch; onnx-int8 is a different model id.
     # http: an OpenAI-compatible /v1/embeddings endpoint serving `model`.
-    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = "auto"
-    provider: Literal["local", "http"] = "local"
-    url: str | None = None
-    api_key_env: str | None = None
-    dimensions: int | None = Field(None, ge=1, le=65_536)
-    batch_size: int = Field(64, ge=1, le=4096)
-    timeout_s: float = Field(30.0, gt=0.0, le=600.0)
-    retries: int = Field(2, ge=0, le=10)
+    backend: Prepare[Literal["auto", "torch", "onnx", "onnx-int8"]] = "auto"
+    provider: Prepare[Literal["local", "http"]] = "local"
+    url: Prepare[str | None] = None
+    api_key_env: Prepare[str | None] = None
+    dimensions: Prepare[int | None] = Field(None, ge=1, le=65_536)
+    batch_size: Prepare[int] = Field(64, ge=1, le=4096)
+    timeout_s: Prepare[float] = Field(30.0, gt=0.0, le=600.0)
+    retries: Prepare[int] = Field(2, ge=0, le=10)
 
     @model_validator(mode="before")
     @classmethod
@@ -123,6 +180,8 @@ class DenseConfig(_Model):
     def _provider_needs(self) -> DenseConfig:
         if self.provider == "http" and not self.url:
             raise ValueError("provider 'http' needs retrieval.dense.url (an OpenAI-compatible /v1/embeddings endpoint)")
+        if self.provider == "http" and not self.model:
+            raise ValueError("provider 'http' needs retrieval.dense.model (the model name the endpoint serves)")
         return self
 
     def embedder_args(self) -> dict[str, Any]:
@@ -134,37 +193,39 @@ class DenseConfig(_Model):
 
 
 class RetrievalConfig(_Model):
-    level: Literal["document", "chunk"] = "document"
+    level: Prepare[Literal["document", "chunk"]] = "document"
     lexical: LexicalConfig = LexicalConfig()
     dense: DenseConfig = DenseConfig()
-    scope_filter: bool = True
+    scope_filter: Prepare[bool] = True
 
 
 # ------------------------------------------------------------------ routing
 class RoutingConfig(_Model):
-    enabled: bool = False
-    conversational_stopword_ratio: float = Field(0.5, ge=0.0, le=1.0)
-    conversational_min_tokens: int = Field(4, ge=0, le=1000)
-    conversational_skip_lexical: bool = True
-    conversational_skip_expansion: bool = True
-    technical_lexical_boost: float = Field(1.0, gt=0.0, le=100.0)
+    # Routes decide which lists are retrieved and expanded (prepare); the boost only weighs the lexical
+    # lists of technical queries in fusion (rescore).
+    enabled: Prepare[bool] = False
+    conversational_stopword_ratio: Prepare[float] = Field(0.5, ge=0.0, le=1.0)
+    conversational_min_tokens: Prepare[int] = Field(4, ge=0, le=1000)
+    conversational_skip_lexical: Prepare[bool] = True
+    conversational_skip_expansion: Prepare[bool] = True
+    technical_lexical_boost: Rescore[float] = Field(1.0, gt=0.0, le=100.0)
 
 
 # ------------------------------------------------------------------ expansion
 class ExpansionConfig(_Model):
-    provider: Literal["none", "file", "http"] = "none"
-    path: str | None = None
-    url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(20.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
-    budget_s: float = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
-    max_lex: int = Field(2, ge=0, le=10)
-    max_vec: int = Field(2, ge=0, le=10)
-    max_hyde: int = Field(1, ge=0, le=10)
-    strong_signal_skip: bool = True
-    strong_signal_min: float = Field(0.85, ge=0.0, le=1.0)
-    strong_signal_gap: float = Field(0.15, ge=0.0, le=1.0)
+    provider: Prepare[Literal["none", "file", "http"]] = "none"
+    path: Prepare[str | None] = None
+    url: Prepare[str | None] = None
+    model: Prepare[str | None] = None
+    api_key_env: Prepare[str | None] = None
+    timeout_s: Prepare[float] = Field(20.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
+    budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
+    max_lex: Prepare[int] = Field(2, ge=0, le=10)
+    max_vec: Prepare[int] = Field(2, ge=0, le=10)
+    max_hyde: Prepare[int] = Field(1, ge=0, le=10)
+    strong_signal_skip: Prepare[bool] = True
+    strong_signal_min: Prepare[float] = Field(0.85, ge=0.0, le=1.0)
+    strong_signal_gap: Prepare[float] = Field(0.15, ge=0.0, le=1.0)
 
     @model_validator(mode="before")
     @classmethod
@@ -195,19 +256,19 @@ class ExpansionConfig(_Model):
 # ------------------------------------------------------------------ fusion
 class FusionConfig(_Model):
     # learned: a LambdaMART model (`hrt train-fusion`) scores the cached features; weights, k, bonus unused.
-    method: Literal["rrf", "convex", "learned"] = "rrf"
-    model: str | None = None  # learned fusion model file; None = the shipped model
+    method: Rescore[Literal["rrf", "convex", "learned"]] = "rrf"
+    model: Rescore[str | None] = None  # learned fusion model file; None = the shipped model
     # rrf/convex: weight BM25 vs dense per query by the model's learned router (2p and 2(1 - p)).
-    router: bool = False
-    rrf_k: int = Field(60, gt=0, le=10_000)
-    lexical_weight: float = Field(1.0, ge=0.0, le=100.0)
-    dense_weight: float = Field(1.0, ge=0.0, le=100.0)
-    original_weight: float = Field(2.0, ge=0.0, le=100.0)
-    expansion_weight: float = Field(1.0, ge=0.0, le=100.0)
+    router: Rescore[bool] = False
+    rrf_k: Rescore[int] = Field(60, gt=0, le=10_000)
+    lexical_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)
+    dense_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)
+    original_weight: Rescore[float] = Field(2.0, ge=0.0, le=100.0)
+    expansion_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)
     # (last rank of the band, bonus): [(1, .05), (3, .02)] = rank 1 gets .05, ranks 2-3 get .02 (RRF only).
-    rank_bonus: list[tuple[int, float]] = [(1, 0.05), (3, 0.02)]
-    alpha: float = Field(0.5, ge=0.0, le=1.0)
-    normalization: Literal["minmax", "zscore", "rank", "fixed"] = "minmax"
+    rank_bonus: Rescore[list[_Band]] = [(1, 0.05), (3, 0.02)]
+    alpha: Rescore[float] = Field(0.5, ge=0.0, le=1.0)
+    normalization: Rescore[Literal["minmax", "zscore", "rank", "fixed"]] = "minmax"
 
     @field_validator("rank_bonus")
     @classmethod
@@ -226,20 +287,22 @@ class FusionConfig(_Model):
 
 # ------------------------------------------------------------------ rerank
 class RerankConfig(_Model):
-    provider: Literal["none", "cross-encoder", "http", "file"] = "none"
-    model: str | None = None
-    url: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(10.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
-    budget_s: float = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
-    retries: int = Field(2, ge=0, le=10)
-    path: str | None = None
-    top_n: int = Field(40, ge=1, le=1000)
-    blend: Literal["replace", "position", "none"] = "position"
+    # Scores are prepared whenever a provider is set, for every document a fused top_n could hold
+    # (`pipeline.rerank_pool`); how (and whether) they are blended is decided live.
+    provider: Prepare[Literal["none", "cross-encoder", "http", "file"]] = "none"
+    model: Prepare[str | None] = None
+    url: Prepare[str | None] = None
+    api_key_env: Prepare[str | None] = None
+    timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
+    budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
+    retries: Prepare[int] = Field(2, ge=0, le=10)
+    path: Prepare[str | None] = None
+    top_n: Prepare[int] = Field(40, ge=1, le=1000)
+    blend: Rescore[Literal["replace", "position", "none"]] = "position"
     # (last fused rank of the bucket, retrieval weight); YAML writes inf as .inf.
-    buckets: list[tuple[float, float]] = [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
+    buckets: Rescore[list[_Bucket]] = [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
     # none: the provider's raw score (agent-memory replaces the fused score with the relevance_score as is).
-    score_normalization: Literal["minmax", "sigmoid", "none"] = "minmax"
+    score_normalization: Rescore[Literal["minmax", "sigmoid", "none"]] = "minmax"
 
     @model_validator(mode="before")
     @classmethod
@@ -291,43 +354,46 @@ class RerankConfig(_Model):
 # ------------------------------------------------------------------ adapt
 class AdaptConfig(_Model):
     # Per-query dense list weight = clip(dense top-1 minus top-10 cosine / gap_scale) (adapt.py).
-    dense_gap: bool = False
-    gap_scale: float = Field(0.16, gt=0.0, le=2.0)
-    min_weight: float = Field(0.25, ge=0.0, le=100.0)
-    max_weight: float = Field(4.0, ge=0.0, le=100.0)
+    # All live: the gaps are read from the cached dense lists.
+    dense_gap: Rescore[bool] = False
+    gap_scale: Rescore[float] = Field(0.16, gt=0.0, le=2.0)
+    min_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0)
+    max_weight: Rescore[float] = Field(4.0, ge=0.0, le=100.0)
 
 
 # ------------------------------------------------------------------ guard
 class GuardConfig(_Model):
     # BM25's top document, when it contains a query identifier verbatim, ends in the top max_rank (guard.py).
-    exact_token: bool = False
-    max_rank: int = Field(3, ge=1, le=100)
+    # Live: prepare finds every query's exact-token hits whatever these say.
+    exact_token: Rescore[bool] = False
+    max_rank: Rescore[int] = Field(3, ge=1, le=100)
 
 
 # ------------------------------------------------------------------ dedup, threshold, output
 class DedupConfig(_Model):
     # Byte-identical documents (same documents.text_hash) collapse into the best-ranked copy (dedup.py).
-    identical_enabled: bool = False
-    source_enabled: bool = False
-    max_per_source: int = Field(1, ge=1, le=1000)
-    fill: Literal["sources_then_chunks", "sources_only"] = "sources_then_chunks"
-    near_duplicate_enabled: bool = False
-    near_duplicate_threshold: float = Field(0.90, gt=0.0, le=1.0)
+    identical_enabled: Rescore[bool] = False
+    source_enabled: Rescore[bool] = False
+    max_per_source: Rescore[int] = Field(1, ge=1, le=1000)
+    fill: Rescore[Literal["sources_then_chunks", "sources_only"]] = "sources_then_chunks"
+    # Switching it on makes `prepare` fetch the candidates' vectors; the threshold is applied live.
+    near_duplicate_enabled: Prepare[bool] = False
+    near_duplicate_threshold: Rescore[float] = Field(0.90, gt=0.0, le=1.0)
 
 
 class ThresholdConfig(_Model):
     # 0 keeps everything: zscore fusion and the tail below a reranked block can score below zero.
-    min_score: float = Field(0.0, ge=0.0)
-    low_spread: float = Field(0.10, ge=0.0)
+    min_score: Rescore[float] = Field(0.0, ge=0.0)
+    low_spread: Rescore[float] = Field(0.10, ge=0.0)
     # Calibrated P(relevant) (`score_prob`, fusion.method learned only); 0 keeps everything.
-    min_prob: float = Field(0.0, ge=0.0, le=1.0)
+    min_prob: Rescore[float] = Field(0.0, ge=0.0, le=1.0)
 
 
 class OutputConfig(_Model):
-    format: Literal["compact", "detailed", "json"] = "compact"
-    n: int = Field(5, ge=1, le=1000)
-    max_chars: int = Field(2000, ge=200, le=1_000_000)
-    excerpt_chars: int = Field(240, ge=20, le=100_000)
+    format: Rescore[Literal["compact", "detailed", "json"]] = "compact"
+    n: Rescore[int] = Field(5, ge=1, le=1000)
+    max_chars: Rescore[int] = Field(2000, ge=200, le=1_000_000)
+    excerpt_chars: Rescore[int] = Field(240, ge=20, le=100_000)
 
 
 # ------------------------------------------------------------------ priors
@@ -342,20 +408,21 @@ def _check_field(v: str | None) -> str | None:
 
 class PriorsConfig(_Model):
     """Document priors applied after blending (toolkit/priors.py). A prior is off while its field is None;
-    a document without the field (or with a value the mapping lacks) gets the neutral factor 1."""
+    a document without the field (or with a value the mapping lacks) gets the neutral factor 1. All live: prepare
+    reads every typed field of the candidates, whichever the priors use."""
 
-    combine: Literal["multiply", "add"] = "multiply"
+    combine: Rescore[Literal["multiply", "add"]] = "multiply"
     # Only the blended top_n are re-weighted; the rest keep their order below them (agent-memory: limit * 2).
-    top_n: int | None = Field(None, ge=1, le=10_000)
-    add_weight: float = Field(1.0, ge=0.0, le=100.0)  # add: score + add_weight * sum(factor - 1)
-    recency_field: str | None = None  # a typed date field of the documents, e.g. date, updated_at
-    recency_half_life_days: float = Field(30.0, gt=0.0, le=1e6)
-    recency_floor: float = Field(0.0, ge=0.0, le=1.0)  # factor = floor + (1 - floor) * 0.5 ** (age / half_life)
-    recency_query_field: str = "date"  # the query's own date (reference time); now when it has none
-    priority_field: str | None = None
-    priority_map: dict[str, float] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
-    use_field: str | None = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)
-    use_weight: float = Field(0.25, ge=0.0, le=100.0)
+    top_n: Rescore[int | None] = Field(None, ge=1, le=10_000)
+    add_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)  # add: score + add_weight * sum(factor - 1)
+    recency_field: Rescore[str | None] = None  # a typed date field of the documents, e.g. date, updated_at
+    recency_half_life_days: Rescore[float] = Field(30.0, gt=0.0, le=1e6)
+    recency_floor: Rescore[float] = Field(0.0, ge=0.0, le=1.0)  # factor = floor + (1 - floor) * 0.5 ** (age / half_life)
+    recency_query_field: Rescore[str] = "date"  # the query's own date (reference time); now when it has none
+    priority_field: Rescore[str | None] = None
+    priority_map: Rescore[dict[str, float]] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
+    use_field: Rescore[str | None] = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)
+    use_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0)
 
     @field_validator("recency_field", "recency_query_field", "priority_field", "use_field")
     @classmethod
@@ -372,9 +439,10 @@ class PriorsConfig(_Model):
 
 
 class PipelineConfig(_Model):
-    schema_version: int = SCHEMA_VERSION
-    name: str = "custom"
-    description: str = ""
+    # Labels: no stage reads them, so they sit on the live side (changing them recomputes nothing).
+    schema_version: Rescore[int] = SCHEMA_VERSION
+    name: Rescore[str] = "custom"
+    description: Rescore[str] = ""
     retrieval: RetrievalConfig = RetrievalConfig()
     routing: RoutingConfig = RoutingConfig()
     expansion: ExpansionConfig = ExpansionConfig()
@@ -454,6 +522,53 @@ class PipelineConfig(_Model):
         """Fields that differ: `{dotted.path: (self value, other value)}`."""
         a, b = self.flat(), other.flat()
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+# ------------------------------------------------------------------ the stage boundary, derived
+def _declared(model: type[BaseModel], prefix: str = "") -> dict[str, Stage]:
+    """{dotted path: stage} of every leaf field; sections (nested models) are walked, not declared."""
+    out: dict[str, Stage] = {}
+    for name, f in model.model_fields.items():
+        path = prefix + name
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
+            out |= _declared(f.annotation, path + ".")
+            continue
+        stages = {m for m in f.metadata if isinstance(m, Stage)}
+        if len(stages) != 1:
+            raise TypeError(f"config field {path}: declare its stage once, as Prepare[...] or Rescore[...]")
+        out[path] = stages.pop()
+    return out
+
+
+FIELD_STAGES: dict[str, Stage] = _declared(PipelineConfig)
+
+
+def fields(stage: Stage) -> tuple[str, ...]:
+    """Dotted paths of the fields on one side of the boundary, e.g. `fields(Stage.RESCORE)` (the tunable ones)."""
+    return tuple(p for p, s in FIELD_STAGES.items() if s is stage)
+
+
+def stage_of(path: str) -> Stage:
+    """The declared stage of a dotted field path; an unknown path is an error with a suggestion."""
+    if path not in FIELD_STAGES:
+        close = difflib.get_close_matches(path, list(FIELD_STAGES), n=1)
+        raise InputError(f"unknown config field {path}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return FIELD_STAGES[path]
+
+
+def prepare_settings(cfg: PipelineConfig) -> dict[str, Any]:
+    """{path: value} of the prepare fields: what the cached stages depend on, and all they depend on.
+
+    The one rule beyond the declaration: a section whose `provider` is "none" contributes only that, since
+    `prepare` reads nothing else of it (editing an unused reranker's top_n must not invalidate the cache).
+    """
+    flat = cfg.flat()
+    off = {p.rsplit(".", 1)[0] for p in FIELD_STAGES if p.endswith(".provider") and flat[p] == "none"}
+    return {
+        p: flat[p]
+        for p, s in FIELD_STAGES.items()
+        if s is Stage.PREPARE and (p.rsplit(".", 1)[0] not in off or p.endswith(".provider"))
+    }
 
 
 # ------------------------------------------------------------------ plumbing
@@ -549,15 +664,16 @@ def _read(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise InputError(f"{path}: cannot read config: {e.strerror or e}") from None
     try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text) or {}
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise InputError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    if data is None:  # an empty file (or only comments) is a mistake, not "all defaults"
+        raise InputError(f"{path}: the config file is empty; write the fields to set (or `{{}}` for all defaults)")
+    return data
 
 
 def load_config(path_or_name: str | Path | PipelineConfig) -> PipelineConfig:

@@ -143,7 +143,7 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
             "pagination_depth": window,
         }
     }
-    dims = _DIMS.get(r.dense.model, "{{dims}}")
+    dims = _DIMS.get(r.dense.model or "all-MiniLM-L6-v2", "{{dims}}")  # unset: the store's (packaged by default)
     payload = {
         "min_version": version,
         "search_pipeline": {
@@ -189,7 +189,7 @@ def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
                                           {"retriever": dense, "weight": dw, "normalizer": "minmax"}],
                            "rank_window_size": window}}
         version = "8.18 (linear retriever with minmax normalizer)"
-    dims = _DIMS.get(r.dense.model, "{{dims}}")
+    dims = _DIMS.get(r.dense.model or "all-MiniLM-L6-v2", "{{dims}}")  # unset: the store's (packaged by default)
     payload = {
         "min_version": version,
         "search": {"request": "POST /{{index}}/_search", "body": {"retriever": body, "size": cfg.output.n}},
@@ -342,9 +342,10 @@ if __name__ == "__main__":
 
 def _lancedb(cfg: PipelineConfig) -> tuple[str, list[str], str]:
     f, r, (lw, dw) = cfg.fusion, cfg.retrieval, _shares(cfg)
-    dims = _DIMS.get(r.dense.model)
+    model = r.dense.model or "all-MiniLM-L6-v2"  # unset: the store's own, the packaged model by default
+    dims = _DIMS.get(model)
     text = _LANCEDB_MODULE.format(
-        name=cfg.name, dims=dims or "model dim", model=r.dense.model,
+        name=cfg.name, dims=dims or "model dim", model=model,
         method="convex" if f.method == "convex" else "rrf", rrf_k=f.rrf_k, lw=lw, dw=dw,
         normalization="zscore" if f.normalization == "zscore" else "minmax",
         window=max(r.lexical.top_k, r.dense.top_k), limit=cfg.output.n, dims_int=dims or 8,

@@ -33,7 +33,6 @@ FEATURE_SCHEMA = {
     "route": pl.Utf8,
     "skip_lexical": pl.Boolean,
     "skip_expansion": pl.Boolean,
-    "lexical_boost": pl.Float64,
 }
 
 # Short all-caps words that are technical on their own (protocols, formats, tools). Ordinary acronyms
@@ -186,11 +185,12 @@ def _text_features(text: str) -> dict:
 
 def query_features(queries: pl.DataFrame, routing: RoutingConfig) -> pl.DataFrame:
     """Features [qid, n_tokens, stopword_ratio, technical, technical_tokens, conversational, route,
-    skip_lexical, skip_expansion, lexical_boost], one row per query.
+    skip_lexical, skip_expansion], one row per query.
 
     Conversational = no technical token, at least `conversational_min_tokens` tokens and a stopword ratio
     of at least `conversational_stopword_ratio`. Route is technical > conversational > default. The
-    policy columns (skip_*, lexical_boost) are neutral unless `routing.enabled`.
+    policy columns (skip_*) are False unless `routing.enabled`. The technical-query lexical boost is not
+    here: fusion applies it to the `technical` flag (`fusion.list_weights`), so it stays a live setting.
     """
     if not len(queries):
         return pl.DataFrame(schema=FEATURE_SCHEMA)
@@ -227,10 +227,6 @@ def query_features(queries: pl.DataFrame, routing: RoutingConfig) -> pl.DataFram
         .alias("route"),
         (pl.col("conversational") & on & routing.conversational_skip_lexical).alias("skip_lexical"),
         (pl.col("conversational") & on & routing.conversational_skip_expansion).alias("skip_expansion"),
-        pl.when(pl.col("technical") & on)
-        .then(pl.lit(routing.technical_lexical_boost))
-        .otherwise(pl.lit(1.0))
-        .alias("lexical_boost"),
     ).select(list(FEATURE_SCHEMA))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .config import FusionConfig
+from .config import FusionConfig, RoutingConfig
 from .errors import InputError
 
 FUSED_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int64}
@@ -27,30 +27,33 @@ WEIGHT_SCHEMA = {"qid": pl.Utf8, "list_id": pl.Utf8, "weight": pl.Float64}
 
 
 def list_table(candidates: pl.DataFrame, features: pl.DataFrame | None) -> pl.DataFrame:
-    """[qid, list_id, variant, retriever, lexical_boost]: the lists of each query, what `list_weights`
-    needs. It depends only on the cached stages, so `Prepared` computes it once per slider session."""
+    """[qid, list_id, variant, retriever, technical]: the lists of each query, what `list_weights` needs.
+    It depends only on the cached stages, so `Prepared` computes it once per slider session."""
     lists = candidates.select("qid", "list_id", "variant", "retriever").unique()
     if features is not None and len(features):
-        return lists.join(features.select("qid", "lexical_boost"), on="qid", how="left")
-    return lists.with_columns(pl.lit(None, pl.Float64).alias("lexical_boost"))
+        return lists.join(features.select("qid", "technical"), on="qid", how="left")
+    return lists.with_columns(pl.lit(None, pl.Boolean).alias("technical"))
 
 
 def list_weights(
     candidates: pl.DataFrame,
     features: pl.DataFrame | None,
     cfg: FusionConfig,
-    routing_enabled: bool,
+    routing: RoutingConfig | None = None,
     *,
     lists: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """[qid, list_id, weight] = retriever weight x variant weight (original vs expansion) x lexical boost.
 
-    The boost (features.lexical_boost, set for technical queries) applies only when routing is enabled;
-    lists of a skipped route are already absent from `candidates`. `lists`: `list_table` output, if cached.
+    The boost (`routing.technical_lexical_boost`) multiplies the lexical lists of technical queries (the
+    features' label-free `technical` flag) when routing is enabled. It is applied here, in the live stage,
+    so a boost slider or tuner trial acts without re-running `prepare`. Lists of a skipped route are already
+    absent from `candidates`. `lists`: `list_table` output, if cached.
     """
     if lists is None:
         lists = list_table(candidates, features)
-    boost = pl.col("lexical_boost").fill_null(1.0) if routing_enabled else pl.lit(1.0)
+    on = routing is not None and routing.enabled
+    boost = routing.technical_lexical_boost if on else 1.0
     retriever_w = (
         pl.when(pl.col("retriever") == "lex")
         .then(pl.lit(cfg.lexical_weight))
@@ -61,7 +64,11 @@ def list_weights(
         .then(pl.lit(cfg.original_weight))
         .otherwise(pl.lit(cfg.expansion_weight))
     )
-    lex_boost = pl.when(pl.col("retriever") == "lex").then(boost).otherwise(pl.lit(1.0))
+    lex_boost = (
+        pl.when((pl.col("retriever") == "lex") & pl.col("technical").fill_null(False))
+        .then(pl.lit(float(boost)))
+        .otherwise(pl.lit(1.0))
+    )
     return lists.select(
         pl.col("qid").cast(pl.Utf8),
         pl.col("list_id").cast(pl.Utf8),

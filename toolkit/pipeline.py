@@ -4,6 +4,9 @@
 reranker scores for every candidate the reranker could be asked about. `rescore` is a set of vectorised
 transforms of those frames (fusion, blending, dedup, thresholds), so a slider change re-scores every query
 in milliseconds. `run_pipeline` = `rescore(prepare(...))`, and a test checks that both give the same lists.
+
+Which config fields `prepare` may read is declared in `config.py` (`Prepare[...]` fields); it reads no
+other, so its cache key is just those fields' values (`config.prepare_settings`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
 from . import guard as guard_stage
 from . import priors as priors_stage
-from .config import PipelineConfig
+from .config import FusionConfig, PipelineConfig, prepare_settings
+from .errors import StoreError
 from .metatypes import query_values
 from .retrieve import empty_candidates, retrieve
 from .runs import float32_strict
@@ -105,20 +109,36 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
-    """Cache key of the expensive stages: everything they read, and nothing a slider changes."""
+    """Cache key of the expensive stages: the store's generation, the queries and the prepare fields."""
     parts = {
         "generation": store.generation(),
         "queries": sha1(queries.select("qid", "text", *(["scope"] if "scope" in queries.columns else [])).write_csv()),
-        "retrieval": cfg.retrieval.model_dump(mode="json"),
-        "routing": cfg.routing.model_dump(mode="json"),
-        "expansion": cfg.expansion.model_dump(mode="json"),
-        "rerank": cfg.rerank.model_dump(mode="json", include={"provider", "model", "url", "path", "top_n"}),
-        "rerank_on": cfg.rerank.blend != "none",
-        "fusion_for_pool": cfg.fusion.model_dump(mode="json") if cfg.rerank.provider != "none" else None,
-        "near_dup": cfg.dedup.near_duplicate_enabled,
+        "config": prepare_settings(cfg),
         "pool": rerank_pool,
     }
     return "prepare:" + sha1(json.dumps(parts, sort_keys=True, default=str))
+
+
+def check_store(store: Store, cfg: PipelineConfig) -> None:
+    """A config that names index settings (stemmer, stopwords, embedding model) runs only on a store built
+    with them: BM25 and dense scores depend on the index, which `hrt ingest` builds and the store owns."""
+    from .embed import embedder_model_id
+
+    lex, den, have = cfg.retrieval.lexical, cfg.retrieval.dense, store.settings
+    pinned = []
+    if lex.enabled and have is not None:
+        pinned += [("retrieval.lexical.stemmer", lex.stemmer, have.stemmer, "--stemmer"),
+                   ("retrieval.lexical.stopwords", lex.stopwords, have.stopwords, "--stopwords")]
+    # A local model only: an http provider's model is the name its endpoint serves (the store checks that).
+    local = den.provider == "local"
+    if (den.enabled or cfg.dedup.near_duplicate_enabled) and local and den.model is not None and store.embedding_model:
+        pinned.append(("retrieval.dense.model", embedder_model_id(den.model, den.backend), store.embedding_model, "--model"))
+    for field_, want, got, flag in pinned:
+        if want is not None and want != got:
+            raise StoreError(
+                f"{field_} is {want!r} but {store.path} was built with {got!r}: use a store ingested with "
+                f"`hrt ingest {flag} {want}`, or remove {field_} from the config to use the store's own"
+            )
 
 
 def prepare(
@@ -139,6 +159,7 @@ def prepare(
         from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
 
         queries = queries_frame(queries)
+    check_store(store, cfg)
     key = prepare_key(store, queries, cfg, rerank_pool)
     if use_cache:
         got = store.get_frames(key)
@@ -223,7 +244,7 @@ def _prepare(
 
     t0 = time.perf_counter()
     doc_source = store.doc_sources().select("doc_id", "source", "text_hash")
-    rr_scores, rr_status = _rerank(store, queries, cands, feats, cfg, pool=rerank_pool, progress=progress)
+    rr_scores, rr_status = _rerank(store, queries, cands, cfg, pool=rerank_pool, progress=progress)
     t["rerank"] = time.perf_counter() - t0
 
     vectors = None
@@ -266,7 +287,6 @@ def _rerank(
     store: Store,
     queries: pl.DataFrame,
     cands: pl.DataFrame,
-    feats: pl.DataFrame,
     cfg: PipelineConfig,
     *,
     pool: int | None,
@@ -274,13 +294,13 @@ def _rerank(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     empty = pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64})
     rc = cfg.rerank
-    if rc.provider == "none" or rc.blend == "none" or not len(cands):
+    if rc.provider == "none" or not len(cands):
         status = queries.select("qid", pl.lit("skipped").alias("status"), pl.lit("no reranker configured").alias("error"))
         return empty, status
     reranker = rerank.make_reranker(
         rc.provider, model=rc.model, url=rc.url, api_key_env=rc.api_key_env, timeout_s=rc.timeout_s, retries=rc.retries, path=rc.path
     )
-    pool_docs = rerank_pool(cands, feats, cfg, pool)
+    pool_docs = rerank_pool(cands, rc.top_n, pool)
     # Each document is represented by its chunk with the most query-term hits, read with its title (the
     # passage format `hrt train-reranker` trains on, and the body the store embeds).
     pairs = rerank.doc_passages(store.chunks(), queries, pool_docs)
@@ -288,13 +308,16 @@ def _rerank(
     return rerank.rerank_scores(pairs, reranker, cache=store, progress=progress, budget_s=budget)
 
 
-def rerank_pool(cands: pl.DataFrame, feats: pl.DataFrame | None, cfg: PipelineConfig, depth: int | None = None) -> pl.DataFrame:
-    """[qid, doc_id] a reranker is asked about: the fused top rerank.top_n under `cfg` plus every list's
-    top `depth` (default top_n), so that fusion changes in the lab stay covered by cached scores."""
-    rc = cfg.rerank
-    weights = fusion.list_weights(cands, feats, cfg.fusion, cfg.routing.enabled)
-    fused = fusion.fuse(cands, weights, cfg.fusion).filter(pl.col("rank") <= rc.top_n).select("qid", "doc_id")
-    return pl.concat([fused, cands.filter(pl.col("rank") <= (depth or rc.top_n)).select("qid", "doc_id")]).unique()
+def rerank_pool(cands: pl.DataFrame, top_n: int, depth: int | None = None) -> pl.DataFrame:
+    """[qid, doc_id] a reranker is asked about: every list's top `depth` (default top_n) plus the top_n of
+    the default fusion (documents that several lists rank fairly high).
+
+    It reads no fusion setting, so the scores `prepare` caches serve every fusion the lab or the tuner tries
+    (a document some setting fuses into its top_n outside this pool is flagged `rerank_missing`).
+    """
+    dflt = FusionConfig()
+    fused = fusion.fuse(cands, fusion.list_weights(cands, None, dflt), dflt).filter(pl.col("rank") <= top_n)
+    return pl.concat([fused.select("qid", "doc_id"), cands.filter(pl.col("rank") <= (depth or top_n)).select("qid", "doc_id")]).unique()
 
 
 def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace: bool = True, now: datetime | None = None) -> Result:
@@ -305,7 +328,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     t0 = time.perf_counter()
     cands = prep.candidates if len(prep.candidates) else empty_candidates()
     lists = prep.derived("lists", (cands, prep.features), lambda: fusion.list_table(cands, prep.features))
-    weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing.enabled, lists=lists)
+    weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing, lists=lists)
     if cfg.fusion.router:
         weights = router.routed_weights(weights, lists, router.p_for(prep, cfg.fusion.model))
     route = None

@@ -10,15 +10,14 @@ qrels, and recompute the failure cases and the inspected query. `toolkit.lab.Lab
     s.set("fusion.lexical_weight", 2.0); s.metrics, s.deltas      # False + s.message when invalid
     s.inspect(qid="q1"); s.pin_baseline(); s.export("yaml", "tuned.yaml")
 
-Retrieval-side switches (routing skips, near-duplicate vectors, retrieval/expansion settings, the reranker
-and its top_n when one is configured) change what `prepare` computes: the session re-runs it (cached per
-setting) and notices "recomputing candidates". With a reranker, fusion changes do NOT re-prepare: the pool
-scored in `prepare` covers every list's top-N, and documents outside it keep their fused order.
+Fields declared `Prepare` in config.py (routing switches, near-duplicate vectors, retrieval/expansion
+settings, the reranker and its top_n) change what `prepare` computes: the session re-runs it (cached per
+setting) and notices "recomputing candidates". Every other field re-scores only; with a reranker the pool
+scored in `prepare` does not depend on fusion (`pipeline.rerank_pool`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -31,9 +30,8 @@ from typing import Any
 import polars as pl
 
 from . import panels
-from .config import PipelineConfig, load_config, save_config
+from .config import PipelineConfig, load_config, prepare_settings, save_config
 from .errors import InputError, ToolkitError
-from .features import query_features
 from .interop import qrels_frame, queries_frame
 from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
 from .pipeline import Prepared, Result, prepare, rescore
@@ -46,24 +44,8 @@ _MAX_PREPS = 4  # prepared frame sets kept in memory (switching a routing skip b
 
 
 def prep_signature(cfg: PipelineConfig) -> str:
-    """What the prepared frames depend on, as far as the session is concerned (see the module docstring)."""
-    d = cfg.to_dict()
-    rr = cfg.rerank
-    parts = {
-        "retrieval": d["retrieval"],
-        "expansion": d["expansion"],
-        "routing": {k: v for k, v in d["routing"].items() if k != "technical_lexical_boost"},
-        "rerank": {
-            "provider": rr.provider,
-            "model": rr.model,
-            "url": rr.url,
-            "path": rr.path,
-            "on": rr.blend != "none",
-            "top_n": rr.top_n if rr.provider != "none" else None,
-        },
-        "near_dup": cfg.dedup.near_duplicate_enabled,
-    }
-    return json.dumps(parts, sort_keys=True, default=str)
+    """What the prepared frames depend on: the config's prepare fields (declared in config.py)."""
+    return json.dumps(prepare_settings(cfg), sort_keys=True, default=str)
 
 
 # ------------------------------------------------------------------ blend buckets as the editor edits them
@@ -137,7 +119,6 @@ class Session:
         self.last_export: str | None = None
         self.prepared: Prepared | None = None
         self._preps: dict[str, Prepared] = {}
-        self._boosted: dict[tuple[str, float], Prepared] = {}
         self._texts = pl.DataFrame(schema={"chunk_id": pl.Utf8, "text": pl.Utf8})
         self._inspect_state: dict[str, Any] = {"qid": None}
         self._qids = set(self.queries["qid"].to_list())
@@ -246,14 +227,6 @@ class Session:
                 self._preps[sig] = prep
                 while len(self._preps) > _MAX_PREPS:
                     self._preps.pop(next(iter(self._preps)))
-        # The technical-query lexical boost lives in the features frame; recomputing features is a few ms
-        # of regex work, not a new retrieval.
-        boost = cfg.routing.technical_lexical_boost
-        if cfg.routing.enabled and len(prep.features) and not (prep.features["lexical_boost"].filter(prep.features["technical"]) == boost).all():
-            key = (sig, boost)
-            if key not in self._boosted:
-                self._boosted = {key: dataclasses.replace(prep, features=query_features(prep.queries, cfg.routing))}
-            prep = self._boosted[key]
         return prep
 
     def _run(self, cfg: PipelineConfig) -> Result:

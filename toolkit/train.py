@@ -321,7 +321,7 @@ def first_stage_pairs(
     if "scope" not in queries.columns:
         queries = queries.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
     prep = prepare(store, queries, cfg, use_cache=False)
-    weights = list_weights(prep.candidates, prep.features, cfg.fusion, cfg.routing.enabled)
+    weights = list_weights(prep.candidates, prep.features, cfg.fusion, cfg.routing)
     fused = fuse(prep.candidates, weights, cfg.fusion).filter(pl.col("rank") <= depth)
     fused = fused.select("qid", "doc_id", "chunk_id", "score", "rank")
     pairs = _passages(store, fused.select("qid", "doc_id"), queries, "document").join(
