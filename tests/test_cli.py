@@ -108,3 +108,23 @@ def test_train_reranker_command(tmp_path, beir):
     assert "held-out" in r.output and ("does NOT help" in r.output or "within noise" in r.output or "helps" in r.output)
     bad = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--out", str(out), "--store", store, "--pseudo", "many"])
     assert bad.exit_code == 2 and "--holdout/--pseudo" in bad.output
+
+
+def test_a_bad_run_name_fails_before_any_work(tmp_path, beir, monkeypatch):
+    """`hrt run` checks the run tag (given, or the config's name) before it ingests or runs anything."""
+    import toolkit.pipeline
+
+    def boom(*a, **k):
+        raise AssertionError("the pipeline ran before the run name was checked")
+
+    monkeypatch.setattr(toolkit.pipeline, "run_pipeline", boom)
+    store = tmp_path / "s.duckdb"
+    r = CliRunner().invoke(main, ["run", "--dataset", str(beir), "--mode", "lexical", "--store", str(store),
+                                  "--out", str(tmp_path / "r.trec"), "--tag", "my run"])
+    assert r.exit_code == 2 and "run tag 'my run'" in r.output and "Traceback" not in r.output
+    cfg = tmp_path / "named.yaml"
+    cfg.write_text("name: my config\n")
+    r = CliRunner().invoke(main, ["run", "--dataset", str(beir), "--config", str(cfg), "--store", str(store),
+                                  "--out", str(tmp_path / "r.trec")])
+    assert r.exit_code == 2 and "run tag 'my config'" in r.output
+    assert not store.exists()  # nothing was ingested either

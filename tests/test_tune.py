@@ -91,7 +91,7 @@ def test_grid_int_range_finds_known_best(store, dataset):
     )
     space = {"dedup.max_per_source": {"int": [1, 5]}}
     best, rep = tune(
-        store, dataset, base=base, space=space, method="grid", budget=50, folds=4, progress=False
+        store, dataset, base=base, space=space, method="grid", budget=50, folds=4, progress=False, gate=False
     )
     assert rep.trials == 5  # 5 evenly spaced points of [1, 5]
     by_value = {h["params"]["dedup.max_per_source"]: h["score"] for h in rep.history}
@@ -119,6 +119,7 @@ def test_grid_choice_matches_independent_scores_and_saved_config_reproduces(tmp_
         out=tmp_path / "best.yaml",
         progress=False,
         anchors=False,
+        gate=False,
     )
     base = load_config("hybrid-rrf")
     independent = {
@@ -126,12 +127,14 @@ def test_grid_choice_matches_independent_scores_and_saved_config_reproduces(tmp_
     }
     assert rep.trials == 3 and rep.folds == 3 and rep.stratify == "team"
     assert rep.best_dev == pytest.approx(max(independent.values()))
-    assert independent[rep.best_params["fusion.lexical_weight"]] == pytest.approx(rep.best_dev)
+    # The base's own weight (1.0) is among the values: on a tie the base is what is written.
+    chosen_w = rep.best_params.get("fusion.lexical_weight", base.fusion.lexical_weight)
+    assert independent[chosen_w] == pytest.approx(rep.best_dev)
     assert rep.base_dev == pytest.approx(_dev_score(store, dataset, base))
     assert 0.0 <= rep.cv_heldout <= 1.0  # a mix of trials chosen per fold: not bounded by best_dev
     assert 0.0 <= rep.p_value <= 1.0 and set(rep.sensitivity) == {"fusion.lexical_weight"}
     loaded = load_config(tmp_path / "best.yaml")
-    assert loaded == best and loaded.fusion.lexical_weight == rep.best_params["fusion.lexical_weight"]
+    assert loaded == best and loaded.fusion.lexical_weight == chosen_w
     assert _dev_score(store, dataset, loaded) == pytest.approx(rep.best_dev)
     saved = json.loads((tmp_path / "best.report.json").read_text())
     assert saved["trials"] == 3 and saved["best_dev"] == pytest.approx(rep.best_dev)
@@ -142,31 +145,73 @@ def test_rank_bonus_virtual_keys_and_tpe(store, dataset):
     space = {"fusion.rank_bonus@1": {"float": [0.0, 0.1]}, "fusion.rank_bonus@3": {"float": [0.0, 0.05]}}
     best, rep = tune(
         store, dataset, base="qmd", space=space, method="tpe", budget=6, folds=2, seed=3, progress=False,
-        anchors=False,
+        anchors=False, gate=False,
     )
-    assert rep.trials == 6 and rep.chosen == "search"
-    p = rep.best_params
-    assert best.fusion.rank_bonus == [
-        (1, pytest.approx(p["fusion.rank_bonus@1"])),
-        (3, pytest.approx(p["fusion.rank_bonus@3"])),
-    ]
-    assert 0.0 <= p["fusion.rank_bonus@1"] <= 0.1 and 0.0 <= p["fusion.rank_bonus@3"] <= 0.05
+    assert rep.trials == 6
+    # qmd already scores 1.0 on these queries, so the base (first on ties) is what is written; each trial's
+    # virtual keys set the bonus of rank 1 and of ranks 2-3.
+    assert rep.chosen == "base" and rep.base_dev == 1.0 and best.fusion.rank_bonus == load_config("qmd").fusion.rank_bonus
+    for h in rep.history:
+        p = h["params"]
+        assert _apply(load_config("qmd"), p).fusion.rank_bonus == [
+            (1, pytest.approx(p["fusion.rank_bonus@1"])),
+            (3, pytest.approx(p["fusion.rank_bonus@3"])),
+        ]
+        assert 0.0 <= p["fusion.rank_bonus@1"] <= 0.1 and 0.0 <= p["fusion.rank_bonus@3"] <= 0.05
 
 
 def test_fixed_setting_kept_when_search_loses_on_heldout_folds(store, dataset):
     # Both lists weighted 0: every trial of this search ranks by tie-break only, so a fixed setting
-    # (one list alone, plain RRF or the base) must win on held-out folds and be returned as is.
+    # (one list alone, plain RRF or the base) must be the best candidate; without the gate it is written.
     space = {"fusion.lexical_weight": [0.0], "fusion.dense_weight": [0.0]}
-    best, rep = tune(store, dataset, base="qmd", space=space, method="grid", folds=4, progress=False)
-    assert rep.chosen in ANCHORS and rep.cv_heldout_anchors > rep.cv_heldout_search
-    assert rep.cv_heldout == rep.cv_heldout_anchors and set(rep.anchors) == set(ANCHORS)
+    best, rep = tune(store, dataset, base="qmd", space=space, method="grid", folds=4, progress=False, gate=False)
+    assert rep.chosen in ANCHORS and rep.cv_heldout_anchors > rep.cv_heldout_search and set(rep.anchors) == set(ANCHORS)
     assert rep.best_dev == pytest.approx(max(rep.anchors.values())) == pytest.approx(_dev_score(store, dataset, best))
     assert best == _apply(load_config("qmd"), ANCHORS[rep.chosen]).with_updates(
         {"name": best.name, "description": best.description}
     )
-    # The same search with anchors off keeps its (bad) best.
+    # The same search with anchors off: the base is still a candidate, and better than the search.
     _, raw = tune(store, dataset, base="qmd", space=space, method="grid", folds=4, progress=False, anchors=False)
-    assert raw.chosen == "search" and raw.best_dev < rep.best_dev and raw.anchors == {}
+    assert raw.chosen == "base" and raw.anchors == {} and raw.diff == {}
+
+
+def test_the_base_is_kept_unless_the_heldout_gain_is_significant(tmp_path, store, dataset):
+    """On 8 queries no gain can reach p < 0.05 (the exact sign-flip test bottoms out at 2/2^k): the tuner
+    writes the base unchanged, says why, and still reports the alternative and its held-out gain."""
+    base = load_config("hybrid-rrf").with_updates({"dedup.source_enabled": True, "dedup.fill": "sources_only"})
+    space = {"dedup.max_per_source": {"int": [1, 5]}}
+    best, rep = tune(store, dataset, base=base, space=space, method="grid", folds=4, progress=False,
+                     out=tmp_path / "t.yaml")
+    assert rep.chosen == "base" and rep.diff == {} and rep.best_params == {}
+    assert best.model_copy(update={"description": base.description}) == base
+    assert rep.candidate == "search" and rep.candidate_dev > rep.base_dev == rep.best_dev
+    assert set(rep.candidate_diff) == {"dedup.max_per_source"}
+    assert rep.p_value >= 0.05 and rep.heldout_ci[0] <= rep.heldout_gain <= rep.heldout_ci[1]
+    assert rep.rule.startswith("kept the base: the best alternative (search)") and "not more than noise" in rep.rule
+    saved = json.loads((tmp_path / "t.report.json").read_text())
+    assert saved["rule"] == rep.rule and saved["alpha"] == 0.05 and load_config(tmp_path / "t.yaml").dedup.max_per_source == 1
+
+
+def test_decide_rules_on_known_per_query_scores():
+    """The gate on synthetic per-query scores (rows: base first, then candidates; 40 queries, 5 folds)."""
+    from toolkit.tune import decide
+
+    rng = np.random.default_rng(0)
+    fold = np.arange(40) % 5
+    base = rng.uniform(0.3, 0.7, 40)
+    # A clear gain on every query: significant, written, interval above 0.
+    d = decide(["base", "better"], np.stack([base, base + 0.1]), fold, measure="m")
+    assert d.chosen == "better" and d.p_value < 0.05 and d.ci[0] > 0 and d.gain == pytest.approx(0.1)
+    assert d.rule.startswith("changed to better")
+    # Noise: better in-sample by chance, not on held-out folds by more than noise.
+    noisy = base + np.where(np.arange(40) % 2, 0.10, -0.09)  # +0.005 on average, +-0.1 per query
+    d = decide(["base", "noisy"], np.stack([base, noisy]), fold, measure="m")
+    assert d.chosen == "base" and d.index == 1 and d.p_value >= 0.05 and "kept the base" in d.rule
+    # The base best everywhere: kept without a test deciding anything.
+    d = decide(["base", "worse"], np.stack([base, base - 0.1]), fold, measure="m")
+    assert d.chosen == "base" and d.index == 0 and "nothing tried beats it" in d.rule
+    # gate off: the best candidate is written whatever p says.
+    assert decide(["base", "noisy"], np.stack([base, noisy]), fold, measure="m", gate=False).chosen == "noisy"
 
 
 @pytest.mark.parametrize(

@@ -203,11 +203,12 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
     from .loaders import Dataset, load_corpus
     from .pipeline import run_pipeline
     from .rerank_env import resolve_rerank
-    from .runs import write_run
+    from .runs import check_tag, write_run
     from .store import Store
 
     ds = Dataset.open(dataset)
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
+    tag = check_tag(tag or cfg.name or "hrt")  # before any work: a bad name must not cost a whole run
     if rr_source.source == "environment":
         click.echo(rr_source.describe(cfg), err=True)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
@@ -221,7 +222,7 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
             click.echo(rep.summary(), err=True)
         res = run_pipeline(st, queries, cfg, progress=True)
     final = res.final.filter(pl.col("rank") <= depth)
-    write_run(final, out, tag=tag or cfg.name or "hrt")
+    write_run(final, out, tag=tag)
     took = time.perf_counter() - t0
     from .providers import summary
 
@@ -369,12 +370,16 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 @click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False), help="Store file (default .hrt/<dataset>.duckdb).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Tuned config YAML (a .report.json is written beside it).")
 @click.option("--force", is_flag=True, help="Allow tuning on the test split (don't report numbers from it).")
-@click.option("--no-anchors", is_flag=True, help="Keep the search's best even when a fixed setting (base, one list "
-              "alone, plain RRF) does better on held-out folds.")
+@click.option("--no-anchors", is_flag=True, help="Leave out the fixed settings (one list alone, plain RRF) "
+              "that compete with the search.")
+@click.option("--alpha", default=0.05, show_default=True, type=float, help="Significance level the held-out "
+              "gain over the base must reach (paired randomization test) for the base to be replaced.")
 def tune(dataset, split, base, space, method, budget, measure, folds, stratify, seed, store_path, out, force,
-         no_anchors) -> None:
-    """Tune the cheap pipeline fields on a dev split from cached stages, with k-fold cross-validation over
-    queries so the reported score is on held-out queries. Writes a config `hrt run --config` loads."""
+         no_anchors, alpha) -> None:
+    """Tune the live (rescore) pipeline fields on a dev split from cached stages, with k-fold
+    cross-validation over queries. The base is kept unless the tuned procedure beats it on held-out folds
+    by more than noise (p < --alpha); the output says which rule decided, every field changed, and the
+    held-out gain with its 95% interval. Writes a config `hrt run --config` loads."""
     from .loaders import Dataset, load_corpus
     from .store import Store
     from .tune import tune as run_tune
@@ -385,12 +390,16 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
         st.ingest(load_corpus(ds.root), progress=True)
         _, rep = run_tune(
             st, ds.root, split=split, base=base, space=space, method=method, budget=budget, measure=measure,
-            folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors,
+            folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors, alpha=alpha,
         )
     d = rep.to_dict()
-    keys = [k for k in ("chosen", "base_dev", "best_dev", "cv_heldout", "cv_heldout_search", "cv_heldout_anchors",
-                        "p_value") if k in d]
-    click.echo(json.dumps({k: d[k] for k in keys} | {"diff": d.get("diff")}, indent=2, default=str))
+    keys = ("chosen", "rule", "base_dev", "best_dev", "candidate", "candidate_dev", "cv_heldout", "heldout_gain",
+            "heldout_ci", "p_value", "cv_heldout_search", "cv_heldout_anchors")
+    click.echo(json.dumps({k: d[k] for k in keys} | {"changed": d["diff"], "candidate_changes": d["candidate_diff"]},
+                          indent=2, default=str))
+    lo, hi = rep.heldout_ci
+    click.echo(f"{rep.rule}\nheld-out gain over {rep.base}: {rep.heldout_gain:+.4f} {measure} (95% CI [{lo:+.4f}, {hi:+.4f}]); "
+               f"fields changed: {', '.join(rep.diff) or 'none'}")
     click.echo(f"tuned config -> {out}")
 
 

@@ -169,6 +169,14 @@ def float32_strict(run: pl.DataFrame) -> pl.DataFrame:
     return r.with_columns(pl.Series("score", _f32_from_key(low - pos)).cast(pl.Float64))
 
 
+def check_tag(tag: str) -> str:
+    """A TREC run tag (the run's name in the file's last column) is one non-empty word: checked before a
+    run is computed, so a bad name fails in a second, not after the whole run."""
+    if not tag or re.search(r"\s", tag):
+        raise InputError(f"run tag {tag!r}: must be non-empty and contain no whitespace (--tag, or the config's name)")
+    return tag
+
+
 def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
     """Write [qid, doc_id, (rank), score] as a TREC run, sorted by qid then rank, that every evaluator reads
     in the written rank order.
@@ -185,8 +193,7 @@ def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
         raise InputError(
             f"run frame: missing column(s) {', '.join(sorted(missing))} (have {', '.join(run.columns)})"
         )
-    if re.search(r"\s", tag) or not tag:
-        raise InputError(f"run tag {tag!r}: must be non-empty and contain no whitespace")
+    check_tag(tag)
     r = run.select(
         pl.col("qid").cast(pl.Utf8),
         pl.col("doc_id").cast(pl.Utf8),
