@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import typing
+from pathlib import Path
 
 import annotated_types as at
 import numpy as np
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 from pydantic import BaseModel
 
+import toolkit
 from toolkit import rerank
 from toolkit.config import (
     FIELD_STAGES,
@@ -126,6 +128,8 @@ SPECIAL = {
     "name": st.text("abcdefgh-", min_size=1, max_size=12),
     "description": st.text(max_size=20),
     "fusion.rank_bonus": _bands(),
+    # A learned-fusion model file: the shipped one, by default (None) or by path.
+    "fusion.model": st.sampled_from([None, str(Path(toolkit.__file__).parent / "models" / "learned-fusion.json")]),
     "rerank.buckets": _buckets(),
     # Scores differ by tiny amounts at this size: thresholds drawn near them actually cut.
     "threshold.min_score": st.one_of(st.just(0.0), st.floats(0.0, 1.0)),
@@ -157,9 +161,15 @@ def strategy(path: str) -> st.SearchStrategy:
 
 RESCORE = fields(Stage.RESCORE)
 # Each field keeps the base value (None) or takes a random one: examples move one field, a few, or all.
-UPDATES = st.fixed_dictionaries({p: st.one_of(st.none(), strategy(p)) for p in RESCORE}).map(
-    lambda d: {k: v for k, v in d.items() if v is not None}
-)
+def _coherent(d: dict) -> dict:
+    """The one cross-field rule among rescore fields: calibrated probabilities need learned fusion."""
+    d = {k: v for k, v in d.items() if v is not None}
+    if d.get("threshold.min_prob", 0) > 0:
+        d["fusion.method"] = "learned"
+    return d
+
+
+UPDATES = st.fixed_dictionaries({p: st.one_of(st.none(), strategy(p)) for p in RESCORE}).map(_coherent)
 
 
 def _same(a, b) -> None:
