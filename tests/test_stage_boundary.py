@@ -187,7 +187,7 @@ def _same(a, b) -> None:
     # last bits of a retrieval score (DuckDB's parallel BM25 sums are not ordered), which has nothing to do
     # with the boundary.
     for name in ("final", "per_query", "removed", "trace"):
-        assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=False, rtol=1e-9, atol=1e-12), name
+        assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=False, rel_tol=1e-9, abs_tol=1e-12), name
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
