@@ -48,7 +48,8 @@ def commands(store: str) -> dict[str, list[str]]:
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # cwd = the tree being timed: `python -m` puts the working directory first on sys.path.
+    r = subprocess.run(cmd, env=env, cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-500:]}")

@@ -135,6 +135,41 @@ def _echo_skipped(docs, verbose: bool = False) -> None:
 
 
 @main.command()
+@click.argument("source", type=click.Path(exists=True))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Vectors file to write (.parquet, or .jsonl).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: this process; ray: a Ray Data pipeline (actors holding the model) on a local Ray or a cluster.")
+@click.option("--ray-address", default=None, help="Ray cluster to use (e.g. auto, ray://head:10001; default: RAY_ADDRESS, else a local Ray).")
+@click.option("--actors", default=2, show_default=True, type=click.IntRange(1), help="Embedding actors (model copies) for --engine ray.")
+@click.option("--model", default=None, help="Embedding model: path or id (default: packaged all-MiniLM-L6-v2).")
+@click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default="auto", show_default=True)
+@click.option("--chunk-size", default=1000, show_default=True, type=click.IntRange(100), help="As `hrt ingest` will chunk.")
+@click.option("--chunk-overlap", default=150, show_default=True, type=click.IntRange(0), help="As `hrt ingest` will chunk.")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1))
+@click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
+def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, chunk_overlap, batch_size, text_field) -> None:
+    """Chunk SOURCE and embed its chunks into a vectors file for `hrt ingest SOURCE --vectors OUT`.
+
+    With --engine ray the embedding runs as a Ray Data pipeline, so a cluster embeds and one machine keeps
+    the store. Use the same --chunk-size/--chunk-overlap as the ingest (a chunk without a vector is an error).
+    """
+    import os
+
+    from .embed_corpus import embed_corpus
+    from .loaders import load_corpus
+
+    if chunk_overlap >= chunk_size:
+        raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
+    t0 = time.perf_counter()
+    docs = load_corpus(source, text_field=text_field)
+    path, frame = embed_corpus(docs, out, engine=engine, model=model, backend=backend, chunk_size=chunk_size,
+                               chunk_overlap=chunk_overlap, batch_size=batch_size, actors=actors,
+                               address=ray_address or os.environ.get("RAY_ADDRESS"))
+    click.echo(f"{len(docs)} documents, {len(frame)} chunks embedded with {frame['model'][0]} ({engine}) in "
+               f"{time.perf_counter() - t0:.1f} s -> {path}")
+
+
+@main.command()
 @click.argument("query")
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
 @click.option("--mode", type=click.Choice(list(MODES)), default=None, help="lexical (BM25), dense (cosine) or hybrid (the `default` preset). Default hybrid.")
