@@ -23,7 +23,7 @@ def test_ray_pipeline_matches_local_vectors_and_ingests_as_precomputed(tmp_path)
     docs = load_corpus(DEMO)
     _, local = embed_corpus(docs, tmp_path / "local.parquet", engine="local")
     r = CliRunner().invoke(main, ["embed", str(DEMO), "--engine", "ray", "--actors", "1", "--out", str(tmp_path / "ray.parquet")])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 0, (r.output, repr(r.exception))
     ray_vecs = pl.read_parquet(tmp_path / "ray.parquet")
     assert ray_vecs["chunk_id"].sort().equals(local["chunk_id"].sort()) and ray_vecs["model"].unique().to_list() == [local["model"][0]]
     j = local.join(ray_vecs, on="chunk_id", suffix="_ray")

@@ -57,8 +57,16 @@ def _embed_ray(unique: pl.DataFrame, *, model: str | None, backend: str, batch_s
     started = False
     if not ray.is_initialized():
         # address None: a throw-away local Ray on this machine; "auto" or ray://host:10001: a running cluster.
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 **({} if address else {"num_cpus": max(actors, 1)}))
+        for attempt in range(3):
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         **({} if address else {"num_cpus": max(actors, 1)}))
+                break
+            except Exception as e:
+                # Ray gives a new node 30 s (fixed) to register; a busy machine can miss it: start again.
+                if address or attempt == 2 or "timed out during startup" not in str(e):
+                    raise
+                ray.shutdown()
         started = True
     try:
         ds = ray.data.from_arrow(unique.select("text_hash", "body").to_arrow())
