@@ -308,7 +308,7 @@ def test_convex_scores_stay_in_unit_interval_whatever_the_weights(
         expansion_weight=exp_w,
         rank_bonus=[],
     )
-    f = fuse(c, list_weights(c, None, cfg, False), cfg)
+    f = fuse(c, list_weights(c, None, cfg), cfg)
     assert ((f["score"] >= -1e-9) & (f["score"] <= 1.0 + 1e-9)).all(), f["score"].to_list()
 
 
@@ -322,5 +322,5 @@ def test_convex_weights_set_shares_not_scale():
         }
     )
     cfg = FusionConfig(method="convex", alpha=0.5, original_weight=2.0, expansion_weight=1.0, rank_bonus=[])
-    s = scores(fuse(c, list_weights(c, None, cfg, False), cfg))
+    s = scores(fuse(c, list_weights(c, None, cfg), cfg))
     assert s == pytest.approx({"a": (1 + 1 + 0) / 2.5, "b": 0.0, "c": (0 + 0 + 0.5) / 2.5})

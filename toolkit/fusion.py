@@ -52,7 +52,7 @@ def list_weights(
     """
     if lists is None:
         lists = list_table(candidates, features)
-    on = routing is not None and routing.enabled
+    on = isinstance(routing, RoutingConfig) and routing.enabled  # None (or False, as callers once passed): off
     boost = routing.technical_lexical_boost if on else 1.0
     retriever_w = (
         pl.when(pl.col("retriever") == "lex")
