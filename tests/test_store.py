@@ -198,8 +198,14 @@ def test_store_file_is_plain_duckdb(store):
     con.close()
 
 
-def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path):
+@pytest.mark.parametrize("sparse_topk", [False, True])
+def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path, monkeypatch, sparse_topk):
+    """Both top-k kernels (dense score blocks; per-query sparse top-k, used on large stores) against SQL."""
     from conftest import shared
+
+    import toolkit.store as store_mod
+
+    monkeypatch.setattr(store_mod, "SPARSE_TOPK_MIN_CHUNKS", 0 if sparse_topk else 10**12)
 
     from toolkit.loaders import Dataset
 
@@ -212,6 +218,34 @@ def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path):
             b = st.lexical_search(queries, top_k=50, level=level).sort("qid", "rank")
             assert a.select("qid", "doc_id", "chunk_id", "rank").equals(b.select("qid", "doc_id", "chunk_id", "rank"))
             np.testing.assert_allclose(a["score"].to_numpy(), b["score"].to_numpy(), atol=1e-8)
+
+
+def test_sparse_topk_keeps_scopes_filters_levels_and_ties(store, monkeypatch, tmp_path):
+    import toolkit.store as store_mod
+
+    cases = [
+        dict(queries=q(("a", "retry", "payments"), ("b", "retry", "platform"), ("c", "retry"), ("d", "retry", "nowhere")), top_k=10),
+        dict(queries=q(("a", "deploy lunch pool")), top_k=10, filters={"team": "infra"}),
+        dict(queries=q(("a", "the v2.14.3 deploy"), ("b", "retry"), ("c", "pool size")), top_k=2, level="chunk"),
+        dict(queries=q(("a", "decisions retry pool"), ("b", "zzzz")), top_k=1),
+    ]
+    store._lexical_matrix(1.2, 0.75)  # a read term matrix: few queries then use it, not the SQL path
+    want = [store.lexical_search(**c) for c in cases]
+    monkeypatch.setattr(store_mod, "SPARSE_TOPK_MIN_CHUNKS", 0)
+    for c, w in zip(cases, want, strict=True):
+        assert store.lexical_search(**c).equals(w)
+    # Multi-chunk documents: a document's best chunk is the first one reaching its maximum.
+    long = "\n\n".join(f"## Part {i}\nParagraph {i} talks about topic{i % 3} in detail. " * 3 for i in range(12))
+    docs = [{"doc_id": "long", "source": "s", "scope": None, "title": "Guide", "text": long, "metadata": {}},
+            {"doc_id": "short", "source": "t", "scope": None, "title": "", "text": "topic1 short note", "metadata": {}}]
+    with Store(tmp_path / "multi.duckdb") as st:
+        st.ingest(docs, settings=IndexSettings(chunk_size=300, chunk_overlap=50), embed=False)
+        queries = q(("a", "topic1"), ("b", "topic2 detail"))
+        st._lexical_matrix(1.2, 0.75)
+        got = {lv: st.lexical_search(queries, top_k=5, level=lv) for lv in ("document", "chunk")}
+        monkeypatch.setattr(store_mod, "SPARSE_TOPK_MIN_CHUNKS", 10**12)
+        for lv, g in got.items():
+            assert g.equals(st.lexical_search(queries, top_k=5, level=lv))
 
 
 def test_memoised_metadata_follows_writes_and_rollbacks(tmp_path, embedder):

@@ -40,6 +40,8 @@ SCHEMA_VERSION = "1"
 # million-chunk store scores 32 queries per block (about 256 MB of float64) instead of 256 (2 GB).
 BLOCK_CELLS = 32_000_000
 _SQL_PATH_MAX_QUERIES = 8  # below this many queries, and with no term matrix read yet, BM25 runs in SQL
+# From this many chunks on, BM25 top-k works on the sparse scores (`Store._sparse_topk`) instead of blocks.
+SPARSE_TOPK_MIN_CHUNKS = 50_000
 CAND_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
 
 
@@ -769,9 +771,75 @@ class Store:
         ).fetchnumpy()
         qmat = sp.csr_matrix((qt["idf"], (qt["qi"], qt["termid"])), shape=(len(queries), m["wt"].shape[0]))
         allowed = self._allowed_docs(m, filters)
+        if len(m["chunk_ids"]) >= SPARSE_TOPK_MIN_CHUNKS:
+            return self._sparse_topk(m, qmat, queries, scope_filter=scope_filter, allowed=allowed, level=level, top_k=top_k)
         return self._block_topk(
             m, lambda lo, hi: (qmat[lo:hi] @ m["wt"]).toarray(), queries, scope_filter=scope_filter,
             allowed=allowed, level=level, top_k=top_k, block=block, matched_only=True,
+        )
+
+    def _sparse_topk(
+        self, m: dict[str, Any], qmat: Any, queries: pl.DataFrame, *, scope_filter: bool, allowed: np.ndarray | None,
+        level: str, top_k: int, block: int = 256,
+    ) -> pl.DataFrame:
+        """`_block_topk` for BM25 on large stores: the same masks, document maxima, tie-breaks and output,
+        but over the sparse (query, chunk) scores only. A query matches a small share of a large corpus, so
+        this skips the dense (queries x chunks) blocks whose writing, masking and partitioning are the wall
+        past ~100k chunks (`benchmarks/scale.py`). Hand-written: scipy has no per-row top-k of a CSR matrix."""
+        q_code = self._query_scope_codes(m, queries, scope_filter)
+        doc_of, doc_code = m["doc_of_chunk"], m["doc_scope_code"]
+        multi = len(m["starts"]) != len(doc_of)
+        out_q, out_k, out_r, out_s = [], [], [], []
+        for lo in range(0, len(queries), block):
+            sc = (qmat[lo : lo + block] @ m["wt"]).tocsr()
+            sc.sort_indices()  # columns ascending = document order (chunks are laid out by document)
+            row = np.repeat(np.arange(sc.shape[0]), np.diff(sc.indptr))
+            col = sc.indices.astype(np.int64)
+            val = np.round(sc.data, 9)
+            doc = doc_of[col]
+            qc = q_code[lo : lo + block][row]
+            keep = (val > 0) & ((qc == -1) | (doc_code[doc] == qc))
+            if allowed is not None:
+                keep &= allowed[doc]
+            row, col, val, doc = row[keep], col[keep], val[keep], doc[keep]
+            if level == "document" and multi:  # each document's max, at its first chunk reaching it
+                starts = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (doc[1:] != doc[:-1])])
+                top = np.maximum.reduceat(val, starts) if len(val) else val
+                lens = np.diff(np.r_[starts, len(val)])
+                first = np.where(val >= np.repeat(top, lens), np.arange(len(val)), len(val))
+                best = np.minimum.reduceat(first, starts) if len(val) else starts
+                row, col, val, doc = row[best], col[best], val[best], doc[best]
+            key = doc if level == "document" else col
+            # Per query, keep the top_k values (and anything tied with the k-th), then order exactly.
+            bounds = np.searchsorted(row, np.arange(sc.shape[0] + 1))
+            pick = []
+            for a, z in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+                if z - a <= top_k:
+                    pick.append(np.arange(a, z))
+                else:
+                    kth = np.partition(val[a:z], z - a - top_k)[z - a - top_k]
+                    pick.append(a + np.flatnonzero(val[a:z] >= kth))
+            sel = np.concatenate(pick) if pick else np.zeros(0, np.int64)
+            sel = sel[np.lexsort((key[sel], -val[sel], row[sel]))]
+            r = row[sel]
+            rank = np.arange(len(sel)) - np.searchsorted(r, r) + 1
+            ok = rank <= top_k
+            out_q.append(lo + r[ok])
+            out_k.append(col[sel][ok])
+            out_r.append(rank[ok])
+            out_s.append(val[sel][ok])
+        if not out_q:
+            return pl.DataFrame(schema=CAND_SCHEMA)
+        chunk_idx = np.concatenate(out_k)
+        return pl.DataFrame(
+            {
+                "qid": queries["qid"].cast(pl.Utf8).gather(np.concatenate(out_q)),
+                "doc_id": m["doc_ids"].gather(chunk_idx),
+                "chunk_id": m["chunk_ids"].gather(chunk_idx),
+                "rank": np.concatenate(out_r),
+                "score": np.concatenate(out_s),
+            },
+            schema=CAND_SCHEMA,
         )
 
     def lexical_search_sql(
@@ -1022,6 +1090,14 @@ class Store:
         return hits.select(qids.gather(hits["qi"]).alias("qid"), "doc_id", "chunk_id", "rank", "score").cast(CAND_SCHEMA)
 
     @staticmethod
+    def _query_scope_codes(m: dict[str, Any], queries: pl.DataFrame, scope_filter: bool) -> np.ndarray:
+        """Each query's scope as the layout's integer code (-1: no filter; -3: a scope no document has), so
+        that masking is one comparison per block of queries."""
+        scopes = queries["scope"].to_list() if scope_filter and "scope" in queries.columns else [None] * len(queries)
+        names = m["scope_names"]
+        return np.array([-1 if x is None else names.get(x, -3) for x in scopes], dtype=np.int64)
+
+    @staticmethod
     def _best_chunk(m: dict[str, Any], sims: np.ndarray, rows: np.ndarray, docs: np.ndarray) -> np.ndarray:
         """Column of the best chunk (first reaching the document's max score) for each picked (row, doc).
 
@@ -1059,10 +1135,8 @@ class Store:
         ties are then judged on scores rounded to 1e-9 so float summation order cannot flip them."""
         n_q = len(queries)
         block = max(1, min(block, BLOCK_CELLS // max(len(m["chunk_ids"]), 1)))
-        scopes = queries["scope"].to_list() if scope_filter and "scope" in queries.columns else [None] * len(queries)
-        # Scopes as integer codes (-1: no filter) so that masking is one broadcast per block of queries.
-        names, doc_code = m["scope_names"], m["doc_scope_code"]
-        q_code = np.array([-1 if x is None else names.get(x, -3) for x in scopes])
+        doc_code = m["doc_scope_code"]
+        q_code = self._query_scope_codes(m, queries, scope_filter)
         out_q, out_k, out_r, out_s = [], [], [], []
         for lo in range(0, n_q, block):
             sims = score_fn(lo, min(lo + block, n_q))  # (nq, n_chunks)
