@@ -131,6 +131,26 @@ class _Model(BaseModel):
 
 
 # ------------------------------------------------------------------ retrieval
+class _Endpoint(_Model):
+    """A section that may call a provider over HTTP: its `url` and `api_key_env` are checked the same way
+    everywhere (no credentials in URLs, a variable NAME rather than a pasted key)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key(cls, d: Any) -> Any:
+        return _no_pasted_key(d)
+
+    @field_validator("api_key_env", check_fields=False)
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _check_env_name(v)
+
+    @field_validator("url", check_fields=False)
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return _check_url(v)
+
+
 class LexicalConfig(_Model):
     enabled: Prepare[bool] = True
     top_k: Prepare[int] = Field(100, ge=1, le=10_000)
@@ -143,7 +163,7 @@ class LexicalConfig(_Model):
     stopwords: Prepare[Stopwords | None] = None
 
 
-class DenseConfig(_Model):
+class DenseConfig(_Endpoint):
     enabled: Prepare[bool] = True
     top_k: Prepare[int] = Field(100, ge=1, le=10_000)
     # Local: the store's embeddings fix the model, so unset (null) means the store's own; set, `prepare`
@@ -160,21 +180,6 @@ class DenseConfig(_Model):
     batch_size: Prepare[int] = Field(64, ge=1, le=4096)
     timeout_s: Prepare[float] = Field(30.0, gt=0.0, le=600.0)
     retries: Prepare[int] = Field(2, ge=0, le=10)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_key(cls, d: Any) -> Any:
-        return _no_pasted_key(d)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env(cls, v: str | None) -> str | None:
-        return _check_env_name(v)
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        return _check_url(v)
 
     @model_validator(mode="after")
     def _provider_needs(self) -> DenseConfig:
@@ -212,7 +217,7 @@ class RoutingConfig(_Model):
 
 
 # ------------------------------------------------------------------ expansion
-class ExpansionConfig(_Model):
+class ExpansionConfig(_Endpoint):
     provider: Prepare[Literal["none", "file", "http"]] = "none"
     path: Prepare[str | None] = None
     url: Prepare[str | None] = None
@@ -226,21 +231,6 @@ class ExpansionConfig(_Model):
     strong_signal_skip: Prepare[bool] = True
     strong_signal_min: Prepare[float] = Field(0.85, ge=0.0, le=1.0)
     strong_signal_gap: Prepare[float] = Field(0.15, ge=0.0, le=1.0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_key(cls, d: Any) -> Any:
-        return _no_pasted_key(d)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env(cls, v: str | None) -> str | None:
-        return _check_env_name(v)
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        return _check_url(v)
 
     @model_validator(mode="after")
     def _provider_needs(self) -> ExpansionConfig:
@@ -286,7 +276,7 @@ class FusionConfig(_Model):
 
 
 # ------------------------------------------------------------------ rerank
-class RerankConfig(_Model):
+class RerankConfig(_Endpoint):
     # Scores are prepared whenever a provider is set, for every document a fused top_n could hold
     # (`pipeline.rerank_pool`); how (and whether) they are blended is decided live.
     provider: Prepare[Literal["none", "cross-encoder", "http", "file"]] = "none"
@@ -303,21 +293,6 @@ class RerankConfig(_Model):
     buckets: Rescore[list[_Bucket]] = [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
     # none: the provider's raw score (agent-memory replaces the fused score with the relevance_score as is).
     score_normalization: Rescore[Literal["minmax", "sigmoid", "none"]] = "minmax"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_key(cls, d: Any) -> Any:
-        return _no_pasted_key(d)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env(cls, v: str | None) -> str | None:
-        return _check_env_name(v)
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        return _check_url(v)
 
     @field_validator("buckets")
     @classmethod

@@ -160,6 +160,24 @@ def _chunk_layout(chunks: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+def _candidates(m: dict[str, Any], queries: pl.DataFrame, *parts: list[np.ndarray]) -> pl.DataFrame:
+    """The candidate frame from the top-k kernels' per-block pieces (query rows, chunk columns, ranks, scores)."""
+    out_q, out_k, out_r, out_s = parts
+    if not out_q:
+        return pl.DataFrame(schema=CAND_SCHEMA)
+    chunk_idx = np.concatenate(out_k)
+    return pl.DataFrame(
+        {
+            "qid": queries["qid"].cast(pl.Utf8).gather(np.concatenate(out_q)),
+            "doc_id": m["doc_ids"].gather(chunk_idx),
+            "chunk_id": m["chunk_ids"].gather(chunk_idx),
+            "rank": np.concatenate(out_r),
+            "score": np.concatenate(out_s),
+        },
+        schema=CAND_SCHEMA,
+    )
+
+
 class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
@@ -828,19 +846,7 @@ class Store:
             out_k.append(col[sel][ok])
             out_r.append(rank[ok])
             out_s.append(val[sel][ok])
-        if not out_q:
-            return pl.DataFrame(schema=CAND_SCHEMA)
-        chunk_idx = np.concatenate(out_k)
-        return pl.DataFrame(
-            {
-                "qid": queries["qid"].cast(pl.Utf8).gather(np.concatenate(out_q)),
-                "doc_id": m["doc_ids"].gather(chunk_idx),
-                "chunk_id": m["chunk_ids"].gather(chunk_idx),
-                "rank": np.concatenate(out_r),
-                "score": np.concatenate(out_s),
-            },
-            schema=CAND_SCHEMA,
-        )
+        return _candidates(m, queries, out_q, out_k, out_r, out_s)
 
     def lexical_search_sql(
         self,
@@ -1181,19 +1187,7 @@ class Store:
             out_k.append(self._best_chunk(m, chunk_sims, rows, picked) if chunk_sims is not None else picked)
             out_r.append(cols + 1)
             out_s.append(pv[rows, cols].astype(np.float64))
-        if not out_q:
-            return pl.DataFrame(schema=CAND_SCHEMA)
-        chunk_idx = np.concatenate(out_k)
-        return pl.DataFrame(
-            {
-                "qid": queries["qid"].cast(pl.Utf8).gather(np.concatenate(out_q)),
-                "doc_id": m["doc_ids"].gather(chunk_idx),
-                "chunk_id": m["chunk_ids"].gather(chunk_idx),
-                "rank": np.concatenate(out_r),
-                "score": np.concatenate(out_s),
-            },
-            schema=CAND_SCHEMA,
-        )
+        return _candidates(m, queries, out_q, out_k, out_r, out_s)
 
     def dense_search_sql(
         self, text: str, *, scope: str | None = None, top_k: int = 10, level: str = "document", vector: np.ndarray | None = None
