@@ -220,7 +220,17 @@ def measure(
         # The toolkit's own high-water mark, before the peers below add theirs to this process.
         r["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-        m = DenseMatrix.from_store(st)
+        # The peer gets the same vectors as a float32 matrix (DenseMatrix.from_store goes through Python lists:
+        # about 30 GB at a million chunks, which is what killed the first 1M run).
+        dm = st._dense_matrix()
+        m = DenseMatrix(
+            dm["vecs"],
+            dm["starts"],
+            dm["doc_ids"].gather(dm["starts"]).to_numpy(),
+            dm["doc_scope_code"],
+            dm["scope_names"],
+        )
+        del dm
     r["store_mb_with_hnsw"] = sum(p.stat().st_size for p in (path, Path(f"{path}.wal")) if p.exists()) / 2**20
     qs = np.full(len(qframe), -1)
     r["numpy_s"], _ = median_time(lambda m=m: numpy_dense(m, qv, qs, 100), repeats)
