@@ -547,7 +547,7 @@ class Store:
                 self._register("newchunks", cdf)
                 self.con.execute("INSERT INTO chunks SELECT * FROM newchunks")
             if emb is not None and need_embed:
-                dim = emb.dim
+                dim = int(emb.dim)  # an integer in the DDL (a type size cannot be a bound parameter)
                 self.con.execute(f"CREATE TABLE IF NOT EXISTS embeddings(chunk_id VARCHAR, model VARCHAR, vec FLOAT[{dim}])")
                 self.con.execute(
                     f"INSERT INTO embeddings SELECT c.chunk_id, ?, ec.vec::FLOAT[{dim}] FROM chunks c "
