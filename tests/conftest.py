@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.embed import SentenceTransformerEmbedder
+from toolkit.loaders import load_corpus
+from toolkit.store import Store
 
 # The repository is cloned beside shared/ (here and in CI): <root>/<repo>/tests -> <root>/shared/datasets.
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -53,3 +55,12 @@ def corpus_file(tmp_path: Path) -> Path:
     p = tmp_path / "corpus.jsonl"
     p.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
     return p
+
+
+@pytest.fixture
+def store(tmp_path, corpus_file, embedder):
+    """A store of the six DOCS, with embeddings (tests that need another define their own `store`)."""
+    st = Store(tmp_path / "s.duckdb", embedder=embedder)
+    st.ingest(load_corpus(corpus_file))
+    yield st
+    st.close()

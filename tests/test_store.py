@@ -27,12 +27,6 @@ def dump(st: Store) -> dict:
     }
 
 
-@pytest.fixture
-def store(tmp_path, corpus_file, embedder):
-    st = Store(tmp_path / "s.duckdb", embedder=embedder)
-    st.ingest(load_corpus(corpus_file))
-    yield st
-    st.close()
 
 
 def q(*rows):

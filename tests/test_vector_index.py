@@ -25,12 +25,6 @@ QUERIES = q(
 )
 
 
-@pytest.fixture
-def store(tmp_path, corpus_file, embedder):
-    st = Store(tmp_path / "s.duckdb", embedder=embedder)
-    st.ingest(load_corpus(corpus_file))
-    yield st
-    st.close()
 
 
 def test_hnsw_matches_exact_on_a_small_corpus_and_survives_reopen_and_ingest(

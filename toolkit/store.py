@@ -97,34 +97,37 @@ def sha1(s: str) -> str:
     return hashlib.sha1(s.encode("utf-8")).hexdigest()
 
 
-def vss_extension_path() -> str:
-    """Path of DuckDB's vector similarity search extension (HNSW) from the `duckdb-extension-vss` package."""
+def _packaged_extension(module: str, name: str, label: str, missing: str) -> str:
+    """Path of a DuckDB extension shipped inside a pip package (`duckdb-extension-<name>`): this machine cannot
+    download extensions, so they load from the package by path."""
+    import importlib
+
     try:
-        import duckdb_extension_vss
+        pkg = importlib.import_module(module)
     except ImportError as e:
-        raise StoreError(
-            "an HNSW vector index needs DuckDB's vss extension: `pip install duckdb-extension-vss==1.5.5` "
-            "(or the toolkit's `scale` extra); this machine cannot download extensions"
-        ) from e
-    p = Path(duckdb_extension_vss.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "vss.duckdb_extension"
+        raise StoreError(missing) from e
+    p = Path(pkg.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
     if not p.exists():
-        raise StoreError(f"no vss extension for DuckDB {duckdb.__version__} at {p}; pin duckdb==1.5.5")
+        raise StoreError(f"no {label} extension for DuckDB {duckdb.__version__} at {p}; pin duckdb==1.5.5")
     return str(p)
+
+
+def vss_extension_path() -> str:
+    """DuckDB's vector similarity search extension (HNSW), from `duckdb-extension-vss`."""
+    return _packaged_extension(
+        "duckdb_extension_vss", "vss", "vss",
+        "an HNSW vector index needs DuckDB's vss extension: `pip install duckdb-extension-vss==1.5.5` "
+        "(or the toolkit's `scale` extra); this machine cannot download extensions",
+    )
 
 
 def fts_extension_path() -> str:
-    """Path of the FTS extension shipped by the `duckdb-extension-fts` package (never downloaded)."""
-    try:
-        import duckdb_extension_fts
-    except ImportError as e:
-        raise StoreError(
-            "the DuckDB full-text-search extension is missing: `pip install duckdb-extension-fts==1.5.5` "
-            "(this machine cannot download extensions)"
-        ) from e
-    p = Path(duckdb_extension_fts.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "fts.duckdb_extension"
-    if not p.exists():
-        raise StoreError(f"no FTS extension for DuckDB {duckdb.__version__} at {p}; pin duckdb==1.5.5")
-    return str(p)
+    """DuckDB's full-text search extension, from `duckdb-extension-fts` (never downloaded)."""
+    return _packaged_extension(
+        "duckdb_extension_fts", "fts", "FTS",
+        "the DuckDB full-text-search extension is missing: `pip install duckdb-extension-fts==1.5.5` "
+        "(this machine cannot download extensions)",
+    )
 
 
 _DDL = """
@@ -622,11 +625,13 @@ class Store:
         schema = {"doc_id": pl.Utf8, **VALUES_SCHEMA}
         if doc_ids is not None:
             self._register("vids", pl.DataFrame({"doc_id": list(doc_ids)}, schema={"doc_id": pl.Utf8}))
-        semi = " SEMI JOIN vids USING (doc_id)" if doc_ids is not None else ""
+        some = doc_ids is not None
         if self._has_table("doc_values"):
-            out = self.con.execute(f"SELECT doc_id, field, num, ts, text FROM doc_values{semi}").pl()
+            sql = "SELECT doc_id, field, num, ts, text FROM doc_values"
+            out = self.con.execute(sql + " SEMI JOIN vids USING (doc_id)" if some else sql).pl()
             return out.cast(schema) if len(out) else pl.DataFrame(schema=schema)
-        docs = self.con.execute(f"SELECT doc_id, metadata::VARCHAR FROM documents{semi}").fetchall()
+        sql = "SELECT doc_id, metadata::VARCHAR FROM documents"
+        docs = self.con.execute(sql + " SEMI JOIN vids USING (doc_id)" if some else sql).fetchall()
         rows = [(d, *v) for d, m in docs for v in typed_values(json.loads(m) if m else {}, d, strict=False)]
         return values_frame(rows, "doc_id")
 
@@ -746,6 +751,7 @@ class Store:
         if not filters:
             return None
         fsql, fparams = self._filter_sql(filters)
+        # fsql: filter keys checked by `_filter_sql` (letters, digits, _ and .), values bound in fparams.
         ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
         return np.array([d in ok for d in m["doc_ids"].gather(m["starts"]).to_list()])
 
@@ -1070,7 +1076,7 @@ class Store:
 
         def run(rows: range) -> list[tuple[int, list[tuple[str, float]]]]:
             cur = self.con.cursor()
-            cur.execute(f"SET hnsw_ef_search = {int(ef_search)}")
+            cur.execute("SET hnsw_ef_search = ?", [ef_search])
             return [(i, cur.execute(sql, [qv[i].tolist()]).fetchall()) for i in rows]
 
         n = len(queries)
