@@ -14,8 +14,9 @@ import pytest
 from toolkit.loaders import load_corpus
 from toolkit.store import Store
 
+# pandas: DuckDB imports it at the first bound parameter, or to scan a registered Arrow table (store._Connection).
 HEAVY = ("torch", "sentence_transformers", "transformers", "scipy", "sklearn", "optuna", "plotly", "ipywidgets",
-         "lightgbm", "ray")
+         "lightgbm", "ray", "pandas", "pyarrow.dataset")
 
 
 def _imports_after(args: list[str]) -> list[str]:

@@ -192,8 +192,9 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, verbose) -> 
     from .pipeline import prepare, rescore
     from .render import origins, render
     from .rerank_env import resolve_rerank
-    from .store import Store
+    from .store import Store, bind_without_pandas
 
+    bind_without_pandas()
     if not query.strip():
         raise ToolkitError("the query is empty")
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode).with_updates({"output.n": n}))

@@ -123,7 +123,7 @@ def _query_list_features(cands: pl.DataFrame) -> pl.DataFrame:
 
 
 def _register(con, name: str, df: pl.DataFrame) -> None:
-    con.register(name, df.to_arrow())
+    con.register(name, df.lazy())  # not Arrow: DuckDB would import pandas (store._Connection)
 
 
 def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -18,6 +18,8 @@ import hashlib
 import json
 import os
 import re
+import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -181,6 +183,43 @@ def _candidates(m: dict[str, Any], queries: pl.DataFrame, *parts: list[np.ndarra
     )
 
 
+class _Connection:
+    """A DuckDB connection whose bound parameters do not import pandas (in a process that asks for it).
+
+    DuckDB 1.5's Python client compares every bound value with `pandas.NaT` and `pandas.NA` before converting it
+    (`GetPythonObjectType` in its python_conversion.cpp), and so imports pandas at the first bound parameter of
+    the process: more than `import duckdb, polars` costs, in every `hrt search`. While pandas is not imported no
+    value can be NaT or NA, so for the duration of such a call the import is refused (`sys.modules["pandas"] =
+    None`); DuckDB treats pandas as optional and skips the comparison, and the next call tries again. Only where
+    `refuse_pandas` was set (the `hrt` command) and only while a single Python thread runs, so that no other code
+    can be refused pandas meanwhile. Frames reach SQL as polars LazyFrames (`Store._register`): a registered
+    Arrow table would make DuckDB import pyarrow.dataset, which imports pandas too.
+    Everything else is the DuckDB connection's own (`__getattr__`)."""
+
+    refuse_pandas = False
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def execute(self, query: str, parameters: Any = None) -> duckdb.DuckDBPyConnection:
+        if parameters is None or not self.refuse_pandas or "pandas" in sys.modules or threading.active_count() > 1:
+            return self._con.execute(query, parameters)
+        sys.modules["pandas"] = None  # type: ignore[assignment]  # refuses `import pandas` (ImportError)
+        try:
+            return self._con.execute(query, parameters)
+        finally:
+            if "pandas" in sys.modules and sys.modules["pandas"] is None:
+                del sys.modules["pandas"]
+
+
+def bind_without_pandas() -> None:
+    """For a short single-threaded process (the `hrt` command): bound parameters do not import pandas (`_Connection`)."""
+    _Connection.refuse_pandas = True
+
+
 class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
@@ -198,7 +237,7 @@ class Store:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self.con = _Connection(duckdb.connect(str(self.path), read_only=read_only))
         except duckdb.Error as e:
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         self.con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
@@ -397,7 +436,8 @@ class Store:
         return out
 
     def _register(self, name: str, df: pl.DataFrame) -> None:
-        self.con.register(name, df.to_arrow())
+        # Lazy: DuckDB scans a LazyFrame through polars' Arrow export; an Arrow table would import pandas (_Connection).
+        self.con.register(name, df.lazy())
 
     def _fill_embedding_cache(self, by_hash: dict[str, str], emb: Embedder, *, progress: bool) -> tuple[int, int]:
         """Compute and cache the missing embeddings; returns (computed, already cached)."""
