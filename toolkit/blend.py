@@ -82,7 +82,8 @@ def blend(
     `per_doc=True` says `rerank_scores` already is `rerank_by_doc` output (cached by `Prepared`);
     `lookup` (`fusion.pair_lookup` of it, plus `fusion.grouped_values`) replaces the join when `fused`
     carries `_key` / `_grp` codes. `keep`: return only each query's first `keep` places (what the caller
-    will show), saving the work on the rest.
+    will show), saving the work on the rest. A `fused` cut by `fuse(depth=)` (column `_n`, each query's
+    full count) gives the same rows as the whole list when `depth` >= max(keep, top_n).
     """
     if not len(fused):
         return pl.DataFrame(schema=BLEND_SCHEMA)
@@ -92,6 +93,7 @@ def blend(
         pl.col("chunk_id").cast(pl.Utf8),
         pl.col("rank").cast(pl.Int64).alias("fused_rank"),
         pl.col("score").cast(pl.Float64).alias("fused_score"),
+        *(["_n"] if "_n" in fused.columns else []),
     )
     if lookup is not None and cfg.blend != "none" and "_key" in fused.columns and len(lookup[0]):
         keys, values, by_group = lookup
@@ -152,7 +154,8 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
 
     Runs on every slider change: polars window expressions over string query ids (`.over("qid")`) cost
     ~10x this. The arithmetic is the formula in the module docstring, in the same operation order as the
-    reference expressions (`bucket_weight`, `scores_below`), so scores are bit-identical.
+    reference expressions (`bucket_weight`, `scores_below`), so scores are bit-identical. A column `_n` (each
+    query's number of fused documents) says `b` holds only the first places (`fuse(depth=)`).
     """
     # `fuse` returns rows by (qid, rank) with ranks 1..n per query; sort only when given anything else.
     if not in_rank_order(b.select("qid", pl.col("fused_rank").alias("rank"))):
@@ -195,7 +198,10 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
     ctail = np.cumsum(tail)
     before = (ctail - tail)[starts]  # tail rows before each group's first row
     tail_pos = (ctail - before[g]).astype(np.float64)
-    tail_n = np.bincount(g, weights=tail, minlength=ng)[g]
+    if "_n" not in b.columns:
+        tail_n = np.bincount(g, weights=tail, minlength=ng)[g]
+    else:  # rows past the cut are tail rows of reranked queries too (reranked rows all lie within top_n)
+        tail_n = np.where(q_reranked, b["_n"].to_numpy()[starts] - np.bincount(g, weights=m, minlength=ng), 0.0)[g]
     floor = _group_reduce(np.minimum, block[m], gm, ng, np.nan)[g]
     frac = tail_pos / (tail_n + 1.0)
     with np.errstate(invalid="ignore"):

@@ -204,7 +204,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, verbose) -> 
         click.echo(rr_source.describe(cfg), err=True)
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
     with Store(store_path, read_only=True) as st:
-        prep = prepare(st, q, cfg)
+        prep = prepare(st, q, cfg, one_shot=True)
         res = rescore(prep, cfg)
         top = res.final.filter(pl.col("rank") <= n).sort("rank")
         docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")

@@ -142,7 +142,7 @@ def _order(keys: list[tuple[np.ndarray, int]]) -> np.ndarray:
         packed = np.zeros(len(keys[0][0]), dtype=np.uint64)
         for (k, _), b in zip(keys, bits, strict=True):
             packed = (packed << np.uint64(b)) | k.astype(np.uint64)
-        return np.argsort(packed)
+        return np.argsort(packed, kind="stable")  # radix/timsort: faster here than quicksort, same order for unique keys
     return np.lexsort([k for k, _ in reversed(keys)])
 
 
@@ -178,6 +178,11 @@ class FusionIndex:
     chunk_id: pl.Series
     order: np.ndarray
     grouping: tuple[np.ndarray, ...]  # `_grouping` of all rows: what fuse uses when every list has weight > 0
+    # The grouping's rows as (query, list) codes and ranks, and which (query, list) pairs have rows: RRF then
+    # looks each row's contribution up in a (weight x rank) table instead of computing it per row.
+    grouped_ql: np.ndarray
+    grouped_rank: np.ndarray
+    present: np.ndarray
 
 
 def _grouping(
@@ -241,16 +246,27 @@ def index(candidates: pl.DataFrame) -> FusionIndex:
     if len(rank) and rank.min() < 1:
         raise InputError(f"candidates: ranks are 1-based, found rank {int(rank.min())}")
     order = _order([(q * len(docs) + d, len(qids) * len(docs)), (li, len(lists)), (rank, int(rank.max()))]) if len(rank) else rank
+    grouping = _grouping(q, d, li, rank, len(lists), len(docs), order) if len(rank) else ()
+    ql = q * len(lists) + li
+    present = np.zeros(len(qids) * len(lists), dtype=bool)
+    present[ql] = True
+    kept = grouping[0] if grouping else order
     return FusionIndex(
+        grouped_ql=ql[kept], grouped_rank=rank[kept], present=present,
         qids=qids, docs=docs, lists=lists, q=q, d=d, li=li, rank=rank,
         lex=(candidates["retriever"] == "lex").to_numpy(), score=candidates["score"].cast(pl.Float64).to_numpy(),
         chunk_id=candidates["chunk_id"].cast(pl.Utf8), order=order,
-        grouping=_grouping(q, d, li, rank, len(lists), len(docs), order) if len(rank) else (),
+        grouping=grouping,
     )
 
 
 def fuse(
-    candidates: pl.DataFrame, weights: pl.DataFrame | None, cfg: FusionConfig, *, idx: FusionIndex | None = None
+    candidates: pl.DataFrame,
+    weights: pl.DataFrame | None,
+    cfg: FusionConfig,
+    *,
+    idx: FusionIndex | None = None,
+    depth: int | None = None,
 ) -> pl.DataFrame:
     """Fused ranking [qid, doc_id, chunk_id, score, rank] for all queries, sorted by qid and rank.
 
@@ -258,7 +274,9 @@ def fuse(
     that appears several times in one list (chunk-level retrieval) counts once there, at its best rank.
     Ties are broken by score, then best rank across lists, then doc_id, so the result does not depend on
     the order of the input rows. Lists missing from `weights` get weight 1; weight 0 drops a list.
-    `idx`: `index(candidates)`, when the caller keeps it between calls.
+    `idx`: `index(candidates)`, when the caller keeps it between calls. `depth` (with `idx`): only each
+    query's first `depth` places, for a caller that shows no more (a slider tick then builds and blends a
+    fraction of the rows); each row carries `_n`, its query's number of fused documents.
     """
     if not len(candidates):
         return pl.DataFrame(schema=FUSED_SCHEMA)
@@ -276,6 +294,17 @@ def fuse(
         table[_codes(w["qid"], qids) * nl + _codes(w["list_id"], lists)] = (
             w["weight"].cast(pl.Float64).to_numpy()
         )
+    if cfg.method == "rrf" and (table[ix.present] > 0).all():
+        # The usual slider tick: every list takes part, so the index's grouping holds, and a row's contribution
+        # depends only on its list's weight and its rank. The same arithmetic as below, on the (weights x
+        # ranks) table, then one gather per row instead of six passes over the rows: identical integers.
+        o, starts, best_rank, best, gq, gd = ix.grouping
+        wv, wcode = np.unique(table, return_inverse=True)
+        nr = int(rank.max()) + 1
+        itab = np.round(np.nan_to_num(wv[:, None] / (cfg.rrf_k + np.arange(nr)), nan=0.0) * _SCALE).astype(np.int64)
+        isum = np.add.reduceat(itab.ravel()[wcode.ravel()[ix.grouped_ql] * nr + ix.grouped_rank], starts)
+        ibonus = np.round(_bonus_np(cfg, np.arange(int(best_rank.max()) + 1)) * _SCALE).astype(np.int64)
+        return _fused_frame(ix, isum + ibonus[best_rank], best_rank, best, gq, gd, None, idx is not None, depth)
     weight = table[ql]
 
     if cfg.method == "rrf":
@@ -301,7 +330,18 @@ def fuse(
     isum = np.add.reduceat(icontrib[o], starts)
     if cfg.method == "rrf":
         isum = isum + np.round(_bonus_np(cfg, best_rank) * _SCALE).astype(np.int64)
+    return _fused_frame(ix, isum, best_rank, best, gq, gd, None if live.all() else -1, idx is not None, depth)
 
+
+def _fused_frame(
+    ix: FusionIndex, isum: np.ndarray, best_rank: np.ndarray, best: np.ndarray, gq: np.ndarray, gd: np.ndarray,
+    grp: int | None, codes: bool, depth: int | None,
+) -> pl.DataFrame:
+    """`fuse`'s output from the grouped documents' integer scores: sorted, ranked, cut to `depth` places.
+    `codes`: add `_key`, `_grp` (the row's place in `ix.grouping`, or `grp` when another grouping was used)
+    and, with `depth`, `_n`."""
+    qids, docs = ix.qids, ix.docs
+    nq, nd = len(qids), len(docs)
     # Final order: query, score desc, best rank, doc_id. The exact integer score packs directly when the
     # bits allow, otherwise its dense rank stands in for it.
     s_key = isum.max() - isum
@@ -313,7 +353,13 @@ def fuse(
     f = _order([(gq, nq), (s_key, int(s_key.max())), (best_rank, int(best_rank.max())), (gd, nd)])
     gq, gd, isum, best = gq[f], gd[f], isum[f], best[f]
     block = np.flatnonzero(np.r_[True, gq[1:] != gq[:-1]])
-    pos = np.arange(len(gq)) - np.repeat(block, np.diff(np.r_[block, len(gq)])) + 1
+    count = np.diff(np.r_[block, len(gq)])
+    pos = np.arange(len(gq)) - np.repeat(block, count) + 1
+    n_fused = None
+    if depth is not None and codes:
+        top = pos <= depth
+        n_fused = np.repeat(count, count)[top]
+        gq, gd, isum, best, pos, f = gq[top], gd[top], isum[top], best[top], pos[top], f[top]
     out = pl.DataFrame(
         {
             "qid": qids.gather(gq),
@@ -324,12 +370,13 @@ def fuse(
         },
         schema=FUSED_SCHEMA,
     )
-    if idx is None:
+    if not codes:
         return out
     # With a kept index, each row also carries its (query, document) code `_key` (for `lookup_values`) and
     # its place `_grp` in `idx.grouping` when that grouping was used (-1 otherwise; for gathers of
     # `grouped_values`), so the blend stage finds reranker scores by integer, not by a string join.
-    return out.with_columns(pl.Series("_key", gq * nd + gd), pl.Series("_grp", f if live.all() else np.full(len(f), -1)))
+    out = out.with_columns(pl.Series("_key", gq * nd + gd), pl.Series("_grp", f if grp is None else np.full(len(f), grp)))
+    return out if n_fused is None else out.with_columns(pl.Series("_n", n_fused, dtype=pl.Int64))
 
 
 def _bonus_np(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:

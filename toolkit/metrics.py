@@ -194,9 +194,6 @@ def evaluate(
         pl.col("score").cast(pl.Float64),
         *([pl.col("rank").cast(pl.Int64)] if ties == "rank" else []),
     )
-    q = qrels.select(
-        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
-    )
     bad = r.filter(
         pl.col("score").is_null()
         | pl.col("score").is_nan()
@@ -212,11 +209,7 @@ def evaluate(
             raise InputError("level='source' needs doc_source [doc_id, source]")
         _need(doc_source, ("doc_id", "source"), "doc_source")
     r = _trec_order(r, doc_source if level == "source" else None, by_rank=ties == "rank")
-    if level == "source":
-        q = _to_source(q, doc_source)
-    q = q.group_by("qid", "doc_id").agg(pl.col("rel").max())
-
-    queries = q.filter(pl.col("rel") > 0).select("qid").unique()
+    q, queries, per_q = _judged(qrels, ms, rel_threshold, gain, doc_source if level == "source" else None)
     if only_run_queries:
         queries = queries.join(r.select("qid").unique(), on="qid", how="semi")
 
@@ -235,15 +228,6 @@ def evaluate(
     if any(m.kind == "ap" for m in ms):
         r = r.with_columns(pl.col("b").cum_sum().over("h").alias("cb"))
 
-    # Per-query facts from the judgements: number of relevant documents and ideal DCG at each cutoff.
-    q_aggs: list[pl.Expr] = [(pl.col("rel") >= rel_threshold).sum().cast(pl.Float64).alias("nrel")]
-    ndcg_ks = sorted({m.k for m in ms if m.kind == "ndcg"}, key=lambda k: (k is None, k or 0))
-    if ndcg_ks:
-        q = q.with_columns(_gain(pl.col("rel"), gain).alias("g")).sort(["qid", "g"], descending=[False, True])
-        q = q.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("pos"))
-        q = q.with_columns((1.0 / (pl.col("pos") + 1).cast(pl.Float64).log(2)).alias("disc"))
-        q_aggs += [_cut(pl.col("g") * pl.col("disc"), k).sum().alias(f"idcg_{k}") for k in ndcg_ks]
-    per_q = q.group_by("qid").agg(q_aggs)
     if any(m.kind == "rprec" for m in ms):
         r = r.join(per_q.select("qid", "nrel"), on="qid", how="left").with_columns(
             pl.col("nrel").fill_null(0.0)
@@ -291,6 +275,43 @@ def evaluate(
         .sort("qid", "order")
         .select("qid", pl.col("label").alias("measure"), pl.col("value").cast(pl.Float64))
     )
+
+
+# The judgement side of `evaluate` depends on the qrels and the measures only: a slider tick evaluates new
+# runs against the same qrels, so it is kept for the last few (qrels, doc_source) frames (by identity, as
+# `pipeline.Prepared.derived` keeps frames; the entry holds them, so their ids cannot be reused).
+_JUDGED: dict[tuple, tuple] = {}
+
+
+def _judged(
+    qrels: pl.DataFrame, ms: list, rel_threshold: int, gain: str, doc_source: pl.DataFrame | None
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """([qid, doc_id, rel] best grade per judged pair, [qid] of the evaluated queries, per-query facts [qid,
+    nrel, idcg_k...]: the number of relevant documents and the ideal DCG at each nDCG cutoff)."""
+    key = (id(qrels), id(doc_source), tuple(m.label for m in ms), rel_threshold, gain)
+    hit = _JUDGED.get(key)
+    if hit is not None:
+        return hit[0]
+    q = qrels.select(
+        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
+    )
+    if doc_source is not None:
+        q = _to_source(q, doc_source)
+    q = q.group_by("qid", "doc_id").agg(pl.col("rel").max())
+    queries = q.filter(pl.col("rel") > 0).select("qid").unique()
+    q_aggs: list[pl.Expr] = [(pl.col("rel") >= rel_threshold).sum().cast(pl.Float64).alias("nrel")]
+    ndcg_ks = sorted({m.k for m in ms if m.kind == "ndcg"}, key=lambda k: (k is None, k or 0))
+    ideal = q
+    if ndcg_ks:
+        ideal = ideal.with_columns(_gain(pl.col("rel"), gain).alias("g")).sort(["qid", "g"], descending=[False, True])
+        ideal = ideal.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("pos"))
+        ideal = ideal.with_columns((1.0 / (pl.col("pos") + 1).cast(pl.Float64).log(2)).alias("disc"))
+        q_aggs += [_cut(pl.col("g") * pl.col("disc"), k).sum().alias(f"idcg_{k}") for k in ndcg_ks]
+    out = (q, queries, ideal.group_by("qid").agg(q_aggs))
+    if len(_JUDGED) >= 8:
+        _JUDGED.pop(next(iter(_JUDGED)))
+    _JUDGED[key] = (out, qrels, doc_source)
+    return out
 
 
 def cutoff_depth(measures: str | Iterable[str]) -> int | None:

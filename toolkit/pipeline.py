@@ -149,11 +149,14 @@ def prepare(
     progress: bool = False,
     rerank_pool: int | None = None,
     use_cache: bool = True,
+    one_shot: bool = False,
 ) -> Prepared:
     """Run stages 1-5 for all queries, or load them from the store's stage cache.
 
     `rerank_pool` = list depth whose documents all get reranker scores (default: the config's
-    `rerank.top_n`), so that other fusion settings find their top-N already scored.
+    `rerank.top_n`), so that other fusion settings find their top-N already scored. `one_shot`: the caller
+    re-scores with `cfg` only (`hrt search`), so inputs no other setting of `cfg` reads are not computed (the
+    learning-to-rank features, unless `cfg` fuses with the learned model or router), and nothing is cached.
     """
     if not isinstance(queries, pl.DataFrame) or "text" not in queries.columns:
         from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
@@ -183,15 +186,16 @@ def prepare(
             if stale and not store.read_only:
                 store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
             return prep
-    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool)
+    ltr = not one_shot or cfg.fusion.method == "learned" or cfg.fusion.router
+    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr)
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
-    if use_cache and not store.read_only and not providers.degraded(prep):
+    if use_cache and not one_shot and not store.read_only and not providers.degraded(prep):
         store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
     return prep
 
 
 def _prepare(
-    store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None
+    store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None, ltr: bool = True
 ) -> Prepared:
     t: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -251,7 +255,7 @@ def _prepare(
     if cfg.dedup.near_duplicate_enabled and len(cands):
         vectors = store.chunk_vectors(cands["chunk_id"].unique().to_list())
     t0 = time.perf_counter()
-    ltr = ltr_features.candidate_features(store, queries, cands, feats)
+    ltr_frame = ltr_features.candidate_features(store, queries, cands, feats) if ltr else None
     t["ltr_features"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     doc_vals, q_vals = _doc_values(store, cands), query_values(queries)
@@ -259,7 +263,7 @@ def _prepare(
     t0 = time.perf_counter()
     exact = _exact(store, queries, cands)
     t["exact"] = time.perf_counter() - t0
-    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr,
+    return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr_frame,
                     exact=exact, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status)
 
 
@@ -338,7 +342,10 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
         weights = adapt_stage.adapt_weights(weights, route)
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
     learned = cfg.fusion.method == "learned"
-    fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx)
+    keep = _blend_keep(cfg, n)
+    # Without a trace nothing reads the fused list past the places the blend keeps (reranked rows lie in top_n).
+    depth = max(keep, cfg.rerank.top_n) if keep is not None and not trace else None
+    fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx, depth=depth)
     t["fuse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -349,13 +356,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
         if idx is not None:
             pairs = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
             lookup = (*pairs, prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
-    # Without dedup nothing below place n can reach the final list: the blend stage keeps the top n only. Priors
-    # can lift any row, unless they re-weight only the blended top_n (then the first max(n, top_n) suffice).
     with_priors = priors_stage.active(cfg.priors)
-    d = cfg.dedup
-    keep = None if (d.source_enabled or d.near_duplicate_enabled or d.identical_enabled) else n
-    if keep is not None and with_priors:
-        keep = max(keep, cfg.priors.top_n) if cfg.priors.top_n is not None else None
     blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
     t["blend"] = time.perf_counter() - t0
 
@@ -390,6 +391,18 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
 
     tr = _trace(cands, fused, blended, final, prior) if trace else pl.DataFrame(schema=TRACE_SCHEMA)
     return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t)
+
+
+def _blend_keep(cfg: PipelineConfig, n: int) -> int | None:
+    """How many places of each query the blend must return (None: all). Without dedup nothing below place n
+    can reach the final list. Priors can lift any row, unless they re-weight only the blended top_n (then the
+    first max(n, top_n) suffice)."""
+    d = cfg.dedup
+    if d.source_enabled or d.near_duplicate_enabled or d.identical_enabled:
+        return None
+    if priors_stage.active(cfg.priors):
+        return max(n, cfg.priors.top_n) if cfg.priors.top_n is not None else None
+    return n
 
 
 def _trace(
