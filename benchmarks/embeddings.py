@@ -89,12 +89,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads and torch threads.")
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="Which backends (torch is the reference of the ratios).")
     args = ap.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
-    embs = {b: make_embedder(backend=b, batch_size=args.batch_size) for b in BACKENDS}
+    backends = [b for b in BACKENDS if b in args.backends.split(",")]
+    embs = {b: make_embedder(backend=b, batch_size=args.batch_size) for b in backends}
     for b, e in embs.items():
         if b != "torch":
             e.threads = args.threads
@@ -110,7 +112,7 @@ def main() -> None:
                 ids = st._dense_matrix()["chunk_ids"]
                 idx = np.linspace(0, len(ids) - 1, min(args.sample, len(ids))).astype(int)
                 sample = chunk_texts(st, ids.gather(idx))
-                ts: dict[str, list[float]] = {b: [] for b in BACKENDS}
+                ts: dict[str, list[float]] = {b: [] for b in backends}
                 for e in embs.values():
                     e.embed(sample[:16])
                 for _ in range(args.repeats):
@@ -126,10 +128,10 @@ def main() -> None:
                 for b, e in embs.items():
                     nd[b] = ndcg(st, ds, chunk_vectors(st, name, b, e, Path(args.vec_cache)), e)
                     print(f"{name} {b}: nDCG@10 {nd[b]:.4f}", file=sys.stderr, flush=True)
-            for b in BACKENDS:
-                cos = (vecs[b] * vecs["torch"]).sum(axis=1) if vecs else np.array([np.nan])
+            for b in backends:
+                cos = (vecs[b] * vecs["torch"]).sum(axis=1) if "torch" in vecs else np.array([np.nan])
                 rows.append((name, b, len(vecs.get(b, [])), rate.get(b, np.nan), rate.get(b, np.nan) / rate.get("torch", np.nan),
-                             cos.min(), cos.mean(), nd.get(b), (nd[b] - nd["torch"]) if b in nd else None))
+                             cos.min(), cos.mean(), nd.get(b), (nd[b] - nd["torch"]) if b in nd and "torch" in nd else None))
     load = os.getloadavg()
     print(f"Load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs; "
           f"threads {args.threads}, batch size {args.batch_size}\n")

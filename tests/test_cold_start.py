@@ -49,3 +49,26 @@ def test_hybrid_search_with_onnx_imports_no_torch(tmp_path, corpus_file, embedde
     with Store(store, embedder=embedder) as st:
         st.ingest(load_corpus(corpus_file))
     assert _imports_after(["search", "deploy refused", "--store", str(store), "--mode", "hybrid"]) == []
+
+
+def test_bound_parameters_keep_their_values_without_importing_pandas(tmp_path, corpus_file):
+    """`bind_without_pandas` (what `hrt search` asks for): values bind exactly as before and pandas stays out;
+    once pandas is imported, its NaT still binds as NULL (DuckDB's own check runs again)."""
+    store = tmp_path / "p.duckdb"
+    with Store(store) as st:
+        st.ingest(load_corpus(corpus_file), embed=False)
+    code = (
+        "import sys, datetime\nfrom toolkit.store import Store, bind_without_pandas\nbind_without_pandas()\n"
+        f"st = Store({str(store)!r}, read_only=True)\n"
+        "row = st.con.execute('SELECT ?, ?, ?, ?, ?, ?', ['x', 7, 2.5, None, [1, 2], datetime.date(2024, 1, 2)]).fetchone()\n"
+        "assert row == ('x', 7, 2.5, None, [1, 2], datetime.date(2024, 1, 2)), row\n"
+        "assert 'pandas' not in sys.modules and 'pyarrow.dataset' not in sys.modules\n"
+        "assert len(st.lexical_search_sql(__import__('polars').DataFrame({'qid': ['q'], 'text': ['deploy']}), top_k=3)) > 0\n"
+        "assert 'pandas' not in sys.modules\n"
+        "import pandas\n"
+        "assert st.con.execute('SELECT ? IS NULL', [pandas.NaT]).fetchone() == (True,)\n"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok"]
