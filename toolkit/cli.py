@@ -509,7 +509,7 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
 @click.option("--config", default="learned", show_default=True, help="Config whose retrieval settings make the candidates.")
 @click.option("--holdout", default=0.2, show_default=True, type=click.FloatRange(0.0, 0.9), help="Share of each collection's queries held out for early stopping, the report and calibration.")
 @click.option("--rounds", default=400, show_default=True, type=click.IntRange(1), help="Most trees (early stopping picks fewer).")
-@click.option("--prior", default=2.0, show_default=True, type=click.FloatRange(0.0), help="Weight of plain RRF the trees start from (0: none).")
+@click.option("--prior", default=0.0, show_default=True, type=click.FloatRange(0.0), help="Weight of plain RRF the trees start from (0: none).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--force", is_flag=True, help="Allow training on the test split (every test number is then meaningless).")
 def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdout, rounds, prior, seed, force) -> None:
