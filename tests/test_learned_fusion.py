@@ -100,7 +100,7 @@ def test_default_features_leave_out_collection_identity():
     assert mono["vec_gap"] == -1 and mono["lex_z"] == 1 and mono["cov_rel"] == 1
 
 
-def test_pseudo_queries_label_their_source_document(store):
+def test_pseudo_queries_label_their_source_document(store, dataset, tmp_path):
     from toolkit.train_fusion import collect_pseudo
 
     data, qrels = collect_pseudo(store, 4, min_words=8, name="tiny~pseudo")
@@ -108,6 +108,9 @@ def test_pseudo_queries_label_their_source_document(store):
     assert data.group_by("qid").agg(pl.col("label").sum())["label"].max() == 1  # one source document per query
     found = data.filter(pl.col("label") == 1).join(qrels, on=["qid", "doc_id"])
     assert len(found) >= 3 and set(ltr_features.FEATURE_NAMES) <= set(data.columns)
+    # Training with an unjudged collection's pseudo-queries beside the judged ones.
+    rep = train_fusion([(store, dataset, 1)], tmp_path / "p.json", rounds=5, holdout=0.25, progress=False, pseudo_stores=[store], pseudo=4)
+    assert set(rep.collections) == {"tiny", "l~pseudo0"} and rep.collections["l~pseudo0"]["queries"] == 4
 
 
 def _synthetic(seed: int = 0, n_q: int = 60, n_d: int = 30, collection: str = "syn") -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -10,10 +10,9 @@ trained on the training queries with early stopping on the held-out ones (nDCG@1
 queries then give the report's gain (against plain RRF and each list alone, all evaluated with
 `metrics.evaluate` over every judged held-out query) and the calibrator's data (`calibration.py`, fitted
 on held-out predictions only). The shipped model is then refitted on all queries with the number of
-trees early stopping chose. By default the trees read only `TRANSFER_FEATURES` and start from zero;
-`prior` > 0 starts them from prior x 30 x plain RRF instead (both chosen leave-one-collection-out on the
-dev splits, benchmarks/RESULTS.md: with the relative features, a prior of 1 or 2 no longer helped).
-Monotone constraints hold a model to "a better list rank or more query terms never hurts"
+trees early stopping chose. The trees read `DEFAULT_FEATURES` and start from 2 x 30 x plain RRF
+(`prior`), so where they know nothing the order is RRF's (both chosen leave-one-collection-out on the dev
+splits over 5 seeds, benchmarks/RESULTS.md). Monotone constraints hold a model to "a better list rank or more query terms never hurts"
 (`ltr_features.FEATURES`). Collections are weighted so that a large one (LoCoMo's 761
 queries) does not drown the small ones: per-query weight (largest / own size) ** `balance`.
 """
@@ -39,10 +38,13 @@ from .metrics import evaluate
 from .pipeline import prepare
 
 BASELINES = {"rrf": "rrf", "lexical": "lex_rr", "dense": "vec_rr"}  # feature whose order is the baseline
-# The features a model reads by default: list ranks, per-query relative scores and text matches. Raw BM25
-# scores, cosines, IDFs, lengths and every query-level feature are left out: they tell the trees which
-# collection a query comes from, and a model that keys on that fails on a collection it never saw
-# (leave-one-collection-out on the dev splits, benchmarks/RESULTS.md "Learned fusion").
+# The features a model reads by default: the first 38 (every feature but the per-query relative twins).
+DEFAULT_FEATURES = [f for f in ltr_features.FEATURE_NAMES if f not in ltr_features.RELATIVE_FEATURES]
+# A portable alternative: list ranks, per-query relative scores and text matches, without raw BM25 scores,
+# cosines, IDFs, lengths or query-level features (which tell the trees which collection a query comes
+# from). Leave-one-collection-out over 5 seeds it did NOT beat DEFAULT_FEATURES with the RRF prior (dev
+# 0.606 vs 0.613 mean nDCG@10, test 0.608 vs 0.610; benchmarks/RESULTS.md "Learned fusion"), so it is
+# an option (`fit(features=TRANSFER_FEATURES, prior=0)`), used with pseudo-queries in the benchmark.
 TRANSFER_FEATURES = [
     "lex_rr", "vec_rr", "lex_ratio", "lex_norm", "vec_norm", "rrf", "best_rr", "both", "n_lists_share",
     "coverage", "idf_coverage", "chunk_coverage", "proximity", "tech_match", "doc_len_rel",
@@ -209,12 +211,12 @@ def _routed_rrf(d: pl.DataFrame, rt: dict) -> np.ndarray:
 
 def fit(
     data: pl.DataFrame, qrels: pl.DataFrame, *, features: list[str] | None = None, seed: int = 0,
-    holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, prior: float = 0.0, rel_threshold: dict[str, int] | None = None,
+    holdout: float = 0.2, rounds: int = 400, balance: float = 0.5, prior: float = 2.0, rel_threshold: dict[str, int] | None = None,
     params: dict[str, Any] | None = None, progress: bool = False,
 ) -> tuple[FusionModel, FusionTrainReport]:
     """Train on `data` (from `collect`, one or several collections concatenated); see the module doc."""
     lgb = _lightgbm()
-    features = features or list(TRANSFER_FEATURES)
+    features = features or list(DEFAULT_FEATURES)
     rel_threshold = rel_threshold or {}
     if not 0.0 <= holdout < 1.0:
         raise InputError(f"holdout {holdout}: expected a share in [0, 1)")
@@ -297,10 +299,14 @@ def fit(
 def train_fusion(
     sources: list[tuple[Any, str | Path, int]], out: str | Path, *, split: str = "dev",
     config: str | PipelineConfig = "learned", seed: int = 0, holdout: float = 0.2, rounds: int = 400,
-    balance: float = 0.5, prior: float = 0.0, force: bool = False, progress: bool = True,
+    balance: float = 0.5, prior: float = 2.0, force: bool = False, progress: bool = True,
+    pseudo_stores: list[Any] | None = None, pseudo: int = 300,
 ) -> FusionTrainReport:
     """Train one model on the `split` of every (open store, dataset dir, rel threshold) in `sources`, write
-    it to `out` (model JSON) and its report beside it (`<out stem>.report.json`)."""
+    it to `out` (model JSON) and its report beside it (`<out stem>.report.json`).
+
+    `pseudo_stores`: stores of collections without judgements (the one the model is meant for) whose
+    corpus gives `pseudo` pseudo-queries each as extra training data (`collect_pseudo`)."""
     if split == "test" and not force:
         raise InputError("refusing to train on the test split (train on dev, report on test); pass force=True to override")
     t0 = time.perf_counter()
@@ -317,6 +323,13 @@ def train_fusion(
         frames.append(d)
         qrels.append(q)
         thresholds[name] = rel_t
+    for i, store in enumerate(pseudo_stores or []):
+        name = f"{Path(store.path).stem}~pseudo{i}"
+        if progress:
+            print(f"features: {name} ({pseudo} pseudo-queries)", flush=True)
+        d, q = collect_pseudo(store, pseudo, config=config, name=name, seed=seed)
+        frames.append(d.select(frames[0].columns) if frames else d)
+        qrels.append(q.select(qrels[0].columns) if qrels else q)
     t_feat = time.perf_counter() - t0
     model, rep = fit(pl.concat(frames), pl.concat(qrels), seed=seed, holdout=holdout, rounds=rounds, balance=balance, prior=prior,
                      rel_threshold=thresholds, progress=progress)  # fmt: skip
