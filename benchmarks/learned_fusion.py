@@ -7,7 +7,10 @@ splits of the OTHER four, then prepare + rescore this collection's test split an
 - bm25-only, vector-only (the better of the two on test is the "single list" baseline, as in quality.py),
 - hybrid-rrf (plain RRF, k = 60, equal weights),
 - tuned (`toolkit.tune` of qmd on this collection's dev split: 40 TPE trials, 5-fold CV, fixed-setting check),
-- learned (LOO): the model trained on the other four collections,
+- learned (LOO): the model trained on the other four collections (default recipe: `DEFAULT_FEATURES`, RRF prior 2),
+- learned (LOO, portable): the same with `TRANSFER_FEATURES` and no prior,
+- learned (LOO, portable + pseudo): that, plus `--pseudo` pseudo-queries cut from this collection's corpus
+  (label-free: no judgement of the target is read),
 - routed RRF (LOO): plain RRF with the LOO model's router weighting BM25 vs dense per query,
 - learned (own dev): a model trained on this collection's dev split only (in-collection reference).
 
@@ -37,11 +40,11 @@ from toolkit.compare import compare
 from toolkit.config import load_config
 from toolkit.learned_fusion import scored_for
 from toolkit.loaders import Dataset
-from toolkit.ltr_features import FEATURE_NAMES
+from toolkit.ltr_features import RELATIVE_FEATURES
 from toolkit.metrics import evaluate
 from toolkit.pipeline import prepare, rescore
 from toolkit.store import Store
-from toolkit.train_fusion import collect, fit
+from toolkit.train_fusion import DEFAULT_FEATURES, TRANSFER_FEATURES, collect, collect_pseudo, fit
 from toolkit.tune import tune
 
 MEASURES = ["nDCG@10", "R@5"]
@@ -55,13 +58,15 @@ def dataset_dir(name: str, shared: Path) -> Path:
 
 # Feature sets compared by `--select` (leave-one-collection-out on the DEV splits, never on test).
 RAW_SCALE = {"lex_score", "q_idf_mean", "q_idf_max", "doc_len", "doc_chunks", "chunk_ord", "q_terms", "q_tokens"}
+RELATIVE = set(RELATIVE_FEATURES)  # per-query twins
+OLD_FEATURES = list(DEFAULT_FEATURES)  # the 38 of the first recipe, still the default
 FEATURE_SETS = {
-    "all": list(FEATURE_NAMES),
-    "portable": [f for f in FEATURE_NAMES if f not in RAW_SCALE],
-    "lists+text": ["lex_rr", "lex_norm", "lex_ratio", "vec_rr", "vec_score", "vec_norm", "vec_ratio", "best_rr", "rrf", "both",
-                   "coverage", "idf_coverage", "chunk_coverage", "proximity", "tech_match", "doc_len_rel"],
-}  # fmt: skip
-PARAM_SETS = {"leaves15": {}, "leaves7": {"num_leaves": 7, "min_data_in_leaf": 80}}
+    "transfer": list(TRANSFER_FEATURES),  # the default
+    "transfer-old": [f for f in TRANSFER_FEATURES if f not in RELATIVE],  # without the per-query relative twins
+    "all": OLD_FEATURES,  # the first recipe's 38
+    "portable": [f for f in OLD_FEATURES if f not in RAW_SCALE],
+}
+PARAM_SETS = {"leaves15": {}}  # 4, 7 and 31 leaves and stronger L2 were tried: none better (RESULTS.md)
 PRIORS = (0.0, 2.0)
 
 
@@ -103,6 +108,7 @@ def main() -> None:
     ap.add_argument("--tune-budget", type=int, default=40, help="TPE trials for the tuned row (0: no tuned row).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", default=None, help="Also write the tables to this file.")
+    ap.add_argument("--pseudo", type=int, default=300, help="Pseudo-queries of the target corpus for the adapted row (0: no row).")
     ap.add_argument("--select", action="store_true", help="Only compare feature/parameter sets, LOO on the dev splits.")
     args = ap.parse_args()
     shared, stores, work = Path(args.shared), Path(args.stores), Path(args.workdir)
@@ -143,6 +149,9 @@ def main() -> None:
         loo, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds)
         t_loo = time.perf_counter() - t
         loo_path = loo.save(work / f"loo-{target}.json")
+        port, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds,
+                      features=TRANSFER_FEATURES, prior=0.0)  # fmt: skip
+        port_path = port.save(work / f"loo-portable-{target}.json")
         own, _ = fit(dev[target], dev_q[target], seed=args.seed, rel_threshold=thresholds)
         own_path = own.save(work / f"own-{target}.json")
         ds = Dataset.open(dataset_dir(target, shared))
@@ -153,11 +162,18 @@ def main() -> None:
             "vector-only": load_config("vector-only"),
             "hybrid-rrf": load_config("hybrid-rrf"),
             "learned (LOO)": base.with_updates({"fusion.model": str(loo_path)}),
+            "learned (LOO, portable)": base.with_updates({"fusion.model": str(port_path)}),
             "routed RRF (LOO)": load_config("hybrid-rrf").with_updates({"fusion.router": True, "fusion.model": str(loo_path)}),
             "learned (own dev)": base.with_updates({"fusion.model": str(own_path)}),
         }
         rows = []
         with Store(stores / f"{target}.duckdb") as st:
+            if args.pseudo:  # label-free adaptation: the target corpus's own pseudo-queries join the training data
+                pd_, pq_ = collect_pseudo(st, args.pseudo, config=base, name=f"{target}~pseudo", seed=args.seed)
+                adapted, _ = fit(pl.concat([dev[n] for n in others] + [pd_.select(dev[target].columns)]),
+                                 pl.concat([dev_q[n] for n in others] + [pq_.select(dev_q[target].columns)]), seed=args.seed, rel_threshold=thresholds,
+                                 features=TRANSFER_FEATURES, prior=0.0)  # fmt: skip
+                configs["learned (LOO, portable + pseudo)"] = base.with_updates({"fusion.model": str(adapted.save(work / f"loo-pseudo-{target}.json"))})
             if args.tune_budget:
                 tuned_path = work / f"tuned-{target}.yaml"
                 if not tuned_path.exists():
@@ -168,7 +184,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 res = rescore(prep, cfg, trace=False)
                 first = time.perf_counter() - t0
-                if label.startswith("learned"):
+                if label in ("learned (LOO)", "learned (own dev)"):
                     slider = []
                     for bucket in (0.7, 0.6, 0.5):  # a slider change: the model's scores are reused
                         c2 = cfg.with_updates({"rerank.buckets": [[3, bucket], [10, 0.6], [float("inf"), 0.4]]})
@@ -197,7 +213,7 @@ def main() -> None:
         vs_rrf = compare(long, "hybrid-rrf").select("system", "measure", pl.col("p_holm").alias("p_rrf"))
         say(f"\n### {target} (test, {per['qid'].n_unique()} queries; LOO model trained on {', '.join(others)} dev in {t_loo:.1f}s)\n",
             "| system | nDCG@10 | p vs single | p vs RRF | R@5 | p vs single | p vs RRF |", "|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
-        order = ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "routed RRF (LOO)", "learned (own dev)"]
+        order = ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "learned (LOO, portable)", "learned (LOO, portable + pseudo)", "routed RRF (LOO)", "learned (own dev)"]
         for s in [o for o in order if o in means["system"].to_list()]:
             cells = []
             for m in MEASURES:
@@ -213,18 +229,20 @@ def main() -> None:
     sm = pl.DataFrame(summary)
     say("\n### Summary: nDCG@10 on each test split\n")
     wide = sm.pivot(on="system", index="collection", values="nDCG@10")
-    cols = [c for c in ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "routed RRF (LOO)", "learned (own dev)"] if c in wide.columns]
+    cols = [c for c in ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "learned (LOO, portable)", "learned (LOO, portable + pseudo)", "routed RRF (LOO)", "learned (own dev)"] if c in wide.columns]
     say("| collection | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols))
     for r in wide.iter_rows(named=True):
         say(f"| {r['collection']} | " + " | ".join(f"{r[c]:.4f}" for c in cols) + " |")
-    better = lambda a, b: sum(  # noqa: E731
-        1 for c in names
-        if sm.filter((pl.col("collection") == c) & (pl.col("system") == a))["nDCG@10"][0]
-        > max(sm.filter((pl.col("collection") == c) & pl.col("system").is_in(b))["nDCG@10"])
-    )  # fmt: skip
-    say(f"\nlearned (LOO) beats the better single list on {better('learned (LOO)', ['bm25-only', 'vector-only'])}/{len(names)}, "
-        f"plain RRF on {better('learned (LOO)', ['hybrid-rrf'])}/{len(names)}; routed RRF (LOO) beats plain RRF on "
-        f"{better('routed RRF (LOO)', ['hybrid-rrf'])}/{len(names)}")  # fmt: skip
+
+    def wins(system: str, peers: list[str], m: str) -> int:
+        """Collections where `system` beats the best of `peers` on measure `m`."""
+        value = lambda c, systems: sm.filter((pl.col("collection") == c) & pl.col("system").is_in(systems))[m].max()  # noqa: E731
+        return sum(1 for c in names if value(c, [system]) > value(c, peers))
+
+    for m in MEASURES:
+        say(f"\n{m}, wins over the better single list / plain RRF:")
+        for s_ in [c for c in cols if c.startswith(("learned", "routed"))]:
+            say(f"- {s_}: {wins(s_, ['bm25-only', 'vector-only'], m)}/{len(names)} / {wins(s_, ['hybrid-rrf'], m)}/{len(names)}")
 
     say("\n### Calibration: ECE of score_prob over every scored test candidate (10 bins)\n",
         "| collection | model | ECE | mean score_prob | share relevant |", "|---|---|---:|---:|---:|")  # fmt: skip

@@ -79,6 +79,40 @@ def test_features_live_in_the_stage_cache_and_old_caches_gain_them(store):
     assert "ltr_features" in store.get_frames(key)
 
 
+def test_relative_features_are_per_query_and_scale_free(store):
+    f = prepare(store, QUERIES, load_config("hybrid-rrf")).ltr_features
+    per_q = f.group_by("qid").agg(pl.col("cov_rel").max(), pl.col("coverage").max(), pl.col("idfcov_pct").max(), pl.col("vec_gap").min())
+    assert (per_q.filter(pl.col("coverage") > 0)["cov_rel"] == 1.0).all()  # the query's best coverage is 1
+    assert (per_q["idfcov_pct"] == 1.0).all() and (per_q["vec_gap"].abs() < 1e-12).all()  # the top cosine has gap 0
+    assert (f.filter(pl.col("lex_rr") == 0)["lex_z"] == -3.0).all() and (f.filter(pl.col("vec_rr") == 0)["vec_gap"] == 1.0).all()
+    # Doubling every BM25 score of a query (another collection's scale) leaves its z-scores unchanged.
+    orig = f.filter(pl.col("lex_rr") > 0).select("qid", "doc_id", "lex_z")
+    scaled = ltr_features._relative(f.with_columns(pl.col("lex_score") * 2.0))
+    assert scaled.filter(pl.col("lex_rr") > 0).select("qid", "doc_id", "lex_z").equals(orig)
+
+
+def test_default_features_leave_out_collection_identity():
+    from toolkit.train_fusion import TRANSFER_FEATURES
+
+    mono = dict(ltr_features.FEATURES)
+    assert set(TRANSFER_FEATURES) <= set(ltr_features.FEATURE_NAMES)
+    assert not [f for f in TRANSFER_FEATURES if f.startswith("q_") or f in ("lex_score", "vec_score", "doc_len", "doc_chunks", "chunk_ord")]
+    assert mono["vec_gap"] == -1 and mono["lex_z"] == 1 and mono["cov_rel"] == 1
+
+
+def test_pseudo_queries_label_their_source_document(store, dataset, tmp_path):
+    from toolkit.train_fusion import collect_pseudo
+
+    data, qrels = collect_pseudo(store, 4, min_words=8, name="tiny~pseudo")
+    assert data["qid"].n_unique() == qrels["qid"].n_unique() == 4 and (data["collection"] == "tiny~pseudo").all()
+    assert data.group_by("qid").agg(pl.col("label").sum())["label"].max() == 1  # one source document per query
+    found = data.filter(pl.col("label") == 1).join(qrels, on=["qid", "doc_id"])
+    assert len(found) >= 3 and set(ltr_features.FEATURE_NAMES) <= set(data.columns)
+    # Training with an unjudged collection's pseudo-queries beside the judged ones.
+    rep = train_fusion([(store, dataset, 1)], tmp_path / "p.json", rounds=5, holdout=0.25, progress=False, pseudo_stores=[store], pseudo=4)
+    assert set(rep.collections) == {"tiny", "l~pseudo0"} and rep.collections["l~pseudo0"]["queries"] == 4
+
+
 def _synthetic(seed: int = 0, n_q: int = 60, n_d: int = 30, collection: str = "syn") -> tuple[pl.DataFrame, pl.DataFrame]:
     """Candidates whose relevance follows idf_coverage while the lists' ranks are noise."""
     rng = np.random.default_rng(seed)

@@ -513,7 +513,9 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
 @click.option("--prior", default=2.0, show_default=True, type=click.FloatRange(0.0), help="Weight of plain RRF the trees start from (0: none).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--force", is_flag=True, help="Allow training on the test split (every test number is then meaningless).")
-def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdout, rounds, prior, seed, force) -> None:
+@click.option("--pseudo-store", "pseudo_stores", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Store of an unjudged collection (the one the model is for): its corpus adds --pseudo pseudo-queries to the training data.")
+@click.option("--pseudo", default=300, show_default=True, type=click.IntRange(1), help="Pseudo-queries per --pseudo-store.")
+def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdout, rounds, prior, seed, force, pseudo_stores, pseudo) -> None:
     """Train a learned fusion model (LightGBM lambdarank) on judged queries of one or more collections.
 
     Use it with `fusion.method: learned` and `fusion.model: OUT` (the `learned` preset uses the shipped
@@ -535,7 +537,9 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
             st = stack.enter_context(Store(stores[i] if stores else str(Path(".hrt") / f"{ds.name}.duckdb")))
             st.ingest(load_corpus(ds.root), progress=True)
             sources.append((st, ds.root, rel_thresholds[i] if rel_thresholds else 1))
-        rep = train_fusion(sources, out, split=split, config=config, seed=seed, holdout=holdout, rounds=rounds, prior=prior, force=force)
+        extra = [stack.enter_context(Store(p)) for p in pseudo_stores]
+        rep = train_fusion(sources, out, split=split, config=config, seed=seed, holdout=holdout, rounds=rounds, prior=prior, force=force,
+                           pseudo_stores=extra, pseudo=pseudo)  # fmt: skip
     click.echo(rep.summary())
 
 

@@ -24,7 +24,7 @@ from .config import Stemmer
 
 _STEMMERS = frozenset(get_args(Stemmer))
 
-# (name, monotone direction for LightGBM: +1 increasing, 0 free). Missing list = not retrieved:
+# (name, monotone direction for LightGBM: +1 increasing, -1 decreasing, 0 free). Missing list = not retrieved:
 # reciprocal rank 0, normalised score 0, raw score NaN (LightGBM's missing value).
 FEATURES: list[tuple[str, int]] = [
     # per list: the original query's BM25 ("lex") and dense ("vec") lists
@@ -42,8 +42,11 @@ FEATURES: list[tuple[str, int]] = [
     ("doc_len", 0), ("doc_len_rel", 0), ("doc_chunks", 0), ("chunk_ord", 0), ("chunk_pos", 0), ("source_share", 0),
     # text matches
     ("coverage", 1), ("idf_coverage", 1), ("chunk_coverage", 1), ("proximity", 1), ("tech_match", 1),
+    # the same signals relative to the query's other candidates (scale-free: what transfers across collections)
+    ("lex_z", 1), ("vec_z", 1), ("vec_gap", -1), ("cov_rel", 1), ("idfcov_rel", 1), ("idfcov_pct", 1), ("prox_rel", 1),
 ]  # fmt: skip
 FEATURE_NAMES = [f for f, _ in FEATURES]
+RELATIVE_FEATURES = ["lex_z", "vec_z", "vec_gap", "cov_rel", "idfcov_rel", "idfcov_pct", "prox_rel"]
 KEY_COLUMNS = ["qid", "doc_id", "chunk_id"]
 SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, **{f: pl.Float64 for f in FEATURE_NAMES}}
 
@@ -248,6 +251,33 @@ def _tech_match(store, pairs: pl.DataFrame, qfeat: pl.DataFrame) -> pl.DataFrame
     return pairs.select("qid", "doc_id").join(hits, on=["qid", "doc_id"], how="left").with_columns(pl.col("tech_match").fill_null(0.0))
 
 
+def _relative(out: pl.DataFrame) -> pl.DataFrame:
+    """Per-query relative twins of the list scores and text matches: a raw BM25 score or cosine means
+    something else in every collection, a z-score within the query's list or a share of the query's best
+    coverage does not. Missing from a list: z = -3, gap = 1.
+    Measured leave-one-collection-out over 5 seeds they did not beat the first 38 features (RESULTS.md), so
+    the default recipe does not read them; `train_fusion.TRANSFER_FEATURES` does."""
+
+    def z(col: str) -> pl.Expr:
+        m, sd = pl.col(col).mean().over("qid"), pl.col(col).std().over("qid")
+        zs = pl.when(sd > 0).then((pl.col(col) - m) / sd).otherwise(0.0)
+        return pl.when(pl.col(col).is_null()).then(-3.0).otherwise(zs).clip(-3.0, 3.0)
+
+    def rel(col: str) -> pl.Expr:
+        top = pl.col(col).max().over("qid")
+        return pl.when(top > 0).then(pl.col(col) / top).otherwise(0.0)
+
+    exprs = [
+        z("_ls").alias("lex_z"), z("_vs").alias("vec_z"),
+        (pl.col("q_vec_top") - pl.col("_vs")).fill_null(1.0).alias("vec_gap"),
+    ]  # fmt: skip
+    if "idf_coverage" in out.columns:  # text features (stores with a BM25 index)
+        exprs += [rel("coverage").alias("cov_rel"), rel("idf_coverage").alias("idfcov_rel"), rel("proximity").alias("prox_rel"),
+                  (pl.col("idf_coverage").rank("average").over("qid") / pl.len().over("qid")).alias("idfcov_pct")]  # fmt: skip
+    out = out.with_columns(pl.col("lex_score").fill_nan(None).alias("_ls"), pl.col("vec_score").fill_nan(None).alias("_vs"))
+    return out.with_columns(exprs).drop("_ls", "_vs")
+
+
 def candidate_features(store, queries: pl.DataFrame, candidates: pl.DataFrame, qfeat: pl.DataFrame) -> pl.DataFrame:
     """One row per (query, candidate document) with `KEY_COLUMNS` + `FEATURE_NAMES` (all Float64).
 
@@ -278,6 +308,7 @@ def candidate_features(store, queries: pl.DataFrame, candidates: pl.DataFrame, q
     out = out.join(src, on=["qid", "doc_id"], how="left").join(_tech_match(store, pairs, qfeat), on=["qid", "doc_id"], how="left")
     if "doc_len" in out.columns:  # length against the query's other candidates: comparable across collections
         out = out.with_columns((pl.col("doc_len") - pl.col("doc_len").mean().over("qid")).alias("doc_len_rel"))
+    out = _relative(out.sort("qid", "doc_id"))  # sorted first: window sums in a fixed order, the same floats each time
     for f in FEATURE_NAMES:
         if f not in out.columns:
             out = out.with_columns(pl.lit(0.0).alias(f))

@@ -10,9 +10,10 @@ trained on the training queries with early stopping on the held-out ones (nDCG@1
 queries then give the report's gain (against plain RRF and each list alone, all evaluated with
 `metrics.evaluate` over every judged held-out query) and the calibrator's data (`calibration.py`, fitted
 on held-out predictions only). The shipped model is then refitted on all queries with the number of
-trees early stopping chose. The trees start from 2 x 30 x plain RRF (`prior`; chosen leave-one-collection-out on
-the dev splits, benchmarks/RESULTS.md), so where they know nothing the order is RRF's. Monotone constraints hold a model to "a better list rank or more query terms
-never hurts" (`ltr_features.FEATURES`). Collections are weighted so that a large one (LoCoMo's 761
+trees early stopping chose. The trees read `DEFAULT_FEATURES` and start from 2 x 30 x plain RRF
+(`prior`), so where they know nothing the order is RRF's (both chosen leave-one-collection-out on the dev
+splits over 5 seeds, benchmarks/RESULTS.md). Monotone constraints hold a model to "a better list rank or more query terms never hurts"
+(`ltr_features.FEATURES`). Collections are weighted so that a large one (LoCoMo's 761
 queries) does not drown the small ones: per-query weight (largest / own size) ** `balance`.
 """
 
@@ -37,6 +38,18 @@ from .metrics import evaluate
 from .pipeline import prepare
 
 BASELINES = {"rrf": "rrf", "lexical": "lex_rr", "dense": "vec_rr"}  # feature whose order is the baseline
+# The features a model reads by default: the first 38 (every feature but the per-query relative twins).
+DEFAULT_FEATURES = [f for f in ltr_features.FEATURE_NAMES if f not in ltr_features.RELATIVE_FEATURES]
+# A portable alternative: list ranks, per-query relative scores and text matches, without raw BM25 scores,
+# cosines, IDFs, lengths or query-level features (which tell the trees which collection a query comes
+# from). Leave-one-collection-out over 5 seeds it did NOT beat DEFAULT_FEATURES with the RRF prior (dev
+# 0.606 vs 0.613 mean nDCG@10, test 0.608 vs 0.610; benchmarks/RESULTS.md "Learned fusion"), so it is
+# an option (`fit(features=TRANSFER_FEATURES, prior=0)`), used with pseudo-queries in the benchmark.
+TRANSFER_FEATURES = [
+    "lex_rr", "vec_rr", "lex_ratio", "lex_norm", "vec_norm", "rrf", "best_rr", "both", "n_lists_share",
+    "coverage", "idf_coverage", "chunk_coverage", "proximity", "tech_match", "doc_len_rel",
+    "lex_z", "vec_z", "vec_gap", "cov_rel", "idfcov_rel", "prox_rel",
+]  # fmt: skip
 DEFAULT_PARAMS: dict[str, Any] = {
     "objective": "lambdarank",
     "metric": "ndcg",
@@ -104,6 +117,25 @@ def collect(
         pl.col("rel").fill_null(0).cast(pl.Int64).alias("label"), pl.lit(name).alias("collection")
     ).drop("rel")
     return data, qrels.with_columns(pl.lit(name).alias("collection"))
+
+
+def collect_pseudo(
+    store: Any, n: int = 300, *, config: str | PipelineConfig = "learned", name: str = "pseudo", seed: int = 0, min_words: int = 12,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`collect`'s output for `n` pseudo-queries cut from the store's own chunks (`pseudo_queries.py`; the
+    source document is the one relevant answer): label-free training data from a collection with no
+    judgements. Measured leave-one-collection-out (benchmarks/RESULTS.md): they teach the model the
+    collection's own text, which helps where BM25 is strong and hurts where dense search is, because a
+    query cut from a document always shares its words; hence an option, not the default."""
+    from .pseudo_queries import pseudo_queries
+
+    chunks = store.chunks().join(store.doc_sources().select("doc_id", "scope"), on="doc_id", how="left")
+    pq, pqrels, _ = pseudo_queries(chunks, n, seed=seed, min_words=min_words)
+    prep = prepare(store, pq.select("qid", "text", "scope"), load_config(config))
+    feats = prep.ltr_features if prep.ltr_features is not None else ltr_features.empty()
+    data = feats.join(pqrels.select("qid", "doc_id", pl.col("rel").alias("label")), on=["qid", "doc_id"], how="left").with_columns(
+        pl.col("label").fill_null(0).cast(pl.Int64), pl.lit(name).alias("collection"))  # fmt: skip
+    return data, pqrels.with_columns(pl.lit(name).alias("collection"))
 
 
 def _split_queries(data: pl.DataFrame, holdout: float, seed: int) -> pl.DataFrame:
@@ -184,7 +216,7 @@ def fit(
 ) -> tuple[FusionModel, FusionTrainReport]:
     """Train on `data` (from `collect`, one or several collections concatenated); see the module doc."""
     lgb = _lightgbm()
-    features = features or list(ltr_features.FEATURE_NAMES)
+    features = features or list(DEFAULT_FEATURES)
     rel_threshold = rel_threshold or {}
     if not 0.0 <= holdout < 1.0:
         raise InputError(f"holdout {holdout}: expected a share in [0, 1)")
@@ -268,9 +300,13 @@ def train_fusion(
     sources: list[tuple[Any, str | Path, int]], out: str | Path, *, split: str = "dev",
     config: str | PipelineConfig = "learned", seed: int = 0, holdout: float = 0.2, rounds: int = 400,
     balance: float = 0.5, prior: float = 2.0, force: bool = False, progress: bool = True,
+    pseudo_stores: list[Any] | None = None, pseudo: int = 300,
 ) -> FusionTrainReport:
     """Train one model on the `split` of every (open store, dataset dir, rel threshold) in `sources`, write
-    it to `out` (model JSON) and its report beside it (`<out stem>.report.json`)."""
+    it to `out` (model JSON) and its report beside it (`<out stem>.report.json`).
+
+    `pseudo_stores`: stores of collections without judgements (the one the model is meant for) whose
+    corpus gives `pseudo` pseudo-queries each as extra training data (`collect_pseudo`)."""
     if split == "test" and not force:
         raise InputError("refusing to train on the test split (train on dev, report on test); pass force=True to override")
     t0 = time.perf_counter()
@@ -287,6 +323,13 @@ def train_fusion(
         frames.append(d)
         qrels.append(q)
         thresholds[name] = rel_t
+    for i, store in enumerate(pseudo_stores or []):
+        name = f"{Path(store.path).stem}~pseudo{i}"
+        if progress:
+            print(f"features: {name} ({pseudo} pseudo-queries)", flush=True)
+        d, q = collect_pseudo(store, pseudo, config=config, name=name, seed=seed)
+        frames.append(d.select(frames[0].columns) if frames else d)
+        qrels.append(q.select(qrels[0].columns) if qrels else q)
     t_feat = time.perf_counter() - t0
     model, rep = fit(pl.concat(frames), pl.concat(qrels), seed=seed, holdout=holdout, rounds=rounds, balance=balance, prior=prior,
                      rel_threshold=thresholds, progress=progress)  # fmt: skip
