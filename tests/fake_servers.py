@@ -8,6 +8,7 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
 - "500": HTTP 500.  "slow": sleep `delay_s` before answering.  "malformed": invalid JSON.
 - "wrong_shape": valid JSON of the wrong shape.  "out_of_range": a result index past the last document.
 - "partial": rerank answers only the even-indexed documents.
+- "nan": rerank scores the even-indexed documents NaN, every third +Infinity (JSON as Python writes it).
 - embeddings (`/v1/embeddings`): "good" answers `embed_fake(text, dim)` per input (dim = `dimensions` of the
   request, else `embed_dim`), items in reverse order; "wrong_dim" answers one component more than asked.
 - "trickle": HTTP 200 with a long body sent a few bytes at a time (`trickle_bytes` every `trickle_every_s`,
@@ -161,6 +162,12 @@ class FakeServer:
             results.append({"index": len(docs), "relevance_score": 0.5})
         if mode == "partial":
             results = [r for r in results if r["index"] % 2 == 0]
+        if mode == "nan":
+            for r in results:
+                if r["index"] % 2 == 0:
+                    r["relevance_score"] = float("nan")
+                elif r["index"] % 3 == 0:
+                    r["relevance_score"] = float("inf")
         return 200, json.dumps({"model": body.get("model"), "results": results}).encode()
 
     def _embeddings(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:

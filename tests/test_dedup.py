@@ -140,3 +140,39 @@ def test_no_source_repeats_while_an_unseen_source_is_available(srcs, n, per):
         assert in_list == sorted(in_list, key=lambda d: int(d[1:]))  # a source's results keep their order
     sc = kept["score"].to_list()
     assert all(a > b for a, b in zip(sc, sc[1:], strict=False))
+
+
+def test_chunk_level_identical_chunks_collapse_where_documents_differ(tmp_path, embedder):
+    """At `retrieval.level: chunk` a copy is a byte-identical chunk: the README five packages ship, also quoted
+    as one section of a longer guide, is one result that lists the other five sources. At document level the
+    guide is a different document and stays a result of its own."""
+    import json
+
+    from toolkit.config import load_config
+    from toolkit.loaders import load_corpus
+    from toolkit.pipeline import prepare, rescore
+    from toolkit.store import IndexSettings, Store
+
+    readme = "Avahi facilitates service discovery on a local network via the mDNS/DNS-SD protocol suite."
+    guide = readme + "\n\n" + "".join(f"Printer sharing over CUPS, case {i}, needs port 631 open. " for i in range(8))
+    pkgs = ("avahi-daemon", "avahi-utils", "libavahi-client3", "libavahi-common3", "avahi-autoipd")
+    docs = [{"_id": f"{p}/README", "title": "README", "text": readme, "metadata": {"source": p}} for p in pkgs]
+    docs.append({"_id": "guide", "title": "Network guide", "text": guide, "metadata": {"source": "guide"}})
+    docs.append({"_id": "other", "title": "Lunch", "text": "The team lunch moved to Thursday.", "metadata": {"source": "chat"}})
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = pl.DataFrame({"qid": ["q"], "text": ["avahi mDNS service discovery"]})
+    chunk, doc = (load_config("default").with_updates({"retrieval.level": lv}) for lv in ("chunk", "document"))
+    with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(tmp_path / "c.jsonl"), settings=IndexSettings(chunk_size=100, chunk_overlap=0))
+        copies = st.chunk_copies()
+        assert copies["text_hash"].n_unique() == 1 and set(copies["doc_id"]) == {*(f"{p}/README" for p in pkgs), "guide"}
+        by_chunk, by_doc = rescore(prepare(st, queries, chunk), chunk), rescore(prepare(st, queries, doc), doc)
+
+    row = by_chunk.final.row(0, named=True)
+    assert row["chunk_id"] in set(copies["chunk_id"]) and "duplicates_collapsed" in row["flags"]
+    assert len(row["also_in"]) == 5 and row["source"] not in row["also_in"]
+    assert by_chunk.final["doc_id"].is_in(copies["doc_id"].implode()).sum() == 1
+    assert len(by_chunk.removed.filter(pl.col("reason") == "identical")) == 5
+    # Document level: the five README files are one result; the guide (another text) is its own.
+    assert by_doc.final["doc_id"].str.ends_with("/README").sum() == 1 and "guide" in by_doc.final["doc_id"].to_list()
+    assert "guide" not in by_doc.final.filter(pl.col("doc_id").str.ends_with("/README"))["also_in"].item()

@@ -247,6 +247,24 @@ def test_each_reranker_fault_is_visible_in_result_trace_and_output(lexical_store
     assert doc["providers"] == {"reranker": "fallback", "expander": "none", "embedder": "off", "warnings": [line]}
 
 
+def test_nan_and_inf_rerank_scores_fall_back_to_the_retrieval_order(lexical_store, fake_server):
+    """A provider answering NaN or Infinity (Python's JSON reads both) is a broken answer: the query keeps the
+    retrieval order, says so like any other provider fault, and no poisoned score reaches the output."""
+    from toolkit.pipeline import run_pipeline
+
+    fake_server.mode = "nan"
+    cfg = _http_cfg(**{"rerank.provider": "http", "rerank.url": fake_server.rerank_url, "rerank.top_n": 6})
+    plain = _http_cfg()
+    with Store(lexical_store, read_only=True) as st:
+        res, base = run_pipeline(st, _queries(), cfg), run_pipeline(st, _queries(), plain)
+    assert res.final["score"].is_finite().all() and len(res.final)
+    assert set(res.per_query["reranker"]) == {"fallback"}
+    notes = [n for ns in res.per_query["provider_notes"].to_list() for n in ns]
+    assert notes and all("reranker unavailable" in n and "retrieval order kept" in n for n in notes), notes
+    assert res.final["flags"].list.contains("reranker_fallback").all()
+    assert res.final.select("qid", "doc_id", "rank").equals(base.final.select("qid", "doc_id", "rank"))
+
+
 def test_working_reranker_and_expander_report_ok(lexical_store, fake_server):
     from toolkit.pipeline import run_pipeline
 

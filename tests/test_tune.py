@@ -244,3 +244,25 @@ def test_other_refusals(tmp_path, store, dataset):
     bad.write_text("rerank.model: [a, b]\n")
     with pytest.raises(InputError, match=r"space.yaml: rerank.model: changes the cached"):
         tune(store, dataset, space=bad, progress=False)
+
+
+
+def test_without_a_base_tuning_starts_from_the_default_preset(tmp_path, store, dataset):
+    """`tune` and `hrt tune` without a base start from `default`, the preset search, run and the lab use,
+    so a tuned file is judged against what a user gets out of the box (not against qmd)."""
+    space = {"fusion.rrf_k": [30, 60]}
+    best, rep = tune(store, dataset, space=space, method="grid", folds=2, progress=False, out=tmp_path / "t.yaml")
+    assert rep.base == "default" and rep.chosen == "base"
+    assert best.adapt == load_config("default").adapt and best.guard == load_config("default").guard
+
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    (tmp_path / "space.yaml").write_text("fusion.rrf_k: [30, 60]\n")
+    r = CliRunner().invoke(main, ["tune", "--dataset", str(dataset), "--store", str(tmp_path / "cli.duckdb"),
+                                  "--out", str(tmp_path / "cli.yaml"), "--space", str(tmp_path / "space.yaml"),
+                                  "--method", "grid", "--folds", "2"])
+    assert r.exit_code == 0, r.output
+    assert "held-out gain over default:" in r.output
+    assert json.loads((tmp_path / "cli.report.json").read_text())["base"] == "default"

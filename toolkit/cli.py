@@ -395,7 +395,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 @main.command()
 @click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
 @click.option("--split", default="dev", show_default=True, help="Split to tune on (test is refused unless --force).")
-@click.option("--base", default="qmd", show_default=True, help="Config to start from (preset name or path).")
+@click.option("--base", default=None, help="Config to start from (preset name or path; default: the `default` preset).")
 @click.option("--space", default=None, type=click.Path(exists=True, dir_okay=False), help="Search space YAML (default: fusion fields).")
 @click.option("--method", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
 @click.option("--budget", default=40, show_default=True, help="Number of trials.")
@@ -416,6 +416,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     cross-validation over queries. The base is kept unless the tuned procedure beats it on held-out folds
     by more than noise (p < --alpha); the output says which rule decided, every field changed, and the
     held-out gain with its 95% interval. Writes a config `hrt run --config` loads."""
+    from .config import DEFAULT_PRESET
     from .loaders import Dataset, load_corpus
     from .store import Store
     from .tune import tune as run_tune
@@ -425,7 +426,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     with Store(store_path) as st:
         st.ingest(load_corpus(ds.root), progress=True)
         _, rep = run_tune(
-            st, ds.root, split=split, base=base, space=space, method=method, budget=budget, measure=measure,
+            st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,
             folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors, alpha=alpha,
         )
     d = rep.to_dict()

@@ -49,6 +49,8 @@ from .redact import looks_like_secret, url_credentials
 
 SCHEMA_VERSION = 1
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+# The preset used wherever no config is named (`hrt search`, `hrt run --mode hybrid`, `hrt tune`, the lab).
+DEFAULT_PRESET = "default"
 
 # DuckDB FTS stemmers (PRAGMA create_fts_index `stemmer`), plus "none".
 # fmt: off

@@ -229,19 +229,22 @@ def dedup(
     vectors: pl.DataFrame | None = None,
     n: int,
     depth: int | None = None,
+    chunk_copies: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(kept, removed). kept = the input columns plus `source` and `flags`, at most n rows per query,
     ranks renumbered 1..n; removed = [qid, doc_id, chunk_id, rank, reason, kept_instead] with reason
     "near_duplicate" or "source_limit" (a result of the original top n pushed out by the source limit).
 
     `vectors` [chunk_id, vec] is needed when near-duplicate removal is on; `depth` (default max(3n, 50))
-    is how many top results per query are compared.
+    is how many top results per query are compared. `chunk_copies` [chunk_id, text_hash, source]
+    (`Store.chunk_copies`) makes results chunks: copies are then identical chunks, not identical documents
+    (two chunks of one document are not copies of each other).
     """
     depth = depth or max(3 * n, 50)
     ordered = in_rank_order(ranked)
     r = ranked if ordered else ranked.sort("qid", "rank")
-    hashes = doc_source is not None and "text_hash" in doc_source.columns
-    identical = cfg.identical_enabled and hashes
+    copies = _copy_keys(doc_source, chunk_copies)
+    identical = cfg.identical_enabled and copies is not None
     passthrough = not (cfg.near_duplicate_enabled or cfg.source_enabled or identical)
     if passthrough and ordered:  # nothing can be removed: the top n as they are (ranks already 1..n)
         r = r.filter(pl.col("rank") <= n)
@@ -261,7 +264,7 @@ def dedup(
     removed: list[pl.DataFrame] = []
 
     if identical and len(r):
-        r, gone = _collapse_identical(r, doc_source)
+        r, gone = _collapse_identical(r, copies)
         removed.append(gone)
 
     if cfg.near_duplicate_enabled and len(r):
@@ -285,7 +288,7 @@ def dedup(
             r = r.join(dups.select("qid", "doc_id"), on=["qid", "doc_id"], how="anti", maintain_order="left")
 
     if (identical or cfg.near_duplicate_enabled) and len(r):
-        r = _also_in(r, doc_source, removed, copies=identical)
+        r = _also_in(r, doc_source, removed, copies if identical else None)
 
     if cfg.source_enabled and len(r):
         r, pushed = _source_pass(r, cfg, n)
@@ -305,11 +308,23 @@ def dedup(
     return kept, rem
 
 
-def _collapse_identical(r: pl.DataFrame, doc_source: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _copy_keys(doc_source: pl.DataFrame | None, chunk_copies: pl.DataFrame | None) -> pl.DataFrame | None:
+    """[doc_id or chunk_id, text_hash, source]: what a result is (its chunk for chunk results, else its
+    document) with its content hash; None when the store gave no hashes. One frame, so identical documents
+    and identical chunks collapse by the same code."""
+    src = pl.coalesce(pl.col("source").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).alias("source")
+    if chunk_copies is not None:
+        return chunk_copies.select(pl.col("chunk_id").cast(pl.Utf8), pl.col("text_hash").cast(pl.Utf8), src)
+    if doc_source is None or "text_hash" not in doc_source.columns:
+        return None
+    return doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("text_hash").cast(pl.Utf8), src).unique("doc_id")
+
+
+def _collapse_identical(r: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Keep the best-ranked of each query's results with the same text hash (rows sorted by qid, rank)."""
-    h = doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("text_hash").cast(pl.Utf8)).unique("doc_id")
-    grp = [pl.col("qid"), pl.coalesce(pl.col("text_hash"), pl.col("doc_id"))]
-    r = r.join(h, on="doc_id", how="left", maintain_order="left").with_columns(
+    on = copies.columns[0]
+    grp = [pl.col("qid"), pl.coalesce(pl.col("text_hash"), pl.col(on))]
+    r = r.join(copies.select(on, "text_hash"), on=on, how="left", maintain_order="left").with_columns(
         (pl.int_range(pl.len()).over(grp) > 0).alias("_copy"), pl.col("doc_id").first().over(grp).alias("_first")
     )
     gone = r.filter("_copy").select(
@@ -319,17 +334,18 @@ def _collapse_identical(r: pl.DataFrame, doc_source: pl.DataFrame) -> tuple[pl.D
 
 
 def _also_in(
-    r: pl.DataFrame, doc_source: pl.DataFrame | None, removed: list[pl.DataFrame], *, copies: bool
+    r: pl.DataFrame, doc_source: pl.DataFrame | None, removed: list[pl.DataFrame], copies: pl.DataFrame | None
 ) -> pl.DataFrame:
     """Add `also_in` (sorted sources where the result's text also lives: every identical copy in the store,
     and the near-duplicates removed in its favour) and flag `duplicates_collapsed` where it is not empty."""
+    on = copies.columns[0] if copies is not None else "doc_id"
+    mine = r.select("qid", *dict.fromkeys(["doc_id", on]), "source")
     parts = []
-    if copies and doc_source is not None:
-        ds = doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("source").cast(pl.Utf8), pl.col("text_hash").cast(pl.Utf8))
-        ds = ds.with_columns(pl.coalesce("source", "doc_id").alias("source"))
-        mine = r.select("qid", "doc_id", "source").join(ds.select("doc_id", "text_hash"), on="doc_id", how="left")
-        copies = mine.join(ds.select("text_hash", pl.col("source").alias("other")), on="text_hash", how="inner")
-        parts.append(copies.select("qid", "doc_id", "source", "other"))
+    if copies is not None:
+        same = mine.join(copies.select(on, "text_hash"), on=on, how="inner").join(
+            copies.select("text_hash", pl.col("source").alias("other")), on="text_hash", how="inner"
+        )
+        parts.append(same.select("qid", on, "source", "other"))
     near = [x for x in removed if len(x) and (x["reason"] == "near_duplicate").any()]
     if near:
         src = (
@@ -339,16 +355,16 @@ def _also_in(
         )
         nd = pl.concat(near).filter(pl.col("reason") == "near_duplicate").join(src, on="doc_id", how="left")
         nd = nd.select("qid", pl.col("kept_instead").alias("doc_id"), pl.coalesce("source", "doc_id").alias("other"))
-        parts.append(nd.join(r.select("qid", "doc_id", "source"), on=["qid", "doc_id"], how="inner").select("qid", "doc_id", "source", "other"))
+        parts.append(nd.join(mine, on=["qid", "doc_id"], how="inner").select("qid", on, "source", "other"))
     if not parts:
         return r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("also_in"))
     also = (
         pl.concat(parts)
         .filter(pl.col("other") != pl.col("source"))
-        .group_by("qid", "doc_id")
+        .group_by("qid", on)
         .agg(pl.col("other").unique().sort().alias("also_in"))
     )
-    r = r.join(also, on=["qid", "doc_id"], how="left", maintain_order="left").with_columns(
+    r = r.join(also, on=["qid", on], how="left", maintain_order="left").with_columns(
         pl.col("also_in").fill_null(pl.lit([], pl.List(pl.Utf8)))
     )
     return r.with_columns(_add_flag(pl.col("flags"), pl.col("also_in").list.len() > 0, COLLAPSED).alias("flags"))

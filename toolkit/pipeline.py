@@ -67,6 +67,8 @@ class Prepared:
     _derived: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
     # [qid, status, error] of the query embedder when an http embedder failed and lexical lists stand alone.
     embed_status: pl.DataFrame | None = None
+    # Chunk-level runs: the chunks whose content another chunk shares (Store.chunk_copies), for dedup.
+    chunk_copies: pl.DataFrame | None = None
 
     def derived(self, name: str, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """`build()` cached until one of `sources` (frames, which are immutable) is replaced: the config-free
@@ -105,7 +107,7 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     return lex, den
 
 
-_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status", "exact")
+_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status", "exact", "chunk_copies")
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
@@ -182,6 +184,9 @@ def prepare(
                 stale = True
             if prep.query_values is None:
                 prep.query_values = query_values(prep.queries)
+                stale = True
+            if prep.chunk_copies is None and cfg.retrieval.level == "chunk":  # cached before chunk collapsing
+                prep.chunk_copies = store.chunk_copies()
                 stale = True
             if stale and not store.read_only:
                 store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
@@ -264,7 +269,8 @@ def _prepare(
     exact = _exact(store, queries, cands)
     t["exact"] = time.perf_counter() - t0
     return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr_frame,
-                    exact=exact, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status)
+                    exact=exact, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status,
+                    chunk_copies=store.chunk_copies() if cfg.retrieval.level == "chunk" else None)
 
 
 def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
@@ -371,7 +377,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     t["guard"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n)
+    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n,
+                                      chunk_copies=prep.chunk_copies if cfg.retrieval.level == "chunk" else None)
     t["dedup"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

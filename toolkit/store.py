@@ -692,6 +692,16 @@ class Store:
         except duckdb.BinderException:
             return self.con.execute("SELECT doc_id, source, scope, sha1(text) AS text_hash FROM documents").pl()
 
+    def chunk_copies(self) -> pl.DataFrame:
+        """[chunk_id, doc_id, text_hash, source] of every chunk whose text another chunk shares byte for byte
+        (whatever the documents' titles): what chunk-level results collapse by. Only shared texts, so it stays
+        small; hashed here, in prepare, because the ingest hash covers title + text (the embedded body)."""
+        return self.con.execute(
+            "WITH h AS (SELECT chunk_id, doc_id, sha1(text) AS text_hash FROM chunks) "
+            "SELECT h.chunk_id, h.doc_id, h.text_hash, d.source FROM h JOIN documents d USING (doc_id) "
+            "WHERE h.text_hash IN (SELECT text_hash FROM h GROUP BY text_hash HAVING count(*) > 1)"
+        ).pl()
+
     def chunks(self, chunk_ids: Sequence[str] | None = None) -> pl.DataFrame:
         """Chunks with their document's title and source: [chunk_id, doc_id, ord, text, title, source]."""
         sql = (

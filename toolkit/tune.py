@@ -21,7 +21,7 @@ import polars as pl
 import yaml
 
 from .compare import compare
-from .config import PipelineConfig, Stage, fields, load_config, save_config, stage_of
+from .config import DEFAULT_PRESET, PipelineConfig, Stage, fields, load_config, save_config, stage_of
 from .errors import InputError
 from .interop import qrels_frame, queries_frame
 from .loaders import Dataset
@@ -272,7 +272,7 @@ def tune(
     split: str = "dev",
     prepared: Prepared | None = None,
     source: str = "in-memory queries",
-    base: str | PipelineConfig = "qmd",
+    base: str | PipelineConfig = DEFAULT_PRESET,
     space: dict | str | Path | None = None,
     method: str = "tpe",
     budget: int = 40,
