@@ -51,9 +51,12 @@ def jupyterlab(root: Path, log: Path) -> Iterator[str]:
         f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True", "--ServerApp.open_browser=False", "--allow-root",
     ]
     log.parent.mkdir(parents=True, exist_ok=True)
-    # Own settings: autosave off (a run must never write outputs into the tutorial), no news pop-up.
+    # Own settings: autosave off (a run must never write outputs into the tutorial), no news pop-up, and
+    # every cell rendered (JupyterLab 4 otherwise renders only the cells near the view: panels further down
+    # would not exist in the page to be checked).
     settings = log.parent / "lab-settings"
     for plugin, value in (("@jupyterlab/docmanager-extension/plugin", {"autosave": False}),
+                          ("@jupyterlab/notebook-extension/tracker", {"windowingMode": "none"}),
                           ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false"})):
         f = settings / f"{plugin}.jupyterlab-settings"
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -166,3 +169,104 @@ def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexica
              "timing_before": out.timing_before, "timing_after": out.timing_after, "errors": out.errors}, indent=2))
         browser.close()
     return out
+
+
+# Everything a reader must be able to read, checked in the page: a plotly text (title, axis title, tick or
+# legend label) that leaves its figure's box, or a table header / cell whose text overflows its box with no
+# tooltip (title attribute) to show it whole. Returns one line per clipped element.
+CLIPPED_JS = """() => {
+  const out = [];
+  const label = el => (el.textContent || '').trim().slice(0, 60);
+  document.querySelectorAll('.js-plotly-plot').forEach((gd, i) => {
+    const box = gd.getBoundingClientRect();
+    if (box.width === 0) return;
+    gd.querySelectorAll('.gtitle, .xtitle, .ytitle, .xtick text, .ytick text, .legendtext, .annotation-text')
+      .forEach(t => {
+        const r = t.getBoundingClientRect();
+        if (r.width === 0 || !label(t)) return;
+        if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)
+          out.push(`figure ${i}: ${t.getAttribute('class')} "${label(t)}" leaves the figure`);
+      });
+  });
+  // plotly tables: a cell's text wider than its column is cut by the column's clip path.
+  document.querySelectorAll('.js-plotly-plot .table .column-cell').forEach(cell => {
+    const rect = cell.querySelector('.cell-rect'), text = cell.querySelector('.cell-text');
+    if (!rect || !text || !label(text)) return;
+    const w = rect.getBoundingClientRect().width, tw = text.getBoundingClientRect().width;
+    if (tw > w + 1) out.push(`table cell "${label(text)}" is cut (${Math.round(tw)}px in ${Math.round(w)}px)`);
+  });
+  document.querySelectorAll('.jp-OutputArea-output th, .jp-OutputArea-output td, .widget-html-content th, .widget-html-content td')
+    .forEach(c => {
+      if (!label(c)) return;
+      const cut = c.scrollWidth > c.clientWidth + 1 || c.scrollHeight > c.clientHeight + 1;
+      const hidden = getComputedStyle(c).overflow !== 'visible' || getComputedStyle(c).textOverflow === 'ellipsis';
+      if (cut && hidden && !c.title && !c.querySelector('[title]'))
+        out.push(`${c.tagName.toLowerCase()} "${label(c)}" is cut (${c.scrollWidth}px in ${c.clientWidth}px) with no tooltip`);
+    });
+  return out;
+}"""
+
+
+def run_notebook_page(page, url: str, notebook: str, run_timeout_s: float = 600.0, min_plots: int = 1) -> float:
+    """Open `notebook` in JupyterLab (a fresh workspace: `?reset`), run all cells and wait until every cell
+    ran and the kernel is idle; returns the seconds it took."""
+    kernel = ("(() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+              " const s = w && w.sessionContext && w.sessionContext.session; return s && s.kernel; })()")
+    page.goto(f"{url}/lab/tree/{notebook}?reset", timeout=120_000)
+    page.wait_for_function(f"() => {{ const k = {kernel}; return k && k.status === 'idle'; }}", timeout=120_000)
+    t0 = time.perf_counter()
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        "(n) => { const p = document.querySelectorAll('.jp-InputPrompt');"
+        " return p.length > 0 && [...p].every(e => !e.textContent.includes('*'))"
+        " && document.querySelectorAll('.js-plotly-plot').length >= n"
+        f" && ({kernel} || {{}}).status === 'idle'; }}",
+        arg=min_plots, timeout=run_timeout_s * 1000, polling=500,
+    )
+    return time.perf_counter() - t0
+
+
+@dataclass
+class PanelShots:
+    """Per notebook: one screenshot per output holding a figure or a table, and what the page found clipped."""
+
+    screenshots: list[Path] = field(default_factory=list)
+    clipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def shoot_panels(url: str, notebooks: list[str], artifacts: Path, width: int = 1200) -> dict[str, PanelShots]:
+    """Run each notebook in one browser at a normal notebook width (`width` px of window), screenshot every
+    output that holds a plotly figure or a table (`<stem>-panel-NN.png`), and run `CLIPPED_JS` on the page."""
+    from playwright.sync_api import sync_playwright
+
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shots: dict[str, PanelShots] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        for nb in notebooks:
+            got = shots[nb] = PanelShots()
+            page = browser.new_page(viewport={"width": width, "height": 1400})
+            page.on("pageerror", lambda e, got=got: got.errors.append(str(e)))
+            run_notebook_page(page, url, nb)
+            page.wait_for_timeout(1000)  # plotly lays out after the data arrive
+            err = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+            if err.count():
+                got.errors.append("cell error: " + err.first.inner_text()[:2000])
+            # One shot per panel: each figure and each HTML table (a whole lab output is taller than the
+            # window, and JupyterLab's scrolled notebook panel does not screenshot as one element).
+            outputs = page.locator(".jp-OutputArea-output.js-plotly-plot, .jp-OutputArea-output .js-plotly-plot, "
+                                   ".jp-OutputArea-output table")
+            stem = Path(nb).stem
+            for i in range(outputs.count()):
+                o = outputs.nth(i)
+                o.scroll_into_view_if_needed()
+                page.wait_for_timeout(150)
+                shot = artifacts / f"{stem}-panel-{i:02d}.png"
+                o.screenshot(path=str(shot))
+                got.screenshots.append(shot)
+            got.clipped = page.evaluate(CLIPPED_JS)
+            (artifacts / f"{stem}-clipped.json").write_text(json.dumps(got.clipped, indent=2))
+            page.close()
+        browser.close()
+    return shots

@@ -223,3 +223,36 @@ def test_raw_specs_match_figures():
     empty = panels.metrics_figure(pl.DataFrame(schema={"measure": pl.Utf8}), raw=True)
     assert "no judgements" in empty["layout"]["annotations"][0]["text"]
     assert math.isclose(go.Figure(empty).layout.height, 260)
+
+
+def test_a_stage_cut_to_fewer_places_still_folds_into_the_one_it_equals():
+    """Fuse ranks every candidate, blend keeps only the places that can reach the output: without a reranker
+    blend is still fuse on the places both have, and the spread panel draws it once."""
+    fuse = pl.DataFrame({"qid": ["q"] * 6, "doc_id": list("abcdef"), "rank": list(range(1, 7)),
+                         "score": [0.9, 0.8, 0.7, 0.6, 0.5, 0.4], "stage": ["fuse"] * 6})
+    blend = fuse.head(3).with_columns(pl.lit("blend").alias("stage"))
+    final = fuse.head(3).with_columns(pl.lit("final").alias("stage"), pl.Series("score", [0.9, 0.85, 0.7]))
+    assert panels.folded_stages(pl.concat([fuse, blend, final]), ["fuse", "blend", "final"]) == {"blend": "fuse"}
+
+
+def test_table_text_wraps_to_its_column_and_titles_to_the_figure():
+    long = "what was the deal with people getting charged twice for one order last week"
+    t = panels._table(["query", "what happened"], [[long], ["x"]], [170, 600])
+    cell = t["cells"]["values"][0][0]
+    lines = cell.split("<br>")
+    assert len(lines) > 1 and all(len(x) <= panels.TABLE_CHARS * 170 // 770 for x in lines)
+    assert " ".join(x.replace("\u00a0", " ") for x in lines) == long  # wrapped, nothing cut
+    fig = panels.metrics_figure(
+        pl.DataFrame({"measure": ["nDCG@10"], "current": [0.5], "baseline": [0.4], "delta": [0.1], "wins": [3],
+                      "losses": [1], "p_value": [0.5]}),
+        current_name="qmd + technical lexical boost 1.0, model learned-fusion.json, rrf k 30", baseline_name="bm25-only")
+    assert all(len(x) <= panels.TITLE_CHARS for x in fig.layout.title.text.split("<br>"))
+
+
+def test_config_label_names_a_model_by_its_file():
+    from toolkit.config import load_config
+
+    base = load_config("qmd")
+    cfg = base.with_updates({"fusion.method": "learned", "fusion.model": "/home/me/runs/2026/fusion.json"})
+    label = panels.config_label(base, cfg)
+    assert "fusion.json" in label and "/home/me" not in label

@@ -60,22 +60,38 @@ def _empty(title: str, note: str, height: int = 260) -> dict:
     }
 
 
-def _table(header: list[str], columns: list[list], widths: list[int]) -> dict:
-    """A plotly table trace whose text keeps its spaces as non-breaking ones.
+# About how many characters of plotly's 12 px table font fit across a table at a normal notebook width
+# (a ~650 px figure); each column gets its share by its relative width.
+TABLE_CHARS = 95
+# ... and of a 17 px figure title: longer titles are broken into lines (plotly titles do not wrap).
+TITLE_CHARS = 76
 
-    Why: plotly.js wraps cell text at spaces by measuring it in the page; a FigureWidget drawn before its
-    output area is laid out measures nothing and leaves every cell that contains a space blank (seen in
-    JupyterLab 4 with plotly 7). Unwrapped single-line cells render in every case; long text is clipped
-    by the column instead of wrapped.
+
+def _table(header: list[str], columns: list[list], widths: list[int]) -> dict:
+    """A plotly table trace whose cell text is broken into lines ("<br>") that fit its column.
+
+    Why by hand: plotly.js wraps cell text at spaces by measuring it in the page, but a FigureWidget drawn
+    before its output area is laid out measures nothing and leaves every cell that contains a space blank
+    (seen in JupyterLab 4 with plotly 7). So spaces inside a line are non-breaking, and the lines are cut
+    here, to each column's share of `TABLE_CHARS`: long text wraps instead of being cut by the column
+    (the browser test checks that no cell text overflows its column).
     """
+    import textwrap
 
     def nb(v: object) -> object:
         return v.replace(" ", "\u00a0") if isinstance(v, str) else ("" if v is None else v)
 
+    def fit(v: object, chars: int) -> object:
+        if not isinstance(v, str) or len(v) <= chars or "<br>" in v:
+            return nb(v)
+        return "<br>".join(nb(line) for line in textwrap.wrap(v, chars, break_on_hyphens=False))
+
+    budget = [max(4, TABLE_CHARS * w // sum(widths)) for w in widths]
     return {
         "type": "table",
-        "header": {"values": [nb(h) for h in header], "align": "left", "fill": {"color": "#e8e8e8"}},
-        "cells": {"values": [[nb(v) for v in col] for col in columns], "align": "left"},
+        "header": {"values": [fit(h, c) for h, c in zip(header, budget, strict=True)], "align": "left",
+                   "fill": {"color": "#e8e8e8"}},
+        "cells": {"values": [[fit(v, c) for v in col] for col, c in zip(columns, budget, strict=True)], "align": "left"},
         "columnwidth": widths,
     }
 
@@ -186,13 +202,14 @@ def metrics_figure(
     data.append({"type": "bar", "x": measures, "y": cur, "name": current_name, "marker": {"color": "#1f77b4"},
                  "text": labels, "textposition": "outside", "hovertext": hover, "hoverinfo": "text"})
     top = max([v for v in [*cur, *base] if v is not None and not math.isnan(v)] or [1.0])
+    title = _title_lines(f"Metrics: {current_name} vs {baseline_name}") if has_base else "Metrics"
     layout = {
-        "title": {"text": f"Metrics: {current_name} vs {baseline_name}" if has_base else "Metrics"},
+        "title": {"text": title},
         "barmode": "group",
-        "height": 320,
+        "height": 320 + 18 * title.count("<br>"),
         "yaxis": {"range": [0, (min(1.0, top) or 1.0) * 1.3]},
         "legend": {"orientation": "h", "y": -0.15},
-        "margin": {"t": 50, "b": 40},
+        "margin": {"t": 50 + 18 * title.count("<br>"), "b": 40},
     }
     return _out({"data": data, "layout": layout}, raw)
 
@@ -230,9 +247,13 @@ def folded_stages(trace: pl.DataFrame, stages: Iterable[str] = LATER_STAGES) -> 
         rows = trace.filter(pl.col("stage") == st).select("qid", "doc_id", "rank", "score").sort("qid", "rank")
         if not len(rows):
             continue
-        if prev is not None and prev_rows is not None and rows.equals(prev_rows):
-            out[st] = prev
-            continue
+        if prev is not None and prev_rows is not None:
+            # Stages keep different depths (fuse ranks every candidate, blend keeps the places that can reach
+            # the output): compare the places both have.
+            depth = min(rows["rank"].max(), prev_rows["rank"].max())
+            if rows.filter(pl.col("rank") <= depth).equals(prev_rows.filter(pl.col("rank") <= depth)):
+                out[st] = prev
+                continue
         prev, prev_rows = st, rows
     return out
 
@@ -336,7 +357,9 @@ def spread_figure(
     if note:
         layout["annotations"].append({"text": note, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.0,
                                       "y": -0.28, "xanchor": "left", "font": {"size": 12, "color": "#555"}})
-    layout.update({"title": {"text": title}, "barmode": "overlay", "height": 380, "margin": {"t": 70, "b": 90}, "shapes": shapes,
+    title = _title_lines(title)
+    layout.update({"title": {"text": title}, "barmode": "overlay", "height": 380 + 18 * title.count("<br>"),
+                   "margin": {"t": 70 + 18 * title.count("<br>"), "b": 90}, "shapes": shapes,
                    "legend": {"orientation": "h", "x": 0.55, "y": -0.2}})
     return _out({"data": data, "layout": layout}, raw)
 
@@ -459,11 +482,9 @@ def failures_figure(
     else:
         f = f.with_columns(pl.lit("").alias("text"))
     cols = ["qid", "text", "doc_id", "culprit", "list_rank", "fuse_rank", "blend_rank", "final_rank", "detail"]
-    # Headers break onto two lines ("<br>") instead of being cut by a narrow column; the query text is cut
-    # to fit with "…" (the full text: pick the query in the drill-down, its title shows it whole).
-    f = f.with_columns(
-        pl.when(pl.col("text").str.len_chars() > 40).then(pl.col("text").str.slice(0, 39) + "…").otherwise(pl.col("text")).alias("text")
-    )
+    # Headers break onto two lines ("<br>") instead of being cut by a narrow column; the query text is shown
+    # whole, wrapped to its column (up to 200 characters; the drill-down's title always has all of it).
+    f = f.with_columns(_excerpt(pl.col("text"), 200).alias("text"))
     table = _table(
         ["query", "text", "document", "culprit", "best<br>list rank", "fuse<br>rank", "blend<br>rank", "final<br>rank", "what happened"],
         [f[c].to_list() for c in cols],
@@ -571,6 +592,13 @@ def drilldown_figure(lists: pl.DataFrame, qid: str = "", *, query_text: str = ""
     table["cells"]["fill"] = {"color": [fill] * len(cols)}
     layout = {"title": {"text": title}, "height": 440, "margin": {"t": 50 + 16 * title.count("<br>"), "b": 10, "l": 10, "r": 10}}
     return _out({"data": [table], "layout": layout}, raw)
+
+
+def _title_lines(text: str) -> str:
+    """A figure title (our own text, may hold plotly's <br>/<span>) broken into lines of `TITLE_CHARS`."""
+    import textwrap
+
+    return "<br>".join(textwrap.wrap(text, TITLE_CHARS, break_on_hyphens=False)) or text
 
 
 def _wrap(text: str, width: int = 110) -> str:
@@ -705,6 +733,8 @@ def _flat(d: dict, prefix: str = "") -> dict[str, object]:
 
 
 def _show_value(v: object) -> str:
+    if isinstance(v, str) and "/" in v:  # a model or file path: its name says which; the folders are noise
+        return v.rstrip("/").rsplit("/", 1)[-1]
     if isinstance(v, float):
         return f"{v:.1f}" if v.is_integer() and abs(v) < 1e6 else f"{v:g}"
     if isinstance(v, list | tuple):
