@@ -64,7 +64,7 @@ def median_time(fn: Any, repeats: int) -> tuple[float, Any]:
 
 
 # ------------------------------------------------------------------------------------------ material
-def build_material(stores: Path, workdir: Path, n_queries: int) -> Path:
+def build_material(stores: Path, workdir: Path, n_queries: int, datasets: Path = SHARED) -> Path:
     """Real chunks with their vectors, and the query set with its vectors (once, kept in `workdir`)."""
     from toolkit.loaders import Dataset
     from toolkit.store import Store
@@ -84,7 +84,7 @@ def build_material(stores: Path, workdir: Path, n_queries: int) -> Path:
                 "e.vec FROM chunks c JOIN documents d USING (doc_id) JOIN embeddings e USING (chunk_id) ORDER BY c.chunk_id"
             ).pl()
         parts.append(df.with_columns((pl.lit(f"{name}:") + pl.col("chunk_id")).alias("chunk_id")))
-        q = Dataset.open(SHARED / name).queries()
+        q = Dataset.open(datasets / name).queries()
         queries.append(q.select((pl.lit(f"{name}:") + pl.col("qid")).alias("qid"), "text"))
     real = pl.concat(parts)
     vecs = np.asarray(real["vec"].to_list(), dtype=np.float32)
@@ -376,6 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--stores", default="/tmp/stores")
     ap.add_argument("--workdir", default="/tmp/scale")
+    ap.add_argument("--datasets", default=str(SHARED), help="The shared collections (BEIR layout), for the queries.")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--bm25s-max", type=int, default=1_000_000, help="Largest size the bm25s peer runs at.")
@@ -390,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    material = build_material(Path(args.stores), workdir, args.queries)
+    material = build_material(Path(args.stores), workdir, args.queries, Path(args.datasets))
     if args.one is not None:
         print(
             json.dumps(measure(args.one, material, workdir, args.repeats, args.bm25s_max, args.memory_limit))
@@ -409,6 +410,8 @@ def main(argv: list[str] | None = None) -> None:
                 args.stores,
                 "--workdir",
                 args.workdir,
+                "--datasets",
+                args.datasets,
                 "--queries",
                 str(args.queries),
                 "--repeats",
