@@ -200,6 +200,7 @@ def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path, monkeypatch, sparse_t
     import toolkit.store as store_mod
 
     monkeypatch.setattr(store_mod, "SPARSE_TOPK_MIN_CHUNKS", 0 if sparse_topk else 10**12)
+    monkeypatch.setattr(store_mod, "SPARSE_BLOCK", 7)  # several blocks of queries, on the thread pool
 
     from toolkit.loaders import Dataset
 

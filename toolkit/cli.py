@@ -65,7 +65,7 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--no-embed", is_flag=True, help="Skip embeddings (lexical search only).")
 @click.option("--prune", is_flag=True, help="Remove stored documents that are not in SOURCE.")
 @click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
-              help="Also build an HNSW index over the vectors (DuckDB vss; for stores of a few 100k chunks and up).")
+              help="Also build an HNSW index over the vectors (usearch, a file beside the store; for stores of ~100k chunks and up).")
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
 @click.option("-v", "--verbose", is_flag=True, help="Name every file or record not indexed, with the reason.")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
@@ -115,7 +115,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
         rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
                         prune=prune, progress=True)
-        if vector_index == "hnsw":
+        if vector_index == "hnsw" and not st.vector_index:  # an existing index was rebuilt by the ingest if needed
             st.build_vector_index()
     _echo_skipped(docs, verbose)
     index_note = "; HNSW vector index built" if vector_index == "hnsw" else ""

@@ -43,6 +43,7 @@ BLOCK_CELLS = 32_000_000
 _SQL_PATH_MAX_QUERIES = 8  # below this many queries, and with no term matrix read yet, BM25 runs in SQL
 # From this many chunks on, BM25 top-k works on the sparse scores (`Store._sparse_topk`) instead of blocks.
 SPARSE_TOPK_MIN_CHUNKS = 50_000
+SPARSE_BLOCK = 64  # queries per sparse product; blocks run on a thread pool, one thread per core
 CAND_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
 
 
@@ -120,6 +121,15 @@ def vss_extension_path() -> str:
         "an HNSW vector index needs DuckDB's vss extension: `pip install duckdb-extension-vss==1.5.5` "
         "(or the toolkit's `scale` extra); this machine cannot download extensions",
     )
+
+
+def _usearch() -> Any:
+    """The usearch package (`usearch.index`), or a StoreError naming the extra that brings it."""
+    try:
+        from usearch import index
+    except ImportError as e:
+        raise StoreError("an HNSW vector index needs usearch: `pip install usearch` (or the toolkit's `scale` extra)") from e
+    return index
 
 
 def fts_extension_path() -> str:
@@ -219,6 +229,41 @@ def bind_without_pandas() -> None:
     _Connection.refuse_pandas = True
 
 
+def _rank_flat(
+    m: dict[str, Any], row: np.ndarray, col: np.ndarray, val: np.ndarray, *, level: str, top_k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Top-k per query from flat (query row, chunk column, score) triples grouped by row (and sorted by column
+    within a row where documents have several chunks and the level is document), for the sparse BM25 and the
+    HNSW paths: each document's max at its first chunk reaching it (document level),
+    then score desc and document (or chunk) order, ties with the k-th score kept before the exact order.
+    Returns (row, column, rank, score). Hand-written: numpy/scipy have no segmented top-k."""
+    doc = m["doc_of_chunk"][col]
+    if level == "document" and len(m["starts"]) != len(m["doc_of_chunk"]) and len(val):
+        starts = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (doc[1:] != doc[:-1])])
+        top = np.maximum.reduceat(val, starts)
+        lens = np.diff(np.r_[starts, len(val)])
+        first = np.where(val >= np.repeat(top, lens), np.arange(len(val)), len(val))
+        best = np.minimum.reduceat(first, starts)
+        row, col, val, doc = row[best], col[best], val[best], doc[best]
+    key = doc if level == "document" else col
+    # Per query, keep the top_k values (and anything tied with the k-th), then order exactly.
+    n_rows = int(row[-1]) + 1 if len(row) else 0
+    bounds = np.searchsorted(row, np.arange(n_rows + 1))
+    pick = []
+    for a, z in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if z - a <= top_k:
+            pick.append(np.arange(a, z))
+        else:
+            kth = np.partition(val[a:z], z - a - top_k)[z - a - top_k]
+            pick.append(a + np.flatnonzero(val[a:z] >= kth))
+    sel = np.concatenate(pick) if pick else np.zeros(0, np.int64)
+    sel = sel[np.lexsort((key[sel], -val[sel], row[sel]))]
+    r = row[sel]
+    rank = np.arange(len(sel)) - np.searchsorted(r, r) + 1
+    ok = rank <= top_k
+    return r[ok], col[sel][ok], rank[ok], val[sel][ok]
+
+
 class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
@@ -256,8 +301,9 @@ class Store:
             raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
         self._embedder = embedder
         self._dense_cache: tuple[str, dict[str, Any]] | None = None
-        if self._meta("vector_index"):
-            self._load_vss()  # the HNSW index is maintained on every write to `embeddings`: vss must be loaded
+        vi = self._meta("vector_index")
+        if vi and '"usearch"' not in vi and not read_only:
+            self._drop_vss_index()
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier version up to date in place (nothing is rebuilt):
@@ -615,6 +661,7 @@ class Store:
             raise
         self._forget()
         self._dense_cache = None
+        self._refresh_vector_index()
         return IngestReport(
             documents=len(docs),
             added=added,
@@ -857,19 +904,24 @@ class Store:
 
     def _sparse_topk(
         self, m: dict[str, Any], qmat: Any, queries: pl.DataFrame, *, scope_filter: bool, allowed: np.ndarray | None,
-        level: str, top_k: int, block: int = 256,
+        level: str, top_k: int,
     ) -> pl.DataFrame:
         """`_block_topk` for BM25 on large stores: the same masks, document maxima, tie-breaks and output,
         but over the sparse (query, chunk) scores only. A query matches a small share of a large corpus, so
         this skips the dense (queries x chunks) blocks whose writing, masking and partitioning are the wall
-        past ~100k chunks (`benchmarks/scale.py`). Hand-written: scipy has no per-row top-k of a CSR matrix."""
+        past ~100k chunks (`benchmarks/scale.py`). Blocks of queries run on a thread pool (one per core): the
+        sparse product (scipy's sparsetools) and the numpy work release the GIL."""
+        from concurrent.futures import ThreadPoolExecutor
+
         q_code = self._query_scope_codes(m, queries, scope_filter)
         doc_of, doc_code = m["doc_of_chunk"], m["doc_scope_code"]
-        multi = len(m["starts"]) != len(doc_of)
-        out_q, out_k, out_r, out_s = [], [], [], []
-        for lo in range(0, len(queries), block):
+        block = SPARSE_BLOCK
+        by_doc = level == "document" and len(m["starts"]) != len(doc_of)
+
+        def one(lo: int) -> tuple[np.ndarray, ...]:
             sc = (qmat[lo : lo + block] @ m["wt"]).tocsr()
-            sc.sort_indices()  # columns ascending = document order (chunks are laid out by document)
+            if by_doc:  # document maxima need columns ascending = document order (chunks are laid out by document)
+                sc.sort_indices()
             row = np.repeat(np.arange(sc.shape[0]), np.diff(sc.indptr))
             col = sc.indices.astype(np.int64)
             val = np.round(sc.data, 9)
@@ -878,34 +930,14 @@ class Store:
             keep = (val > 0) & ((qc == -1) | (doc_code[doc] == qc))
             if allowed is not None:
                 keep &= allowed[doc]
-            row, col, val, doc = row[keep], col[keep], val[keep], doc[keep]
-            if level == "document" and multi:  # each document's max, at its first chunk reaching it
-                starts = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (doc[1:] != doc[:-1])])
-                top = np.maximum.reduceat(val, starts) if len(val) else val
-                lens = np.diff(np.r_[starts, len(val)])
-                first = np.where(val >= np.repeat(top, lens), np.arange(len(val)), len(val))
-                best = np.minimum.reduceat(first, starts) if len(val) else starts
-                row, col, val, doc = row[best], col[best], val[best], doc[best]
-            key = doc if level == "document" else col
-            # Per query, keep the top_k values (and anything tied with the k-th), then order exactly.
-            bounds = np.searchsorted(row, np.arange(sc.shape[0] + 1))
-            pick = []
-            for a, z in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-                if z - a <= top_k:
-                    pick.append(np.arange(a, z))
-                else:
-                    kth = np.partition(val[a:z], z - a - top_k)[z - a - top_k]
-                    pick.append(a + np.flatnonzero(val[a:z] >= kth))
-            sel = np.concatenate(pick) if pick else np.zeros(0, np.int64)
-            sel = sel[np.lexsort((key[sel], -val[sel], row[sel]))]
-            r = row[sel]
-            rank = np.arange(len(sel)) - np.searchsorted(r, r) + 1
-            ok = rank <= top_k
-            out_q.append(lo + r[ok])
-            out_k.append(col[sel][ok])
-            out_r.append(rank[ok])
-            out_s.append(val[sel][ok])
-        return _candidates(m, queries, out_q, out_k, out_r, out_s)
+            r, c, rank, v = _rank_flat(m, row[keep], col[keep], val[keep], level=level, top_k=top_k)
+            return lo + r, c, rank, v
+
+        starts = list(range(0, len(queries), block))
+        with ThreadPoolExecutor(min(os.cpu_count() or 1, max(len(starts), 1))) as pool:
+            parts = list(pool.map(one, starts))
+        pieces = [list(x) for x in zip(*parts, strict=True)] if parts else [[], [], [], []]
+        return _candidates(m, queries, *pieces)
 
     def lexical_search_sql(
         self,
@@ -1051,7 +1083,7 @@ class Store:
         block: int = 256,
         progress: bool = False,
         index: str = "exact",
-        ef_search: int = 64,
+        ef_search: int | None = None,
     ) -> pl.DataFrame:
         """Cosine top-k for all queries by one matrix product per block of queries (vectors L2-normalised).
 
@@ -1072,12 +1104,16 @@ class Store:
         return self._block_topk(m, lambda lo, hi: qv[lo:hi] @ m["vecs"].T, queries, scope_filter=scope_filter,
                                 allowed=allowed, level=level, top_k=top_k, block=block)
 
-    # ------------------------------------------------------------------ HNSW (vss extension)
-    def _load_vss(self) -> None:
-        self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
-        # Required to keep an HNSW index in a database file (the extension calls it experimental: after a
-        # crash the index is rebuilt from the table on the next write, which `build_vector_index` also does).
-        self.con.execute("SET hnsw_enable_experimental_persistence = true")
+    # ------------------------------------------------------------------ HNSW (usearch)
+    # DuckDB's own HNSW (the vss extension, itself built on usearch) answers one query per SQL statement
+    # (~3 ms each whatever the corpus size): its lateral join and `vss_join` plan brute-force cross products
+    # (DuckDB 1.5.5; see RESULTS.md "Scale"). usearch searches a whole batch of queries on all cores in one call.
+    # The index is a file beside the store (`<store>.hnsw`), owned by the store: built by `build_vector_index`,
+    # its keys are column positions of the `_dense_matrix` layout of the store generation it was built for,
+    # and an ingest that changes that generation rebuilds it (`_refresh_vector_index`).
+    @property
+    def vector_index_path(self) -> Path:
+        return Path(f"{self.path}.hnsw")
 
     @property
     def vector_index(self) -> dict[str, Any] | None:
@@ -1085,74 +1121,94 @@ class Store:
         v = self._meta("vector_index")
         return json.loads(v) if v else None
 
-    def build_vector_index(self, *, m: int = 16, ef_construction: int = 128) -> None:
-        """(Re)build DuckDB's HNSW index (cosine) over the chunk vectors, kept in the store file.
+    def _drop_vss_index(self) -> None:
+        """Stores from before usearch kept DuckDB's vss HNSW index in the file: drop it (it is rebuilt with
+        usearch by `build_vector_index`; DuckDB cannot write to the table without the extension loaded)."""
+        idx = self.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0]
+        if idx and not self.read_only:
+            self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
+            self.con.execute("DROP INDEX IF EXISTS embeddings_hnsw")
+            self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
+            self._forget()
 
-        Exact search is the default and stays available; the index pays off past a few hundred thousand
-        chunks (`benchmarks/scale.py`). Later ingests keep it up to date (DuckDB maintains it on writes).
+    def build_vector_index(self, *, m: int = 16, ef_construction: int = 128, ef_search: int = 128) -> None:
+        """(Re)build the HNSW index (usearch, cosine) over the chunk vectors, on all cores, into `<store>.hnsw`.
+
+        Exact search is the default and stays available; the index pays off past ~100k chunks
+        (`benchmarks/scale.py`). The graph holds int8-quantised vectors (2.5x faster to build than float32, a
+        quarter of the size); searches fetch 4x top_k candidates and re-rank them on the exact float32 vectors,
+        which gives back the recall quantisation costs at 100k chunks (recall@10 0.97 with these defaults) but not
+        at 1M (0.53; 0.77 at ef_search 512: the int8 graph is the wall there, RESULTS.md "Scale").
         """
         if self.read_only:
             raise StoreError(f"{self.path}: opened read-only; building the vector index writes to the store")
         if not self._has_table("embeddings") or self._count_embeddings() == 0:
             raise StoreError(f"{self.path} has no embeddings to index; ingest with embeddings first")
-        for name, v, lo, hi in (("m", m, 2, 128), ("ef_construction", ef_construction, 8, 4096)):
+        for name, v, lo, hi in (("m", m, 2, 128), ("ef_construction", ef_construction, 8, 4096), ("ef_search", ef_search, 1, 10_000)):
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise InputError(f"vector index {name} must be an integer in [{lo}, {hi}], got {v!r}")
-        self._load_vss()
-        self.con.execute("DROP INDEX IF EXISTS embeddings_hnsw")
-        # Both values are checked integers above (DDL options cannot be bound parameters).
-        self.con.execute(
-            f"CREATE INDEX embeddings_hnsw ON embeddings USING HNSW (vec) "
-            f"WITH (metric = 'cosine', M = {m}, ef_construction = {ef_construction})"
-        )
-        self._set_meta("vector_index", json.dumps({"kind": "hnsw", "metric": "cosine", "m": m, "ef_construction": ef_construction}))
-        self.con.execute("CHECKPOINT")
+        usearch_index = _usearch()
+        vecs = self._dense_matrix()["vecs"]
+        index = usearch_index.Index(ndim=vecs.shape[1], metric="cos", dtype="i8", connectivity=m,
+                                    expansion_add=ef_construction, expansion_search=ef_search)
+        index.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=os.cpu_count() or 1)
+        tmp = Path(f"{self.vector_index_path}.tmp")
+        index.save(str(tmp))
+        os.replace(tmp, self.vector_index_path)  # a crash mid-save leaves the previous index whole
+        self._ann_cache = None
+        self._set_meta("vector_index", json.dumps({
+            "kind": "hnsw", "engine": "usearch", "metric": "cosine", "m": m, "ef_construction": ef_construction,
+            "ef_search": ef_search, "generation": self.generation(), "count": len(vecs),
+        }))
 
-    def _dense_hnsw(self, queries: pl.DataFrame, qv: np.ndarray, *, top_k: int, level: str, ef_search: int) -> pl.DataFrame:
-        """Approximate top-k through the HNSW index: one `ORDER BY array_cosine_distance ... LIMIT` per query
-        (the form DuckDB's planner turns into an index scan), on two cursors in parallel (DuckDB releases the
-        GIL). At document level each query fetches 4x top_k chunks and keeps each document's best, so a
-        document with many near chunks can leave fewer than top_k documents: approximate by design."""
-        from concurrent.futures import ThreadPoolExecutor
+    def _refresh_vector_index(self) -> None:
+        """After a write that changed the chunks: rebuild the index with its settings (it would be stale)."""
+        vi = self.vector_index
+        if vi and vi.get("generation") != self.generation():
+            if self._count_embeddings() == 0:
+                self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
+                self._forget()
+                self.vector_index_path.unlink(missing_ok=True)
+                return
+            self.build_vector_index(m=vi["m"], ef_construction=vi["ef_construction"], ef_search=vi.get("ef_search", 128))
 
-        if not self.vector_index:
+    def _ann(self) -> Any:
+        """The usearch index of this generation, memory-mapped (read once per process; the OS shares pages)."""
+        vi = self.vector_index
+        if not vi:
             raise StoreError(f"{self.path} has no vector index; build one with `hrt ingest SOURCE --store STORE --vector-index hnsw` (exact search needs none)")
-        if not isinstance(ef_search, int) or not 1 <= ef_search <= 10_000:
+        if vi.get("generation") != self.generation():
+            raise StoreError(f"{self.path}: the vector index is out of date (the chunks changed since it was built); "
+                             "rebuild it with `Store.build_vector_index` or `hrt ingest --vector-index hnsw`")
+        cached = getattr(self, "_ann_cache", None)
+        if cached is None or cached[0] != vi["generation"]:
+            if not self.vector_index_path.exists():
+                raise StoreError(f"{self.vector_index_path}: the vector index file is missing; rebuild it (`hrt ingest --vector-index hnsw`)")
+            index = _usearch().Index.restore(str(self.vector_index_path), view=True)
+            self._ann_cache = cached = (vi["generation"], index)
+        return cached[1]
+
+    def _dense_hnsw(self, queries: pl.DataFrame, qv: np.ndarray, *, top_k: int, level: str, ef_search: int | None) -> pl.DataFrame:
+        """Approximate top-k through the HNSW index: one batched usearch search over all queries on all cores
+        fetches 4x top_k chunks, re-ranked by their exact float32 scores (the same scores as exact search).
+        At document level each document keeps its best fetched chunk, so a document with many near chunks can
+        leave fewer than top_k documents: approximate by design."""
+        index = self._ann()
+        if ef_search is not None and (not isinstance(ef_search, int) or isinstance(ef_search, bool) or not 1 <= ef_search <= 10_000):
             raise InputError(f"ef_search must be an integer in [1, 10000], got {ef_search!r}")
-        dim = int(self.embedding_dim or qv.shape[1])
-        fetch = int(top_k) * (4 if level == "document" else 1)
-        # dim and fetch are integers (the planner needs a constant LIMIT to use the index).
-        sql = (
-            f"SELECT chunk_id, array_cosine_similarity(vec, $1::FLOAT[{dim}]) AS score FROM embeddings "
-            f"ORDER BY array_cosine_distance(vec, $1::FLOAT[{dim}]) LIMIT {fetch}"
-        )
-
-        def run(rows: range) -> list[tuple[int, list[tuple[str, float]]]]:
-            cur = self.con.cursor()
-            cur.execute("SET hnsw_ef_search = ?", [ef_search])
-            return [(i, cur.execute(sql, [qv[i].tolist()]).fetchall()) for i in rows]
-
-        n = len(queries)
-        half = (n + 1) // 2
-        with ThreadPoolExecutor(2) as pool:
-            parts = list(pool.map(run, [range(0, half), range(half, n)]))
-        qi, cid, sc = [], [], []
-        for part in parts:
-            for i, hits in part:
-                qi += [i] * len(hits)
-                cid += [h[0] for h in hits]
-                sc += [h[1] for h in hits]
-        hits = pl.DataFrame({"qi": qi, "chunk_id": cid, "score": sc}, schema={"qi": pl.Int64, "chunk_id": pl.Utf8, "score": pl.Float64})
-        self._register("hnsw_hits", hits.select("chunk_id").unique())
-        docs = self.con.execute("SELECT chunk_id, doc_id FROM chunks WHERE chunk_id IN (SELECT chunk_id FROM hnsw_hits)").pl()
-        hits = hits.join(docs, on="chunk_id", how="left")
-        if level == "document":
-            hits = hits.sort("qi", "score", "chunk_id", descending=[False, True, False]).unique(["qi", "doc_id"], keep="first", maintain_order=True)
-        hits = hits.sort("qi", "score", "doc_id", descending=[False, True, False]).with_columns(
-            pl.int_range(1, pl.len() + 1).over("qi").alias("rank")
-        ).filter(pl.col("rank") <= top_k)
-        qids = queries["qid"].cast(pl.Utf8)
-        return hits.select(qids.gather(hits["qi"]).alias("qid"), "doc_id", "chunk_id", "rank", "score").cast(CAND_SCHEMA)
+        m = self._dense_matrix()
+        fetch = min(4 * int(top_k), len(m["chunk_ids"]))
+        index.expansion_search = max(ef_search or self.vector_index.get("ef_search", 128), fetch)
+        q = np.ascontiguousarray(qv, dtype=np.float32)
+        found = index.search(q, fetch, threads=os.cpu_count() or 1)
+        keys = np.asarray(found.keys).reshape(len(q), -1)
+        counts = np.asarray(found.counts).reshape(len(q))
+        row, slot = np.nonzero(np.arange(keys.shape[1])[None, :] < counts[:, None])
+        col = keys[row, slot].astype(np.int64)
+        val = np.einsum("ij,ij->i", q[row], m["vecs"][col]).astype(np.float64)
+        order = np.lexsort((col, row))  # by query, then layout (= document) order, as `_rank_flat` wants
+        ranked = _rank_flat(m, row[order], col[order], val[order], level=level, top_k=top_k)
+        return _candidates(m, queries, *([x] for x in ranked))
 
     @staticmethod
     def _query_scope_codes(m: dict[str, Any], queries: pl.DataFrame, scope_filter: bool) -> np.ndarray:
