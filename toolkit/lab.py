@@ -56,7 +56,7 @@ class Debouncer:
     injectable so tests can drive it without sleeping.
     """
 
-    def __init__(self, fn: Callable[[], None], delay_s: float = 0.15, timer: Callable[..., Any] = threading.Timer) -> None:
+    def __init__(self, fn: Callable[[], None], delay_s: float = 0.06, timer: Callable[..., Any] = threading.Timer) -> None:
         self.fn = fn
         self.delay_s = delay_s
         self._timer_factory = timer
@@ -346,7 +346,7 @@ class Lab:
         measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,
         k: int = 10,
         *,
-        debounce_s: float = 0.15,
+        debounce_s: float = 0.06,
         live_figures: bool | None = None,
     ) -> None:
         self.last_update_ms: float | None = None

@@ -67,8 +67,10 @@ TABLE_CHARS = 95
 TITLE_CHARS = 76
 
 
-def _table(header: list[str], columns: list[list], widths: list[int]) -> dict:
-    """A plotly table trace whose cell text is broken into lines ("<br>") that fit its column.
+def _table(header: list[str], columns: list[list], widths: list[int], *, wrap: bool = True) -> dict:
+    """A plotly table trace whose cell text fits its column: broken into lines ("<br>"), or with
+    `wrap=False` cut to one line with "…" (for tables redrawn on every slider move: multi-line cells cost
+    the browser's table layout ~300 ms per update on LoCoMo's failure table).
 
     Why by hand: plotly.js wraps cell text at spaces by measuring it in the page, but a FigureWidget drawn
     before its output area is laid out measures nothing and leaves every cell that contains a space blank
@@ -81,15 +83,17 @@ def _table(header: list[str], columns: list[list], widths: list[int]) -> dict:
     def nb(v: object) -> object:
         return v.replace(" ", "\u00a0") if isinstance(v, str) else ("" if v is None else v)
 
-    def fit(v: object, chars: int) -> object:
+    def fit(v: object, chars: int, wrap: bool = wrap) -> object:
         if not isinstance(v, str) or len(v) <= chars or "<br>" in v:
             return nb(v)
+        if not wrap:
+            return nb(v[: chars - 1].rstrip() + "…")
         return "<br>".join(nb(line) for line in textwrap.wrap(v, chars, break_on_hyphens=False))
 
     budget = [max(4, TABLE_CHARS * w // sum(widths)) for w in widths]
     return {
         "type": "table",
-        "header": {"values": [fit(h, c) for h, c in zip(header, budget, strict=True)], "align": "left",
+        "header": {"values": [fit(h, c, True) for h, c in zip(header, budget, strict=True)], "align": "left",
                    "fill": {"color": "#e8e8e8"}},
         "cells": {"values": [[fit(v, c) for v in col] for col, c in zip(columns, budget, strict=True)], "align": "left"},
         "columnwidth": widths,
@@ -469,26 +473,31 @@ def failure_cases(
 
 
 def failures_figure(
-    failures: pl.DataFrame, queries: pl.DataFrame | None = None, *, max_rows: int = 300, raw: bool = False
+    failures: pl.DataFrame, queries: pl.DataFrame | None = None, *, max_rows: int = 60, raw: bool = False
 ) -> go.Figure:
-    """Table of lost relevant documents (`failure_cases`), with counts per culprit in the title."""
+    """Table of lost relevant documents (`failure_cases`), with counts per culprit in the title. Only the
+    first `max_rows` are drawn: wrapped rows cost the browser's table layout on every slider move (300
+    wrapped rows added ~400 ms per update on LoCoMo), and the title counts them all."""
     counts = failures.group_by("culprit").len()
     by = dict(zip(counts["culprit"].to_list(), counts["len"].to_list(), strict=True))
     summary = ", ".join(f"{c} {by[c]}" for c in CULPRITS if c in by) or "none"
     title = f"Relevant documents lost from the top k: {summary} ({failures['qid'].n_unique()} queries)"
+    if len(failures) > max_rows:
+        title += f"; first {max_rows} shown"
     f = failures.head(max_rows)
     if queries is not None:
         f = f.join(queries.select(pl.col("qid").cast(pl.Utf8), pl.col("text")), on="qid", how="left", maintain_order="left")
     else:
         f = f.with_columns(pl.lit("").alias("text"))
     cols = ["qid", "text", "doc_id", "culprit", "list_rank", "fuse_rank", "blend_rank", "final_rank", "detail"]
-    # Headers break onto two lines ("<br>") instead of being cut by a narrow column; the query text is shown
-    # whole, wrapped to its column (up to 200 characters; the drill-down's title always has all of it).
+    # Headers break onto two lines ("<br>") instead of being cut by a narrow column; cells are cut to one
+    # line with "…" (the full query text: pick the query below, the drill-down's title shows it whole).
     f = f.with_columns(_excerpt(pl.col("text"), 200).alias("text"))
     table = _table(
         ["query", "text", "document", "culprit", "best<br>list rank", "fuse<br>rank", "blend<br>rank", "final<br>rank", "what happened"],
         [f[c].to_list() for c in cols],
         [55, 170, 95, 60, 55, 45, 48, 45, 220],
+        wrap=False,
     )
     table["header"]["height"] = 36
     caption = "ranks: best list = best rank in any retrieval list; fuse / blend / final = rank after that stage (blank: absent)"
@@ -588,7 +597,7 @@ def drilldown_figure(lists: pl.DataFrame, qid: str = "", *, query_text: str = ""
         [", ".join(f) if f else "" for f in lists["flags"].to_list()],
         [e or "" for e in lists["excerpt"].to_list()],
     ]
-    table = _table(["stage", "rank", "document", "score", "rel", "flags", "excerpt"], cols, [70, 30, 90, 50, 25, 70, 330])
+    table = _table(["stage", "rank", "document", "score", "rel", "flags", "excerpt"], cols, [70, 30, 90, 50, 25, 70, 330], wrap=False)
     table["cells"]["fill"] = {"color": [fill] * len(cols)}
     layout = {"title": {"text": title}, "height": 440, "margin": {"t": 50 + 16 * title.count("<br>"), "b": 10, "l": 10, "r": 10}}
     return _out({"data": [table], "layout": layout}, raw)
