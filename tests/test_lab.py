@@ -269,3 +269,22 @@ def test_from_dataset_and_pin_without_qrels(tmp_path, embedder):
     with pytest.raises(ToolkitError, match="no judgements"):
         unjudged.pin_baseline()
     unjudged.store.close()
+
+
+def test_guardrail_controls_act_live_without_new_retrieval(store):
+    """The default preset's guardrails have controls of their own: switching the per-query dense weight or
+    the exact-token guard off re-scores from the cached stages (no new retrieval) and changes the lists."""
+    lab = make_lab(store)
+    lab.set("fusion.method", "rrf")
+    assert all(k in lab.controls for k in ("guard.exact_token", "guard.max_rank", "adapt.dense_gap", "adapt.gap_scale",
+                                           "adapt.min_weight", "adapt.max_weight", "dedup.identical_enabled"))
+    n_msgs = len(lab.history)
+    assert lab.set("adapt.dense_gap", True)
+    fused = lab.result.trace.filter(pl.col("stage") == "fuse").sort("qid", "doc_id")["score"].to_list()
+    assert not lab.controls["adapt.gap_scale"].disabled
+    assert lab.set("adapt.gap_scale", 0.02)
+    moved = lab.result.trace.filter(pl.col("stage") == "fuse").sort("qid", "doc_id")["score"].to_list()
+    assert moved != fused and "route" in lab.result.per_query.columns
+    assert lab.set("adapt.dense_gap", False) and lab.controls["adapt.gap_scale"].disabled
+    assert lab.set("guard.exact_token", False) and lab.controls["guard.max_rank"].disabled
+    assert len(lab.history) == n_msgs  # all live: nothing re-retrieved
