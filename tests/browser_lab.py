@@ -111,24 +111,8 @@ def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexica
         browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1500, "height": 1300})
         page.on("pageerror", lambda e: out.errors.append(str(e)))
-        page.goto(f"{url}/lab/tree/{notebook}", timeout=120_000)
-        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
-                               "&& window.jupyterapp.shell.currentWidget.sessionContext "
-                               "&& window.jupyterapp.shell.currentWidget.sessionContext.session "
-                               "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel", timeout=120_000)
-        page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                               timeout=120_000)
-        t0 = time.perf_counter()
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        # Done when no cell is queued or running ("[*]") and the lab's panels have been drawn.
-        page.wait_for_function(
-            "() => { const p = document.querySelectorAll('.jp-InputPrompt');"
-            " return p.length > 0 && [...p].every(e => !e.textContent.includes('*'))"
-            " && document.querySelectorAll('.js-plotly-plot').length >= 3"
-            " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'; }",
-            timeout=run_timeout_s * 1000, polling=500,
-        )
-        out.run_all_s = time.perf_counter() - t0
+        # The same null-safe waits as the panel check: the session can be briefly null while the kernel starts.
+        out.run_all_s = run_notebook_page(page, url, notebook, run_timeout_s, min_plots=3)
         errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText:has-text('Traceback'), .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
         if errors.count():
             out.errors.append("cell error: " + errors.first.inner_text()[:2000])
