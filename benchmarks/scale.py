@@ -15,8 +15,11 @@ precomputed vectors, and measures, on a fixed set of 1,000 queries:
 The corpus: real text first (every chunk of the shared collections, each as one document, with the vectors
 their stores hold), then a generated remainder with the real corpus's vocabulary and length distribution:
 words drawn from the real unigram distribution (Zipfian, so BM25 posting lists have realistic lengths),
-lengths drawn from the real chunk lengths, and each vector a real chunk's vector plus Gaussian noise
-(renormalised), so the vector space keeps the real clusters that make approximate search hard or easy.
+lengths drawn from the real chunk lengths, and each vector made from the real ones (`--vectors`: `interp`, a
+point between a real chunk and one of its near neighbours, the default; `noise`, a real vector plus isotropic
+noise, the worst case for a graph index; see `generate_vectors`). The corpus is written to Parquet + .npy by a
+process of its own, and the measuring process reads it through the toolkit's loader, so its peak memory is
+the toolkit's.
 Queries: 1,000 real queries of the shared collections (scope dropped), embedded once.
 
     .venv/bin/python benchmarks/scale.py --stores /tmp/stores --workdir /tmp/scale               # 10k, 100k, 1M
@@ -104,7 +107,34 @@ def build_material(stores: Path, workdir: Path, n_queries: int, datasets: Path =
     return out
 
 
-def generate_corpus(material: Path, n: int, seed: int = 0) -> tuple[pl.DataFrame, np.ndarray]:
+def generate_vectors(rvec: np.ndarray, n: int, rng: np.random.Generator, how: str) -> np.ndarray:
+    """`n` vectors made from the real ones (L2-normalised).
+
+    interp: a point on the segment between a real chunk's vector and one of its 20 nearest real neighbours
+    (uniform position) plus a little noise: new text "between" two related chunks, so the generated points
+    keep the real data's neighbourhoods. noise: a real vector plus isotropic Gaussian noise (norm ~0.35), ~37
+    copies of each real chunk at 1M, each cluster a full-dimensional cloud whose top-10 order against a
+    query is decided by the noise alone: the worst case for a graph index (the first session's generator).
+    """
+    idx = rng.integers(0, len(rvec), size=n)
+    if how == "noise":
+        v = rvec[idx] + rng.normal(0.0, 0.35 / np.sqrt(rvec.shape[1]), size=(n, rvec.shape[1])).astype(np.float32)
+    elif how == "interp":
+        nn = np.empty((len(rvec), 20), dtype=np.int64)
+        for s in range(0, len(rvec), 2048):
+            sims = rvec[s : s + 2048] @ rvec.T
+            nn[s : s + 2048] = np.argpartition(-sims, 21, axis=1)[:, 1:21]
+        other = nn[idx, rng.integers(0, 20, size=n)]
+        lam = rng.uniform(0.0, 1.0, size=(n, 1)).astype(np.float32)
+        v = lam * rvec[idx] + (1 - lam) * rvec[other]
+        v += rng.normal(0.0, 0.05 / np.sqrt(rvec.shape[1]), size=v.shape).astype(np.float32)
+    else:
+        raise ValueError(f"unknown vector generator {how!r}")
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v.astype(np.float32)
+
+
+def generate_corpus(material: Path, n: int, seed: int = 0, vectors: str = "interp") -> tuple[pl.DataFrame, np.ndarray]:
     """`n` documents of one chunk each: the real chunks first, then generated ones (see the module doc)."""
     real = pl.read_parquet(material / "real.parquet")
     rvec = np.load(material / "real_vecs.npy")
@@ -129,12 +159,23 @@ def generate_corpus(material: Path, n: int, seed: int = 0) -> tuple[pl.DataFrame
         texts += [
             " ".join(wl[i] for i in flat[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
         ]
-        base = rvec[rng.integers(0, len(rvec), size=rest)]
-        noisy = base + rng.normal(0.0, 0.35 / np.sqrt(rvec.shape[1]), size=base.shape).astype(np.float32)
-        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
-        vecs.append(noisy.astype(np.float32))
+        vecs.append(generate_vectors(rvec, rest, rng, vectors))
     ids = [f"d{i:07d}" for i in range(n)]
     return pl.DataFrame({"doc_id": ids, "title": [""] * n, "text": texts}), np.concatenate(vecs)
+
+
+def corpus_files(workdir: Path, n: int) -> tuple[Path, Path]:
+    return workdir / f"corpus-{n}.parquet", workdir / f"vecs-{n}.npy"
+
+
+def write_corpus(material: Path, workdir: Path, n: int, vectors: str) -> None:
+    """The generated corpus as a user would hand it over: a Parquet corpus and a vector file (own process)."""
+    t0 = time.perf_counter()
+    corpus, vecs = generate_corpus(material, n, vectors=vectors)
+    corpus_path, vecs_path = corpus_files(workdir, n)
+    corpus.write_parquet(corpus_path)
+    np.save(vecs_path, vecs)
+    Path(f"{corpus_path}.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}))
 
 
 # ------------------------------------------------------------------------------------------ one size
@@ -145,23 +186,24 @@ def measure(
     from throughput import Bm25sIndex, DenseMatrix, numpy_dense
 
     from toolkit.config import load_config
+    from toolkit.loaders import load_corpus
     from toolkit.pipeline import prepare, rescore
     from toolkit.store import IndexSettings, Store
 
     r: dict[str, Any] = {"chunks": size}
-    t0 = time.perf_counter()
-    corpus, vecs = generate_corpus(material, size)
-    r["generate_s"] = time.perf_counter() - t0
+    # The corpus was written by another process (`write_corpus`), so this process's peak memory is the
+    # toolkit's: the loader's documents, ingest, the indexes and the queries, not the generator's arrays.
+    corpus_path, vecs_path = corpus_files(workdir, size)
+    r["generate_s"] = json.loads(Path(f"{corpus_path}.json").read_text())["seconds"]
+    vecs = np.load(vecs_path, mmap_mode="r")
     queries = pl.read_parquet(material / "queries.parquet")
     qv = np.load(material / "query_vecs.npy")
     path = workdir / f"scale-{size}.duckdb"
     for p in (path, Path(f"{path}.wal")):
         p.unlink(missing_ok=True)
 
-    docs = [
-        {"doc_id": d, "title": "", "text": t, "source": d, "scope": None, "metadata": {}}
-        for d, t in zip(corpus["doc_id"].to_list(), corpus["text"].to_list(), strict=True)
-    ]
+    docs = list(load_corpus(corpus_path))  # what `hrt ingest corpus.parquet` reads
+    texts = [d["text"] for d in docs]
     # Each document is one chunk (the chunk size exceeds every text), so a chunk's vector is its document's.
     settings = IndexSettings(chunk_size=100_000, chunk_overlap=0)
     with Store(path, memory_limit=memory_limit) as st:
@@ -169,7 +211,7 @@ def measure(
         st.ingest(docs, settings=settings, embed=False)
         r["ingest_lexical_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        supply_vectors(st, corpus["text"].to_list(), vecs)
+        supply_vectors(st, texts, vecs)
         st.ingest(docs, settings=settings)  # embeds nothing: every chunk's vector is in the embedding cache
         r["ingest_vectors_s"] = time.perf_counter() - t0
     del docs
@@ -244,6 +286,7 @@ def measure(
     del m
     log(f"{size:,}: numpy {r['numpy_qps']:.0f} q/s")
     if size <= bm25s_max:
+        corpus = pl.read_parquet(corpus_path)
         docs_b = [
             {"doc_id": d, "title": "", "text": t, "scope": None}
             for d, t in zip(corpus["doc_id"].to_list(), corpus["text"].to_list(), strict=True)
@@ -256,7 +299,7 @@ def measure(
         r["bm25s_s"], _ = median_time(lambda: bm.retrieve(texts, [None] * len(texts), 100), repeats)
         r["bm25s_qps"] = len(texts) / r["bm25s_s"]
         log(f"{size:,}: bm25s {r['bm25s_qps']:.0f} q/s")
-    for p in files:
+    for p in (*files, corpus_path, vecs_path, Path(f"{corpus_path}.json")):
         p.unlink(missing_ok=True)
     return r
 
@@ -266,16 +309,20 @@ def supply_vectors(st: Any, texts: list[str], vecs: np.ndarray) -> None:
     query embedding look before they compute anything: the vectors are supplied, not embedded."""
     from toolkit.store import sha1
 
-    frame = pl.DataFrame(
-        {"text_hash": [sha1(t) for t in texts], "vec": vecs},
-        schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)},
-    )
-    frame = frame.unique("text_hash", keep="first")  # repeated texts (two collections ask the same question)
-    st.con.register("supplied", frame)
-    st.con.execute(
-        "INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM supplied", [st.embedder().model_id]
-    )
-    st.con.unregister("supplied")
+    seen: set[str] = set()
+    for s in range(0, len(texts), 100_000):  # in batches: one 1M-row list column would double the peak
+        hashes = [sha1(t) for t in texts[s : s + 100_000]]
+        keep = [i for i, h in enumerate(hashes) if h not in seen]  # repeated texts (the same question twice)
+        seen.update(hashes)
+        frame = pl.DataFrame(
+            {"text_hash": [hashes[i] for i in keep], "vec": np.asarray(vecs[s : s + 100_000])[keep]},
+            schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)},
+        ).unique("text_hash", keep="first")
+        st.con.register("supplied", frame)
+        st.con.execute(
+            "INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM supplied", [st.embedder().model_id]
+        )
+        st.con.unregister("supplied")
 
 
 def recall_at(exact: pl.DataFrame, approx: pl.DataFrame, k: int) -> float:
@@ -398,10 +445,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--one", type=int, default=None, help=argparse.SUPPRESS
     )  # child process: one size, JSON out
+    ap.add_argument("--gen", type=int, default=None, help=argparse.SUPPRESS)  # child process: write one corpus
+    ap.add_argument("--vectors", choices=["interp", "noise"], default="interp", help="How generated vectors are made (generate_vectors).")
     args = ap.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     material = build_material(Path(args.stores), workdir, args.queries, Path(args.datasets))
+    if args.gen is not None:
+        write_corpus(material, workdir, args.gen, args.vectors)
+        return
     if args.one is not None:
         print(
             json.dumps(measure(args.one, material, workdir, args.repeats, args.bm25s_max, args.memory_limit))
@@ -410,6 +462,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for size in [int(s) for s in args.sizes.split(",")]:
         log(f"size {size:,}: load average {os.getloadavg()[0]:.2f}")
+        base = ["--stores", args.stores, "--workdir", args.workdir, "--datasets", args.datasets, "--queries", str(args.queries)]
+        subprocess.run([sys.executable, __file__, "--gen", str(size), "--vectors", args.vectors, *base], check=True)
         child = subprocess.run(
             [
                 sys.executable,
