@@ -1137,8 +1137,9 @@ class Store:
         Exact search is the default and stays available; the index pays off past ~100k chunks
         (`benchmarks/scale.py`). The graph holds int8-quantised vectors (2.5x faster to build than float32, a
         quarter of the size); searches fetch 4x top_k candidates and re-rank them on the exact float32 vectors,
-        which gives back the recall quantisation costs at 100k chunks (recall@10 0.97 with these defaults) but not
-        at 1M (0.53; 0.77 at ef_search 512: the int8 graph is the wall there, RESULTS.md "Scale").
+        which gives back the recall quantisation costs at 100k chunks (recall@10 0.97 with these defaults). At 1M
+        it depends on the data (RESULTS.md "Scale"): 0.90 / 0.97 at ef_search 128 / 512 on vectors with real
+        neighbourhoods, 0.53 / 0.77 on a worst case of tight isotropic clusters (raise ef_search there).
         """
         if self.read_only:
             raise StoreError(f"{self.path}: opened read-only; building the vector index writes to the store")
