@@ -277,3 +277,64 @@ def test_best_chunk_of_picked_documents_is_the_first_reaching_the_max():
     got = Store._best_chunk(m, sims, rows, docs)
     want = [starts[d] + int(np.argmax(sims[r, starts[d] : starts[d] + lens[d]])) for r, d in zip(rows, docs, strict=True)]
     assert got.tolist() == want
+
+
+def test_ingest_in_batches_equals_one_batch_and_dense_matrix_keeps_doc_order(
+    tmp_path, corpus_file, embedder, monkeypatch
+):
+    """Ingest chunks and inserts a batch of documents at a time (bounded memory at a million chunks): two
+    documents per batch must give the store one batch gives; the dense matrix streams vectors in storage
+    order into (doc_id, ord) order, including after a changed document moved its rows to the end."""
+    import toolkit.store as store_mod
+
+    docs = load_corpus(corpus_file)
+    with Store(tmp_path / "one.duckdb", embedder=embedder) as st:
+        st.ingest(docs, settings=IndexSettings(chunk_size=40, chunk_overlap=10))
+        one = dump(st)
+    monkeypatch.setattr(store_mod, "INGEST_BATCH", 2)
+    with Store(tmp_path / "many.duckdb", embedder=embedder) as st:
+        rep = st.ingest(load_corpus(corpus_file), settings=IndexSettings(chunk_size=40, chunk_overlap=10))
+        many = dump(st)
+        # Embeddings agree to float tolerance only: the model pads each embedding batch to its longest text.
+        emb_one, emb_many = one.pop("emb"), many.pop("emb")
+        assert many == one
+        assert [e[:2] for e in emb_many] == [e[:2] for e in emb_one]
+        np.testing.assert_allclose([e[2] for e in emb_many], [e[2] for e in emb_one], atol=1e-5)
+        assert rep.chunks_written == len(one["chunks"]) > len(docs)
+        assert rep.embeddings_computed + rep.embeddings_from_cache == len({c[6] for c in one["chunks"]})
+        changed = load_corpus(corpus_file)
+        changed[0]["text"] = "A new first document, long enough to make several chunks of forty characters."
+        st.ingest(changed, settings=IndexSettings(chunk_size=40, chunk_overlap=10))
+        m = st._dense_matrix()
+        want = st.con.execute(
+            "SELECT c.chunk_id, e.vec FROM chunks c JOIN embeddings e USING (chunk_id) ORDER BY c.doc_id, c.ord"
+        ).fetchall()
+        assert m["chunk_ids"].to_list() == [w[0] for w in want]
+        np.testing.assert_array_equal(m["vecs"], np.asarray([w[1] for w in want], dtype=np.float32))
+        # Only registered frames of this ingest would keep its texts alive; none is left behind.
+        assert not {"newdocs", "newchunks", "newvec", "need"} & {
+            r[0] for r in st.con.execute("SELECT view_name FROM duckdb_views() WHERE temporary").fetchall()
+        }
+
+
+def test_release_table_pages_evicts_cached_pages_and_restores_the_limit(tmp_path):
+    """After a whole-table scan DuckDB keeps the pages until pressure; the release hands them back down to
+    a 64 MB slack (table pages only: a temporary table stays) and leaves the memory limit as it was."""
+
+    def table_mb(st: Store) -> float:
+        return st.con.execute("SELECT memory_usage_bytes / 2^20 FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchone()[0]
+
+    def limit(st: Store) -> str:
+        return st.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+
+    for memory_limit in (None, "1GB"):
+        with Store(tmp_path / "pages.duckdb", memory_limit=memory_limit) as st:
+            before = limit(st)
+            st.con.execute("CREATE TABLE IF NOT EXISTS big AS SELECT random() AS x FROM range(20000000)")
+            st.con.execute("CREATE TEMP TABLE keep AS SELECT range AS i FROM range(100000)")
+            st.con.execute("SELECT sum(x) FROM big").fetchone()
+            assert table_mb(st) > 128
+            st.release_table_pages()
+            assert table_mb(st) <= 64
+            assert limit(st) == before
+            assert st.con.execute("SELECT count(*) FROM keep").fetchone()[0] == 100000

@@ -129,7 +129,7 @@ def test_cli_ingest_builds_the_index_and_reports_it(tmp_path, corpus_file):
         vi = st.vector_index
         assert {k: vi[k] for k in ("kind", "engine", "metric", "m", "ef_construction", "ef_search", "count")} == {
             "kind": "hnsw", "engine": "usearch", "metric": "cosine", "m": 16, "ef_construction": 128,
-            "ef_search": 128, "count": 6,
+            "ef_search": 512, "count": 6,
         }
         assert vi["generation"] == st.generation()
 

@@ -264,6 +264,48 @@ def _rank_flat(
     return r[ok], col[sel][ok], rank[ok], val[sel][ok]
 
 
+INGEST_BATCH = 20_000  # documents chunked and inserted at a time (bounds ingest memory; see `Store.ingest`)
+_CHUNK_SCHEMA = {
+    "chunk_id": pl.Utf8,
+    "doc_id": pl.Utf8,
+    "ord": pl.Int32,
+    "start_char": pl.Int32,
+    "end_char": pl.Int32,
+    "text": pl.Utf8,
+    "text_hash": pl.Utf8,
+    "lex_text": pl.Utf8,
+}
+_DOC_COLUMNS = ("doc_id", "source", "scope", "title", "text", "metadata", "content_hash", "text_hash")
+
+
+def _chunk_rows(docs: list[dict[str, Any]], settings: IndexSettings) -> list[tuple]:
+    """Chunk rows in `_CHUNK_SCHEMA` order, plus the embedded body (title and text) as the ninth field."""
+    rows = []
+    for d in docs:
+        for c in chunk_text(d["text"], settings.chunk_size, settings.chunk_overlap) or []:
+            body = chunk_body(d["title"], c.text)
+            rows.append(
+                (f"{d['doc_id']}#{c.ord}", d["doc_id"], c.ord, c.start, c.end, c.text, sha1(body), lexical_text(body), body)
+            )
+    return rows
+
+
+def _docs_frame(docs: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "doc_id": [d["doc_id"] for d in docs],
+            "source": [d["source"] for d in docs],
+            "scope": [d["scope"] for d in docs],
+            "title": [d["title"] for d in docs],
+            "text": [d["text"] for d in docs],
+            "metadata": [json.dumps(d["metadata"], ensure_ascii=False) for d in docs],
+            "content_hash": [d["content_hash"] for d in docs],
+            "text_hash": [sha1(d["text"]) for d in docs],
+        },
+        schema=dict.fromkeys(_DOC_COLUMNS, pl.Utf8),
+    )
+
+
 class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
@@ -289,6 +331,7 @@ class Store:
             if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", memory_limit.strip(), re.I):
                 raise InputError(f"memory_limit must look like '4GB' or '512MB', got {memory_limit!r}")
             self.con.execute("SET memory_limit = ?", [memory_limit.strip()])
+        self._memory_limit = memory_limit.strip() if memory_limit is not None else None
         if not read_only:
             had_values = self._has_table("doc_values")
             self.con.execute(_DDL)
@@ -317,6 +360,28 @@ class Store:
     # ------------------------------------------------------------------ basics
     def close(self) -> None:
         self.con.close()
+
+    def release_table_pages(self) -> None:
+        """Drop the table pages DuckDB keeps cached after a whole-table scan whose result now lives in Python.
+
+        DuckDB evicts cached pages only under pressure, so after reading the vectors (1.5 GB at a million
+        chunks) or the postings into numpy, its copies stay resident up to `memory_limit` and add to the peak
+        (`benchmarks/scale.py`). Lowering the limit makes the buffer manager evict them and hand the memory
+        back; it is then restored. Only table pages (tag BASE_TABLE) are targeted: the floor keeps every
+        other use (hash tables, temporary data) in memory. The pages come back from the OS file cache on
+        the next read. No DuckDB setting or call does this directly (checked on 1.5.5)."""
+        other = self.con.execute(
+            "SELECT coalesce(sum(memory_usage_bytes) FILTER (WHERE tag <> 'BASE_TABLE'), 0) FROM duckdb_memory()"
+        ).fetchone()[0]
+        try:
+            self.con.execute(f"SET memory_limit = '{int(other) + (64 << 20)}B'")
+        except duckdb.Error:
+            pass  # too little evictable to meet the floor: DuckDB evicted what it could
+        finally:
+            if self._memory_limit is None:
+                self.con.execute("RESET memory_limit")
+            else:
+                self.con.execute("SET memory_limit = ?", [self._memory_limit])
 
     def __enter__(self) -> Store:
         return self
@@ -459,6 +524,7 @@ class Store:
             "ORDER BY w.i",
             [emb.model_id],
         ).pl()
+        self.release_table_pages()  # the join scanned the whole cache, chunk vectors included
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
 
     def _embed_read_only(self, texts: list[str], hashes: list[str], emb: Embedder) -> np.ndarray:
@@ -509,8 +575,10 @@ class Store:
             df = pl.DataFrame({"text_hash": part, "vec": vecs.tolist()}, schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)})
             self._register("newvec", df)
             self.con.execute("INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM newvec", [emb.model_id])
+            self.con.unregister("newvec")
             bar.update(len(part))
         bar.close()
+        self.con.unregister("need")
         return len(missing), len(by_hash) - len(missing)
 
     # ------------------------------------------------------------------ ingest
@@ -551,36 +619,27 @@ class Store:
         removed = sorted(set(existing) - incoming) if prune else []
         added = sum(1 for d in todo if d["doc_id"] not in existing)
 
-        chunk_rows = []
-        for d in tqdm(todo, desc="chunking", unit="doc", disable=not progress or len(todo) < 200):
-            for c in chunk_text(d["text"], settings.chunk_size, settings.chunk_overlap) or []:
-                body = chunk_body(d["title"], c.text)
-                chunk_rows.append(
-                    (f"{d['doc_id']}#{c.ord}", d["doc_id"], c.ord, c.start, c.end, c.text, sha1(body), lexical_text(body), body)
-                )
+        # Everything is checked before anything is written: empty documents, then typed metadata (dates,
+        # numbers; a bad date stops the ingest here).
+        for d in todo:
             if not d["text"].strip() and not d["title"].strip():
                 raise InputError(f"document {d['doc_id']!r} has no text and no title")
-
-        # Typed metadata (dates, numbers) before anything is written: a bad date stops the ingest here.
         value_rows = [(d["doc_id"], *v) for d in todo for v in typed_values(d["metadata"], f"document {d['doc_id']!r}")]
 
+        # Documents are chunked a batch at a time (here for the embeddings, below for the insert), so only one
+        # batch's chunk texts are held: all of them at once was about 3 GB at a million chunks.
+        batches = [todo[i : i + INGEST_BATCH] for i in range(0, len(todo), INGEST_BATCH)]
+        only_rows = None  # a single batch's rows, chunked once and kept for the insert
         computed = cached = 0
-        need_embed = emb is not None and bool(chunk_rows or self._chunks_without_embeddings())
+        need_embed = emb is not None and bool(todo or self._chunks_without_embeddings())
         if emb is not None and need_embed:
-            by_hash = {r[6]: r[8] for r in chunk_rows}
-            # Chunks of unchanged documents that lack embeddings (e.g. the store was built with embed=False).
-            if self._has_table("embeddings"):
-                rows = self.con.execute(
-                    "SELECT c.text_hash, CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END "
-                    "FROM chunks c JOIN documents d USING (doc_id) ANTI JOIN embeddings e USING (chunk_id)"
-                ).fetchall()
-            else:
-                rows = self.con.execute(
-                    "SELECT c.text_hash, CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END "
-                    "FROM chunks c JOIN documents d USING (doc_id)"
-                ).fetchall()
-            by_hash.update(dict(rows))
-            computed, cached = self._fill_embedding_cache(by_hash, emb, progress=progress)
+            for part in batches:
+                rows = _chunk_rows(part, settings)
+                c, k = self._fill_embedding_cache({r[6]: r[8] for r in rows}, emb, progress=progress)
+                computed, cached = computed + c, cached + k
+                only_rows = rows if len(batches) == 1 else None
+            c, k = self._embed_unchanged_chunks(emb, progress=progress)
+            computed, cached = computed + c, cached + k
 
         fts_changed = old_settings is None or (old_settings.stemmer, old_settings.stopwords) != (
             settings.stemmer,
@@ -606,38 +665,21 @@ class Store:
             if value_rows:
                 self._register("newvalues", values_frame(value_rows, "doc_id"))
                 self.con.execute("INSERT INTO doc_values SELECT doc_id, field, num, ts, text FROM newvalues")
-            if todo:
-                ddf = pl.DataFrame(
-                    {
-                        "doc_id": [d["doc_id"] for d in todo],
-                        "source": [d["source"] for d in todo],
-                        "scope": [d["scope"] for d in todo],
-                        "title": [d["title"] for d in todo],
-                        "text": [d["text"] for d in todo],
-                        "metadata": [json.dumps(d["metadata"], ensure_ascii=False) for d in todo],
-                        "content_hash": [d["content_hash"] for d in todo],
-                        "text_hash": [sha1(d["text"]) for d in todo],
-                    },
-                    schema={k: pl.Utf8 for k in ("doc_id", "source", "scope", "title", "text", "metadata", "content_hash", "text_hash")},
-                )
-                self._register("newdocs", ddf)
+            chunks_written = 0
+            bar = tqdm(total=len(todo), desc="writing", unit="doc", disable=not progress or len(todo) < 200)
+            for part in batches:
+                self._register("newdocs", _docs_frame(part))
                 self.con.execute("INSERT INTO documents BY NAME SELECT * FROM newdocs")
-                cdf = pl.DataFrame(
-                    [r[:8] for r in chunk_rows],
-                    schema={
-                        "chunk_id": pl.Utf8,
-                        "doc_id": pl.Utf8,
-                        "ord": pl.Int32,
-                        "start_char": pl.Int32,
-                        "end_char": pl.Int32,
-                        "text": pl.Utf8,
-                        "text_hash": pl.Utf8,
-                        "lex_text": pl.Utf8,
-                    },
-                    orient="row",
-                )
-                self._register("newchunks", cdf)
+                rows = only_rows if only_rows is not None else _chunk_rows(part, settings)
+                self._register("newchunks", pl.DataFrame([r[:8] for r in rows], schema=_CHUNK_SCHEMA, orient="row"))
                 self.con.execute("INSERT INTO chunks SELECT * FROM newchunks")
+                chunks_written += len(rows)
+                # A registered frame lives as long as its name: let each batch's go.
+                self.con.unregister("newdocs")
+                self.con.unregister("newchunks")
+                del rows
+                bar.update(len(part))
+            bar.close()
             if emb is not None and need_embed:
                 dim = int(emb.dim)  # an integer in the DDL (a type size cannot be a bound parameter)
                 self.con.execute(f"CREATE TABLE IF NOT EXISTS embeddings(chunk_id VARCHAR, model VARCHAR, vec FLOAT[{dim}])")
@@ -661,6 +703,7 @@ class Store:
             raise
         self._forget()
         self._dense_cache = None
+        self.release_table_pages()  # the batches' pages: the next reads are the search matrices, from disk anyway
         self._refresh_vector_index()
         return IngestReport(
             documents=len(docs),
@@ -668,11 +711,29 @@ class Store:
             changed=len(todo) - added,
             unchanged=len(docs) - len(todo),
             removed=len(removed),
-            chunks_written=len(chunk_rows),
+            chunks_written=chunks_written,
             embeddings_computed=computed,
             embeddings_from_cache=cached,
             fts_rebuilt=rebuild,
         )
+
+    def _embed_unchanged_chunks(self, emb: Embedder, *, progress: bool) -> tuple[int, int]:
+        """Cache embeddings for stored chunks that have none (e.g. the store was built with embed=False).
+        Reads the texts only of chunks the cache lacks: with supplied vectors that is none of them."""
+        lacking = "chunks c" + (" ANTI JOIN embeddings e USING (chunk_id)" if self._has_table("embeddings") else "")
+        cached_sql = "(SELECT DISTINCT text_hash FROM embedding_cache WHERE model = ?) ec"
+        cached = self.con.execute(
+            f"SELECT count(DISTINCT c.text_hash) FROM {lacking} SEMI JOIN {cached_sql} ON ec.text_hash = c.text_hash",
+            [emb.model_id],
+        ).fetchone()[0]
+        rows = self.con.execute(
+            "SELECT c.text_hash, any_value(CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END) "
+            f"FROM {lacking} JOIN documents d USING (doc_id) ANTI JOIN {cached_sql} ON ec.text_hash = c.text_hash "
+            "GROUP BY c.text_hash",
+            [emb.model_id],
+        ).fetchall()
+        computed, _ = self._fill_embedding_cache(dict(rows), emb, progress=progress)
+        return computed, cached
 
     def _chunks_without_embeddings(self) -> int:
         if not self._has_table("embeddings"):
@@ -1021,19 +1082,24 @@ class Store:
             by_id = np.argsort(fts_ids)
             post = self.con.execute("SELECT termid, docid, count(*)::DOUBLE AS tf FROM fts_main_chunks.terms GROUP BY ALL").fetchnumpy()
             n_terms = int(self.con.execute("SELECT max(termid) + 1 FROM fts_main_chunks.dict").fetchone()[0] or 0)
-            cols = by_id[np.searchsorted(fts_ids, post["docid"], sorter=by_id)]
-            length = lay["len"].to_numpy().astype(np.float64)[cols]
-            tf = np.asarray(post["tf"], dtype=np.float64)
-            w = tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
-            mat = sp.csr_matrix((w, (cols, np.asarray(post["termid"]))), shape=(len(lay), n_terms))
+            cols = by_id[np.searchsorted(fts_ids, post.pop("docid"), sorter=by_id)]
+            tf = np.asarray(post.pop("tf"), dtype=np.float64)
+            w = tf * (k1 + 1) / (tf + k1 * (1 - b + b * lay["len"].to_numpy().astype(np.float64)[cols] / avgdl))
+            del tf
+            # Terms x chunks, built as such (query rows pick their terms' postings): one conversion, not a
+            # chunks x terms matrix transposed and converted again (two more copies of ~40M postings at 1M).
+            wt = sp.csr_matrix((w, (np.asarray(post.pop("termid")), cols)), shape=(n_terms, len(lay)))
+            del w, cols
+            wt.sort_indices()
             self._lex_cache = (
                 key,
                 {
-                    "wt": mat.T.tocsr(),  # terms x chunks: query rows pick their terms' postings
+                    "wt": wt,
                     "n_docs": n_docs_fts,
                     **_chunk_layout(lay),
                 },
             )
+            self.release_table_pages()
         return self._lex_cache[1]
 
     def match_bm25(self, text: str, *, top_k: int = 10, k1: float = 1.2, b: float = 0.75) -> pl.DataFrame:
@@ -1051,13 +1117,29 @@ class Store:
         if self._dense_cache is None or self._dense_cache[0] != gen:
             if not self._has_table("embeddings") or self._count_embeddings() == 0:
                 raise StoreError(f"{self.path} has no embeddings; ingest with embeddings (the default) to use dense search")
-            tbl = self.con.execute(
-                "SELECT c.chunk_id, c.doc_id, d.scope, e.vec FROM chunks c JOIN embeddings e USING (chunk_id) "
-                "JOIN documents d USING (doc_id) ORDER BY c.doc_id, c.ord"
-            ).arrow()
-            df = pl.from_arrow(tbl)
-            vecs = np.ascontiguousarray(df["vec"].to_numpy(), dtype=np.float32)
-            self._dense_cache = (gen, {"vecs": vecs, **_chunk_layout(df)})
+            # The layout (ids, scopes, each chunk's embeddings row) is sorted; the vectors are not: they stream
+            # in storage order, a batch at a time, into their sorted rows of one preallocated matrix. Sorting
+            # and converting them whole held about three copies of every vector (5 GB at a million chunks).
+            lay = self.con.execute(
+                "SELECT c.chunk_id, c.doc_id, d.scope, e.rowid AS erow FROM chunks c JOIN embeddings e "
+                "USING (chunk_id) JOIN documents d USING (doc_id) ORDER BY c.doc_id, c.ord"
+            ).pl()
+            erow = lay["erow"].to_numpy()
+            slot = np.full(int(erow.max()) + 1, -1, dtype=np.int64)
+            slot[erow] = np.arange(len(erow))
+            vecs = None
+            for batch in self.con.execute("SELECT rowid, vec FROM embeddings").to_arrow_reader(65_536):
+                rows = slot[batch.column(0).to_numpy()]
+                col = batch.column(1)  # FLOAT[dim]: a fixed-size list, its values one flat float32 buffer
+                if len(col) == 0:
+                    continue
+                flat = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), -1)
+                if vecs is None:
+                    vecs = np.empty((len(erow), flat.shape[1]), dtype=np.float32)
+                keep = rows >= 0
+                vecs[rows[keep]] = flat[keep]
+            self._dense_cache = (gen, {"vecs": vecs, **_chunk_layout(lay.drop("erow"))})
+            self.release_table_pages()
         return self._dense_cache[1]
 
     def query_vectors(
@@ -1131,15 +1213,16 @@ class Store:
             self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
             self._forget()
 
-    def build_vector_index(self, *, m: int = 16, ef_construction: int = 128, ef_search: int = 128) -> None:
+    def build_vector_index(self, *, m: int = 16, ef_construction: int = 128, ef_search: int = 512) -> None:
         """(Re)build the HNSW index (usearch, cosine) over the chunk vectors, on all cores, into `<store>.hnsw`.
 
         Exact search is the default and stays available; the index pays off past ~100k chunks
         (`benchmarks/scale.py`). The graph holds int8-quantised vectors (2.5x faster to build than float32, a
-        quarter of the size); searches fetch 4x top_k candidates and re-rank them on the exact float32 vectors,
-        which gives back the recall quantisation costs at 100k chunks (recall@10 0.97 with these defaults). At 1M
-        it depends on the data (RESULTS.md "Scale"): 0.90 / 0.97 at ef_search 128 / 512 on vectors with real
-        neighbourhoods, 0.53 / 0.77 on a worst case of tight isotropic clusters (raise ef_search there).
+        quarter of the size); searches fetch 4x top_k candidates and re-rank them on the exact float32 vectors.
+        Recall falls as the graph grows, so the default ef_search is 512, the lowest measured value that keeps
+        recall@10 >= 0.95 at 1M chunks (RESULTS.md "Scale": 0.996 / 0.980 at 100k / 1M, 1,700 / 1,460 q/s;
+        ef_search 128 gives 0.97 / 0.92 at 3x the speed). Recall depends on the data: on a worst case of tight
+        isotropic clusters it is 0.77 at 1M (raise ef_search there; `dense_search(ef_search=...)` per call).
         """
         if self.read_only:
             raise StoreError(f"{self.path}: opened read-only; building the vector index writes to the store")
@@ -1171,7 +1254,7 @@ class Store:
                 self._forget()
                 self.vector_index_path.unlink(missing_ok=True)
                 return
-            self.build_vector_index(m=vi["m"], ef_construction=vi["ef_construction"], ef_search=vi.get("ef_search", 128))
+            self.build_vector_index(m=vi["m"], ef_construction=vi["ef_construction"], ef_search=vi.get("ef_search", 512))
 
     def _ann(self) -> Any:
         """The usearch index of this generation, memory-mapped (read once per process; the OS shares pages)."""
@@ -1199,7 +1282,7 @@ class Store:
             raise InputError(f"ef_search must be an integer in [1, 10000], got {ef_search!r}")
         m = self._dense_matrix()
         fetch = min(4 * int(top_k), len(m["chunk_ids"]))
-        index.expansion_search = max(ef_search or self.vector_index.get("ef_search", 128), fetch)
+        index.expansion_search = max(ef_search or self.vector_index.get("ef_search", 512), fetch)
         q = np.ascontiguousarray(qv, dtype=np.float32)
         found = index.search(q, fetch, threads=os.cpu_count() or 1)
         keys = np.asarray(found.keys).reshape(len(q), -1)
