@@ -123,6 +123,19 @@ def vss_extension_path() -> str:
     )
 
 
+def _stated_limit_bytes(stated: str) -> int:
+    """Bytes for a limit as DuckDB states it ("18.8 GiB", "953.6 MiB"). DuckDB shows no byte value and its
+    display truncates, so setting the stated text back drifts down a step each time; the middle of the
+    stated step reads back as the same text, so a restored limit is stable and within half a step."""
+    m = re.fullmatch(r"([\d.]+)\s*(bytes|KiB|MiB|GiB|TiB|PiB)", stated.strip())
+    if m is None:
+        raise StoreError(f"cannot read DuckDB's memory limit {stated!r}")
+    number, unit = m.groups()
+    step = 10.0 ** -len(number.partition(".")[2])
+    scale = 1 << (10 * ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"].index(unit))
+    return int(float(number) * scale) if unit == "bytes" else int((float(number) + step / 2) * scale)
+
+
 def _usearch() -> Any:
     """The usearch package (`usearch.index`), or a StoreError naming the extra that brings it."""
     try:
@@ -332,6 +345,12 @@ class Store:
                 raise InputError(f"memory_limit must look like '4GB' or '512MB', got {memory_limit!r}")
             self.con.execute("SET memory_limit = ?", [memory_limit.strip()])
         self._memory_limit = memory_limit.strip() if memory_limit is not None else None
+        # The limit in force, for `release_table_pages` to restore. Restored by SET, never by RESET: in
+        # DuckDB 1.5.5 `RESET memory_limit` shows the default again but leaves the buffer pool at the lowered
+        # limit (queries then spill, and those that cannot fail with "failed to pin block").
+        self._restore_limit = self._memory_limit or (
+            f"{_stated_limit_bytes(self.con.execute('SELECT current_setting(?)', ['memory_limit']).fetchone()[0])}B"
+        )
         if not read_only:
             had_values = self._has_table("doc_values")
             self.con.execute(_DDL)
@@ -378,10 +397,7 @@ class Store:
         except duckdb.Error:
             pass  # too little evictable to meet the floor: DuckDB evicted what it could
         finally:
-            if self._memory_limit is None:
-                self.con.execute("RESET memory_limit")
-            else:
-                self.con.execute("SET memory_limit = ?", [self._memory_limit])
+            self.con.execute("SET memory_limit = ?", [self._restore_limit])
 
     def __enter__(self) -> Store:
         return self
