@@ -46,6 +46,20 @@ def test_rescore_from_cache_equals_full_run(store, preset):
     assert set(full.trace["stage"].unique()) >= {"fuse", "blend", "final"}
 
 
+@pytest.mark.parametrize("preset", ["bm25-only", "hybrid-rrf", "qmd", "default", "memoria", "cems-p0", "a0x-adaptive"])
+def test_rescore_with_a_small_n_keeps_the_same_first_places(store, preset):
+    """The tuner re-scores with n = the measure's depth: the first n places must be those of a full re-score,
+    with and without dedup by source and near-duplicates (which read further down the list)."""
+    base = load_config(preset)
+    for upd in ({}, {"dedup.source_enabled": True, "dedup.max_per_source": 1},
+                {"dedup.near_duplicate_enabled": True, "dedup.near_duplicate_threshold": 0.5}):
+        cfg = base.with_updates(upd)
+        prep = prepare(store, QUERIES, cfg)
+        full, small = rescore(prep, cfg, trace=False), rescore(prep, cfg, trace=False, n=1)
+        assert small.final.group_by("qid").len()["len"].max() <= 1 < full.final.group_by("qid").len()["len"].max()
+        assert small.run(1).equals(full.run(1)), (preset, upd)
+
+
 def test_config_change_rescores_without_retrieval(store, monkeypatch):
     cfg = load_config("hybrid-rrf")
     prep = prepare(store, QUERIES, cfg)

@@ -332,6 +332,9 @@ def rerank_pool(cands: pl.DataFrame, top_n: int, depth: int | None = None) -> pl
 
 def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace: bool = True, now: datetime | None = None) -> Result:
     """Run stages 6-9 on cached frames: fusion, guarded blending, priors, dedup, thresholds. All queries at once.
+    `n`: results kept per query (default max(output.n, 100)); a caller that reads only the first k places
+    (metrics at a cutoff) passes n >= k and gets the same first k places with less work per change (with
+    near-duplicate dedup on, how deep duplicates are compared follows n: max(3n, 50) places).
     `now` (naive UTC, default the clock) is the recency prior's reference for queries without a date."""
     t: dict[str, float] = {}
     n = n or max(cfg.output.n, 100)

