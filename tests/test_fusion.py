@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit.config import FusionConfig, RoutingConfig
-from toolkit.fusion import FUSED_SCHEMA, fuse, list_weights, normalized_scores
+from toolkit.fusion import FUSED_SCHEMA, fuse, index, list_weights, normalized_scores
 
 COLS = ["qid", "list_id", "variant", "retriever", "doc_id", "chunk_id", "rank", "score"]
 
@@ -196,6 +196,36 @@ def test_fusion_is_invariant_to_row_order(c, seed, which):
     shuffled = c.sample(fraction=1.0, shuffle=True, seed=seed)
     w_shuffled = w.sample(fraction=1.0, shuffle=True, seed=seed)
     assert fuse(c, w, cfg).equals(fuse(shuffled, w_shuffled, cfg))
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(c=candidate_sets(), depth=st.integers(1, 10), which=st.integers(0, len(CONFIGS) - 1))
+def test_the_first_places_equal_the_whole_list_cut(c, depth, which):
+    # fuse(depth=) selects each query's first places without the full sort (fusion._first_places): the same
+    # rows, scores and order as the whole fused list cut at `depth`, with `_n` the query's full count.
+    cfg = CONFIGS[which]
+    w = list_weights(c, None, cfg)
+    ix = index(c)
+    whole = fuse(c, w, cfg, idx=ix)
+    cut = fuse(c, w, cfg, idx=ix, depth=depth)
+    n = whole.group_by("qid").len().select("qid", pl.col("len").cast(pl.Int64).alias("_n"))
+    expected = whole.filter(pl.col("rank") <= depth).join(n, on="qid", how="left", maintain_order="left")
+    assert cut.equals(expected.select(cut.columns))
+
+
+def test_first_places_on_uneven_queries_match_the_full_sort():
+    # One query with many candidates among small ones: the selection matrix is padded, the padding never shows.
+    rng = np.random.default_rng(3)
+    frames = [cands({"orig:lex": [f"d{i}" for i in rng.permutation(60)[:k]], "orig:vec": [f"d{i}" for i in rng.permutation(60)[:k]]}, qid=f"q{k}")
+              for k in (1, 2, 5, 40, 60)]
+    c = pl.concat(frames)
+    ix = index(c)
+    whole = fuse(c, None, FusionConfig(), idx=ix)
+    for depth in (1, 3, 10, 59):
+        cut = fuse(c, None, FusionConfig(), idx=ix, depth=depth)
+        assert cut.drop("_n").equals(whole.filter(pl.col("rank") <= depth))
+        assert cut.group_by("qid").agg(pl.col("_n").first()).sort("qid").equals(
+            whole.group_by("qid").agg(pl.len().cast(pl.Int64).alias("_n")).sort("qid"))
 
 
 @settings(max_examples=60, deadline=None, database=None)

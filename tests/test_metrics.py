@@ -138,10 +138,30 @@ def test_hash_collision_fallback_gives_the_same_result(monkeypatch):
     ms = ["nDCG@3", "AP", "Rprec", "RR@10"]
     expected = evaluate(RUN, QRELS, ms)
     monkeypatch.setattr(metrics, "_query_key", lambda qid: pl.lit(7, dtype=pl.UInt64))  # every qid collides
-    run = pl.concat([RUN, RUN.with_columns(pl.lit("q2").alias("qid"))])
+    run = pl.concat([RUN, RUN.with_columns(pl.lit("q2").alias("qid"))]).reverse()  # not in trec order: sorted
+    assert not metrics._already_trec_ordered(run)
     got = evaluate(run, QRELS, ms)
     assert got.filter(pl.col("qid") == "q1").equals(expected.filter(pl.col("qid") == "q1"))
     assert values(got, "q2")["RR@10"] == 0.0 and values(got, "q2")["AP"] == 0.0  # q2 judges only d9
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_run_already_in_trec_order_scores_as_the_sorted_path(seed):
+    # A pipeline run (qids sorted, scores strictly falling) skips the sort; the values must not change.
+    rng = np.random.default_rng(seed)
+    rows = []
+    for q in range(30):
+        docs = rng.choice(200, size=int(rng.integers(1, 40)), replace=False)
+        rows += [(f"q{q:02d}", f"d{d}", float(s)) for d, s in zip(docs, np.sort(rng.random(len(docs)))[::-1], strict=True)]
+    run = pl.DataFrame(rows, schema=["qid", "doc_id", "score"], orient="row").unique(["qid", "score"], keep="first", maintain_order=True)
+    qrels = pl.DataFrame([(f"q{q:02d}", f"d{d}", int(rng.integers(1, 3))) for q in range(32) for d in rng.choice(200, 15, replace=False)],
+                         schema=["qid", "doc_id", "rel"], orient="row")
+    ms = ["nDCG@10", "AP", "Rprec", "RR@10", "R@5", "P@3", "nDCG"]
+    shuffled = run.sample(fraction=1.0, shuffle=True, seed=seed)
+    assert metrics._already_trec_ordered(run) and not metrics._already_trec_ordered(shuffled)
+    assert evaluate(run, qrels, ms).equals(evaluate(shuffled, qrels, ms))
+    tied = run.with_columns(pl.when(pl.col("doc_id") == run["doc_id"][1]).then(run["score"][0]).otherwise(pl.col("score")).alias("score"))
+    assert not metrics._already_trec_ordered(tied)  # a float32 tie needs the doc-id tie-break: the sorted path
 
 
 def test_source_level_keeps_first_document_per_source():

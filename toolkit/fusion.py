@@ -345,6 +345,23 @@ def _fused_frame(
     # Final order: query, score desc, best rank, doc_id. The exact integer score packs directly when the
     # bits allow, otherwise its dense rank stands in for it.
     s_key = isum.max() - isum
+    top = _first_places(gq, s_key, best_rank, gd, nd, depth) if depth is not None and codes else None
+    if top is not None:
+        f, pos, count = top
+        out = pl.DataFrame(
+            {
+                "qid": qids.gather(gq[f]),
+                "doc_id": docs.gather(gd[f]),
+                "chunk_id": ix.chunk_id.gather(best[f]),
+                "score": isum[f] / _SCALE,
+                "rank": pos,
+            },
+            schema=FUSED_SCHEMA,
+        )
+        return out.with_columns(
+            pl.Series("_key", gq[f] * nd + gd[f]), pl.Series("_grp", f if grp is None else np.full(len(f), grp)),
+            pl.Series("_n", count, dtype=pl.Int64),
+        )
     if (
         int(s_key.max()).bit_length() + nq.bit_length() + int(best_rank.max()).bit_length() + nd.bit_length()
         > 63
@@ -377,6 +394,41 @@ def _fused_frame(
     # `grouped_values`), so the blend stage finds reranker scores by integer, not by a string join.
     out = out.with_columns(pl.Series("_key", gq * nd + gd), pl.Series("_grp", f if grp is None else np.full(len(f), grp)))
     return out if n_fused is None else out.with_columns(pl.Series("_n", n_fused, dtype=pl.Int64))
+
+
+def _first_places(
+    gq: np.ndarray, s_key: np.ndarray, best_rank: np.ndarray, gd: np.ndarray, nd: int, depth: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Each query's first `depth` places without sorting every grouped document: (rows in final order, their
+    place 1..depth, their query's document count), or None when the full sort is the better way.
+
+    Rows are grouped by query (`gq` ascending). Each query's rows go into one row of a (queries x most rows)
+    matrix of packed (score, best rank, doc) keys, unique within a query; `np.argpartition` picks the
+    `depth` smallest per row and only those are sorted. numpy has no segmented top-k, hence by hand.
+    """
+    bits = int(s_key.max()).bit_length() + int(best_rank.max()).bit_length() + max(nd, 1).bit_length()
+    if bits > 63 or not len(gq) or depth < 1:
+        return None
+    qs = np.flatnonzero(np.r_[True, gq[1:] != gq[:-1]])
+    cnt = np.diff(np.r_[qs, len(gq)])
+    width = int(cnt.max())
+    if depth >= width or len(qs) * width > 4 * len(gq):  # nothing to cut, or a very uneven matrix
+        return None
+    b_rank, b_doc = int(best_rank.max()).bit_length(), max(nd, 1).bit_length()
+    key = (
+        (s_key.astype(np.uint64) << np.uint64(b_rank + b_doc))
+        | (best_rank.astype(np.uint64) << np.uint64(b_doc))
+        | gd.astype(np.uint64)
+    )
+    mat = np.full((len(qs), width), np.iinfo(np.uint64).max, dtype=np.uint64)
+    mat.ravel()[np.arange(len(gq)) + np.repeat(np.arange(len(qs)) * width - qs, cnt)] = key  # flat: one gather
+    part = np.argpartition(mat, depth - 1, axis=1)[:, :depth]
+    cols = np.take_along_axis(part, np.argsort(np.take_along_axis(mat, part, axis=1), axis=1), axis=1)
+    valid = cols < cnt[:, None]  # the padding sorts last
+    f = (qs[:, None] + cols)[valid]
+    pos = np.broadcast_to(np.arange(1, depth + 1), cols.shape)[valid]
+    count = np.broadcast_to(cnt[:, None], cols.shape)[valid]
+    return f, pos.astype(np.int64), count
 
 
 def _bonus_np(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:

@@ -268,13 +268,12 @@ def evaluate(
         elif m.kind == "precision":
             fin.append((pl.col(c) / float(m.k)).alias(c))
     out = out.with_columns(fin).select("qid", *cols).sort("qid")
-    long = out.unpivot(index="qid", on=cols, variable_name="measure", value_name="value")
-    labels = pl.DataFrame({"measure": cols, "label": [m.label for m in ms], "order": list(range(len(ms)))})
-    return (
-        long.join(labels, on="measure", how="left")
-        .sort("qid", "order")
-        .select("qid", pl.col("label").alias("measure"), pl.col("value").cast(pl.Float64))
-    )
+    # Long form, query by query in the order of `measures`: each row's values as a list, exploded (no sort).
+    return out.select(
+        "qid",
+        pl.concat_list([pl.lit(m.label, pl.Utf8) for m in ms]).alias("measure"),
+        pl.concat_list([pl.col(c).cast(pl.Float64) for c in cols]).alias("value"),
+    ).explode("measure", "value")
 
 
 # The judgement side of `evaluate` depends on the qrels and the measures only: a slider tick evaluates new
@@ -335,6 +334,13 @@ def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None, by_rank: bool 
     Repeated documents (or sources) keep their first, i.e. best, place; the duplicate test is a cheap
     hash check first, so the exact (slower) de-duplication only runs when something may be repeated.
     """
+    if doc_source is None and not by_rank and _already_trec_ordered(r):
+        # A ranked list straight from the pipeline: queries in order, scores strictly falling. The sort would
+        # leave it as it is, so only the keys are added (the duplicate check below still runs).
+        r = r.with_columns(pl.col("qid").rle_id().cast(pl.UInt64).alias("h"), pl.col("score").cast(pl.Float32).alias("s32"))
+        if r.select(pl.struct("qid", "doc_id").hash().is_duplicated().any()).item():
+            r = r.filter(pl.struct("qid", "doc_id").is_first_distinct())
+        return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("h").alias("pos"))
     r = r.with_columns(_query_key(pl.col("qid")).alias("h"), pl.col("score").cast(pl.Float32).alias("s32"))
     keys, desc = (["rank", "s32", "doc_id"], [False, True, True]) if by_rank else (["s32", "doc_id"], [True, True])
     # Single-threaded: measured faster on 2 busy cores than polars' parallel sort for ~150k rows.
@@ -352,6 +358,15 @@ def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None, by_rank: bool 
     if r.select(pl.struct("qid", "doc_id").hash().is_duplicated().any()).item():
         r = r.filter(pl.struct("qid", "doc_id").is_first_distinct())
     return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("h").alias("pos"))
+
+
+def _already_trec_ordered(r: pl.DataFrame) -> bool:
+    """True when `r` [qid, score] is in trec_eval order already: qids sorted (so each query's rows are
+    together) and, within a query, float32 scores strictly decreasing (so the doc-id tie-break never acts)."""
+    if len(r) < 2 or not r["qid"].is_sorted():
+        return len(r) < 2
+    s32, q = pl.col("score").cast(pl.Float32), pl.col("qid")
+    return bool(r.select(((q != q.shift()) | (s32 < s32.shift())).slice(1).all()).item())
 
 
 def _cut(e: pl.Expr, k: int | None) -> pl.Expr:
