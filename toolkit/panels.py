@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from .compare import ttest
+from .fusion import in_rank_order
 
 LATER_STAGES = ("fuse", "blend", "final")
 CULPRITS = ("fuse", "blend", "dedup", "threshold")
@@ -248,7 +249,9 @@ def folded_stages(trace: pl.DataFrame, stages: Iterable[str] = LATER_STAGES) -> 
     prev: str | None = None
     prev_rows: pl.DataFrame | None = None
     for st in stages:
-        rows = trace.filter(pl.col("stage") == st).select("qid", "doc_id", "rank", "score").sort("qid", "rank")
+        rows = trace.filter(pl.col("stage") == st).select("qid", "doc_id", "rank", "score")
+        if not (rows["qid"].is_sorted() and in_rank_order(rows)):  # pipeline stages are: no sort on string qids
+            rows = rows.sort("qid", "rank")
         if not len(rows):
             continue
         if prev is not None and prev_rows is not None:
