@@ -3,7 +3,8 @@
 Writes a one-cell notebook that opens a LoCoMo store and builds `Lab` over the dev queries (760), runs it
 in JupyterLab, then types several lexical-weight values into the slider readout one after another and
 measures, for each, the wall time from the Enter key to the moment the figures' data in the page changed.
-That includes the lab's debounce (60 ms), the re-score in the kernel, the widget messages and plotly's
+That includes the re-score in the kernel (a change to an idle lab runs at once; only a burst waits for the
+60 ms debounce), the widget messages and plotly's
 redraw. The kernel-side time the lab reports for the same update ("updated in N ms") is printed beside it.
 
     .venv/bin/python benchmarks/lab_browser.py --store /tmp/stores/locomo.duckdb

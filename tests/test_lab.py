@@ -57,6 +57,7 @@ def fuse_hist(lab: Lab):
 def make_lab(store, **kw) -> Lab:
     cfg = load_config("hybrid-rrf").with_updates({"fusion.lexical_weight": 0.0})
     kw.setdefault("debounce_s", 30.0)  # nothing fires by itself unless a test wants it to
+    kw.setdefault("debounce_leading", False)
     return Lab(store, QUERIES, QRELS, config=cfg, measures=MEASURES, **kw)
 
 
@@ -143,6 +144,56 @@ def test_debouncer_with_a_manual_timer():
     assert d.flush() is False and runs == [1]
     d.trigger()
     assert d.flush() is True and runs == [1, 1] and made[-1].cancelled
+
+
+def test_leading_debouncer_runs_an_idle_trigger_at_once_and_coalesces_the_burst_behind_it():
+    made, now = [], [100.0]
+
+    class FakeTimer:
+        def __init__(self, delay, fn):
+            self.delay, self.fn, self.cancelled = delay, fn, False
+            made.append(self)
+
+        def start(self):
+            pass
+
+        def cancel(self):
+            self.cancelled = True
+
+    runs = []
+    d = Debouncer(lambda: runs.append(now[0]), delay_s=0.06, timer=FakeTimer, leading=True, clock=lambda: now[0])
+    d.trigger()  # idle: runs now, no timer
+    assert runs == [100.0] and not made and not d.pending
+    now[0] += 0.01
+    d.trigger()  # within delay_s of the last call's end: a trailing call
+    d.trigger()
+    assert runs == [100.0] and len(made) == 2 and made[0].cancelled and d.pending
+    made[-1].fn()
+    assert len(runs) == 2 and not d.pending
+    now[0] += 1.0
+    d.trigger()  # idle again
+    assert len(runs) == 3 and len(made) == 2
+
+
+def test_an_idle_lab_applies_a_change_at_once_and_a_burst_once_more(store):
+    lab = make_lab(store, debounce_s=0.05, debounce_leading=True)
+    calls = []
+    orig = lab._apply
+
+    def spy(updates):
+        calls.append(dict(updates))
+        return orig(updates)
+
+    lab._apply = spy
+    lab.controls["fusion.lexical_weight"].value = 0.5
+    assert lab.config.fusion.lexical_weight == 0.5 and calls == [{"fusion.lexical_weight": 0.5}]  # no timer waited for
+    for v in (1.0, 2.0, 3.0):  # right behind it: one trailing update with the last value
+        lab.controls["fusion.lexical_weight"].value = v
+    deadline = time.monotonic() + 10
+    while lab.config.fusion.lexical_weight != 3.0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    lab.flush()
+    assert calls == [{"fusion.lexical_weight": 0.5}, {"fusion.lexical_weight": 3.0}]
 
 
 def test_invalid_value_shows_message_and_keeps_config(store):

@@ -14,8 +14,8 @@ redraws the panels in place from what the session holds. Every headless call goe
 Headless API: `lab.set(path, value) -> bool` (False and `lab.message` when the value is invalid),
 `lab.update({...})`, `lab.config`, `lab.result` (pipeline.Result), `lab.metrics` (dict measure -> mean),
 `lab.deltas` (vs baseline, t-test p), `lab.failures`, `lab.figures` (name -> figure), `lab.last_update_ms`,
-`lab.timings`, `lab.controls` (path -> widget; setting `.value` queues a debounced update, `lab.flush()`
-applies it now), `lab.inspect(qid=... | text=...)`, `lab.pin_baseline()`, `lab.export(kind, path)`.
+`lab.timings`, `lab.controls` (path -> widget; setting `.value` applies at once when the lab is idle and
+otherwise queues a debounced update, `debounce_s` after the last change; `lab.flush()` applies it now), `lab.inspect(qid=... | text=...)`, `lab.pin_baseline()`, `lab.export(kind, path)`.
 
 Live figures are plotly FigureWidgets, which need `anywidget` with plotly >= 6; without it (or with
 `live_figures=False`) the lab falls back to static figures redrawn in Output widgets. Each FigureWidget's
@@ -51,16 +51,25 @@ __all__ = ["DEFAULT_MEASURES", "BucketEditor", "Debouncer", "Lab", "Session"]
 class Debouncer:
     """Run `fn` once, `delay_s` after the last `trigger()`; `flush()` runs a pending call at once.
 
+    `leading=True`: a trigger that finds the debouncer idle (no call pending, none ended within `delay_s`)
+    runs `fn` at once, in the caller's thread; triggers that follow within `delay_s` of its end coalesce
+    into one trailing call. A single change (a click, a typed value) then waits for no timer, while a
+    drag's burst of events, queued behind the running update, still costs one more update, not one each.
+
     Hand-written on `threading.Timer` because ipywidgets has no debounce helper and a timer thread
-    works the same in JupyterLab and the classic notebook without event-loop tricks. `timer` is
-    injectable so tests can drive it without sleeping.
+    works the same in JupyterLab and the classic notebook without event-loop tricks. `timer` and `clock`
+    are injectable so tests can drive it without sleeping.
     """
 
-    def __init__(self, fn: Callable[[], None], delay_s: float = 0.06, timer: Callable[..., Any] = threading.Timer) -> None:
+    def __init__(self, fn: Callable[[], None], delay_s: float = 0.06, timer: Callable[..., Any] = threading.Timer,
+                 *, leading: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.fn = fn
         self.delay_s = delay_s
+        self.leading = leading
         self._timer_factory = timer
+        self._clock = clock
         self._timer: Any = None
+        self._busy_until = -math.inf  # when the last leading call ended
         self._lock = threading.Lock()
 
     @property
@@ -69,11 +78,23 @@ class Debouncer:
 
     def trigger(self) -> None:
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._timer_factory(self.delay_s, self._fire)
-            self._timer.daemon = True
-            self._timer.start()
+            now = self._clock()
+            if self.leading and self._timer is None and now - self._busy_until >= self.delay_s:
+                self._busy_until = math.inf  # running: triggers meanwhile wait for the trailing call
+                leading = True
+            else:
+                leading = False
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = self._timer_factory(self.delay_s, self._fire)
+                self._timer.daemon = True
+                self._timer.start()
+        if leading:
+            try:
+                self.fn()
+            finally:
+                with self._lock:
+                    self._busy_until = self._clock()
 
     def _fire(self) -> None:
         with self._lock:
@@ -347,6 +368,7 @@ class Lab:
         k: int = 10,
         *,
         debounce_s: float = 0.06,
+        debounce_leading: bool = True,
         live_figures: bool | None = None,
     ) -> None:
         self.last_update_ms: float | None = None
@@ -355,7 +377,7 @@ class Lab:
         self._owns_store = False
         self._pending: dict[str, Any] = {}
         self._syncing = False
-        self._debouncer = Debouncer(self._apply_pending, debounce_s)
+        self._debouncer = Debouncer(self._apply_pending, debounce_s, leading=debounce_leading)
         live = _figure_widgets_available() if live_figures is None else live_figures
         self._slots = {name: _Slot(live) for name in ("metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector")}
         self.live_figures = live
