@@ -239,8 +239,9 @@ def shoot_panels(url: str, notebooks: list[str], artifacts: Path, width: int = 1
                 got.errors.append("cell error: " + err.first.inner_text()[:2000])
             # One shot per panel: each figure and each HTML table (a whole lab output is taller than the
             # window, and JupyterLab's scrolled notebook panel does not screenshot as one element).
+            # The lab's HTML table panels are shot whole (title, scroll box, caption), not as the bare table.
             outputs = page.locator(".jp-OutputArea-output.js-plotly-plot, .jp-OutputArea-output .js-plotly-plot, "
-                                   ".jp-OutputArea-output table")
+                                   ".jp-OutputArea-output table:not(.hrt-table), .jp-OutputArea-output .hrt-table-panel")
             stem = Path(nb).stem
             for i in range(outputs.count()):
                 o = outputs.nth(i)

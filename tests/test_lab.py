@@ -8,6 +8,7 @@ import json
 import math
 import time
 
+import ipywidgets as W
 import plotly.graph_objects as go
 import polars as pl
 import pytest
@@ -80,6 +81,16 @@ def test_slider_change_rescores_and_redraws(store):
     assert {"rescore", "metrics", "figures"} <= set(lab.timings)
     assert "updated in" in lab._timing.value
     assert lab.result.final.filter((pl.col("qid") == "q3") & (pl.col("rank") == 1))["doc_id"][0] == "d6"
+
+
+def test_table_panels_are_html_widgets_and_plotly_figures_headless(store):
+    lab = make_lab(store)
+    assert lab.set("fusion.lexical_weight", 3.0)
+    slot = lab._slots["failures"]
+    assert isinstance(slot.widget, W.HTML) and "Relevant documents lost" in slot.widget.value
+    assert isinstance(lab.figures["failures"], go.Figure) and lab.figures["failures"].data[0].type == "table"
+    assert isinstance(lab._slots["drilldown"].widget, W.HTML) and "<table" in lab._slots["drilldown"].widget.value
+    assert not isinstance(lab._slots["metrics"].widget, W.HTML)  # charts stay plotly
 
 
 def test_headless_set_is_the_same_path(store):

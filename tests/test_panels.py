@@ -93,6 +93,27 @@ def test_failures_figure_counts_culprits(failure_trace):
     assert list(cells[1]) == ["two\u00a0words", "one", "three", "seven", "five"]
 
 
+def test_table_panels_render_as_escaped_html_with_a_tooltip_per_cell(failure_trace):
+    # The live lab draws table panels as HTML (panels.table_html) from the same spec as the plotly table.
+    trace, qrels, removed = failure_trace
+    f = panels.failure_cases(trace, qrels, removed, k=10)
+    queries = pl.DataFrame({"qid": ["q1", "q2", "q3", "q5", "q7"], "text": ["one", "two <b>words</b>", "three", "five", "seven"]})
+    spec = panels.failures_figure(f, queries, raw=True)
+    html = panels.table_html(spec)
+    assert html.count("<tr>") == 1 + len(f)  # header + one row per failure
+    assert "fuse 1, blend 1, dedup 2, threshold 1" in html  # the title
+    assert "two &lt;b&gt;words&lt;/b&gt;" in html and "<b>words" not in html  # cell text escaped, spaces normal
+    assert "best<br>list rank" in html  # our header markup kept
+    assert html.count("<td title=") == len(f) * 9  # every cell carries its text as a tooltip
+    assert "ranks: best list" in html  # the caption
+    lists = pl.DataFrame({"stage": ["fuse", "fuse"], "rank": [1, 2], "doc_id": ["a", "b"], "score": [0.5, 0.4], "rel": [1, 0],
+                          "flags": [[], ["reranked"]], "excerpt": ["x", "y"]})
+    drill = panels.table_html(panels.drilldown_figure(lists, "q1", query_text="why <now>?", raw=True))
+    assert "background:#d9f2d9" in drill and "why &lt;now&gt;?" in drill  # relevant row shaded, title escaped
+    hint = panels.table_html(panels.inspector_hint())
+    assert "<table" not in hint and "pick a dataset query" in hint
+
+
 def test_trajectory_and_stage_lists():
     rows = [
         ("q1", "a", "retrieve:orig:lex", 1, 9.0), ("q1", "b", "retrieve:orig:lex", 2, 8.0),

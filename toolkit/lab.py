@@ -235,13 +235,17 @@ def _changes(old: dict, new: dict) -> dict:
 class _Slot:
     """One panel. Live: a FigureWidget patched in place with only the traces / layout keys that changed
     (plotly validates every property it is handed, which dominated the update time when whole figures
-    were re-sent). Static (no anywidget): a Figure redrawn in an Output widget."""
+    were re-sent). Static (no anywidget): a Figure redrawn in an Output widget. Table: an HTML widget
+    (`panels.table_html`), rewritten only when its HTML changed."""
 
-    def __init__(self, live: bool) -> None:
-        self.live = live
+    def __init__(self, live: bool, table: bool = False) -> None:
+        self.live = live and not table
+        self.table = table
         self.spec: dict = {"data": [], "layout": {}}
         self._static: go.Figure | None = None
-        if live:
+        if table:  # a table panel is drawn as HTML (`panels.table_html`); `figure` stays the plotly Figure
+            self.widget = W.HTML()
+        elif live:
             self._widget_figure = go.FigureWidget()
             self.widget: W.Widget = self._widget_figure
         else:
@@ -257,6 +261,12 @@ class _Slot:
 
     def set(self, spec: dict) -> None:
         old, self.spec = self.spec, spec
+        if self.table:
+            self._static = None
+            html = panels.table_html(spec)
+            if html != self.widget.value:
+                self.widget.value = html
+            return
         if not self.live:
             self._static = None
             from IPython import get_ipython
@@ -379,7 +389,9 @@ class Lab:
         self._syncing = False
         self._debouncer = Debouncer(self._apply_pending, debounce_s, leading=debounce_leading)
         live = _figure_widgets_available() if live_figures is None else live_figures
-        self._slots = {name: _Slot(live) for name in ("metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector")}
+        # Tables are HTML in the page (plotly's SVG table cost ~2.5 ms a row on every slider move).
+        self._slots = {name: _Slot(live, table=name in ("failures", "drilldown", "inspector"))
+                       for name in ("metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector")}
         self.live_figures = live
         self.session = Session(store, queries, qrels, config, baseline, measures, k, on_notice=self._show)
         self._lock = self.session.lock
@@ -424,7 +436,8 @@ class Lab:
     # -------------------------------------------------------------- headless API (the session's, redrawn)
     @property
     def figures(self) -> dict[str, go.Figure | go.FigureWidget]:
-        """Panel name -> figure: FigureWidgets patched in place (live), else static Figures."""
+        """Panel name -> figure: FigureWidgets patched in place (live), else static Figures (the table panels,
+        drawn as HTML in the lab, are static Figures of the same spec)."""
         return {name: slot.figure for name, slot in self._slots.items()}
 
     def set(self, path: str, value: Any) -> bool:
