@@ -38,7 +38,7 @@ browser-deps:
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check toolkit tests benchmarks data notebooks
 	HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n auto --dist loadfile tests
-	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/pytest -q -p no:cacheprovider -n auto --dist loadfile --nbval-lax notebooks; fi
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/pytest -q -p no:cacheprovider --nbval-lax notebooks; fi
 
 # Run the tutorials top to bottom as CI does, then strip their outputs (only checked cells keep theirs).
 notebooks: $(STAMP)
