@@ -110,9 +110,9 @@ def test_headless_set_is_the_same_path(store):
     assert lab.baseline_name.startswith("pinned")
 
 
-def test_debounce_fires_once_after_the_last_change(store):
-    lab = make_lab(store, debounce_s=0.05)
-    calls = []
+def spy_on_updates(lab: Lab) -> list[dict]:
+    """The updates the lab applies, in order (its `_apply` wrapped)."""
+    calls: list[dict] = []
     orig = lab._apply
 
     def spy(updates):
@@ -120,6 +120,12 @@ def test_debounce_fires_once_after_the_last_change(store):
         return orig(updates)
 
     lab._apply = spy
+    return calls
+
+
+def test_debounce_fires_once_after_the_last_change(store):
+    lab = make_lab(store, debounce_s=0.05)
+    calls = spy_on_updates(lab)
     for v in (0.5, 1.0, 2.0, 3.0):
         lab.controls["fusion.lexical_weight"].value = v
     deadline = time.monotonic() + 10
@@ -188,14 +194,7 @@ def test_leading_debouncer_runs_an_idle_trigger_at_once_and_coalesces_the_burst_
 
 def test_an_idle_lab_applies_a_change_at_once_and_a_burst_once_more(store):
     lab = make_lab(store, debounce_s=0.05, debounce_leading=True)
-    calls = []
-    orig = lab._apply
-
-    def spy(updates):
-        calls.append(dict(updates))
-        return orig(updates)
-
-    lab._apply = spy
+    calls = spy_on_updates(lab)
     lab.controls["fusion.lexical_weight"].value = 0.5
     assert lab.config.fusion.lexical_weight == 0.5 and calls == [{"fusion.lexical_weight": 0.5}]  # no timer waited for
     for v in (1.0, 2.0, 3.0):  # right behind it: one trailing update with the last value
