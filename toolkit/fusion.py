@@ -345,38 +345,27 @@ def _fused_frame(
     # Final order: query, score desc, best rank, doc_id. The exact integer score packs directly when the
     # bits allow, otherwise its dense rank stands in for it.
     s_key = isum.max() - isum
-    top = _first_places(gq, s_key, best_rank, gd, nd, depth) if depth is not None and codes else None
-    if top is not None:
-        f, pos, count = top
-        out = pl.DataFrame(
-            {
-                "qid": qids.gather(gq[f]),
-                "doc_id": docs.gather(gd[f]),
-                "chunk_id": ix.chunk_id.gather(best[f]),
-                "score": isum[f] / _SCALE,
-                "rank": pos,
-            },
-            schema=FUSED_SCHEMA,
-        )
-        return out.with_columns(
-            pl.Series("_key", gq[f] * nd + gd[f]), pl.Series("_grp", f if grp is None else np.full(len(f), grp)),
-            pl.Series("_n", count, dtype=pl.Int64),
-        )
-    if (
-        int(s_key.max()).bit_length() + nq.bit_length() + int(best_rank.max()).bit_length() + nd.bit_length()
-        > 63
-    ):
-        s_key = _dense_rank_desc(isum)
-    f = _order([(gq, nq), (s_key, int(s_key.max())), (best_rank, int(best_rank.max())), (gd, nd)])
+    cut = depth is not None and codes
+    top = _first_places(gq, s_key, best_rank, gd, nd, depth) if cut else None
+    if top is not None:  # each query's first places picked without the full sort
+        f, pos, n_fused = top
+    else:
+        if (
+            int(s_key.max()).bit_length() + nq.bit_length() + int(best_rank.max()).bit_length() + nd.bit_length()
+            > 63
+        ):
+            s_key = _dense_rank_desc(isum)
+        f = _order([(gq, nq), (s_key, int(s_key.max())), (best_rank, int(best_rank.max())), (gd, nd)])
+        sq = gq[f]
+        block = np.flatnonzero(np.r_[True, sq[1:] != sq[:-1]])
+        count = np.diff(np.r_[block, len(sq)])
+        pos = np.arange(len(sq)) - np.repeat(block, count) + 1
+        n_fused = None
+        if cut:
+            top_rows = pos <= depth
+            n_fused = np.repeat(count, count)[top_rows]
+            pos, f = pos[top_rows], f[top_rows]
     gq, gd, isum, best = gq[f], gd[f], isum[f], best[f]
-    block = np.flatnonzero(np.r_[True, gq[1:] != gq[:-1]])
-    count = np.diff(np.r_[block, len(gq)])
-    pos = np.arange(len(gq)) - np.repeat(block, count) + 1
-    n_fused = None
-    if depth is not None and codes:
-        top = pos <= depth
-        n_fused = np.repeat(count, count)[top]
-        gq, gd, isum, best, pos, f = gq[top], gd[top], isum[top], best[top], pos[top], f[top]
     out = pl.DataFrame(
         {
             "qid": qids.gather(gq),

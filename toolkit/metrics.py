@@ -335,12 +335,20 @@ def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None, by_rank: bool 
     hash check first, so the exact (slower) de-duplication only runs when something may be repeated.
     """
     if doc_source is None and not by_rank and _already_trec_ordered(r):
-        # A ranked list straight from the pipeline: queries in order, scores strictly falling. The sort would
-        # leave it as it is, so only the keys are added (the duplicate check below still runs).
+        # A ranked list straight from the pipeline (queries in order, scores strictly falling): the sort would
+        # leave it as it is, so only the keys are added.
         r = r.with_columns(pl.col("qid").rle_id().cast(pl.UInt64).alias("h"), pl.col("score").cast(pl.Float32).alias("s32"))
-        if r.select(pl.struct("qid", "doc_id").hash().is_duplicated().any()).item():
-            r = r.filter(pl.struct("qid", "doc_id").is_first_distinct())
-        return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("h").alias("pos"))
+    else:
+        r = _trec_sorted(r, by_rank)
+    if doc_source is not None:
+        r = _to_source(r, doc_source)
+    if r.select(pl.struct("qid", "doc_id").hash().is_duplicated().any()).item():
+        r = r.filter(pl.struct("qid", "doc_id").is_first_distinct())
+    return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("h").alias("pos"))
+
+
+def _trec_sorted(r: pl.DataFrame, by_rank: bool) -> pl.DataFrame:
+    """`r` sorted into trec_eval order (see `_trec_order`), with the query key `h` and `s32`."""
     r = r.with_columns(_query_key(pl.col("qid")).alias("h"), pl.col("score").cast(pl.Float32).alias("s32"))
     keys, desc = (["rank", "s32", "doc_id"], [False, True, True]) if by_rank else (["s32", "doc_id"], [True, True])
     # Single-threaded: measured faster on 2 busy cores than polars' parallel sort for ~150k rows.
@@ -353,18 +361,16 @@ def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None, by_rank: bool 
         r = r.with_columns(
             (pl.col("qid") != pl.col("qid").shift()).fill_null(True).cum_sum().cast(pl.UInt64).alias("h")
         )
-    if doc_source is not None:
-        r = _to_source(r, doc_source)
-    if r.select(pl.struct("qid", "doc_id").hash().is_duplicated().any()).item():
-        r = r.filter(pl.struct("qid", "doc_id").is_first_distinct())
-    return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("h").alias("pos"))
+    return r
 
 
 def _already_trec_ordered(r: pl.DataFrame) -> bool:
     """True when `r` [qid, score] is in trec_eval order already: qids sorted (so each query's rows are
     together) and, within a query, float32 scores strictly decreasing (so the doc-id tie-break never acts)."""
-    if len(r) < 2 or not r["qid"].is_sorted():
-        return len(r) < 2
+    if len(r) < 2:
+        return True
+    if not r["qid"].is_sorted():
+        return False
     s32, q = pl.col("score").cast(pl.Float32), pl.col("qid")
     return bool(r.select(((q != q.shift()) | (s32 < s32.shift())).slice(1).all()).item())
 
