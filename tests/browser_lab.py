@@ -1,6 +1,6 @@
 """Drive a tutorial's lab in real JupyterLab in headless Chromium (Debian's package; nothing is downloaded).
 
-Used by `tests/test_browser.py` (tutorial 02 on the demo data) and `benchmarks/lab_browser.py` (LoCoMo):
+Used by `tests/test_browser.py` (tutorial 02 on the demo data), `tests/test_browser_panels.py` (tutorials 02-05) and `benchmarks/lab_browser.py` (LoCoMo):
 start a JupyterLab server on a free port, open the notebook, run all cells, wait for the lab's panels,
 move a slider by typing into its readout, and time the path from the keypress to redrawn panels.
 """
@@ -34,6 +34,18 @@ def chromium_path() -> str | None:
     return CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
 
 
+def require_browser() -> None:
+    """Skip without Chromium or Playwright, unless HRT_REQUIRE_BROWSER=1 (set by `make test`): then a missing
+    browser is a failure."""
+    import pytest
+
+    if chromium_path() is None:
+        if os.environ.get("HRT_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium not found: run `make browser-deps` (apt-get install chromium)")
+        pytest.skip("chromium not installed (make browser-deps)")
+    pytest.importorskip("playwright.sync_api")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,15 +66,16 @@ def jupyterlab(root: Path, log: Path) -> Iterator[str]:
     # Own settings: autosave off (a run must never write outputs into the tutorial), no news pop-up, and
     # every cell rendered (JupyterLab 4 otherwise renders only the cells near the view: panels further down
     # would not exist in the page to be checked).
-    settings = log.parent / "lab-settings"
+    # Per log name, so that two servers started at once (test files on two workers) share no files.
+    settings = log.parent / f"{log.stem}-settings"
     for plugin, value in (("@jupyterlab/docmanager-extension/plugin", {"autosave": False}),
                           ("@jupyterlab/notebook-extension/tracker", {"windowingMode": "none"}),
                           ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false"})):
         f = settings / f"{plugin}.jupyterlab-settings"
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps(value))
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(log.parent / "jupyter-config"), HF_HUB_OFFLINE="1",
-               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(log.parent / "lab-workspaces"))
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(log.parent / f"{log.stem}-config"), HF_HUB_OFFLINE="1",
+               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(log.parent / f"{log.stem}-workspaces"))
     with log.open("w") as fh:
         proc = subprocess.Popen(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT, env=env)
         url = f"http://127.0.0.1:{port}"

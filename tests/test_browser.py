@@ -8,11 +8,10 @@ Screenshots and timings land in test-artifacts/browser/.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from browser_lab import chromium_path, drive_lab, jupyterlab, shoot_panels
+from browser_lab import drive_lab, jupyterlab, require_browser
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
@@ -20,11 +19,7 @@ ARTIFACTS = ROOT / "test-artifacts" / "browser"
 
 @pytest.fixture(scope="module")
 def browser_ready() -> None:
-    if chromium_path() is None:
-        if os.environ.get("HRT_REQUIRE_BROWSER") == "1":
-            pytest.fail("chromium not found: run `make browser-deps` (apt-get install chromium)")
-        pytest.skip("chromium not installed (make browser-deps)")
-    pytest.importorskip("playwright.sync_api")
+    require_browser()
 
 
 def test_lab_in_jupyterlab_moves_panels(browser_ready: None) -> None:
@@ -41,20 +36,3 @@ def test_lab_in_jupyterlab_moves_panels(browser_ready: None) -> None:
     assert run.slider_to_panels_ms and run.slider_to_panels_ms[0] < 30_000
     for shot in run.screenshots:
         assert shot.stat().st_size > 10_000, f"{shot} looks empty"
-
-
-TUTORIALS = ["02_fusion", "03_guarded_reranking", "04_dedup_and_spread", "05_query_routing"]
-
-
-def test_every_panel_of_tutorials_02_to_05_is_readable(browser_ready: None) -> None:
-    """Each tutorial run in JupyterLab at a normal notebook width: every figure and table gets a screenshot
-    (test-artifacts/browser/<tutorial>-panel-NN.png), and the page itself is asked whether any title, axis
-    or legend label leaves its figure, or any table header or cell overflows its column without a tooltip."""
-    with jupyterlab(ROOT, ARTIFACTS / "jupyterlab-panels.log") as url:
-        shots = shoot_panels(url, [f"notebooks/{t}.ipynb" for t in TUTORIALS], ARTIFACTS)
-    for nb, got in shots.items():
-        assert not got.errors, (nb, got.errors)
-        assert len(got.screenshots) >= 3, f"{nb}: only {len(got.screenshots)} panels drawn"
-        assert not got.clipped, f"{nb}: clipped in the page: {got.clipped}"
-        for shot in got.screenshots:
-            assert shot.stat().st_size > 3_000, f"{shot} looks empty"

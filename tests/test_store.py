@@ -346,3 +346,60 @@ def test_release_table_pages_evicts_cached_pages_and_restores_the_limit(tmp_path
             ).fetchone()
             assert spilled == 0 and held > 200
             st.con.execute("DROP TABLE after")
+
+
+_BUILDER = """
+import sys, time
+from pathlib import Path
+from toolkit.loaders import load_corpus
+from toolkit.store import Store
+
+def build(st):
+    with open(sys.argv[2], "a") as fh:
+        fh.write("built\\n")
+    time.sleep(1.0)  # long enough that the other process arrives while this one builds
+    st.ingest(load_corpus(sys.argv[3]), embed=False)
+
+with Store.open_built(sys.argv[1], build) as st:
+    print(st.read_only, st.stats()["documents"])
+"""
+
+
+def test_open_built_builds_once_when_processes_ask_at_once(tmp_path, corpus_file):
+    """Two processes (two tutorials opened together) ask for the same missing store: one builds it, the
+    other waits and opens the finished file; both read it whole, read-only."""
+    import subprocess
+    import sys
+
+    path, log = tmp_path / "cache" / "shared.duckdb", tmp_path / "builds.log"
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(path), str(log), str(corpus_file)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert log.read_text().count("built") == 1
+    n_docs = len(load_corpus(corpus_file))
+    assert [o.strip() for o, _ in outs] == [f"True {n_docs}"] * 2
+    assert sorted(p.name for p in path.parent.iterdir()) == ["shared.duckdb", "shared.duckdb.lock"]
+
+
+def test_open_built_leaves_nothing_when_the_build_fails(tmp_path, corpus_file):
+    path = tmp_path / "shared.duckdb"
+
+    def broken(st: Store) -> None:
+        st.ingest(load_corpus(corpus_file), embed=False)
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        Store.open_built(path, broken)
+    assert not path.exists() and not any(p.name.endswith(".building") for p in tmp_path.iterdir())
+    with Store.open_built(path, lambda st: st.ingest(load_corpus(corpus_file), embed=False)) as st:
+        assert st.stats()["documents"] == len(load_corpus(corpus_file)) and st.read_only
+
+
+def test_no_duckdb_progress_bar_in_outputs(tmp_path):
+    """DuckDB draws a progress bar on stderr for queries past 2 s; on a busy machine that landed in notebook
+    outputs (a tutorial's checked cell failed with an unexpected stderr). Stores turn it off, read-only too."""
+    Store(tmp_path / "s.duckdb").close()
+    for read_only in (False, True):
+        with Store(tmp_path / "s.duckdb", read_only=read_only) as st:
+            assert st.con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False

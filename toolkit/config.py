@@ -45,6 +45,7 @@ from pydantic import (
 )
 
 from .errors import InputError
+from .files import write_text_atomic
 from .redact import looks_like_secret, url_credentials
 
 SCHEMA_VERSION = 1
@@ -685,9 +686,7 @@ def save_config(cfg: PipelineConfig, path: str | Path) -> Path:
         text = json.dumps(_json_safe(d), indent=2, ensure_ascii=False) + "\n"
     else:
         raise InputError(f"{path}: config files end in .yaml, .yml or .json")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
-    return p
+    return write_text_atomic(p, text)
 
 
 def _json_safe(v: Any) -> Any:

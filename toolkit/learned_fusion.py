@@ -23,6 +23,7 @@ import polars as pl
 
 from . import calibration, ltr_features
 from .errors import InputError
+from .files import write_text_atomic
 
 FORMAT = "hrt-learned-fusion"
 SHIPPED_MODEL = Path(__file__).resolve().parent / "models" / "learned-fusion.json"
@@ -69,12 +70,9 @@ class FusionModel:
         return np.asarray(self.booster.predict(x, num_threads=1), dtype=np.float64) + prior_score(feats, self.prior)
 
     def save(self, path: str | Path) -> Path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "version": 1, "features": self.features, "prior": self.prior, "calibration": self.calibration,
                "router": self.router, "info": self.info, "booster": self.booster_text}  # fmt: skip
-        p.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-        return p
+        return write_text_atomic(path, json.dumps(doc, indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> FusionModel:

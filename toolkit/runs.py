@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from .errors import InputError
+from .files import write_text_atomic
 
 RUN_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
 QRELS_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}
@@ -244,7 +245,7 @@ def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
         ).alias("l")
     )["l"]
     text = "\n".join(body.to_list())
-    Path(path).write_text(text + "\n" if text else "", encoding="utf-8")
+    write_text_atomic(path, text + "\n" if text else "")
 
 
 def rank_conflicts(run: pl.DataFrame) -> int:

@@ -20,7 +20,8 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -143,6 +144,23 @@ def _usearch() -> Any:
     except ImportError as e:
         raise StoreError("an HNSW vector index needs usearch: `pip install usearch` (or the toolkit's `scale` extra)") from e
     return index
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` between processes (fcntl; where that is missing, e.g. on Windows,
+    no lock: builders then race as before, and the rename still keeps any half-built file out of sight)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        yield
+        return
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def fts_extension_path() -> str:
@@ -339,6 +357,9 @@ class Store:
             self.con = _Connection(duckdb.connect(str(self.path), read_only=read_only))
         except duckdb.Error as e:
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
+        # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
+        # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
+        self.con.execute("SET enable_progress_bar = false")
         self.con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
         if memory_limit is not None:
             if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", memory_limit.strip(), re.I):
@@ -375,6 +396,32 @@ class Store:
             self.con.execute("ALTER TABLE documents ADD COLUMN text_hash VARCHAR")
         if self.con.execute("SELECT count(*) FROM documents WHERE text_hash IS NULL").fetchone()[0]:
             self.con.execute("UPDATE documents SET text_hash = sha1(text) WHERE text_hash IS NULL")
+
+    @classmethod
+    def open_built(cls, path: str | Path, build: Callable[[Store], object], *, read_only: bool = True, **kwargs: Any) -> Store:
+        """Open the store at `path`, building it first with `build(store)` when it does not exist yet.
+
+        Safe when several processes ask at once (tutorials open in parallel, test workers): one of them builds
+        into a temporary file under an exclusive lock and renames it into place, the others wait on the lock
+        and then open the finished store. A failed build leaves no store behind, so the next call builds again.
+        `kwargs` go to `Store` (e.g. `embedder=`)."""
+        path = Path(path)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with _file_lock(Path(f"{path}.lock")):
+                if not path.exists():  # another process may have built it while we waited
+                    tmp = path.with_name(f".{path.name}.{os.getpid()}.building")
+                    hnsw = Path(f"{tmp}.hnsw")
+                    try:
+                        with cls(tmp, **kwargs) as st:
+                            build(st)
+                        if hnsw.exists():
+                            os.replace(hnsw, f"{path}.hnsw")
+                        os.replace(tmp, path)
+                    finally:
+                        for leftover in (tmp, hnsw, Path(f"{tmp}.wal")):
+                            leftover.unlink(missing_ok=True)
+        return cls(path, read_only=read_only, **kwargs)
 
     # ------------------------------------------------------------------ basics
     def close(self) -> None:

@@ -32,6 +32,7 @@ import polars as pl
 from . import calibration, ltr_features, router
 from .config import PipelineConfig, load_config
 from .errors import InputError
+from .files import write_text_atomic
 from .learned_fusion import FusionModel, _lightgbm, prior_score
 from .loaders import Dataset
 from .metrics import evaluate
@@ -335,7 +336,7 @@ def train_fusion(
                      rel_threshold=thresholds, progress=progress)  # fmt: skip
     rep.seconds["features"] = t_feat
     rep.out = str(model.save(out))
-    Path(out).with_suffix(".report.json").write_text(json.dumps(_json_safe(asdict(rep)), indent=1) + "\n")
+    write_text_atomic(Path(out).with_suffix(".report.json"), json.dumps(_json_safe(asdict(rep)), indent=1) + "\n")
     return rep
 
 

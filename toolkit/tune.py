@@ -23,6 +23,7 @@ import yaml
 from .compare import compare
 from .config import DEFAULT_PRESET, PipelineConfig, Stage, fields, load_config, save_config, stage_of
 from .errors import InputError
+from .files import write_text_atomic
 from .interop import qrels_frame, queries_frame
 from .loaders import Dataset
 from .metrics import cutoff_depth, evaluate
@@ -436,7 +437,7 @@ def tune(
     )
     if out is not None:
         save_config(best_cfg, out)
-        Path(out).with_suffix(".report.json").write_text(json.dumps(report.to_dict(), indent=2))
+        write_text_atomic(Path(out).with_suffix(".report.json"), json.dumps(report.to_dict(), indent=2))
     return best_cfg, report
 
 
