@@ -38,6 +38,59 @@ def test_help_and_lexical_search_import_nothing_heavy(tmp_path, corpus_file):
         st.ingest(load_corpus(corpus_file), embed=False)
     assert _imports_after(["--help"]) == []
     assert _imports_after(["search", "ECONNREFUSED port 5432", "--store", str(store), "--mode", "lexical"]) == []
+    # pyarrow too (a fifth of a cold search): a lexical search's frames come from bound lists and numpy columns.
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom toolkit.cli import main\n"
+            f"r = CliRunner().invoke(main, ['search', 'retryBackoffMs', '--store', {str(store)!r}, '--mode', 'lexical'])\n"
+            "assert r.exit_code == 0 and 'retryBackoffMs' in r.output, r.output\nprint('pyarrow' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+_LEAN_READS = """
+import pickle, sys
+import polars as pl
+from toolkit.store import Store, bind_without_pandas
+
+def reads(path, chunk_ids):
+    q = pl.DataFrame({"qid": ["a", "b", "c"], "text": ["deploy ECONNREFUSED 5432", "lunch on Thursday", "zzzz nothing"],
+                      "scope": ["platform", None, "payments"]})
+    with Store(path, read_only=True) as st:
+        return {"lexical": st.lexical_search_sql(q, top_k=5), "lexical_chunks": st.lexical_search_sql(q, top_k=5, level="chunk"),
+                "lexical_none": st.lexical_search_sql(q.filter(pl.col("qid") == "c"), top_k=5),
+                "values": st.doc_values(["d1", "d2", "nope"]), "no_values": st.doc_values(["nope"]),
+                "sources": st.doc_sources(), "chunks": st.chunks(chunk_ids), "copies": st.chunk_copies(),
+                "documents": st.documents(["d1", "d6"])}
+
+if __name__ == "__main__":
+    bind_without_pandas()
+    out = reads(sys.argv[1], sys.argv[2].split(","))
+    assert "pyarrow" not in sys.modules
+    with open(sys.argv[3], "wb") as fh:
+        pickle.dump(out, fh)
+"""
+
+
+def test_lean_reads_equal_the_arrow_reads(tmp_path, corpus_file):
+    """In `hrt search` the store's frames come from numpy columns and bound lists instead of Arrow: the same
+    frames, dtypes and all (NULL scopes, empty results, chunk level), and pyarrow is never imported."""
+    import pickle
+
+    from polars.testing import assert_frame_equal
+
+    store = tmp_path / "lean.duckdb"
+    with Store(store) as st:
+        st.ingest(load_corpus(corpus_file), embed=False)
+        chunk_ids = st.chunks()["chunk_id"].to_list()[:3]
+    script, got = tmp_path / "lean_reads.py", tmp_path / "lean.pkl"
+    script.write_text(_LEAN_READS)
+    out = subprocess.run([sys.executable, str(script), str(store), ",".join(chunk_ids), str(got)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    namespace: dict = {}
+    exec(compile(_LEAN_READS.replace('if __name__ == "__main__":', "if False:"), "lean_reads", "exec"), namespace)
+    want = namespace["reads"](str(store), chunk_ids)
+    lean = pickle.loads(got.read_bytes())
+    assert lean.keys() == want.keys() and len(want["lexical"]) and not len(want["lexical_none"])
+    for name, frame in want.items():
+        assert_frame_equal(lean[name], frame, check_exact=False, rel_tol=1e-12), name
 
 
 def test_hybrid_search_with_onnx_imports_no_torch(tmp_path, corpus_file, embedder):

@@ -244,6 +244,24 @@ class _Connection:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
 
+    @property
+    def lean(self) -> bool:
+        """In a process that asked for lean imports (`hrt search`) while pyarrow is not imported yet."""
+        return self.refuse_pandas and "pyarrow" not in sys.modules
+
+    def frame(self, query: str, parameters: Any = None) -> pl.DataFrame:
+        """The query's result as a polars frame: through Arrow (`.pl()`), or, when `lean`, from numpy columns,
+        since importing pyarrow alone costs a fifth of a cold search and those results are a few rows.
+        (Through numpy a million rows take ~2.5x as long as through Arrow, so nothing else goes that way.)"""
+        res = self.execute(query, parameters)
+        if not self.lean:
+            return res.pl()
+        types = [str(d[1]) for d in res.description]
+        # NULLs come as masked arrays, text as object arrays: typed from the result, not guessed from the values.
+        cols = res.fetchnumpy()
+        return pl.DataFrame([pl.Series(name, values.tolist(), dtype=pl.Utf8) if t == "VARCHAR" else pl.Series(name, values)
+                             for (name, values), t in zip(cols.items(), types, strict=True)])
+
     def execute(self, query: str, parameters: Any = None) -> duckdb.DuckDBPyConnection:
         if parameters is None or not self.refuse_pandas or "pandas" in sys.modules or threading.active_count() > 1:
             return self._con.execute(query, parameters)
@@ -582,11 +600,11 @@ class Store:
             return self._embed_read_only(list(texts), hashes, emb)
         self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
         self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
-        got = self.con.execute(
+        got = self.con.frame(
             "SELECT w.i, c.vec FROM want w JOIN embedding_cache c ON c.text_hash = w.text_hash AND c.model = ? "
             "ORDER BY w.i",
             [emb.model_id],
-        ).pl()
+        )
         self.release_table_pages()  # the join scanned the whole cache, chunk vectors included
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
 
@@ -611,6 +629,12 @@ class Store:
 
     def _register(self, name: str, df: pl.DataFrame) -> None:
         # Lazy: DuckDB scans a LazyFrame through polars' Arrow export; an Arrow table would import pandas (_Connection).
+        sql_types = {pl.Utf8: "VARCHAR", pl.Int64: "BIGINT", pl.Float64: "DOUBLE"}
+        if self.con.lean and all(t in sql_types for t in df.schema.values()):
+            # `hrt search` (a handful of ids): the columns go in as bound lists, so pyarrow is not imported.
+            cols = ", ".join(f'unnest(?::{sql_types[t]}[]) AS "{c}"' for c, t in df.schema.items())
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {cols}", [df[c].to_list() for c in df.columns])
+            return
         self.con.register(name, df.lazy())
 
     def _fill_embedding_cache(self, by_hash: dict[str, str], emb: Embedder, *, progress: bool) -> tuple[int, int]:
@@ -818,11 +842,11 @@ class Store:
     def documents(self, doc_ids: Sequence[str] | None = None) -> pl.DataFrame:
         """Documents as a frame (all, or the given ids)."""
         if doc_ids is None:
-            return self.con.execute("SELECT doc_id, source, scope, title, text, metadata::VARCHAR AS metadata FROM documents").pl()
+            return self.con.frame("SELECT doc_id, source, scope, title, text, metadata::VARCHAR AS metadata FROM documents")
         self._register("ids", pl.DataFrame({"doc_id": list(doc_ids)}, schema={"doc_id": pl.Utf8}))
-        return self.con.execute(
+        return self.con.frame(
             "SELECT d.doc_id, source, scope, title, text, metadata::VARCHAR AS metadata FROM documents d SEMI JOIN ids USING (doc_id)"
-        ).pl()
+        )
 
     def _migrate_doc_values(self) -> None:
         """A store written before typed metadata: type every stored document's metadata in place. Lenient
@@ -842,7 +866,7 @@ class Store:
         some = doc_ids is not None
         if self._has_table("doc_values"):
             sql = "SELECT doc_id, field, num, ts, text FROM doc_values"
-            out = self.con.execute(sql + " SEMI JOIN vids USING (doc_id)" if some else sql).pl()
+            out = self.con.frame(sql + " SEMI JOIN vids USING (doc_id)" if some else sql)
             return out.cast(schema) if len(out) else pl.DataFrame(schema=schema)
         sql = "SELECT doc_id, metadata::VARCHAR FROM documents"
         docs = self.con.execute(sql + " SEMI JOIN vids USING (doc_id)" if some else sql).fetchall()
@@ -859,19 +883,19 @@ class Store:
         """[doc_id, source, scope, text_hash]; a store of an earlier version opened read-only (not migrated)
         gets the hash computed on the fly."""
         try:
-            return self.con.execute("SELECT doc_id, source, scope, coalesce(text_hash, sha1(text)) AS text_hash FROM documents").pl()
+            return self.con.frame("SELECT doc_id, source, scope, coalesce(text_hash, sha1(text)) AS text_hash FROM documents")
         except duckdb.BinderException:
-            return self.con.execute("SELECT doc_id, source, scope, sha1(text) AS text_hash FROM documents").pl()
+            return self.con.frame("SELECT doc_id, source, scope, sha1(text) AS text_hash FROM documents")
 
     def chunk_copies(self) -> pl.DataFrame:
         """[chunk_id, doc_id, text_hash, source] of every chunk whose text another chunk shares byte for byte
         (whatever the documents' titles): what chunk-level results collapse by. Only shared texts, so it stays
         small; hashed here, in prepare, because the ingest hash covers title + text (the embedded body)."""
-        return self.con.execute(
+        return self.con.frame(
             "WITH h AS (SELECT chunk_id, doc_id, sha1(text) AS text_hash FROM chunks) "
             "SELECT h.chunk_id, h.doc_id, h.text_hash, d.source FROM h JOIN documents d USING (doc_id) "
             "WHERE h.text_hash IN (SELECT text_hash FROM h GROUP BY text_hash HAVING count(*) > 1)"
-        ).pl()
+        )
 
     def chunks(self, chunk_ids: Sequence[str] | None = None) -> pl.DataFrame:
         """Chunks with their document's title and source: [chunk_id, doc_id, ord, text, title, source]."""
@@ -880,9 +904,9 @@ class Store:
             "JOIN documents d USING (doc_id)"
         )
         if chunk_ids is None:
-            return self.con.execute(sql).pl()
+            return self.con.frame(sql)
         self._register("cids", pl.DataFrame({"chunk_id": list(chunk_ids)}, schema={"chunk_id": pl.Utf8}))
-        return self.con.execute(sql + " SEMI JOIN cids USING (chunk_id)").pl()
+        return self.con.frame(sql + " SEMI JOIN cids USING (chunk_id)")
 
     def chunk_vectors(self, chunk_ids: Sequence[str]) -> pl.DataFrame:
         """[chunk_id, vec] for near-duplicate detection."""
@@ -1095,11 +1119,13 @@ class Store:
         # - the order uses the score rounded to 1e-9, so float summation order cannot flip exact ties.
         n_docs, avgdl = self.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
         k1, b = float(k1), float(b)  # numbers only into the SQL text below (values from the config)
-        self._register("qids", q.select(pl.int_range(pl.len()).alias("qi"), "qid"))
-        self._register("qin", q.select(pl.int_range(pl.len()).alias("qi"), "lex", "scope"))
+        # The queries are bound as lists and the rows fetched as tuples (this path serves a handful of queries):
+        # a registered frame or an Arrow result would import pyarrow, a fifth of a cold `hrt search`.
         key = "m.doc_i" if level == "document" else "m.chunk_i"
         sql = f"""
-        WITH meta AS MATERIALIZED (SELECT fd.docid, fd.len, c.chunk_id, c.doc_id, d.scope,
+        WITH qin AS (SELECT generate_subscripts(?::VARCHAR[], 1) - 1 AS qi, unnest(?::VARCHAR[]) AS qid,
+                 unnest(?::VARCHAR[]) AS lex, unnest(?::VARCHAR[]) AS scope),
+        meta AS MATERIALIZED (SELECT fd.docid, fd.len, c.chunk_id, c.doc_id, d.scope,
                  dense_rank() OVER (ORDER BY c.doc_id) AS doc_i, row_number() OVER (ORDER BY c.doc_id, c.ord) AS chunk_i
                FROM fts_main_chunks.docs fd JOIN chunks c ON c.chunk_id = fd.name
                JOIN documents d ON d.doc_id = c.doc_id WHERE true {fsql}),
@@ -1120,11 +1146,12 @@ class Store:
                  FROM sc JOIN meta m ON m.docid = sc.docid GROUP BY sc.qi, {key}),
         top AS (SELECT qi, docid, score, row_number() OVER (PARTITION BY qi ORDER BY round(score, 9) DESC, key) AS rank
                 FROM best QUALIFY rank <= {int(top_k)})
-        SELECT qids.qid, m.doc_id, m.chunk_id, top.rank, top.score
-        FROM top JOIN meta m ON m.docid = top.docid JOIN qids ON qids.qi = top.qi ORDER BY qids.qid, top.rank
+        SELECT qin.qid, m.doc_id, m.chunk_id, top.rank, top.score
+        FROM top JOIN meta m ON m.docid = top.docid JOIN qin ON qin.qi = top.qi ORDER BY qin.qid, top.rank
         """
-        out = self.con.execute(sql, [*fparams, settings.stemmer]).pl()
-        return out.cast(CAND_SCHEMA) if len(out) else pl.DataFrame(schema=CAND_SCHEMA)
+        lex, qids, scopes = q["lex"].to_list(), q["qid"].to_list(), q["scope"].to_list()
+        rows = self.con.execute(sql, [lex, qids, lex, scopes, *fparams, settings.stemmer]).fetchall()
+        return pl.DataFrame(rows, schema=CAND_SCHEMA, orient="row")
 
     def _lexical_matrix(self, k1: float, b: float) -> dict[str, Any]:
         """BM25 term weights of every chunk as a sparse (chunks x terms) matrix, read once per store generation
@@ -1167,11 +1194,11 @@ class Store:
 
     def match_bm25(self, text: str, *, top_k: int = 10, k1: float = 1.2, b: float = 0.75) -> pl.DataFrame:
         """DuckDB's own per-query `match_bm25` at chunk level (reference path for tests and benchmarks)."""
-        return self.con.execute(
+        return self.con.frame(
             "SELECT chunk_id, fts_main_chunks.match_bm25(chunk_id, ?, k := ?, b := ?) AS score FROM chunks "
             "WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?",
             [lexical_text(text), k1, b, top_k],
-        ).pl()
+        )
 
     # ------------------------------------------------------------------ dense search
     def _dense_matrix(self) -> dict[str, Any]:
@@ -1183,7 +1210,7 @@ class Store:
             # The layout (ids, scopes, each chunk's embeddings row) is sorted; the vectors are not: they stream
             # in storage order, a batch at a time, into their sorted rows of one preallocated matrix. Sorting
             # and converting them whole held about three copies of every vector (5 GB at a million chunks).
-            lay = self.con.execute(
+            lay = self.con.execute(  # the dense path reads the vectors through Arrow anyway
                 "SELECT c.chunk_id, c.doc_id, d.scope, e.rowid AS erow FROM chunks c JOIN embeddings e "
                 "USING (chunk_id) JOIN documents d USING (doc_id) ORDER BY c.doc_id, c.ord"
             ).pl()
@@ -1464,7 +1491,7 @@ class Store:
             raise StoreError(f"{self.path} has no embeddings")
         v = vector if vector is not None else self.query_vectors([text])[0]
         group = "c.doc_id" if level == "document" else "c.chunk_id"
-        return self.con.execute(
+        return self.con.frame(
             f"""WITH s AS (SELECT c.doc_id, c.chunk_id, array_cosine_similarity(e.vec, ?::FLOAT[{dim}]) AS score
                 FROM embeddings e JOIN chunks c USING (chunk_id) JOIN documents d USING (doc_id)
                 WHERE ? IS NULL OR d.scope = ?),
@@ -1473,5 +1500,5 @@ class Store:
             SELECT doc_id, chunk_id, row_number() OVER (ORDER BY score DESC, key) AS rank, score FROM best
             ORDER BY rank LIMIT ?""",
             [v.tolist(), scope, scope, top_k],
-        ).pl()
+        )
 
