@@ -243,8 +243,8 @@ def dedup(
     depth = depth or max(3 * n, 50)
     ordered = in_rank_order(ranked)
     r = ranked if ordered else ranked.sort("qid", "rank")
-    copies = _copy_keys(doc_source, chunk_copies)
-    identical = cfg.identical_enabled and copies is not None
+    copies = _copy_keys(doc_source, chunk_copies) if cfg.identical_enabled else None
+    identical = copies is not None
     passthrough = not (cfg.near_duplicate_enabled or cfg.source_enabled or identical)
     if passthrough and ordered:  # nothing can be removed: the top n as they are (ranks already 1..n)
         r = r.filter(pl.col("rank") <= n)

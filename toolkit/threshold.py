@@ -81,7 +81,8 @@ def apply_threshold(
         low_conf = pl.lit(False)
         r_out = r
     r_out = strictly_decreasing(r_out)
-    shown = r.filter(pl.col("rank") <= n) if n else r
+    cols = r.select("qid", "rank", "score", *(["_any"] if "_any" in r.columns else []))  # not the whole frame
+    shown = cols.filter(pl.col("rank") <= n) if n else cols
     per_query = shown.group_by("qid", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("n_results"),
         pl.col("score").first().alias("top_score"),
