@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"  # screenshots, timings and JupyterLab logs
 
 # The lab's figures are plotly graph divs; `gd.data` holds what is drawn. A JSON snapshot of all of them
 # (and of the metrics table's cells) tells whether the panels changed.

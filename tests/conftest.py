@@ -64,3 +64,11 @@ def store(tmp_path, corpus_file, embedder):
     st.ingest(load_corpus(corpus_file))
     yield st
     st.close()
+
+
+@pytest.fixture(scope="module")
+def browser_ready() -> None:
+    """The browser tests' gate (tests/browser_lab.py: skip without Chromium, fail under HRT_REQUIRE_BROWSER=1)."""
+    from browser_lab import require_browser
+
+    require_browser()

@@ -8,18 +8,8 @@ Screenshots and timings land in test-artifacts/browser/.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
-from browser_lab import drive_lab, jupyterlab, require_browser
-
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts" / "browser"
-
-
-@pytest.fixture(scope="module")
-def browser_ready() -> None:
-    require_browser()
+from browser_lab import ARTIFACTS, ROOT, drive_lab, jupyterlab
 
 
 def test_lab_in_jupyterlab_moves_panels(browser_ready: None) -> None:

@@ -1,27 +1,11 @@
 """End to end: every panel of tutorials 02-05, run in real JupyterLab in headless Chromium, is readable.
 
-A file of its own (not beside tests/test_browser.py) so that the two browser tests run on two workers.
-
-Needs Debian's `chromium` (`make browser-deps`, which `make test` runs). Without it the test is skipped,
-unless HRT_REQUIRE_BROWSER=1 (set by `make test`), where a missing browser is a failure.
-Screenshots and timings land in test-artifacts/browser/.
+Needs and skips as tests/test_browser.py does; a file of its own so that the two run on two workers.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-from browser_lab import jupyterlab, require_browser, shoot_panels
-
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts" / "browser"
-
-
-@pytest.fixture(scope="module")
-def browser_ready() -> None:
-    require_browser()
-
+from browser_lab import ARTIFACTS, ROOT, jupyterlab, shoot_panels
 
 TUTORIALS = ["02_fusion", "03_guarded_reranking", "04_dedup_and_spread", "05_query_routing"]
 
