@@ -125,3 +125,15 @@ def test_bound_parameters_keep_their_values_without_importing_pandas(tmp_path, c
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["ok"]
+
+
+def test_a_large_store_reads_through_arrow_even_in_a_search(tmp_path, corpus_file):
+    """Past LEAN_MAX_DOCUMENTS the numpy path would cost more than importing pyarrow: the store goes back to Arrow."""
+    store = tmp_path / "big.duckdb"
+    with Store(store) as st:
+        st.ingest(load_corpus(corpus_file), embed=False)
+    code = ("import sys\nimport toolkit.store as s\ns.bind_without_pandas()\n{patch}"
+            f"st = s.Store({str(store)!r}, read_only=True)\nst.doc_sources()\nprint('pyarrow' in sys.modules)")
+    runs = {limit: subprocess.run([sys.executable, "-c", code.format(patch=f"s.LEAN_MAX_DOCUMENTS = {limit}\n")],
+                                  capture_output=True, text=True) for limit in (0, 100)}
+    assert {k: r.stdout.strip() for k, r in runs.items()} == {0: "True", 100: "False"}, [r.stderr[-500:] for r in runs.values()]

@@ -41,6 +41,10 @@ SCHEMA_VERSION = "1"
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
 # million-chunk store scores 32 queries per block (about 256 MB of float64) instead of 256 (2 GB).
 BLOCK_CELLS = 32_000_000
+# `hrt search` reads through numpy instead of importing pyarrow up to this many documents: the numpy path is
+# ~2.5x slower per row, so at ~100k documents its extra time on the document-source read (~25 ms) still
+# stays below pyarrow's import (~60 ms).
+LEAN_MAX_DOCUMENTS = 100_000
 _SQL_PATH_MAX_QUERIES = 8  # below this many queries, and with no term matrix read yet, BM25 runs in SQL
 # From this many chunks on, BM25 top-k works on the sparse scores (`Store._sparse_topk`) instead of blocks.
 SPARSE_TOPK_MIN_CHUNKS = 50_000
@@ -240,14 +244,17 @@ class _Connection:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
+        self.small = True  # the store's whole-table reads are small (set by `Store` where it matters)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
 
     @property
     def lean(self) -> bool:
-        """In a process that asked for lean imports (`hrt search`) while pyarrow is not imported yet."""
-        return self.refuse_pandas and "pyarrow" not in sys.modules
+        """In a process that asked for lean imports (`hrt search`), on a small store, while pyarrow is not
+        imported yet. Past `LEAN_MAX_DOCUMENTS` the whole-table reads a search makes (document sources) cost
+        more through numpy than importing pyarrow does."""
+        return self.refuse_pandas and self.small and "pyarrow" not in sys.modules
 
     def frame(self, query: str, parameters: Any = None) -> pl.DataFrame:
         """The query's result as a polars frame: through Arrow (`.pl()`), or, when `lean`, from numpy columns,
@@ -401,6 +408,8 @@ class Store:
         elif self._meta("schema_version") is None:
             raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
         self._embedder = embedder
+        if _Connection.refuse_pandas and self._has_table("documents"):
+            self.con.small = self.con.execute("SELECT count(*) FROM documents").fetchone()[0] <= LEAN_MAX_DOCUMENTS
         self._dense_cache: tuple[str, dict[str, Any]] | None = None
         vi = self._meta("vector_index")
         if vi and '"usearch"' not in vi and not read_only:
