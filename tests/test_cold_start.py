@@ -50,7 +50,10 @@ import pickle, sys
 import polars as pl
 from toolkit.store import Store, bind_without_pandas
 
-def reads(path, chunk_ids):
+def reads(path, chunk_ids, vec_path):
+    import numpy as np
+
+    vec = np.load(vec_path)
     q = pl.DataFrame({"qid": ["a", "b", "c"], "text": ["deploy ECONNREFUSED 5432", "lunch on Thursday", "zzzz nothing"],
                       "scope": ["platform", None, "payments"]})
     with Store(path, read_only=True) as st:
@@ -58,35 +61,39 @@ def reads(path, chunk_ids):
                 "lexical_none": st.lexical_search_sql(q.filter(pl.col("qid") == "c"), top_k=5),
                 "values": st.doc_values(["d1", "d2", "nope"]), "no_values": st.doc_values(["nope"]),
                 "sources": st.doc_sources(), "chunks": st.chunks(chunk_ids), "copies": st.chunk_copies(),
-                "documents": st.documents(["d1", "d6"])}
+                "documents": st.documents(["d1", "d6"]), "match_bm25": st.match_bm25("deploy ECONNREFUSED", top_k=4),
+                "dense": st.dense_search_sql("", vector=vec, top_k=4), "dense_scoped": st.dense_search_sql("", vector=vec, scope="payments")}
 
 if __name__ == "__main__":
     bind_without_pandas()
-    out = reads(sys.argv[1], sys.argv[2].split(","))
+    out = reads(sys.argv[1], sys.argv[2].split(","), sys.argv[3])
     assert "pyarrow" not in sys.modules
-    with open(sys.argv[3], "wb") as fh:
+    with open(sys.argv[4], "wb") as fh:
         pickle.dump(out, fh)
 """
 
 
-def test_lean_reads_equal_the_arrow_reads(tmp_path, corpus_file):
+def test_lean_reads_equal_the_arrow_reads(tmp_path, corpus_file, embedder):
     """In `hrt search` the store's frames come from numpy columns and bound lists instead of Arrow: the same
-    frames, dtypes and all (NULL scopes, empty results, chunk level), and pyarrow is never imported."""
+    frames, dtypes and all (NULL scopes, empty results, chunk level, the dense SQL path), and pyarrow is never
+    imported."""
     import pickle
 
+    import numpy as np
     from polars.testing import assert_frame_equal
 
-    store = tmp_path / "lean.duckdb"
-    with Store(store) as st:
-        st.ingest(load_corpus(corpus_file), embed=False)
+    store, vec = tmp_path / "lean.duckdb", tmp_path / "q.npy"
+    with Store(store, embedder=embedder) as st:
+        st.ingest(load_corpus(corpus_file))
         chunk_ids = st.chunks()["chunk_id"].to_list()[:3]
+    np.save(vec, embedder.embed(["deploy connection refused"])[0])
     script, got = tmp_path / "lean_reads.py", tmp_path / "lean.pkl"
     script.write_text(_LEAN_READS)
-    out = subprocess.run([sys.executable, str(script), str(store), ",".join(chunk_ids), str(got)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, str(script), str(store), ",".join(chunk_ids), str(vec), str(got)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     namespace: dict = {}
     exec(compile(_LEAN_READS.replace('if __name__ == "__main__":', "if False:"), "lean_reads", "exec"), namespace)
-    want = namespace["reads"](str(store), chunk_ids)
+    want = namespace["reads"](str(store), chunk_ids, str(vec))
     lean = pickle.loads(got.read_bytes())
     assert lean.keys() == want.keys() and len(want["lexical"]) and not len(want["lexical_none"])
     for name, frame in want.items():

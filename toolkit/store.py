@@ -609,11 +609,11 @@ class Store:
             return self._embed_read_only(list(texts), hashes, emb)
         self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
         self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
-        got = self.con.frame(
+        got = self.con.execute(  # vectors: always through Arrow (numpy would hand over an array per row)
             "SELECT w.i, c.vec FROM want w JOIN embedding_cache c ON c.text_hash = w.text_hash AND c.model = ? "
             "ORDER BY w.i",
             [emb.model_id],
-        )
+        ).pl()
         self.release_table_pages()  # the join scanned the whole cache, chunk vectors included
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
 
