@@ -25,9 +25,15 @@ def shared(name: str) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _hrt_cache_dir(tmp_path_factory):
-    """Exported ONNX models go to a per-session directory, not the user's cache (subprocesses inherit it)."""
+    """Exported ONNX models go to a directory of this test run, not the user's cache. Subprocesses inherit it,
+    the tutorials' kernels included (they run in the same pytest run), so it is one directory for all xdist
+    workers: the model is exported about once per run (concurrent exports are safe), not once per worker or
+    per tutorial kernel."""
     old = os.environ.get("HRT_CACHE_DIR")
-    os.environ["HRT_CACHE_DIR"] = str(tmp_path_factory.mktemp("hrt-cache"))
+    base = tmp_path_factory.getbasetemp()
+    run_dir = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # popen-gwN -> the run's folder
+    (run_dir / "hrt-cache").mkdir(exist_ok=True)
+    os.environ["HRT_CACHE_DIR"] = str(run_dir / "hrt-cache")
     yield
     if old is None:
         os.environ.pop("HRT_CACHE_DIR", None)

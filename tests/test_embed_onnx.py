@@ -88,3 +88,17 @@ def test_onnx_query_path_never_imports_torch(tmp_path, corpus_file, onnx):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "onnx" and out[-1] == "[]", out
+
+
+def test_the_export_prints_nothing(tmp_path):
+    """The export runs inside a user's first hybrid search or notebook cell (a tutorial's checked cell once
+    failed on its "Loading weights" bar and a tokenizer deprecation on stderr): it must print nothing."""
+    import os
+    import subprocess
+
+    code = ("from toolkit.embed import resolve_model\nfrom toolkit.embed_onnx import export\n"
+            "print(export(resolve_model('all-MiniLM-L6-v2')[1]).name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "HRT_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr == "" and len(out.stdout.splitlines()) == 1, (out.stdout, out.stderr)

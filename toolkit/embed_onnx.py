@@ -104,7 +104,10 @@ def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
 def _export_fp32(model_dir: Path, out: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
 
+    # The export runs inside a user's first search or notebook cell: its "Loading weights" bar is noise there.
+    hf_logging.disable_progress_bar()
     try:
         st = SentenceTransformer(str(model_dir), device="cpu")
     except Exception as e:
@@ -112,7 +115,9 @@ def _export_fp32(model_dir: Path, out: Path) -> None:
     tok_file = model_dir / "tokenizer.json"
     if not tok_file.exists():
         raise ToolkitError(f"{model_dir} has no tokenizer.json (a fast tokenizer): the ONNX backend needs one; use backend torch")
-    features = st.tokenize(["an example sentence", "another, a little longer example sentence"])
+    # `preprocess` is what sentence-transformers 5.x calls `tokenize` (which now logs a deprecation on stderr).
+    preprocess = getattr(st, "preprocess", None) or st.tokenize
+    features = preprocess(["an example sentence", "another, a little longer example sentence"])
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in features]
 
     class _Graph(torch.nn.Module):
