@@ -6,6 +6,7 @@ STAMP   := $(VENV)/.installed
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO    := data/demo
 OUT     := out/demo
+WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 1 )))
 
 .PHONY: install demo test lint bench clean browser-deps notebooks
 
@@ -35,13 +36,13 @@ demo: $(STAMP)
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-# Tests and tutorials in one run, three workers on two cores (the browser tests wait on JupyterLab and
-# Chromium, so a third worker fills the cores), one file per worker (a tutorial's cells stay in order in one
-# kernel). Tutorials opened at once share notebooks/.cache safely: the first builds the store, the others wait
+# Tests and tutorials in one run, one worker more than the machine has cores (the browser tests wait on
+# JupyterLab and Chromium, so the extra worker fills the cores; on 2 cores 3 workers beat 2 and 4, see
+# benchmarks/RESULTS.md), one file per worker (a tutorial's cells stay in order in one kernel). Tutorials opened at once share notebooks/.cache safely: the first builds the store, the others wait
 # (`Store.open_built`), and models and configs are written whole (`toolkit.files`).
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check toolkit tests benchmarks data notebooks
-	HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadfile --nbval-lax tests notebooks
+	HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --nbval-lax tests notebooks
 
 # Run the tutorials top to bottom as CI does, then strip their outputs (only checked cells keep theirs).
 notebooks: $(STAMP)
