@@ -38,7 +38,8 @@ browser-deps:
 
 # Tests and tutorials in one run, one worker more than the machine has cores (the browser tests wait on
 # JupyterLab and Chromium, so the extra worker fills the cores; on 2 cores 3 workers beat 2 and 4, see
-# benchmarks/RESULTS.md), one file per worker (a tutorial's cells stay in order in one kernel). Tutorials opened at once share notebooks/.cache safely: the first builds the store, the others wait
+# benchmarks/RESULTS.md), one file per worker (a tutorial's cells stay in order in one kernel). Tutorials
+# opened at once share notebooks/.cache safely: the first builds the store, the others wait
 # (`Store.open_built`), and models and configs are written whole (`toolkit.files`).
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check toolkit tests benchmarks data notebooks
