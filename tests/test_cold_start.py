@@ -78,6 +78,7 @@ def test_lean_reads_equal_the_arrow_reads(tmp_path, corpus_file, embedder):
     frames, dtypes and all (NULL scopes, empty results, chunk level, the dense SQL path), and pyarrow is never
     imported."""
     import pickle
+    import runpy
 
     import numpy as np
     from polars.testing import assert_frame_equal
@@ -91,9 +92,7 @@ def test_lean_reads_equal_the_arrow_reads(tmp_path, corpus_file, embedder):
     script.write_text(_LEAN_READS)
     out = subprocess.run([sys.executable, str(script), str(store), ",".join(chunk_ids), str(vec), str(got)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    namespace: dict = {}
-    exec(compile(_LEAN_READS.replace('if __name__ == "__main__":', "if False:"), "lean_reads", "exec"), namespace)
-    want = namespace["reads"](str(store), chunk_ids, str(vec))
+    want = runpy.run_path(str(script))["reads"](str(store), chunk_ids, str(vec))  # here: through Arrow
     lean = pickle.loads(got.read_bytes())
     assert lean.keys() == want.keys() and len(want["lexical"]) and not len(want["lexical_none"])
     for name, frame in want.items():

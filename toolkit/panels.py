@@ -138,9 +138,9 @@ def table_html(spec: dict) -> str:
     pad = "padding:3px 6px;border-bottom:1px solid #eee;text-align:left;vertical-align:top"
 
     def td(v: object, c: int | None) -> str:
-        t = text(v)
-        inner = t if c is None else f"<div style='max-width:{c}px;{nowrap}'>{t}</div>"
-        return f"<td title='{t}' style='{pad};white-space:nowrap'>{inner}</td>"
+        cell = text(v)
+        inner = cell if c is None else f"<div style='max-width:{c}px;{nowrap}'>{cell}</div>"
+        return f"<td title='{cell}' style='{pad};white-space:nowrap'>{inner}</td>"
 
     th = "".join(
         f"<th title='{text(h)}' style='{pad};white-space:nowrap;position:sticky;top:0;background:#e8e8e8;font-weight:600'>"

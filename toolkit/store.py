@@ -45,6 +45,9 @@ BLOCK_CELLS = 32_000_000
 # ~2.5x slower per row, so at ~100k documents its extra time on the document-source read (~25 ms) still
 # stays below pyarrow's import (~60 ms).
 LEAN_MAX_DOCUMENTS = 100_000
+# The names the store registers frames under (the closed list `_register` checks before naming one in SQL).
+_REGISTERED = frozenset({"want", "need", "newvec", "gone", "newvalues", "newdocs", "newchunks", "ids", "vids",
+                         "cids", "rq", "rp"})
 _SQL_PATH_MAX_QUERIES = 8  # below this many queries, and with no term matrix read yet, BM25 runs in SQL
 # From this many chunks on, BM25 top-k works on the sparse scores (`Store._sparse_topk`) instead of blocks.
 SPARSE_TOPK_MIN_CHUNKS = 50_000
@@ -641,6 +644,9 @@ class Store:
         sql_types = {pl.Utf8: "VARCHAR", pl.Int64: "BIGINT", pl.Float64: "DOUBLE"}
         if self.con.lean and all(t in sql_types for t in df.schema.values()):
             # `hrt search` (a handful of ids): the columns go in as bound lists, so pyarrow is not imported.
+            # Only the name and the column names are SQL text: checked against the store's own names first.
+            if name not in _REGISTERED or not all(c.isidentifier() for c in df.columns):
+                raise ValueError(f"internal frame name {name!r} / columns {df.columns} not allowed in SQL text")
             cols = ", ".join(f'unnest(?::{sql_types[t]}[]) AS "{c}"' for c, t in df.schema.items())
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {cols}", [df[c].to_list() for c in df.columns])
             return
