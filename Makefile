@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO    := data/demo
 OUT     := out/demo
-WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 1 )))
+WORKERS ?= $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 
 .PHONY: install demo test lint bench clean browser-deps notebooks
 
@@ -32,18 +32,18 @@ demo: $(STAMP)
 	$(BIN)/hrt search "why does the deploy fail with ECONNREFUSED?" --store $(OUT)/store.duckdb --config qmd --scope platform
 	@echo "demo output: $(OUT)/ (store.duckdb, *.trec)"
 
-# The browser test drives JupyterLab in Debian's chromium (no browser download is possible here).
+# The browser tests drive JupyterLab in Debian's chromium (no browser download is possible here).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-# Tests and tutorials in one run, one worker more than the machine has cores (the browser tests wait on
-# JupyterLab and Chromium, so the extra worker fills the cores; on 2 cores 3 workers beat 2 and 4, see
-# benchmarks/RESULTS.md), one file per worker (a tutorial's cells stay in order in one kernel). Tutorials
-# opened at once share notebooks/.cache safely: the first builds the store, the others wait
-# (`Store.open_built`), and models and configs are written whole (`toolkit.files`).
+# Tests and tutorials in one run, a worker per core, one file per worker (a tutorial's cells stay in order in
+# one kernel), files holding a `long` test first (tests/conftest.py; hence --no-loadscope-reorder: xdist's own
+# order ran them last). On 2 cores, 2 workers beat 3 once the long files no longer end the run (see
+# benchmarks/RESULTS.md). Tutorials opened at once share notebooks/.cache safely: the first builds the store,
+# the others wait (`Store.open_built`), and models and configs are written whole (`toolkit.files`).
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check toolkit tests benchmarks data notebooks
-	HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --nbval-lax tests notebooks
+	HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder --nbval-lax tests notebooks
 
 # Run the tutorials top to bottom as CI does, then strip their outputs (only checked cells keep theirs).
 notebooks: $(STAMP)

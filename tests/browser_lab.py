@@ -1,8 +1,9 @@
 """Drive a tutorial's lab in real JupyterLab in headless Chromium (Debian's package; nothing is downloaded).
 
-Used by `tests/test_browser.py` (tutorial 02 on the demo data), `tests/test_browser_panels.py` (tutorials 02-05) and `benchmarks/lab_browser.py` (LoCoMo):
+Used by `tests/test_browser.py` (tutorials 02-05 on the demo data) and `benchmarks/lab_browser.py` (LoCoMo):
 start a JupyterLab server on a free port, open the notebook, run all cells, wait for the lab's panels,
-move a slider by typing into its readout, and time the path from the keypress to redrawn panels.
+photograph them, move a slider by typing into its readout, and time the path from the keypress to
+redrawn panels.
 """
 
 from __future__ import annotations
@@ -114,59 +115,77 @@ class LabRun:
     errors: list[str] = field(default_factory=list)
 
 
-def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexical weight",
-              values: tuple[str, ...] = ("2.5",), run_timeout_s: float = 600.0, prefix: str = "lab") -> LabRun:
-    """Open `notebook` (path relative to the server root), run all cells, then for each of `values` type it
-    into the `slider` readout and wait until the panels' data changed. Screenshots go to `artifacts`."""
+@contextmanager
+def chromium() -> Iterator:
+    """Headless Chromium (Debian's, through Playwright); yields the browser."""
     from playwright.sync_api import sync_playwright
 
-    artifacts.mkdir(parents=True, exist_ok=True)
-    out = LabRun()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexical weight",
+              values: tuple[str, ...] = ("2.5",), run_timeout_s: float = 600.0, prefix: str = "lab") -> LabRun:
+    """Open `notebook` (path relative to the server root), run all cells, then `move_slider`."""
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1500, "height": 1300})
-        page.on("pageerror", lambda e: out.errors.append(str(e)))
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
         # The same null-safe waits as the panel check: the session can be briefly null while the kernel starts.
-        out.run_all_s = run_notebook_page(page, url, notebook, run_timeout_s, min_plots=3)
-        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText:has-text('Traceback'), .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
-        if errors.count():
-            out.errors.append("cell error: " + errors.first.inner_text()[:2000])
-        row = page.locator(".widget-slider", has=page.locator("label", has_text=slider)).first
-        row.scroll_into_view_if_needed()
-        timing = page.locator(".widget-html-content", has_text="updated in").first
-        out.before = page.evaluate(SNAPSHOT_JS)
-        out.timing_before = timing.inner_text() if timing.count() else ""
-        shot = artifacts / f"{prefix}-before.png"
-        page.screenshot(path=str(shot), full_page=False)
-        out.screenshots.append(shot)
-        snap, stamp = out.before, out.timing_before
-        for v in values:
-            readout = row.locator(".widget-readout")
-            readout.click()
-            page.keyboard.press("Control+A")
-            page.keyboard.type(v)
-            t = time.perf_counter()
-            page.keyboard.press("Enter")
-            # Done when the lab's "updated in" line (written after every panel) changed and the figures did.
-            page.wait_for_function(
-                f"([before, stamp]) => {{ const el = [...document.querySelectorAll('.widget-html-content')]"
-                f".find(e => e.textContent.includes('updated in'));"
-                f" return el && el.textContent !== stamp && ({SNAPSHOT_JS})() !== before; }}",
-                arg=[snap, stamp], timeout=60_000, polling="raf",
-            )
-            out.slider_to_panels_ms.append((time.perf_counter() - t) * 1000)
-            page.wait_for_timeout(300)  # let plotly finish drawing before the next snapshot
-            snap = page.evaluate(SNAPSHOT_JS)
-            stamp = timing.inner_text() if timing.count() else ""
-        out.after = snap
-        out.timing_after = timing.inner_text() if timing.count() else ""
-        shot = artifacts / f"{prefix}-after.png"
-        page.screenshot(path=str(shot), full_page=False)
-        out.screenshots.append(shot)
-        (artifacts / f"{prefix}-run.json").write_text(json.dumps(
-            {"run_all_s": out.run_all_s, "slider_to_panels_ms": out.slider_to_panels_ms,
-             "timing_before": out.timing_before, "timing_after": out.timing_after, "errors": out.errors}, indent=2))
-        browser.close()
+        run_all_s = run_notebook_page(page, url, notebook, run_timeout_s, min_plots=3)
+        out = move_slider(page, artifacts, slider=slider, values=values, prefix=prefix)
+        out.run_all_s, out.errors = run_all_s, errors + out.errors
+    return out
+
+
+def move_slider(page, artifacts: Path, *, slider: str = "lexical weight", values: tuple[str, ...] = ("2.5",),
+                prefix: str = "lab") -> LabRun:
+    """On a page whose notebook ran: for each of `values` type it into the `slider` readout and wait until
+    the panels' data changed. Screenshots and timings go to `artifacts`."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    out = LabRun()
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText:has-text('Traceback'), .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+    if errors.count():
+        out.errors.append("cell error: " + errors.first.inner_text()[:2000])
+    row = page.locator(".widget-slider", has=page.locator("label", has_text=slider)).first
+    row.scroll_into_view_if_needed()
+    timing = page.locator(".widget-html-content", has_text="updated in").first
+    out.before = page.evaluate(SNAPSHOT_JS)
+    out.timing_before = timing.inner_text() if timing.count() else ""
+    shot = artifacts / f"{prefix}-before.png"
+    page.screenshot(path=str(shot), full_page=False)
+    out.screenshots.append(shot)
+    snap, stamp = out.before, out.timing_before
+    for v in values:
+        readout = row.locator(".widget-readout")
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(v)
+        t = time.perf_counter()
+        page.keyboard.press("Enter")
+        # Done when the lab's "updated in" line (written after every panel) changed and the figures did.
+        page.wait_for_function(
+            f"([before, stamp]) => {{ const el = [...document.querySelectorAll('.widget-html-content')]"
+            f".find(e => e.textContent.includes('updated in'));"
+            f" return el && el.textContent !== stamp && ({SNAPSHOT_JS})() !== before; }}",
+            arg=[snap, stamp], timeout=60_000, polling="raf",
+        )
+        out.slider_to_panels_ms.append((time.perf_counter() - t) * 1000)
+        page.wait_for_timeout(300)  # let plotly finish drawing before the next snapshot
+        snap = page.evaluate(SNAPSHOT_JS)
+        stamp = timing.inner_text() if timing.count() else ""
+    out.after = snap
+    out.timing_after = timing.inner_text() if timing.count() else ""
+    shot = artifacts / f"{prefix}-after.png"
+    page.screenshot(path=str(shot), full_page=False)
+    out.screenshots.append(shot)
+    (artifacts / f"{prefix}-run.json").write_text(json.dumps(
+        {"slider_to_panels_ms": out.slider_to_panels_ms, "timing_before": out.timing_before,
+         "timing_after": out.timing_after, "errors": out.errors}, indent=2))
     return out
 
 
@@ -234,39 +253,28 @@ class PanelShots:
     errors: list[str] = field(default_factory=list)
 
 
-def shoot_panels(url: str, notebooks: list[str], artifacts: Path, width: int = 1200) -> dict[str, PanelShots]:
-    """Run each notebook in one browser at a normal notebook width (`width` px of window), screenshot every
-    output that holds a plotly figure or a table (`<stem>-panel-NN.png`), and run `CLIPPED_JS` on the page."""
-    from playwright.sync_api import sync_playwright
-
+def shoot_page(page, notebook: str, artifacts: Path) -> PanelShots:
+    """On a page whose notebook ran (at a normal notebook width): screenshot every output that holds a plotly
+    figure or a table (`<stem>-panel-NN.png`), and run `CLIPPED_JS` on the page."""
     artifacts.mkdir(parents=True, exist_ok=True)
-    shots: dict[str, PanelShots] = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
-        for nb in notebooks:
-            got = shots[nb] = PanelShots()
-            page = browser.new_page(viewport={"width": width, "height": 1400})
-            page.on("pageerror", lambda e, got=got: got.errors.append(str(e)))
-            run_notebook_page(page, url, nb)
-            page.wait_for_timeout(1000)  # plotly lays out after the data arrive
-            err = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
-            if err.count():
-                got.errors.append("cell error: " + err.first.inner_text()[:2000])
-            # One shot per panel: each figure and each HTML table (a whole lab output is taller than the
-            # window, and JupyterLab's scrolled notebook panel does not screenshot as one element).
-            # The lab's HTML table panels are shot whole (title, scroll box, caption), not as the bare table.
-            outputs = page.locator(".jp-OutputArea-output.js-plotly-plot, .jp-OutputArea-output .js-plotly-plot, "
-                                   ".jp-OutputArea-output table:not(.hrt-table), .jp-OutputArea-output .hrt-table-panel")
-            stem = Path(nb).stem
-            for i in range(outputs.count()):
-                o = outputs.nth(i)
-                o.scroll_into_view_if_needed()
-                page.wait_for_timeout(150)
-                shot = artifacts / f"{stem}-panel-{i:02d}.png"
-                o.screenshot(path=str(shot))
-                got.screenshots.append(shot)
-            got.clipped = page.evaluate(CLIPPED_JS)
-            (artifacts / f"{stem}-clipped.json").write_text(json.dumps(got.clipped, indent=2))
-            page.close()
-        browser.close()
-    return shots
+    got = PanelShots()
+    page.wait_for_timeout(1000)  # plotly lays out after the data arrive
+    err = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+    if err.count():
+        got.errors.append("cell error: " + err.first.inner_text()[:2000])
+    # One shot per panel: each figure and each HTML table (a whole lab output is taller than the
+    # window, and JupyterLab's scrolled notebook panel does not screenshot as one element).
+    # The lab's HTML table panels are shot whole (title, scroll box, caption), not as the bare table.
+    outputs = page.locator(".jp-OutputArea-output.js-plotly-plot, .jp-OutputArea-output .js-plotly-plot, "
+                           ".jp-OutputArea-output table:not(.hrt-table), .jp-OutputArea-output .hrt-table-panel")
+    stem = Path(notebook).stem
+    for i in range(outputs.count()):
+        o = outputs.nth(i)
+        o.scroll_into_view_if_needed()
+        page.wait_for_timeout(150)
+        shot = artifacts / f"{stem}-panel-{i:02d}.png"
+        o.screenshot(path=str(shot))
+        got.screenshots.append(shot)
+    got.clipped = page.evaluate(CLIPPED_JS)
+    (artifacts / f"{stem}-clipped.json").write_text(json.dumps(got.clipped, indent=2))
+    return got

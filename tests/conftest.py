@@ -23,6 +23,14 @@ def shared(name: str) -> Path:
     return p
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files holding a `long` test run first, the rest in collection order (`make test` passes
+    `--no-loadscope-reorder`). xdist's own order, files with the most tests first, started the browser and Ray
+    tests (one test each, a minute of external processes) last, and a 3-worker run spent its last minute on them."""
+    long_files = {item.path for item in items if item.get_closest_marker("long")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: each file's tests keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _hrt_cache_dir(tmp_path_factory):
     """Exported ONNX models go to a directory of this test run, not the user's cache. Subprocesses inherit it,

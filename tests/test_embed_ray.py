@@ -18,6 +18,7 @@ from toolkit.store import Store
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 
+@pytest.mark.long
 def test_ray_pipeline_matches_local_vectors_and_ingests_as_precomputed(tmp_path):
     pytest.importorskip("ray")
     # 60 of the demo's documents (63 chunks; Ray hands the actor 32 at a time with --batch-size 8), so the

@@ -4,7 +4,8 @@ Real runs of several presets: on the demo memory bank (hybrid, with RRF near-tie
 the CACM test split (lexical only: BM25 ties and a lexical RRF). Each run goes through `write_run` to a TREC
 file, then the file is read by each tool its own way: trec_eval re-sorts by score as float32 with ties by doc
 id, ranx re-sorts in float64 with an unstable sort. The values agree per query to 1e-6, and the written ranks
-survive every re-sort. Stores are built inside the test from data/demo and ../shared/datasets.
+survive every re-sort. The demo runs come from the tutorials' store of data/demo (notebooks/.cache), CACM's
+from a store built inside the test from ../shared/datasets.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from toolkit.store import Store
 ir_measures = pytest.importorskip("ir_measures")
 ranx = pytest.importorskip("ranx")
 
-DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "demo"
+DEMO_STORE = ROOT / "notebooks" / ".cache" / "demo.duckdb"  # the tutorials' shared store
 # hrt label, ir_measures measure, ranx metric
 MEASURES = [
     ("nDCG@10", ir_measures.nDCG @ 10, "ndcg@10"),
@@ -124,11 +127,12 @@ def _check(root: Path, split: str, qrels: pl.DataFrame, written: dict[str, tuple
     return checked
 
 
-def test_demo_preset_runs_agree_with_trec_eval_and_ranx(tmp_path, embedder):
+@pytest.mark.long
+def test_demo_preset_runs_agree_with_trec_eval_and_ranx(tmp_path):
     ds = Dataset.open(DEMO)
     configs = {n: load_config(n) for n in ("bm25-only", "hybrid-rrf", "qmd", "memoria")}
-    with Store(tmp_path / "demo.duckdb", embedder=embedder) as st:
-        st.ingest(load_corpus(DEMO))
+    # The tutorials' demo store: built once per test run by whichever process asks first.
+    with Store.open_built(DEMO_STORE, lambda st: st.ingest(load_corpus(DEMO))) as st:
         written = _write_runs(st, ds, "test", configs, tmp_path)
     # The RRF presets do have scores that tie at float32 (the case this guards), before write_run splits them.
     assert written["hybrid-rrf"][1] > 0 and written["qmd"][1] > 0

@@ -190,6 +190,7 @@ def _same(a, b) -> None:
         assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=False, rel_tol=1e-9, abs_tol=1e-12), name
 
 
+@pytest.mark.long
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(updates=UPDATES)
 def test_rescore_of_base_prepared_equals_fresh_prepare_for_every_rescore_field(setup, updates):
