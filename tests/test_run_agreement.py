@@ -127,7 +127,6 @@ def _check(root: Path, split: str, qrels: pl.DataFrame, written: dict[str, tuple
     return checked
 
 
-@pytest.mark.long
 def test_demo_preset_runs_agree_with_trec_eval_and_ranx(tmp_path):
     ds = Dataset.open(DEMO)
     configs = {n: load_config(n) for n in ("bm25-only", "hybrid-rrf", "qmd", "memoria")}
