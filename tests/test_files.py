@@ -1,4 +1,4 @@
-"""Configs, models, reports and runs are written whole or not at all (`toolkit.files.write_text_atomic`)."""
+"""Configs, models, reports, exports and runs are written whole or not at all (`toolkit.files.write_text_atomic`)."""
 
 from __future__ import annotations
 

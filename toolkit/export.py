@@ -28,6 +28,7 @@ import yaml
 
 from .config import PipelineConfig, save_config
 from .errors import InputError
+from .files import write_text_atomic
 
 ENGINES = ("toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb")
 TEXT_FIELD, VECTOR_FIELD = "text", "embedding"
@@ -391,14 +392,12 @@ def write_export(cfg: PipelineConfig, engine: str, path: str | Path) -> ExportRe
     if engine == "toolkit":
         save_config(cfg, p)  # .yaml or .json, loads back to an equal config
     else:
-        text = _serialize(res.payload, p)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
+        write_text_atomic(p, _serialize(res.payload, p))
     lines = [f"# Export of {cfg.name!r} to {engine}", ""]
     if engine != "toolkit":
         lines += [f"Minimum engine version: {res.min_version}", "", res.analyzer_note, ""]
     lines += ["Not carried over:"]
     lines += [f"- {x}" for x in res.not_carried] or ["- nothing"]
     lines += ["", "Notes:"] + ([f"- {x}" for x in res.notes] or ["- none"])
-    Path(f"{p}.README.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(f"{p}.README.md", "\n".join(lines) + "\n")
     return res

@@ -1,4 +1,4 @@
-"""Files the toolkit writes besides the store (configs, models, reports, runs), written whole or not at all.
+"""Files the toolkit writes besides the store (configs, models, reports, exports, runs), written whole or not at all.
 
 A reader never sees half a file: the text goes to a temporary file beside the target and is renamed over it
 (`os.replace` is atomic on one file system). Two tutorials or workers writing the same model or config at

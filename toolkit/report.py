@@ -22,6 +22,7 @@ import yaml
 from . import providers
 from .compare import compare
 from .config import PipelineConfig, load_config
+from .files import write_text_atomic
 from .metrics import evaluate
 from .pipeline import prepare, rescore
 from .store import Store
@@ -105,10 +106,7 @@ class Report:
         return f"<!doctype html><html><head><meta charset='utf-8'><title>hrt report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>"
 
     def write_html(self, path: str | Path) -> Path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(self.to_html(), encoding="utf-8")
-        return p
+        return write_text_atomic(path, self.to_html())
 
 
 def _show(v: object) -> str:

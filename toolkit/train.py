@@ -38,6 +38,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from .errors import InputError, ToolkitError
+from .files import write_text_atomic
 from .rerank import passage_text
 
 TRAIN_SCHEMA = {
@@ -421,7 +422,7 @@ def recommend_for_model(store: Any, dataset_dir: str | Path, model_dir: str | Pa
     scores = score_pairs(CrossEncoderReranker(str(model_dir))._get(), pairs)
     rep["recommended_buckets"], rep["blend_grid"] = recommend_blend(fused, scores, held_qrels, top_n=depth)
     rep["recommended_for"] = stage
-    path.write_text(json.dumps(rep, indent=2, default=str) + "\n")
+    write_text_atomic(path, json.dumps(rep, indent=2, default=str) + "\n")
     return rep
 
 
@@ -712,7 +713,7 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
     pl.concat([s.with_columns(pl.lit(i + 1).alias("epoch")) for i, s in enumerate(samples)]).write_parquet(
         out / "training_data.parquet"
     )
-    (out / "training_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    write_text_atomic(out / "training_report.json", json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     return report
 
 
