@@ -246,6 +246,19 @@ def test_load_config_errors(tmp_path):
         load_config(p)
 
 
+def test_a_mapping_is_read_like_a_config_file(tmp_path):
+    """Notebook users pass a dict (`Lab(..., config={...})`): it means what the same YAML file would."""
+    d = {"fusion": {"rrf_k": 20, "rank_bonus": [[1, 0.05]]}, "rerank": {"provider": "none"}}
+    p = tmp_path / "c.yaml"
+    p.write_text(json.dumps(d))
+    assert load_config(d) == load_config(p)
+    assert load_config(d).fusion.rrf_k == 20
+    with pytest.raises(InputError, match=r"<mapping>.*fusion\.rrf_k"):
+        load_config({"fusion": {"rrf_k": -3}})
+    with pytest.raises(InputError, match="expected a preset name, a file path, a mapping or a PipelineConfig, got int"):
+        load_config(3)
+
+
 # ------------------------------------------------------------------ strict where it says strict (#16.6)
 @pytest.mark.parametrize(
     ("section", "value", "message"),

@@ -27,6 +27,7 @@ import difflib
 import json
 import math
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -654,10 +655,18 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path_or_name: str | Path | PipelineConfig) -> PipelineConfig:
-    """Load a config from a YAML/JSON file, or a shipped preset by name (`qmd`, `bm25-only`, ...)."""
+def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -> PipelineConfig:
+    """Load a config from a YAML/JSON file, or a shipped preset by name (`qmd`, `bm25-only`, ...). A mapping
+    is read as a file's content would be (`{"fusion": {"rrf_k": 20}}`: sections left out take their
+    defaults); to change a few fields of a preset, use `load_config("qmd").with_updates({...})`."""
     if isinstance(path_or_name, PipelineConfig):
         return path_or_name
+    if isinstance(path_or_name, Mapping):
+        return config_from_dict(dict(path_or_name), origin="<mapping>")
+    if not isinstance(path_or_name, str | Path):
+        raise InputError(
+            f"config: expected a preset name, a file path, a mapping or a PipelineConfig, got {type(path_or_name).__name__}"
+        )
     p = Path(path_or_name)
     if p.is_file():
         return config_from_dict(_read(p), origin=str(path_or_name))

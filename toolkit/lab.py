@@ -28,7 +28,7 @@ import math
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -372,7 +372,7 @@ class Lab:
         store: Store,
         queries: Any,
         qrels: Any = None,
-        config: str | Path | PipelineConfig = "default",
+        config: str | Path | PipelineConfig | Mapping[str, Any] = "default",
         baseline: str | Path | PipelineConfig | None = "bm25-only",
         measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,
         k: int = 10,

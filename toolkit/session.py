@@ -23,7 +23,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ class Session:
         store: Store,
         queries: Any,
         qrels: Any = None,
-        config: str | Path | PipelineConfig = "default",
+        config: str | Path | PipelineConfig | Mapping[str, Any] = "default",
         baseline: str | Path | PipelineConfig | None = "bm25-only",
         measures: tuple[str, ...] | list[str] = DEFAULT_MEASURES,
         k: int = 10,
