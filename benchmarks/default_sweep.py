@@ -10,7 +10,7 @@ scale), re-scores the grid, and reports:
 - the rule judged out of collection: for each collection, the point the rule picks on the *other*
   collections' dev splits, scored on this collection's test split, beside BM25, dense, RRF and `default`.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/default_sweep.py --stores /tmp/stores --markdown sweep.md
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/default_sweep.py --stores /tmp/stores --markdown sweep.md [--grid rrf-k]
 
 `--stores DIR` holds `NAME.duckdb` for each collection (`hrt ingest ../shared/datasets/NAME`, and `data/demo`
 for the demo; opened read-only).
@@ -54,6 +54,19 @@ def grid() -> dict[str, dict]:
         for gs in (0.08, 0.12, 0.16, 0.2, 0.24, 0.32):
             points[f"convex {norm} a {alpha} gap {gs}"] = {**base, "adapt.gap_scale": gs}
     return points
+
+
+def k_grid() -> dict[str, dict]:
+    """RRF's k with the adapt rule's gap scale and weight bounds: does a sharper RRF (small k, so the leading
+    list's first places count more) let the per-query dense weight close the gap to the better single list?"""
+    return {
+        f"rrf k {k} gap {gs} min {lo} max {hi}": {"fusion.rrf_k": k, "adapt.gap_scale": gs, "adapt.min_weight": lo,
+                                                   "adapt.max_weight": hi}
+        for k, gs, lo, hi in itertools.product((5, 10, 20, 30, 60), (0.08, 0.16, 0.32), (0.25, 0.1, 0.05), (4.0, 10.0))
+    }
+
+
+GRIDS = {"fusion": grid, "rrf-k": k_grid}
 
 
 def scores(stores: Path, shared: Path, split: str, points: dict[str, dict]) -> dict[tuple[str, str], float]:
@@ -118,8 +131,10 @@ def main() -> None:
     ap.add_argument("--stores", type=Path, required=True)
     ap.add_argument("--shared", type=Path, default=SHARED)
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="fusion",
+                    help="fusion: method, normalisation, alpha x gap scale (default); rrf-k: k x the adapt rule's bounds")
     args = ap.parse_args()
-    points = grid()
+    points = GRIDS[args.grid]()
     dev = scores(args.stores, args.shared, "dev", points)
     test = scores(args.stores, args.shared, "test", points)
     md = report(dev, test, list(points))

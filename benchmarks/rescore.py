@@ -8,7 +8,10 @@ Reranker scores: stand-in values (dense cosine) for the pool a reranker would ge
 list's top 40); the cheap stages only see numbers, so timing does not need a trained model.
 Our path is `toolkit.pipeline.rescore` (fusion, blend, dedup, thresholds, trace off) + `toolkit.metrics`.
 
-    .venv/bin/python benchmarks/rescore.py --dataset ../shared/datasets/locomo --store /tmp/bench_locomo.duckdb
+    .venv/bin/python benchmarks/rescore.py --dataset ../shared/datasets/locomo --store /tmp/bench_locomo.duckdb [--heap kept]
+
+`--heap kept` runs the whole benchmark (peers too) with glibc keeping freed memory for reuse, as `Session`
+(the lab) and `tune` ask for (`toolkit.heap`); the page faults per change say what that saves.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import resource
 import statistics
 import time
 from collections import defaultdict
@@ -23,6 +27,7 @@ from collections import defaultdict
 import polars as pl
 
 from toolkit.config import load_config
+from toolkit.heap import keep_freed_memory
 from toolkit.loaders import Dataset, load_corpus
 from toolkit.metrics import aggregate, cutoff_depth, evaluate
 from toolkit.pipeline import prepare, rerank_pool, rescore
@@ -91,7 +96,11 @@ def main() -> None:
     ap.add_argument("--config", default="qmd")
     ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--no-rerank", dest="rerank", action="store_false", help="Time without reranker scores.")
+    ap.add_argument("--heap", choices=["default", "kept"], default="default",
+                    help="kept: glibc keeps freed memory for reuse (toolkit.heap, what Session and tune ask for), for "
+                         "the whole run, peers included; default: the allocator as the process starts")
     args = ap.parse_args()
+    heap = "kept" if args.heap == "kept" and keep_freed_memory() else "default"
 
     ds = Dataset.open(args.dataset)
     qrels = pl.concat([ds.qrels(s) for s in ds.splits()]).unique(["qid", "doc_id"])
@@ -117,7 +126,9 @@ def main() -> None:
         c = cfg.with_updates({"fusion.rrf_k": 40 + i})
         return aggregate(evaluate(rescore(prep, c, trace=False).run(cutoff_depth(MEASURES)), qrels, MEASURES))
 
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t_ours, agg = timed(ours, args.repeats)
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / args.repeats
     depth = cutoff_depth(MEASURES)
 
     def ours_at_depth(i: int) -> dict:  # what the tuner does: keep only the places the measures read
@@ -172,12 +183,13 @@ def main() -> None:
     print(f"| toolkit rescore with full trace (no metrics) | {t_trace * 1000:.1f} | {t_trace / t_ours:.2f} |")
     print(f"| ranx fuse (rrf) + evaluate | {t_ranx * 1000:.1f} | {t_ranx / t_ours:.2f} |")
     print(f"| per-query Python loop | {t_naive * 1000:.1f} | {t_naive / t_ours:.2f} |")
-    print(f"\nours {dict((k, round(v, 4)) for k, v in agg.items())}")
+    print(f"\nheap: {heap}; page faults per change (first row): {faults:,.0f}")
+    print(f"ours {dict((k, round(v, 4)) for k, v in agg.items())}")
     print(f"ranx {dict((k, round(float(v), 4)) for k, v in rx_res.items())} (plain RRF: no bonus, no blend; x2 weights equal)")
     print(f"naive {dict((k, round(v, 4)) for k, v in nv.items())}")
     print(f"target: <= 50 ms median -> {'met' if t_ours <= 0.05 else 'MISSED'} (100 places kept); "
           f"{'met' if t_depth <= 0.05 else 'MISSED'} ({depth} places kept)")
-    print(f"command: .venv/bin/python benchmarks/rescore.py --dataset {args.dataset} --store {args.store} --repeats {args.repeats}")
+    print(f"command: .venv/bin/python benchmarks/rescore.py --dataset {args.dataset} --store {args.store} --repeats {args.repeats} --heap {args.heap}")
     load = os.getloadavg()
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit.config import DedupConfig
-from toolkit.dedup import dedup
+from toolkit.dedup import dedup, source_codes
 from toolkit.errors import ToolkitError
 
 
@@ -140,6 +140,33 @@ def test_no_source_repeats_while_an_unseen_source_is_available(srcs, n, per):
         assert in_list == sorted(in_list, key=lambda d: int(d[1:]))  # a source's results keep their order
     sc = kept["score"].to_list()
     assert all(a > b for a, b in zip(sc, sc[1:], strict=False))
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    lists=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=9, unique=True), min_size=1, max_size=3),
+    srcs=st.lists(st.sampled_from(["A", "B", "C", None]), min_size=10, max_size=10),
+    copies=st.lists(st.sampled_from(["h1", "h2", "h3", "h4", "h5"]), min_size=10, max_size=10),
+    source_on=st.booleans(),
+    identical=st.booleans(),
+    n=st.integers(1, 8),
+)
+def test_sources_by_code_equal_sources_by_join(lists, srcs, copies, source_on, identical, n):
+    """The pipeline hands dedup fusion's `_key` codes and `source_codes` (a gather); any other caller gets
+    the join on doc_id. Both give the same kept and removed rows, documents without a source included."""
+    docs = [f"d{i}" for i in range(10)]
+    doc_source = pl.DataFrame(
+        {"doc_id": docs, "source": srcs, "text_hash": copies}, schema={"doc_id": pl.Utf8, "source": pl.Utf8, "text_hash": pl.Utf8}
+    )
+    plain = pl.concat([ranked([docs[i] for i in lst], qid=f"q{qi}") for qi, lst in enumerate(lists)])
+    keyed = plain.with_columns(
+        (pl.col("qid").str.slice(1).cast(pl.Int64) * len(docs) + pl.col("doc_id").str.slice(1).cast(pl.Int64)).alias("_key")
+    )
+    cfg = DedupConfig(source_enabled=source_on, identical_enabled=identical)
+    by_join = dedup(plain, doc_source, cfg, n=n)
+    by_code = dedup(keyed, doc_source, cfg, n=n, sources=source_codes(pl.Series(docs), doc_source))
+    assert by_code[0].equals(by_join[0]) and by_code[1].equals(by_join[1])
+    assert "_key" not in by_code[0].columns
 
 
 def test_chunk_level_identical_chunks_collapse_where_documents_differ(tmp_path, embedder):

@@ -93,7 +93,7 @@ def blend(
         pl.col("chunk_id").cast(pl.Utf8),
         pl.col("rank").cast(pl.Int64).alias("fused_rank"),
         pl.col("score").cast(pl.Float64).alias("fused_score"),
-        *(["_n"] if "_n" in fused.columns else []),
+        *(c for c in ("_n", "_key") if c in fused.columns),
     )
     if lookup is not None and cfg.blend != "none" and "_key" in fused.columns and len(lookup[0]):
         keys, values, by_group = lookup
@@ -130,8 +130,14 @@ def blend(
             pl.lit(1.0).alias("retrieval_weight"),
             pl.col("fused_score").alias("raw_score"),
             pl.lit([], pl.List(pl.Utf8)).alias("flags"),
-        ).select(list(BLEND_SCHEMA))
+        ).select(_out_columns(b))
     return _blend_block(b, cfg, keep)
+
+
+def _out_columns(b: pl.DataFrame) -> list[str]:
+    """BLEND_SCHEMA's columns, and fusion's (query, document) code `_key` when `b` has it: dedup then finds
+    each row's source by integer (`dedup.source_codes`), not by a string join."""
+    return [*BLEND_SCHEMA, *(["_key"] if "_key" in b.columns else [])]
 
 
 def _segments(g: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -238,4 +244,4 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
         pl.Series("raw_score", raw[order]),
     )
     flags = pl.Series("flags", [[], ["reranked"], ["rerank_missing"]], dtype=pl.List(pl.Utf8)).gather(flag)
-    return out.with_columns(flags).select(list(BLEND_SCHEMA))
+    return out.with_columns(flags).select(_out_columns(out))

@@ -221,6 +221,22 @@ def _source_pass(r: pl.DataFrame, cfg: DedupConfig, n: int) -> tuple[pl.DataFram
     return out, pushed
 
 
+def source_codes(docs: pl.Series, doc_source: pl.DataFrame | None) -> pl.Series:
+    """The source of each document of `docs` (fusion's sorted document codes), the document itself where it
+    has none: with it, `dedup` finds a row's source by its `_key` code (a gather) instead of a string join,
+    ~10x less on every slider tick. `Prepared` keeps it."""
+    frame = _with_source(docs.cast(pl.Utf8).alias("doc_id").to_frame(), doc_source)
+    return frame.select(pl.coalesce("source", "doc_id").alias("source")).to_series().rechunk()  # a gather from 2 chunks: 4x
+
+
+def _with_source(r: pl.DataFrame, doc_source: pl.DataFrame | None) -> pl.DataFrame:
+    """`r` with the `source` of its `doc_id` (null where `doc_source` names none)."""
+    if doc_source is None or not len(doc_source):
+        return r.with_columns(pl.lit(None, pl.Utf8).alias("source"))
+    src = doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("source").cast(pl.Utf8)).unique("doc_id", keep="first")
+    return r.join(src, on="doc_id", how="left", maintain_order="left")
+
+
 def dedup(
     ranked: pl.DataFrame,
     doc_source: pl.DataFrame | None,
@@ -230,6 +246,7 @@ def dedup(
     n: int,
     depth: int | None = None,
     chunk_copies: pl.DataFrame | None = None,
+    sources: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(kept, removed). kept = the input columns plus `source` and `flags`, at most n rows per query,
     ranks renumbered 1..n; removed = [qid, doc_id, chunk_id, rank, reason, kept_instead] with reason
@@ -238,7 +255,8 @@ def dedup(
     `vectors` [chunk_id, vec] is needed when near-duplicate removal is on; `depth` (default max(3n, 50))
     is how many top results per query are compared. `chunk_copies` [chunk_id, text_hash, source]
     (`Store.chunk_copies`) makes results chunks: copies are then identical chunks, not identical documents
-    (two chunks of one document are not copies of each other).
+    (two chunks of one document are not copies of each other). `sources`: `source_codes(idx.docs,
+    doc_source)` for rows that carry fusion's `_key` (query x document code); the same sources, by gather.
     """
     depth = depth or max(3 * n, 50)
     ordered = in_rank_order(ranked)
@@ -252,15 +270,12 @@ def dedup(
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
     if "source" in r.columns:
         r = r.drop("source")
-    if doc_source is not None and len(doc_source):
-        src = doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("source").cast(pl.Utf8)).unique(
-            "doc_id", keep="first"
-        )
-        r = r.join(src, on="doc_id", how="left", maintain_order="left")
-    else:
-        r = r.with_columns(pl.lit(None, pl.Utf8).alias("source"))
-    # A document without a source is its own source.
-    r = r.with_columns(pl.coalesce(pl.col("source"), pl.col("doc_id")).alias("source"))
+    if sources is not None and "_key" in r.columns:
+        r = r.with_columns(sources.gather(r["_key"] % len(sources)).alias("source"))
+    else:  # a document without a source is its own source
+        r = _with_source(r, doc_source).with_columns(pl.coalesce(pl.col("source"), pl.col("doc_id")).alias("source"))
+    if "_key" in r.columns:
+        r = r.drop("_key")
     removed: list[pl.DataFrame] = []
 
     if identical and len(r):

@@ -114,20 +114,20 @@ def keep_exact(
     new_score = (s_up + s_m) / 2 if s_up is not None else s_m + (s_m.abs() * 1e-6).clip(lower_bound=1e-12)
     out = (
         hit.with_columns(
-            pl.when(move).then(pl.lit(m - 0.5)).otherwise(pl.col("rank").cast(pl.Float64)).alias("_key"),
+            pl.when(move).then(pl.lit(m - 0.5)).otherwise(pl.col("rank").cast(pl.Float64)).alias("_place"),
             pl.when(move).then(new_score).otherwise(pl.col("score")).alias("score"),
             pl.when(move)
             .then(pl.col("flags").list.concat(pl.lit([FLAG], pl.List(pl.Utf8))))
             .otherwise(pl.col("flags"))
             .alias("flags"),
         )
-        .sort("qid", "_key")
+        .sort("qid", "_place")
         .with_columns(
             pl.when(moving)
             .then(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid"))
             .otherwise(pl.col("rank"))
             .alias("rank")
         )
-        .drop("_g", "_key")
+        .drop("_g", "_place")
     )
     return out, status

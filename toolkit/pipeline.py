@@ -380,7 +380,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace:
     t["guard"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n,
+    sources = (prep.derived("source_codes", (cands, prep.doc_source), lambda: dedup_stage.source_codes(idx.docs, prep.doc_source))
+               if idx is not None else None)
+    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n, sources=sources,
                                       chunk_copies=prep.chunk_copies if cfg.retrieval.level == "chunk" else None)
     t["dedup"] = time.perf_counter() - t0
 

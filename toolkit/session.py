@@ -32,6 +32,7 @@ import polars as pl
 from . import panels
 from .config import PipelineConfig, load_config, prepare_settings, save_config
 from .errors import InputError, ToolkitError
+from .heap import keep_freed_memory
 from .interop import qrels_frame, queries_frame
 from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
 from .pipeline import Prepared, Result, prepare, rescore
@@ -98,6 +99,7 @@ class Session:
         *,
         on_notice: Callable[[str, bool], None] | None = None,
     ) -> None:
+        keep_freed_memory()  # a live session re-scores every query per change: see toolkit.heap
         self.store = store
         self.queries = queries_frame(queries)  # pandas / PyTerrier / BEIR names too (toolkit.interop)
         self.measures = [m.label for m in parse_measures(measures)]

@@ -24,6 +24,7 @@ from .compare import compare
 from .config import DEFAULT_PRESET, PipelineConfig, Stage, fields, load_config, save_config, stage_of
 from .errors import InputError
 from .files import write_text_atomic
+from .heap import keep_freed_memory
 from .interop import qrels_frame, queries_frame
 from .loaders import Dataset
 from .metrics import cutoff_depth, evaluate
@@ -310,6 +311,7 @@ def tune(
     if split == "test":
         warnings.warn("tuning on the test split: its scores are not results", stacklevel=2)
     t_all = time.perf_counter()
+    keep_freed_memory()  # every trial re-scores all queries: freed numpy blocks are reused, not faulted in again
     base_cfg = load_config(base)
     sp = load_space(space)
     _validate(sp, base_cfg, str(space) if isinstance(space, (str, Path)) else "space")
