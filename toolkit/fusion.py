@@ -286,14 +286,14 @@ def fuse(
     qids, docs, lists = ix.qids, ix.docs, ix.lists
     nq, nd, nl = len(qids), len(docs), len(lists)
     q, d, li, rank = ix.q, ix.d, ix.li, ix.rank
-    ql = q * nl + li
 
     table = np.ones(nq * nl)
     if weights is not None and len(weights):
-        w = weights.filter(pl.col("qid").is_in(qids.implode()) & pl.col("list_id").is_in(lists.implode()))
-        table[_codes(w["qid"], qids) * nl + _codes(w["list_id"], lists)] = (
-            w["weight"].cast(pl.Float64).to_numpy()
-        )
+        # Weights of queries or lists without candidates have nothing to weigh: their codes come out null.
+        wq, wl = (weights[c].cast(pl.Utf8).cast(pl.Enum(v), strict=False).to_physical() for c, v in (("qid", qids), ("list_id", lists)))
+        known = (wq.is_not_null() & wl.is_not_null()).to_numpy()
+        code = wq.cast(pl.Int64).fill_null(0).to_numpy() * nl + wl.cast(pl.Int64).fill_null(0).to_numpy()
+        table[code[known]] = weights["weight"].cast(pl.Float64).to_numpy()[known]
     if cfg.method == "rrf" and (table[ix.present] > 0).all():
         # The usual slider tick: every list takes part, so the index's grouping holds, and a row's contribution
         # depends only on its list's weight and its rank. The same arithmetic as below, on the (weights x
@@ -305,6 +305,7 @@ def fuse(
         isum = np.add.reduceat(itab.ravel()[wcode.ravel()[ix.grouped_ql] * nr + ix.grouped_rank], starts)
         ibonus = np.round(_bonus_np(cfg, np.arange(int(best_rank.max()) + 1)) * _SCALE).astype(np.int64)
         return _fused_frame(ix, isum + ibonus[best_rank], best_rank, best, gq, gd, None, idx is not None, depth)
+    ql = q * nl + li
     weight = table[ql]
 
     if cfg.method == "rrf":
