@@ -48,6 +48,34 @@ def test_folder_with_extensionless_files_and_an_empty_document(tmp_path):
     assert json.loads(r.output)["results"][0]["doc_id"] == "pkg/NEWS"
 
 
+def test_include_reads_other_text_files_and_the_skip_reason_says_how(tmp_path):
+    """A code assistant's memory holds source files: `--include '*.py'` indexes them (in any folder, named by
+    their relative path); without it each is skipped with a reason that names the option."""
+    root = _folder(tmp_path)
+    (root / "pkg" / "daemon.py").write_text("def resolve_mdns(name):\n    raise AvahiTimeoutError(name)\n")
+    (root / "data.csv").write_text("id,text\n1,avahi\n")
+    corpus = load_corpus(root)
+    reasons = {s.where: s.reason for s in corpus.skipped}
+    assert "--include '*.py' reads it as text" in reasons["pkg/daemon.py"]
+    assert "--include" not in reasons["logo.png"] and "--include" not in reasons["pkg/changelog.Debian.gz"]
+
+    corpus = load_corpus(root, include=["*.py"])
+    assert "pkg/daemon.py" in {d["doc_id"] for d in corpus} and "data.csv" in {s.where for s in corpus.skipped}
+    store = str(tmp_path / "s.duckdb")
+    r = CliRunner().invoke(main, ["ingest", str(root), "--store", store, "--no-embed", "--include", "*.py", "--include", "*.csv"])
+    assert r.exit_code == 0, r.output
+    assert "6 documents" in r.output
+    r = CliRunner().invoke(main, ["search", "AvahiTimeoutError", "--store", store, "--mode", "lexical", "--format", "json"])
+    assert json.loads(r.output)["results"][0]["doc_id"] == "pkg/daemon.py"
+
+    (root / "pkg" / "bad.py").write_bytes(b"x = 1\ny = '\xe9'\n")  # latin-1: declared text, so it must be UTF-8
+    r = CliRunner().invoke(main, ["ingest", str(root), "--store", store, "--no-embed", "--include", "*.py"])
+    assert r.exit_code != 0 and "pkg/bad.py:2: not valid UTF-8" in r.output
+    beir = tmp_path / "c.jsonl"
+    beir.write_text('{"_id": "1", "text": "x"}\n')
+    r = CliRunner().invoke(main, ["ingest", str(beir), "--store", store, "--include", "*.py"])
+    assert r.exit_code != 0 and "apply to a folder of files" in r.output
+
 def test_empty_document_in_a_collection_is_skipped_and_counted(tmp_path):
     """Cranfield has documents with no text: the ingest goes on, and says so."""
     p = tmp_path / "corpus.jsonl"

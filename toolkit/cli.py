@@ -67,15 +67,18 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
               help="Also build an HNSW index over the vectors (usearch, a file beside the store; for stores of ~100k chunks and up).")
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
+@click.option("--include", "include", multiple=True, metavar="GLOB",
+              help="Also read files matching GLOB as text (repeatable; on the path relative to SOURCE): '*.py', 'docs/*.html'.")
 @click.option("-v", "--verbose", is_flag=True, help="Name every file or record not indexed, with the reason.")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
-           api_key_env, dimensions, no_embed, prune, vector_index, text_field, verbose) -> None:
+           api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, verbose) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of text files: .md,
     .txt, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
-    relative path, scope = top folder). Files and records left out (other types, binary content, empty
-    documents) are counted; -v names each with the reason. Re-ingesting unchanged documents computes
+    relative path, scope = top folder); --include adds other text files (source code, HTML as text). Files
+    and records left out (other types, binary content, empty documents) are counted; -v names each with the
+    reason. Re-ingesting unchanged documents computes
     nothing; a changed document replaces its chunks and embeddings; the whole update is one transaction.
 
     Vectors made elsewhere: a corpus whose records carry a `vector` field (one chunk per document; name
@@ -90,7 +93,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     t0 = time.perf_counter()
     # Checked before anything is read or opened: a bad --stemmer/--stopwords is one line, and no store is made.
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
-    docs = load_corpus(source, text_field=text_field)
+    docs = load_corpus(source, text_field=text_field, include=include)
     given = None
     if vectors_path:
         from .vectors import read_vectors
@@ -147,7 +150,9 @@ def _echo_skipped(docs, verbose: bool = False) -> None:
 @click.option("--chunk-overlap", default=150, show_default=True, type=click.IntRange(0), help="As `hrt ingest` will chunk.")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1))
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
-def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, chunk_overlap, batch_size, text_field) -> None:
+@click.option("--include", "include", multiple=True, metavar="GLOB", help="As `hrt ingest --include`.")
+def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, chunk_overlap, batch_size, text_field,
+          include) -> None:
     """Chunk SOURCE and embed its chunks into a vectors file for `hrt ingest SOURCE --vectors OUT`.
 
     With --engine ray the embedding runs as a Ray Data pipeline, so a cluster embeds and one machine keeps
@@ -161,7 +166,7 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
     if chunk_overlap >= chunk_size:
         raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
     t0 = time.perf_counter()
-    docs = load_corpus(source, text_field=text_field)
+    docs = load_corpus(source, text_field=text_field, include=include)
     path, frame = embed_corpus(docs, out, engine=engine, model=model, backend=backend, chunk_size=chunk_size,
                                chunk_overlap=chunk_overlap, batch_size=batch_size, actors=actors,
                                address=ray_address or os.environ.get("RAY_ADDRESS"))

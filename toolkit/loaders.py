@@ -12,11 +12,12 @@ touched.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import logging
 import mimetypes
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,15 +150,21 @@ def _check_unique(
     return out
 
 
-def load_corpus(path: str | Path, *, text_field: str | None = None) -> Corpus:
+def load_corpus(path: str | Path, *, text_field: str | None = None, include: Iterable[str] = ()) -> Corpus:
     """Documents from a BEIR dir, a .jsonl or .parquet file, or a folder of text files (.md, .txt, .rst, and
     files without an extension whose content is UTF-8 text). `.skipped` lists what was not indexed.
 
     `text_field` names the field holding the text in JSONL/Parquet records (default: `text`, else
-    `contents`); a record without it is an error naming the file, the line and the keys it has."""
+    `contents`); a record without it is an error naming the file, the line and the keys it has.
+    `include`: glob patterns (`fnmatch` on the path relative to the folder, `*` crossing folders: "*.py",
+    "docs/*.html") of further files in a folder to read as text, e.g. source code for a code assistant's
+    memory; like .md files, they must be UTF-8."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
+    include = tuple(include)
+    if include and not (p.is_dir() and not (p / "corpus.jsonl").exists()):
+        raise InputError(f"{p}: include patterns ({', '.join(include)}) apply to a folder of files, not to a collection file")
     if p.is_dir() and (p / "corpus.jsonl").exists():
         p = p / "corpus.jsonl"
     if p.is_file() and p.suffix in {".jsonl", ".json"}:
@@ -170,7 +177,7 @@ def load_corpus(path: str | Path, *, text_field: str | None = None) -> Corpus:
         return _check_unique(((f"{p} row {i}", _doc_from_record(r, f"{p} row {i}", text_field)) for i, r in enumerate(rows)), p)
     if p.is_dir():
         skipped: list[Skipped] = []
-        return _check_unique(_folder_docs(p, skipped), p, skipped)
+        return _check_unique(_folder_docs(p, skipped, include), p, skipped)
     raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, or a folder of text files)")
 
 
@@ -187,20 +194,22 @@ def _sniff_text(head: bytes) -> str | None:
     return None
 
 
-def _folder_docs(root: Path, skipped: list[Skipped]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Text files under `root`: known text extensions, and files without an extension (README, NEWS,
-    CHANGES, LICENSE) recognised by content. Everything else goes to `skipped` with the reason."""
+def _folder_docs(root: Path, skipped: list[Skipped], include: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Text files under `root`: known text extensions, files matching an `include` pattern, and files
+    without an extension (README, NEWS, CHANGES, LICENSE) recognised by content. Everything else goes to
+    `skipped` with the reason."""
     for f in sorted(x for x in root.rglob("*") if x.is_file()):
         rel = f.relative_to(root).as_posix()
         if any(part.startswith(".") for part in f.relative_to(root).parts):
             skipped.append(Skipped(rel, "hidden file or folder"))
             continue
-        if f.suffix.lower() not in TEXT_SUFFIXES:
+        if f.suffix.lower() not in TEXT_SUFFIXES and not any(fnmatch.fnmatchcase(rel, pat) for pat in include):
             # A known type that is not a document (image, archive, code) is skipped by name; no extension
             # or one no registry knows ("README", "NEWS", "README.Debian") is decided by content.
             kind, encoding = mimetypes.guess_type(f.name, strict=False)
             if encoding or kind:
-                skipped.append(Skipped(rel, f"file type {encoding or kind} ({f.suffix}: not a document format)"))
+                hint = f"; --include '*{f.suffix}' reads it as text" if not encoding and kind.startswith(("text/", "application/json")) else ""
+                skipped.append(Skipped(rel, f"file type {encoding or kind} ({f.suffix}: not a document format{hint})"))
                 continue
             with f.open("rb") as fh:
                 why = _sniff_text(fh.read(SNIFF_BYTES))
