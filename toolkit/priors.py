@@ -123,15 +123,15 @@ def apply_priors(
         return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
     # Re-weighted top_n first, then the rest in their blended order, scored strictly below the block.
     tail = pl.col("rank") > cfg.top_n
-    r = r.with_columns(tail.alias("_tail"), pl.when(tail).then(0.0).otherwise(-pl.col("score")).alias("_key"))
-    r = r.sort(["qid", "_tail", "_key", "rank"], maintain_order=True)
+    r = r.with_columns(tail.alias("_tail"), pl.when(tail).then(0.0).otherwise(-pl.col("score")).alias("_by"))
+    r = r.sort(["qid", "_tail", "_by", "rank"], maintain_order=True)
     floor = pl.col("score").filter(~pl.col("_tail")).min().over("qid")
     pos = pl.col("_tail").cast(pl.Int64).cum_sum().over("qid")
     below = scores_below(floor, pos, pl.col("_tail").sum().over("qid"))
     return r.with_columns(
         pl.when(pl.col("_tail")).then(pl.coalesce(below, pl.col("score_before_priors"))).otherwise(pl.col("score")).alias("score"),
         pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"),
-    ).drop("_tail", "_key")
+    ).drop("_tail", "_by")
 
 
 def factor_flags(df: pl.DataFrame) -> pl.Expr:
