@@ -224,7 +224,7 @@ def _source_pass(r: pl.DataFrame, cfg: DedupConfig, n: int) -> tuple[pl.DataFram
 def source_codes(docs: pl.Series, doc_source: pl.DataFrame | None) -> pl.Series:
     """The source of each document of `docs` (fusion's sorted document codes), the document itself where it
     has none: with it, `dedup` finds a row's source by its `_key` code (a gather) instead of a string join,
-    ~10x less on every slider tick. `Prepared` keeps it."""
+    ~7x less on every slider tick (LoCoMo, 153k rows: 4.5 -> 0.6 ms). `Prepared` keeps it."""
     frame = _with_source(docs.cast(pl.Utf8).alias("doc_id").to_frame(), doc_source)
     return frame.select(pl.coalesce("source", "doc_id").alias("source")).to_series().rechunk()  # a gather from 2 chunks: 4x
 
