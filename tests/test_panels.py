@@ -8,6 +8,8 @@ import math
 import plotly.graph_objects as go
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import ttest_rel
 
 from toolkit import panels
@@ -277,3 +279,51 @@ def test_config_label_names_a_model_by_its_file():
     cfg = base.with_updates({"fusion.method": "learned", "fusion.model": "/home/me/runs/2026/fusion.json"})
     label = panels.config_label(base, cfg)
     assert "fusion.json" in label and "/home/me" not in label
+
+
+def _spread_by_group(trace: pl.DataFrame, depth: int | None, stages) -> pl.DataFrame:
+    """The group-by definition `score_spread` computes by reading query boundaries: per (qid, stage), the
+    score at the smallest and at the largest rank (cut at `depth`)."""
+    t = trace.filter(pl.col("stage").is_in(list(stages)) & ((pl.col("rank") <= depth) if depth else pl.lit(True)))
+    return (
+        t.group_by("qid", "stage")
+        .agg(pl.len().cast(pl.Int64).alias("n"), pl.col("score").get(pl.col("rank").arg_min()).alias("top"),
+             pl.col("score").get(pl.col("rank").arg_max()).alias("last"))
+        .with_columns(pl.when(pl.col("n") >= 2).then(pl.col("top") - pl.col("last")).alias("spread"))
+        .sort("qid", "stage")
+    )
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=6),
+    same=st.booleans(),
+    shuffle=st.randoms(use_true_random=False),
+    depth=st.sampled_from([None, 1, 2, 4]),
+)
+def test_spread_and_folding_read_from_stage_rows_match_their_definitions(sizes, same, shuffle, depth):
+    """Whatever the order of the trace's rows, the spread read at query boundaries equals the group-by
+    definition, and a stage is folded exactly when its rows equal the previous drawn stage's."""
+    rows = []
+    for qi, counts in enumerate(sizes):
+        for stage, n in zip(("fuse", "blend", "final"), counts, strict=True):
+            src = "fuse" if same else stage
+            rows += [(f"q{qi}", f"d{r}", stage, r, round(1.0 / (r + len(src)), 6)) for r in range(1, n + 1)]
+    shuffle.shuffle(rows)
+    trace = _trace(rows) if rows else _trace([("q0", "d1", "retrieve:orig:lex", 1, 1.0)])
+    got = panels.score_spread(trace, depth=depth)
+    assert got.equals(_spread_by_group(trace, depth, panels.LATER_STAGES).select(got.columns))
+    expect: dict[str, str] = {}
+    prev = None
+    for stage in panels.LATER_STAGES:
+        cur = trace.filter(pl.col("stage") == stage).select("qid", "doc_id", "rank", "score").sort("qid", "rank")
+        if not len(cur):
+            continue
+        if prev is not None:
+            before = trace.filter(pl.col("stage") == prev).select("qid", "doc_id", "rank", "score").sort("qid", "rank")
+            d = min(cur["rank"].max(), before["rank"].max())
+            if cur.filter(pl.col("rank") <= d).equals(before.filter(pl.col("rank") <= d)):
+                expect[stage] = prev
+                continue
+        prev = stage
+    assert panels.folded_stages(trace) == expect

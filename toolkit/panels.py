@@ -284,44 +284,76 @@ def score_spread(trace: pl.DataFrame, *, depth: int | None = None, stages: Itera
     """[qid, stage, n, top, last, spread] per query and stage: spread = top score minus the last score of
     the list (cut at `depth` when given), the threshold stage's definition of score spread; null with
     fewer than two results."""
-    schema = {"qid": pl.Utf8, "stage": pl.Utf8, "n": pl.Int64, "top": pl.Float64, "last": pl.Float64}
-    parts = []
-    # One stage at a time, grouped by qid only, picking by arg min/max of the rank: no sort of the trace and
-    # no two-column string key (together ~2x faster at 760 queries x 3 stages x 100 rows).
-    for s in stages:
-        t = trace.filter((pl.col("stage") == s) if depth is None else (pl.col("stage") == s) & (pl.col("rank") <= depth))
-        parts.append(
-            t.group_by("qid").agg(
-                pl.lit(s).alias("stage"),
-                pl.len().cast(pl.Int64).alias("n"),
-                pl.col("score").get(pl.col("rank").arg_min()).alias("top"),
-                pl.col("score").get(pl.col("rank").arg_max()).alias("last"),
-            )
-        )
-    out = pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)
-    return out.with_columns(pl.when(pl.col("n") >= 2).then(pl.col("top") - pl.col("last")).alias("spread")).sort("qid", "stage")
+    return _spread_of(_stage_rows(trace, stages), depth)
 
 
 def folded_stages(trace: pl.DataFrame, stages: Iterable[str] = LATER_STAGES) -> dict[str, str]:
     """{stage: earlier stage it equals}: a later stage whose rows (qid, doc_id, rank, score) are exactly the
     previous drawn stage's, e.g. blend without a reranker is fuse again. Panels draw it once, with a note."""
-    out: dict[str, str] = {}
-    prev: str | None = None
-    prev_rows: pl.DataFrame | None = None
+    return _folded(_stage_rows(trace, stages))
+
+
+def _stage_rows(trace: pl.DataFrame, stages: Iterable[str]) -> dict[str, pl.DataFrame]:
+    """{stage: its rows [qid, doc_id, rank, score], by (qid, rank)} for the `stages` the trace holds, in
+    that order. One pass over the trace (`partition_by`) instead of a filter per stage and panel; the
+    pipeline's stages come in rank order already, so only other traces are sorted."""
+    stages = list(stages)
+    t = trace.filter(pl.col("stage").is_in(stages)).select("stage", "qid", "doc_id", "rank", "score")
+    runs = t["stage"].rle().struct.unnest()
+    if runs["value"].n_unique() == len(runs):  # each stage one block, as the pipeline writes them: slice, no copy
+        ends = runs["len"].cum_sum().to_list()
+        parts = {v: t.slice(e - n, n).drop("stage") for v, n, e in zip(runs["value"].to_list(), runs["len"].to_list(), ends, strict=True)}
+    else:
+        parts = {k[0]: v.drop("stage") for k, v in t.partition_by("stage", as_dict=True, maintain_order=True).items()}
+    out = {}
     for st in stages:
-        rows = trace.filter(pl.col("stage") == st).select("qid", "doc_id", "rank", "score")
-        if not (rows["qid"].is_sorted() and in_rank_order(rows)):  # pipeline stages are: no sort on string qids
+        rows = parts.get(st)
+        if rows is None or not len(rows):
+            continue
+        if not (rows["qid"].is_sorted() and in_rank_order(rows)):
             rows = rows.sort("qid", "rank")
+        out[st] = rows
+    return out
+
+
+def _spread_of(parts: dict[str, pl.DataFrame], depth: int | None) -> pl.DataFrame:
+    """`score_spread` of `_stage_rows` output. Rows are in (qid, rank) order, so each query's top and last
+    scores are its first and last rows: read at the query boundaries, no group-by on string ids."""
+    schema = {"qid": pl.Utf8, "stage": pl.Utf8, "n": pl.Int64, "top": pl.Float64, "last": pl.Float64}
+    frames = []
+    for st, rows in parts.items():
+        if depth is not None:
+            rows = rows.filter(pl.col("rank") <= depth)
         if not len(rows):
             continue
-        if prev is not None and prev_rows is not None:
+        import numpy as np  # panels load without numpy until a figure is drawn
+
+        g = rows["qid"].rle_id().to_numpy()
+        first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        last = np.r_[first[1:], len(g)] - 1
+        score = rows["score"].to_numpy()
+        frames.append(pl.DataFrame({"qid": rows["qid"].gather(first), "stage": [st] * len(first), "n": last - first + 1,
+                                    "top": score[first], "last": score[last]}, schema=schema))
+    out = pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+    return out.with_columns(pl.when(pl.col("n") >= 2).then(pl.col("top") - pl.col("last")).alias("spread")).sort("qid", "stage")
+
+
+def _folded(parts: dict[str, pl.DataFrame]) -> dict[str, str]:
+    """`folded_stages` of `_stage_rows` output."""
+    out: dict[str, str] = {}
+    prev: str | None = None
+    for st, rows in parts.items():
+        if prev is not None:
             # Stages keep different depths (fuse ranks every candidate, blend keeps the places that can reach
-            # the output): compare the places both have.
-            depth = min(rows["rank"].max(), prev_rows["rank"].max())
-            if rows.filter(pl.col("rank") <= depth).equals(prev_rows.filter(pl.col("rank") <= depth)):
+            # the output): compare the places both have, cheap columns first (`equals` stops at the first
+            # column that differs, usually the scores).
+            before = parts[prev]
+            depth = min(rows["rank"].max(), before["rank"].max())
+            cols = ["rank", "score", "doc_id", "qid"]
+            if rows.filter(pl.col("rank") <= depth).select(cols).equals(before.filter(pl.col("rank") <= depth).select(cols)):
                 out[st] = prev
                 continue
-        prev, prev_rows = st, rows
+        prev = st
     return out
 
 
@@ -370,33 +402,30 @@ def spread_figure(
     once and named in a note. The histogram's x range and bins come from the data (all of it: outliers
     are marked with a triangle under the axis, not clipped)."""
     later = trace.filter(pl.col("stage").is_in(LATER_STAGES))
-    present = set(later["stage"].unique().to_list())
-    drawn = [s for s in LATER_STAGES if s in present]
-    if not drawn:
+    parts = _stage_rows(later, LATER_STAGES)
+    if not parts:
         return _out(_empty("Score spread", "no fused results"), raw)
-    folded = folded_stages(later, drawn)
-    stages = [s for s in drawn if s not in folded]
+    folded = _folded(parts)
+    stages = [s for s in parts if s not in folded]
     score = pl.col("score")
-    box = (
-        later.filter(pl.col("rank") <= k)
-        .group_by("stage")
-        .agg(
+    box = {
+        st: parts[st].filter(pl.col("rank") <= k).select(
             score.min().alias("lowerfence"),
             score.quantile(0.25, "linear").alias("q1"),
             score.median().alias("median"),
             score.quantile(0.75, "linear").alias("q3"),
             score.max().alias("upperfence"),
         )
-    )
-    spread = score_spread(later, depth=depth, stages=stages)
+        for st in stages
+    }
+    spread = _spread_of({st: parts[st] for st in stages}, depth)
     values = spread["spread"].drop_nulls().to_list()
     xr, outliers = data_range(values, include=[0.0] + ([low_spread] if low_spread is not None else []))
     size = (xr[1] - xr[0]) / 40
     bins = {"start": xr[0], "end": xr[1], "size": size}
     data: list[dict] = []
     for s in stages:
-        st = box.filter(pl.col("stage") == s)
-        stats = {c: st[c].to_list() for c in ("lowerfence", "q1", "median", "q3", "upperfence")}
+        stats = {c: box[s][c].to_list() for c in ("lowerfence", "q1", "median", "q3", "upperfence")}
         data.append({"type": "box", "x": [s], "name": s, "marker": {"color": _COLORS[s]}, "showlegend": False,
                      "xaxis": "x", "yaxis": "y", **stats})
     for s in stages:
