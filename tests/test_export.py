@@ -73,6 +73,19 @@ def test_numbers_versions_and_not_carried_lists():
     assert "RRF_K = 30" in export_config(WEIGHTED, "lancedb").payload
 
 
+def test_the_default_presets_own_stages_are_named_when_an_engine_cannot_run_them():
+    """A user trial: exporting `default` said "everything carried over" while no engine payload applies its
+    per-query dense weight, its exact-token guard or its collapse of identical copies."""
+    for engine in ("opensearch", "elasticsearch", "weaviate", "lancedb"):
+        lost = " | ".join(export_config("default", engine).not_carried)  # a preset name is accepted too
+        for stage in ("per-query dense weight", "exact-token guard", "byte-identical documents collapsed"):
+            assert stage in lost, (engine, stage)
+    assert not any("guard" in x for x in export_config("hybrid-rrf", "lancedb").not_carried)
+    # The pipeline id goes into a URL path: a config name with spaces becomes a slug.
+    named = load_config("qmd").with_updates({"name": "my tuned config"})
+    assert export_config(named, "opensearch").payload["search"]["request"].endswith("search_pipeline=hrt-my-tuned-config")
+
+
 def test_written_format_follows_the_extension(tmp_path):
     cfg = load_config("qmd")
     res = write_export(cfg, "opensearch", tmp_path / "os.json")

@@ -262,3 +262,20 @@ def test_blend_none_is_a_live_decision(setup):
     assert prepare(store, QUERIES, off, use_cache=False).rerank_scores.height == prep.rerank_scores.height
     assert not rescore(prep, off).final["flags"].list.contains("reranked").any()
     assert rescore(prep, base).final["flags"].list.contains("reranked").any()
+
+
+def test_rescore_refuses_a_config_whose_prepare_fields_differ(setup):
+    """A user trial's wrong result: frames prepared for one config re-scored under another retrieval depth
+    or list set gave that config's name to the first config's candidates. Now each differing prepare field
+    is named, and a config that differs only in live fields (or a preset name for one) still re-scores."""
+    store, base, prep = setup
+    for upd, field_ in [({"retrieval.lexical.top_k": 5}, "retrieval.lexical.top_k"),
+                        ({"retrieval.dense.enabled": False}, "retrieval.dense.enabled"),
+                        ({"dedup.near_duplicate_enabled": False}, "dedup.near_duplicate_enabled")]:
+        with pytest.raises(InputError, match=rf"prepare field\(s\) {field_} .*prepare again"):
+            rescore(prep, base.with_updates(upd))
+    assert rescore(prep, base.with_updates({"fusion.rrf_k": 7}), trace=False).final.height
+    plain = prepare(store, QUERIES, "bm25-only", use_cache=False)  # names are accepted where configs are
+    with pytest.raises(InputError, match="retrieval.dense.enabled"):
+        rescore(plain, "vector-only")
+    _same(rescore(plain, "bm25-only"), toolkit.run_pipeline(store, QUERIES, "bm25-only"))

@@ -20,13 +20,14 @@ shapes are plain dicts: the toolkit does not depend on any engine client.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .config import PipelineConfig, save_config
+from .config import PipelineConfig, load_config, save_config
 from .errors import InputError
 from .files import write_text_atomic
 
@@ -75,6 +76,15 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
     lancedb_ce = engine == "lancedb" and cfg.rerank.provider == "cross-encoder" and cfg.rerank.blend == "replace"
     if cfg.rerank.provider != "none" and cfg.rerank.blend != "none" and not lancedb_ce:
         out.append(f"guarded reranking (top {cfg.rerank.top_n}, blend '{cfg.rerank.blend}' buckets {cfg.rerank.buckets})")
+    if hybrid and cfg.adapt.dense_gap:
+        out.append(f"per-query dense weight from the dense list's score gap (adapt, scale {cfg.adapt.gap_scale}): "
+                   "exported as the fixed list weights")
+    if hybrid and cfg.guard.exact_token:
+        out.append(f"exact-token guard (BM25's verbatim hit of a query identifier kept in the top {cfg.guard.max_rank})")
+    if cfg.dedup.identical_enabled:
+        out.append("byte-identical documents collapsed into one result (also_in): the engine returns every copy")
+    if cfg.threshold.min_prob > 0:
+        out.append(f"min_prob threshold {cfg.threshold.min_prob} (calibrated probability of relevance)")
     if cfg.dedup.source_enabled:
         out.append(f"source dedup (max {cfg.dedup.max_per_source} per source, fill)")
     if cfg.dedup.near_duplicate_enabled:
@@ -108,8 +118,11 @@ def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
         "weaviate": "Weaviate's BM25 uses the property's tokenization (`word`) without stemming or stopword removal by default",
         "lancedb": "the module's FTS index is built with FTS(stem=True, remove_stop_words=True, language='English') (native FTS)",
     }[engine]
+    # None = the store's own index settings, which ingest builds with porter / english unless told otherwise
+    stem = lx.stemmer or "the store's stemmer, porter by default"
+    stop = lx.stopwords or "the store's stopwords, english by default"
     return (
-        f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) stems ({lx.stemmer}), drops {lx.stopwords} stopwords "
+        f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) stems ({stem}), drops {stop} stopwords "
         "and splits technical tokens (versions, snake_case, camelCase, error codes) into parts plus the whole token; "
         f"a plain BM25 `match` on a default analyzer does not reproduce that, so lexical scores and ranks differ: {how}."
     )
@@ -133,7 +146,8 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
                 "combination": {"technique": "arithmetic_mean", "parameters": {"weights": [lw, dw]}},
             }
         }
-    pipeline_id = f"hrt-{cfg.name}"
+    # The id goes into a URL path (PUT /_search/pipeline/<id>): the config's name as a slug.
+    pipeline_id = "hrt-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", cfg.name or "").strip("-") or "pipeline")
     window = max(r.lexical.top_k, r.dense.top_k)
     query = {
         "hybrid": {
@@ -358,8 +372,10 @@ def _lancedb(cfg: PipelineConfig) -> tuple[str, list[str], str]:
     return text, notes, "lancedb 0.40 (verified)"
 
 
-def export_config(cfg: PipelineConfig, engine: str) -> ExportResult:
-    """The engine payload for `cfg`, what does not carry over, notes, minimum version and analyzer note."""
+def export_config(cfg: PipelineConfig | str, engine: str) -> ExportResult:
+    """The engine payload for `cfg` (a config, preset name or file), what does not carry over, notes, minimum
+    version and analyzer note."""
+    cfg = load_config(cfg)
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "toolkit":
@@ -385,8 +401,9 @@ def _serialize(payload: dict | str, path: Path) -> str:
     raise InputError(f"{path}: unsupported extension {suffix!r} (use .json or .yaml)")
 
 
-def write_export(cfg: PipelineConfig, engine: str, path: str | Path) -> ExportResult:
+def write_export(cfg: PipelineConfig | str, engine: str, path: str | Path) -> ExportResult:
     """Write the engine payload to `path` (format from the extension) and the caveats to `<path>.README.md`."""
+    cfg = load_config(cfg)
     res = export_config(cfg, engine)
     p = Path(path)
     if engine == "toolkit":

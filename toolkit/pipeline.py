@@ -26,8 +26,8 @@ from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
 from . import guard as guard_stage
 from . import priors as priors_stage
-from .config import FusionConfig, PipelineConfig, prepare_settings
-from .errors import StoreError
+from .config import FusionConfig, PipelineConfig, load_config, prepare_settings
+from .errors import InputError, StoreError
 from .metatypes import query_values
 from .retrieve import empty_candidates, retrieve
 from .runs import float32_strict
@@ -69,6 +69,9 @@ class Prepared:
     embed_status: pl.DataFrame | None = None
     # Chunk-level runs: the chunks whose content another chunk shares (Store.chunk_copies), for dedup.
     chunk_copies: pl.DataFrame | None = None
+    # The prepare fields (`config.prepare_settings`) these frames were built with; `rescore` refuses a config
+    # whose prepare fields differ, which would silently re-score stale candidates. None: built by hand.
+    settings: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def derived(self, name: str, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """`build()` cached until one of `sources` (frames, which are immutable) is replaced: the config-free
@@ -121,6 +124,23 @@ def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank
     return "prepare:" + sha1(json.dumps(parts, sort_keys=True, default=str))
 
 
+def check_prepared(prep: Prepared, cfg: PipelineConfig) -> None:
+    """`rescore` applies only a config's live fields: refuse one whose prepare fields differ from those the
+    frames were built with (other lists, depths, index or model), naming each field, instead of re-scoring
+    candidates that config would not have retrieved."""
+    if prep.settings is None:
+        return
+    want = prepare_settings(cfg)
+    if want == prep.settings:
+        return
+    diff = [f"{p} ({prep.settings.get(p)!r} prepared, {want.get(p)!r} asked)"
+            for p in sorted(set(want) | set(prep.settings)) if want.get(p) != prep.settings.get(p)]
+    raise InputError(
+        f"rescore: the config differs from the prepared frames in prepare field(s) {', '.join(diff)}; these are "
+        "read by the expensive stages, so prepare again with this config (toolkit.prepare, or run_pipeline)"
+    )
+
+
 def check_store(store: Store, cfg: PipelineConfig) -> None:
     """A config that names index settings (stemmer, stopwords, embedding model) runs only on a store built
     with them: BM25 and dense scores depend on the index, which `hrt ingest` builds and the store owns."""
@@ -146,7 +166,7 @@ def check_store(store: Store, cfg: PipelineConfig) -> None:
 def prepare(
     store: Store,
     queries: pl.DataFrame,
-    cfg: PipelineConfig,
+    cfg: PipelineConfig | str,
     *,
     progress: bool = False,
     rerank_pool: int | None = None,
@@ -160,6 +180,7 @@ def prepare(
     re-scores with `cfg` only (`hrt search`), so inputs no other setting of `cfg` reads are not computed (the
     learning-to-rank features, unless `cfg` fuses with the learned model or router), and nothing is cached.
     """
+    cfg = load_config(cfg)
     if not isinstance(queries, pl.DataFrame) or "text" not in queries.columns:
         from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
 
@@ -190,9 +211,11 @@ def prepare(
                 stale = True
             if stale and not store.read_only:
                 store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
+            prep.settings = prepare_settings(cfg)
             return prep
     ltr = not one_shot or cfg.fusion.method == "learned" or cfg.fusion.router
     prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr)
+    prep.settings = prepare_settings(cfg)
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
     if use_cache and not one_shot and not store.read_only and not providers.degraded(prep):
         store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
@@ -330,12 +353,14 @@ def rerank_pool(cands: pl.DataFrame, top_n: int, depth: int | None = None) -> pl
     return pl.concat([fused.select("qid", "doc_id"), cands.filter(pl.col("rank") <= (depth or top_n)).select("qid", "doc_id")]).unique()
 
 
-def rescore(prep: Prepared, cfg: PipelineConfig, *, n: int | None = None, trace: bool = True, now: datetime | None = None) -> Result:
+def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, trace: bool = True, now: datetime | None = None) -> Result:
     """Run stages 6-9 on cached frames: fusion, guarded blending, priors, dedup, thresholds. All queries at once.
     `n`: results kept per query (default max(output.n, 100)); a caller that reads only the first k places
     (metrics at a cutoff) passes n >= k and gets the same first k places with less work per change (with
     near-duplicate dedup on, how deep duplicates are compared follows n: max(3n, 50) places).
     `now` (naive UTC, default the clock) is the recency prior's reference for queries without a date."""
+    cfg = load_config(cfg)  # a preset name or file too; a config is returned as is
+    check_prepared(prep, cfg)
     t: dict[str, float] = {}
     n = n or max(cfg.output.n, 100)
     t0 = time.perf_counter()
@@ -446,9 +471,10 @@ def _trace(
 
 
 def run_pipeline(
-    store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool = False, now: datetime | None = None
+    store: Store, queries: pl.DataFrame, cfg: PipelineConfig | str, *, progress: bool = False, now: datetime | None = None
 ) -> Result:
-    """Full run: prepare, then rescore."""
+    """Full run: prepare, then rescore. `cfg`: a config, or a preset name or config file."""
+    cfg = load_config(cfg)
     prep = prepare(store, queries, cfg, progress=progress)
     res = rescore(prep, cfg, now=now)
     res.timings = {**prep.timings, **res.timings}
