@@ -119,3 +119,20 @@ def test_provenance_and_flags_in_words():
     assert head == "1. score 1.0000 (bm25 #1 12.4 · dense #13 0.612) · incident-1 · Deploy failure report number 1 [d1]"
     assert "flags: exact token kept (BM25's verbatim hit held in the top 3), also in 5 sources: a/README, b/README, c/README, …" in out
     assert "raw" not in out
+
+
+def test_the_snippet_shows_where_the_query_matched():
+    """A user trial: the identifier searched for sat at character 854 of a 919-character chunk, and the
+    snippet (the chunk's first 240 characters) did not show it. Compact and JSON output now start the
+    snippet a little before the query's terms; a match in the head keeps the head."""
+    from toolkit.render import snippet
+
+    filler = " ".join(f"alpha{i} beta gamma" for i in range(60))
+    text = f"{filler} The unique marker ZXQ_SENTINEL_42 appears only here. {filler}"
+    got = snippet(text, 240, "where is ZXQ_SENTINEL_42")
+    assert "ZXQ_SENTINEL_42" in got and got.startswith("…") and len(got) <= 240
+    assert snippet(text, 240, "alpha1 beta") == shorten(text, 240)  # the head already holds it
+    assert snippet(text, 240, None) == shorten(text, 240)
+    row = {"rank": 1, "doc_id": "long.md", "score": 0.5, "text": text}
+    for fmt in ("compact", "json"):
+        assert "ZXQ_SENTINEL_42" in render([row], fmt=fmt, query="ZXQ_SENTINEL_42"), fmt

@@ -98,9 +98,31 @@ class Result:
         """The final lists as a run frame [qid, doc_id, rank, score], cut to `depth` results per query when
         given (`metrics.cutoff_depth(measures)`: evaluating 10 rows per query instead of 100 halves the
         metrics time on a slider tick, with identical values). Scores are float32-strict
-        (`runs.float32_strict`), as written to TREC files, so in-memory measures equal trec_eval's on the file."""
+        (`runs.float32_strict`), as written to TREC files, so in-memory measures equal trec_eval's on the file.
+        Byte-identical copies collapsed into one result are listed right after it (`_with_copies`)."""
         run = self.final.select("qid", "doc_id", "rank", "score")
+        if len(self.removed) and (self.removed["reason"] == "identical").any():
+            run = _with_copies(run, self.removed.filter(pl.col("reason") == "identical"))
         return float32_strict(run if depth is None else run.filter(pl.col("rank") <= depth))
+
+
+def _with_copies(run: pl.DataFrame, copies: pl.DataFrame) -> pl.DataFrame:
+    """The run with each collapsed byte-identical copy listed right after the result that stands for it.
+
+    Why: collapsing copies is a display choice (one result, "also in 5 sources"); judgements are per
+    document id, so a judged copy must still count, as it would had the pipeline shown every copy. Ranks
+    after an expanded result move down; scores tie with the result's and `float32_strict` then orders them.
+    Near-duplicates removed by the cosine rule are different texts and stay removed."""
+    extra = copies.select("qid", pl.col("kept_instead").alias("_rep"), "doc_id", pl.col("rank").alias("_sub")).join(
+        run.select("qid", pl.col("doc_id").alias("_rep"), "rank", "score"), on=["qid", "_rep"], how="inner"
+    )
+    if not len(extra):
+        return run
+    both = pl.concat([
+        run.with_columns(pl.lit(0, pl.Int64).alias("_sub")),
+        extra.select("qid", "doc_id", "rank", "score", pl.col("_sub").cast(pl.Int64)),
+    ]).sort("qid", "rank", "_sub")
+    return both.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")).drop("_sub")
 
 
 def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:

@@ -120,6 +120,48 @@ def shorten(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:.") + "…"
 
 
+_TERM = re.compile(r"\w[\w.\-/:]*\w|\w")
+
+
+def snippet(text: str, limit: int, query: str | None = None) -> str:
+    """`shorten`, but from where the query's words are: a long chunk whose match sits past its first
+    `limit` characters would otherwise show a snippet without the identifier the user searched for.
+    The window (starting a little before a hit) that holds the most distinct query terms wins, the
+    chunk's head on a tie; a window that does not start at the head begins with an ellipsis."""
+    t = _WS.sub(" ", text).strip()
+    if not query or len(t) <= limit or limit < 40:
+        return shorten(t, limit)
+    from .features import _is_stopword  # the query router's stop list; render stays light to import
+
+    low = t.lower()
+    hits: list[tuple[int, str]] = []
+    for term in {w.lower() for w in _TERM.findall(query) if len(w) >= 3 and not _is_stopword(w.lower())}:
+        at = low.find(term)
+        if at < 0 and len(term) >= 6:  # "failures" in the query, "failed" in the text: a crude stem
+            term = term[:5]
+            at = low.find(term)
+        while at >= 0 and len(hits) < 200:
+            hits.append((at, term))
+            at = low.find(term, at + len(term))
+    if not hits:
+        return shorten(t, limit)
+
+    def covered(start: int) -> int:
+        return len({term for at, term in hits if start <= at and at + len(term) <= start + limit - 2})
+
+    lead = limit // 5
+    best, best_n = 0, covered(0)
+    for at, _ in sorted(hits):
+        start = max(0, at - lead)
+        if (n := covered(start)) > best_n:
+            best, best_n = start, n
+    if best == 0:
+        return shorten(t, limit)
+    space = t.find(" ", best, best + 20)  # begin at a word
+    best = space + 1 if space >= 0 else best
+    return "…" + shorten(t[best:], limit - 1)
+
+
 def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
     """Warnings for the reader: low confidence, low differentiation, and any `messages` given."""
     if not notes:
@@ -165,7 +207,7 @@ def _header(r: Mapping[str, Any], title_chars: int) -> str:
     return " · ".join(parts)
 
 
-def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excerpt_chars: int) -> str:
+def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excerpt_chars: int, query: str | None = None) -> str:
     if not rows:
         return "\n".join([*notes, "no results"])[:max_chars]
     for title_chars in (60, 30, 12):
@@ -184,7 +226,7 @@ def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excer
     for r, h, f in zip(rows, heads, flags, strict=True):
         lines.append(h)
         if limit > 0 and _body(r):
-            lines.append("   " + shorten(_body(r), limit))
+            lines.append("   " + snippet(_body(r), limit, query))
         if f:
             lines.append(f)
     out = "\n".join(lines)
@@ -235,7 +277,7 @@ def _metadata(v: Any) -> dict[str, Any]:
     return dict(v) if isinstance(v, Mapping) else {}
 
 
-def _json_result(r: Mapping[str, Any], excerpt_chars: int) -> dict[str, Any]:
+def _json_result(r: Mapping[str, Any], excerpt_chars: int, query: str | None = None) -> dict[str, Any]:
     """One result for `--format json` (the fields of docs/search-output.schema.json, nothing else)."""
     return {
         "rank": r.get("rank"),
@@ -251,7 +293,7 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int) -> dict[str, Any]:
         "origins": [dict(o) for o in r.get("origins") or []],
         "flags": _flags(r),
         "also_in": [str(x) for x in r.get("also_in") or []],
-        "snippet": shorten(_body(r), excerpt_chars),
+        "snippet": snippet(_body(r), excerpt_chars, query),
         "metadata": _metadata(r.get("metadata")),
     }
 
@@ -272,7 +314,7 @@ def render(
     rows = _rows(results)
     lines = provider_lines(notes) + note_lines(notes)
     if fmt == "json":
-        out = [_json_result(r, excerpt_chars) for r in rows]
+        out = [_json_result(r, excerpt_chars, query) for r in rows]
         skip = {"qid", "messages", "n_results", "reranker", "expander", "embedder", "provider_notes"}
         note = {k: v for k, v in dict(notes or {}).items() if k not in skip}
         doc = {"query": query, "n_results": len(out), "notes": _json_safe(note), "providers": _json_safe(provider_field(notes)),
@@ -286,7 +328,7 @@ def render(
             f"note: detailed output ({len(out):,} chars) exceeds max_chars={max_chars:,}; showing compact",
             *lines,
         ]
-        return _compact(rows, lines, max_chars, excerpt_chars)
+        return _compact(rows, lines, max_chars, excerpt_chars, query)
     if fmt == "compact":
-        return _compact(rows, lines, max_chars, excerpt_chars)
+        return _compact(rows, lines, max_chars, excerpt_chars, query)
     raise InputError(f"unknown output format {fmt!r}: use compact, detailed or json")
