@@ -244,6 +244,9 @@ def test_other_refusals(tmp_path, store, dataset):
     bad.write_text("rerank.model: [a, b]\n")
     with pytest.raises(InputError, match=r"space.yaml: rerank.model: changes the cached"):
         tune(store, dataset, space=bad, progress=False)
+    bad.write_text("fusion.rrf_kk: {int: [10, 80]}\n")  # a typo: the file and the likely field are named
+    with pytest.raises(InputError, match=r"space.yaml: unknown config field fusion.rrf_kk \(did you mean fusion.rrf_k\?\)"):
+        tune(store, dataset, space=bad, progress=False)
 
 
 

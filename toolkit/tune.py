@@ -123,7 +123,11 @@ def _apply(cfg: PipelineConfig, params: dict[str, Any]) -> PipelineConfig:
 def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
     for key, dist in space.items():
         # Trials re-score one prepared set, so only fields `prepare` never reads can move (config.py says which).
-        if stage_of(key.split("@")[0]) is not Stage.RESCORE:
+        try:
+            stage = stage_of(key.split("@")[0])
+        except InputError as e:  # an unknown field: say which space file holds it
+            raise InputError(f"{origin}: {e}") from None
+        if stage is not Stage.RESCORE:
             tunable = [p for p in fields(Stage.RESCORE) if "." in p]  # not the labels (name, description)
             raise InputError(
                 f"{origin}: {key}: changes the cached stages (a prepare field), so no trial could see it; "
