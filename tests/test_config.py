@@ -139,6 +139,9 @@ def test_errors_name_the_file_and_dotted_field(tmp_path):
     p.write_text("fusion: [1, 2\n")
     with pytest.raises(InputError, match=r"qmd\.yaml:\d+: invalid YAML"):
         load_config(p)
+    p.write_text("name: off\n")  # YAML 1.1 reads it as False
+    with pytest.raises(InputError, match=r"qmd\.yaml: name: Input should be a valid string \(YAML reads unquoted"):
+        load_config(p)
 
 
 def test_several_errors_are_all_reported():

@@ -600,6 +600,8 @@ def _format_errors(e: ValidationError, origin: str) -> str:
             msg = "unknown field" + (
                 f" (did you mean {close[0]}?)" if close else f"; known: {', '.join(known)}"
             )
+        if err["type"] == "string_type" and isinstance(err.get("input"), bool):  # `name: off` in YAML
+            msg += " (YAML reads unquoted yes/no/on/off/true/false as a boolean: quote the text)"
         where = _loc(loc)
         lines.append(f"{origin}: {where}: {msg}" if where else f"{origin}: {msg}")
     return "\n".join(lines)
