@@ -84,3 +84,18 @@ def test_session_inspects_pins_and_exports(store, tmp_path):
     assert saved.model_copy(update={"description": s.config.description}) == s.config
     assert s.export("lancedb", tmp_path / "pipeline.yaml").startswith(f"wrote hybrid-rrf + rrf k 20 to {tmp_path / 'pipeline.py'}")
     compile((tmp_path / "pipeline.py").read_text(), "pipeline.py", "exec")
+
+
+def test_binary_measures_follow_the_grade_threshold_in_session_and_tune(store):
+    """TREC DL counts grade >= 2 as relevant for binary measures; the CLI had --rel-threshold, the notebook
+    API had no way to say it. Grade-1 judgements are relevant at threshold 1 and not at 2 (nDCG keeps them)."""
+    from toolkit.tune import tune
+
+    graded = QRELS.with_columns(pl.lit(1).alias("rel"))
+    one, two = (Session(store, QUERIES, graded, config="hybrid-rrf", baseline="bm25-only", measures=("R@5", "nDCG@10"),
+                        rel_threshold=t) for t in (1, 2))
+    assert one.metrics["R@5"] > 0 and two.metrics["R@5"] == 0 and two.metrics["nDCG@10"] == one.metrics["nDCG@10"]
+    assert len(one.failures) >= len(two.failures) and two.failures.is_empty()
+    _, rep1 = tune(store, QUERIES, graded, base="hybrid-rrf", budget=2, folds=2, measure="R@5", progress=False)
+    _, rep2 = tune(store, QUERIES, graded, base="hybrid-rrf", budget=2, folds=2, measure="R@5", progress=False, rel_threshold=2)
+    assert rep1.base_dev > 0 and rep2.base_dev == 0

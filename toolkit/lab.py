@@ -380,6 +380,7 @@ class Lab:
         debounce_s: float = 0.06,
         debounce_leading: bool = True,
         live_figures: bool | None = None,
+        rel_threshold: int = 1,
     ) -> None:
         self.last_update_ms: float | None = None
         self.updates = 0  # how many re-scorings the panels show (the status line numbers them)
@@ -393,7 +394,8 @@ class Lab:
         self._slots = {name: _Slot(live, table=name in ("failures", "drilldown", "inspector"))
                        for name in ("metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector")}
         self.live_figures = live
-        self.session = Session(store, queries, qrels, config, baseline, measures, k, on_notice=self._show)
+        self.session = Session(store, queries, qrels, config, baseline, measures, k, on_notice=self._show,
+                               rel_threshold=rel_threshold)
         self._lock = self.session.lock
         self._qtext = dict(zip(self.queries["qid"].to_list(), self.queries["text"].to_list(), strict=True))
         self._build_widgets()
@@ -582,7 +584,7 @@ class Lab:
         s = self.session
         tq = s.query_trace(qid)  # once, then the panels work on one query's rows
         if s.qrels is not None:
-            self._slots["trajectory"].set(panels.trajectory_figure(tq, s.qrels, qid, k=s.k, raw=True))
+            self._slots["trajectory"].set(panels.trajectory_figure(tq, s.qrels, qid, k=s.k, raw=True, rel_threshold=s.rel_threshold))
         self._slots["drilldown"].set(panels.drilldown_figure(s.stage_lists(qid, tq, stages=LATER), qid, query_text=self._qtext.get(qid, ""), raw=True))
 
     def _draw_inspector(self) -> None:

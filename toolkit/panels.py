@@ -609,10 +609,11 @@ def rank_trajectory(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, rel_t
     return grid.join(ranks, on=["doc_id", "stage"], how="left", maintain_order="left")
 
 
-def trajectory_figure(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, k: int = 10, raw: bool = False) -> go.Figure:
+def trajectory_figure(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, k: int = 10, raw: bool = False,
+                      rel_threshold: int = 1) -> go.Figure:
     """Rank of each relevant document of `qid` across stages (lists, fuse, blend, final), rank 1 on top, the
     top-k cut as a dotted line; a gap means the stage did not have the document."""
-    traj = rank_trajectory(trace, qrels, qid)
+    traj = rank_trajectory(trace, qrels, qid, rel_threshold=rel_threshold)
     title = f"Relevant documents across stages: {qid}"
     if not len(traj):
         return _out(_empty(title, "no relevant document for this query"), raw)

@@ -82,7 +82,8 @@ def _not_carried(res: Any) -> list | None:
 class Session:
     """Interactive tuning state of one pipeline config over a query set; see the module docstring.
 
-    `on_notice(message, error)` is called whenever the status message changes (a view shows it live,
+    `rel_threshold`: the grade binary measures (R, P, RR, AP) and the failure cases count as relevant
+    (2 for TREC DL; nDCG uses every grade). `on_notice(message, error)` is called whenever the status message changes (a view shows it live,
     e.g. "recomputing candidates" before a slow prepare). All public methods hold `lock`, so a view's
     timer thread and the notebook's own calls do not interleave.
     """
@@ -98,12 +99,14 @@ class Session:
         k: int = 10,
         *,
         on_notice: Callable[[str, bool], None] | None = None,
+        rel_threshold: int = 1,
     ) -> None:
         keep_freed_memory()  # a live session re-scores every query per change: see toolkit.heap
         self.store = store
         self.queries = queries_frame(queries)  # pandas / PyTerrier / BEIR names too (toolkit.interop)
         self.measures = [m.label for m in parse_measures(measures)]
         self.k = k
+        self.rel_threshold = rel_threshold  # grade binary measures count as relevant (2 for TREC DL)
         self.qrels = qrels_frame(qrels).join(self.queries.select("qid"), on="qid", how="semi") if qrels is not None else None
         self.config: PipelineConfig = load_config(config)
         self.base_config = self.config  # what `label` names changes against
@@ -131,7 +134,8 @@ class Session:
         if baseline is not None and self.qrels is not None:
             bcfg = load_config(baseline)
             bres = rescore(self._prepared(bcfg, remember=False), bcfg, trace=False)
-            self.baseline_per_query = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures)
+            self.baseline_per_query = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures,
+                                               rel_threshold=rel_threshold)
             self.baseline_name = bcfg.name
         self.result: Result = self._run(self.config)
 
@@ -242,11 +246,12 @@ class Session:
         timings["rescore"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         if self.qrels is not None:
-            self.per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures)
+            self.per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures,
+                                      rel_threshold=self.rel_threshold)
             self.deltas = panels.metric_deltas(self.per_query, self.baseline_per_query)
             timings["metrics"] = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
-            self.failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k)
+            self.failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold)
         timings["failures"] = (time.perf_counter() - t) * 1000
         self.result, self.config, self.prepared = res, cfg, prep
         t = time.perf_counter()

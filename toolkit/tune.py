@@ -292,6 +292,7 @@ def tune(
     anchors: bool = True,
     alpha: float = 0.05,
     gate: bool = True,
+    rel_threshold: int = 1,
 ) -> tuple[PipelineConfig, TuneReport]:
     """Search `space` around `base` on `queries` judged by `qrels`; returns the config to use and an honest report.
 
@@ -299,6 +300,7 @@ def tune(
     names, see `toolkit.interop`); a dataset folder as `queries` is `tune_dataset(store, folder, split)`.
     `prepared` (from `pipeline.prepare` on these queries with `base`'s retrieval settings) skips the
     expensive stages; `split` only labels the queries (tuning on "test" is refused unless `force`).
+    `rel_threshold`: the grade a binary `measure` counts as relevant (2 for TREC DL).
 
     The base, the fixed settings (`ANCHORS`, with `anchors` and a space that moves fusion fields) and every
     trial compete in one cross-validated procedure; its held-out per-query scores must beat the base's with
@@ -347,7 +349,7 @@ def tune(
         # Only the measure's depth is read: re-scoring keeps that many places per query (a quarter less time
         # per trial on LoCoMo at nDCG@10), with the same values (tests/test_pipeline.py).
         res = rescore(prep, cfg, trace=False, n=max(depth, cfg.output.n) if depth else None)
-        pq = evaluate(res.run(depth), qrels, [measure])
+        pq = evaluate(res.run(depth), qrels, [measure], rel_threshold=rel_threshold)
         # A join keeps the query order fixed across trials; a query with no result row scores 0.
         got = order.join(pq.select("qid", "value"), on="qid", how="left")
         return got["value"].fill_null(0.0).to_numpy().astype(float)
