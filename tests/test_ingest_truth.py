@@ -114,3 +114,31 @@ def test_malformed_input_stops_with_file_and_line_and_leaves_the_store_untouched
     con = duckdb.connect(store, read_only=True)
     assert con.execute("SELECT doc_id, text FROM documents").fetchall() == [("a", "alpha")]
     con.close()
+
+
+def test_a_stray_corpus_jsonl_among_notes_is_named_not_obeyed(tmp_path):
+    """7 notes and a corpus.jsonl (no queries, no qrels) used to ingest as '1 documents', -v naming nothing:
+    the notes are indexed, and corpus.jsonl is counted and named with the reason."""
+    root = tmp_path / "notes5"
+    root.mkdir()
+    for i in range(7):
+        (root / f"note{i}.md").write_text(f"# Note {i}\nthe deploy of service {i} failed\n")
+    (root / "corpus.jsonl").write_text(json.dumps({"_id": "x", "text": "exported record"}) + "\n")
+    (root / "core.md").write_bytes(b"# crash\n\x00\x00\x7fELF")
+    r = CliRunner().invoke(main, ["ingest", str(root), "--store", str(tmp_path / "n5.duckdb"), "--no-embed", "-v"])
+    assert r.exit_code == 0, r.output
+    assert "7 documents" in r.output and "2 not indexed" in r.output
+    assert "skipped corpus.jsonl: a collection's corpus file, not a note (no queries.jsonl or qrels/" in r.output
+    assert "skipped core.md: binary content (NUL bytes)" in r.output
+
+
+def test_a_file_name_with_spaces_is_a_legitimate_document_id(tmp_path):
+    """Folder notes are named by their path, so ids with spaces must stay storable and searchable (a TREC
+    run cannot hold them; that is checked where runs are written, not at ingest)."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "my note.md").write_text("# Deploy\nECONNREFUSED on port 5432\n")
+    store = str(tmp_path / "s.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(root), "--store", store, "--no-embed"]).exit_code == 0
+    r = CliRunner().invoke(main, ["search", "ECONNREFUSED", "--store", store, "--mode", "lexical", "--format", "json"])
+    assert json.loads(r.output)["results"][0]["doc_id"] == "my note.md"

@@ -403,3 +403,43 @@ def test_no_duckdb_progress_bar_in_outputs(tmp_path):
     for read_only in (False, True):
         with Store(tmp_path / "s.duckdb", read_only=read_only) as st:
             assert st.con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
+
+
+def test_ingest_takes_plain_dicts_and_frames_and_checks_them_before_writing(tmp_path):
+    """Documents built in a notebook need no loader: dicts and polars/pandas frames get a JSONL line's
+    defaults, and a bad record stops the ingest, naming it, with nothing stored lost."""
+    import pandas as pd
+
+    with Store(tmp_path / "s.duckdb") as st:
+        mine = [{"doc_id": "a", "text": "hello ECONNREFUSED"}]
+        st.ingest(mine, embed=False)
+        assert mine == [{"doc_id": "a", "text": "hello ECONNREFUSED"}]  # the caller's dicts are not written to
+        st.ingest([{"_id": "b", "title": "", "text": "hello"}], embed=False)
+        st.ingest(pl.DataFrame({"doc_id": ["c"], "text": ["polars row"]}), embed=False)
+        rep = st.ingest(pd.DataFrame({"doc_id": ["d", "e"], "text": ["pandas row", " "], "title": ["T", None]}), embed=False)
+        assert rep.added == 1 and [s.where for s in rep.skipped] == ["row 1"]
+        assert st.documents().sort("doc_id").select("doc_id", "source", "title").rows() == [
+            ("a", "a", ""), ("b", "b", ""), ("c", "c", ""), ("d", "d", "T")]
+        assert st.lexical_search(q(("q", "ECONNREFUSED")))["doc_id"].to_list() == ["a"]
+        before = dump(st)
+        with pytest.raises(InputError, match=r"record 1: missing document id"):
+            st.ingest([{"doc_id": "f", "text": "fine"}, {"title": "no id", "text": "x"}], embed=False, prune=True)
+        with pytest.raises(InputError, match=r"row 0, document 'g': no text field"):
+            st.ingest(pl.DataFrame({"doc_id": ["g"], "body": ["x"]}), embed=False, prune=True)
+        assert dump(st) == before
+
+
+def test_a_closed_store_says_so(tmp_path, corpus_file):
+    """After close() or its `with` block, a store names itself as closed instead of DuckDB's bare
+    'Connection already closed!'; closing twice is harmless."""
+    st = Store(tmp_path / "s.duckdb")
+    st.ingest(load_corpus(corpus_file), embed=False)
+    st.close()
+    st.close()
+    with pytest.raises(StoreError, match=r"store .*s\.duckdb is closed"):
+        st.documents()
+    with Store(tmp_path / "s.duckdb", read_only=True) as ro:
+        assert len(ro.documents()) == 6
+    for use in (lambda: ro.lexical_search(q(("q", "deploy"))), lambda: ro.stats(), lambda: ro.ingest(load_corpus(corpus_file))):
+        with pytest.raises(StoreError, match="is closed"):
+            use()

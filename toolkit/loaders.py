@@ -8,6 +8,10 @@ whose `skipped` names every file or record not indexed and why (not a text file,
 Skipping is for things that are not documents; malformed input (bad JSON, undecodable bytes in a text
 file, a field of the wrong type) is still an error naming the file and line, raised before the store is
 touched.
+
+Documents given in Python (a list of dicts, a polars or pandas frame) go through the same record reader as
+a JSONL line (`load_corpus` accepts them, and `Store.ingest` sends anything but a `Corpus` there), so a
+missing optional field gets the same default and a missing id or text the same error, naming the record.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import functools
 import json
 import logging
 import mimetypes
-from collections.abc import Iterable, Iterator
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,7 @@ from .metatypes import typed_values
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
 # Bytes read to decide whether a file without an extension (README, NEWS, CHANGES, LICENSE) is text.
 SNIFF_BYTES = 8192
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark (Windows editors write one): dropped, not read as text
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line; bad UTF-8 or JSON names the file and line."""
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(BOM):
+                raw = raw[len(BOM) :]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -81,7 +90,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 TEXT_FIELDS = ("text", "contents")  # where a record's text is looked for when no --text-field is given
 
 
-def _record_text(obj: dict[str, Any], where: str, text_field: str | None) -> str:
+def _record_text(obj: dict[str, Any], where: str, text_field: str | None, hint: str = "--text-field") -> str:
     """The record's text. A record without the field is an error naming the keys it has: storing it with
     an empty text (what happened with `body` records) loses the document silently."""
     names = (text_field,) if text_field else TEXT_FIELDS
@@ -89,7 +98,7 @@ def _record_text(obj: dict[str, Any], where: str, text_field: str | None) -> str
     if found is None:
         keys = ", ".join(sorted(map(str, obj))[:20]) or "none"
         wanted = f"`{text_field}`" if text_field else "`text` or `contents`"
-        raise InputError(f"{where}: no text field {wanted} (the record has: {keys}); name it with --text-field")
+        raise InputError(f"{where}: no text field {wanted} (the record has: {keys}); name it with {hint}")
     text = obj[found]
     if text is None:
         return ""
@@ -98,11 +107,15 @@ def _record_text(obj: dict[str, Any], where: str, text_field: str | None) -> str
     return text
 
 
-def _doc_from_record(obj: dict[str, Any], where: str, text_field: str | None = None) -> dict[str, Any]:
+def _doc_from_record(
+    obj: Mapping[str, Any], where: str, text_field: str | None = None, hint: str = "--text-field"
+) -> dict[str, Any]:
+    """One record (a JSONL line, a Parquet or frame row, a dict) as a document: the only place defaults
+    are filled in and fields checked, so every way into the store gets the same rules."""
     doc_id = obj.get("_id", obj.get("id", obj.get("doc_id")))
     if doc_id is None or str(doc_id).strip() == "":
         raise InputError(f"{where}: missing document id (field `_id`, `id` or `doc_id`)")
-    text = _record_text(obj, where, text_field)
+    text = _record_text(obj, where, text_field, hint)
     title = obj.get("title") or ""
     meta = obj.get("metadata") or {}
     if isinstance(meta, str):
@@ -130,7 +143,7 @@ def _doc_from_record(obj: dict[str, Any], where: str, text_field: str | None = N
 
 
 def _check_unique(
-    docs: Iterator[tuple[str, dict[str, Any]]], path: Path, skipped: list[Skipped] | None = None
+    docs: Iterator[tuple[str, dict[str, Any]]], path: Path | str, skipped: list[Skipped] | None = None
 ) -> Corpus:
     """Documents with unique ids; a document with no text and no title is skipped and counted (a classic
     collection such as Cranfield has a few), never fatal."""
@@ -150,23 +163,44 @@ def _check_unique(
     return out
 
 
-def load_corpus(path: str | Path, *, text_field: str | None = None, include: Iterable[str] = ()) -> Corpus:
-    """Documents from a BEIR dir, a .jsonl or .parquet file, or a folder of text files (.md, .txt, .rst, and
-    files without an extension whose content is UTF-8 text). `.skipped` lists what was not indexed.
+def load_corpus(
+    path: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | pl.DataFrame | pl.LazyFrame,
+    *,
+    text_field: str | None = None,
+    include: Iterable[str] = (),
+) -> Corpus:
+    """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .txt, .rst, and
+    files without an extension whose content is UTF-8 text), or records given in Python (an iterable of
+    dicts, a polars or pandas frame: each read as a JSONL line is, errors naming `record N` / `row N`).
+    `.skipped` lists what was not indexed.
+
+    A folder is a BEIR collection (only its corpus.jsonl is read) when it holds corpus.jsonl and
+    queries.jsonl and/or qrels/, or corpus.jsonl and no notes (.md, .txt, .rst, ... or `include` matches;
+    other files such as a store, LICENSE or README without an extension do not count). corpus.jsonl among
+    notes without queries or qrels is ambiguous: the folder is then read as notes, since taking the one file
+    would drop every note, and corpus.jsonl is skipped with the reason (ingest the file itself for its
+    records). Files beside a BEIR collection (its README) are not listed as skipped.
 
     `text_field` names the field holding the text in JSONL/Parquet records (default: `text`, else
     `contents`); a record without it is an error naming the file, the line and the keys it has.
     `include`: glob patterns (`fnmatch` on the path relative to the folder, `*` crossing folders: "*.py",
     "docs/*.html") of further files in a folder to read as text, e.g. source code for a code assistant's
     memory; like .md files, they must be UTF-8."""
+    include = tuple(include)
+    if not isinstance(path, str | os.PathLike):
+        if include:
+            raise InputError(f"include patterns ({', '.join(include)}) apply to a folder of files, not to records")
+        hint = "load_corpus(..., text_field=...)"
+        return _check_unique(((w, _doc_from_record(r, _named(w, r), text_field, hint)) for w, r in _record_rows(path)),
+                             "the documents given")
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
-    include = tuple(include)
-    if include and not (p.is_dir() and not (p / "corpus.jsonl").exists()):
+    beir = _beir_corpus(p, include) if p.is_dir() else None
+    if include and (not p.is_dir() or beir):
         raise InputError(f"{p}: include patterns ({', '.join(include)}) apply to a folder of files, not to a collection file")
-    if p.is_dir() and (p / "corpus.jsonl").exists():
-        p = p / "corpus.jsonl"
+    if beir:
+        p = beir
     if p.is_file() and p.suffix in {".jsonl", ".json"}:
         return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}", text_field)) for n, o in _read_jsonl(p)), p)
     if p.is_file() and p.suffix == ".parquet":
@@ -179,6 +213,55 @@ def load_corpus(path: str | Path, *, text_field: str | None = None, include: Ite
         skipped: list[Skipped] = []
         return _check_unique(_folder_docs(p, skipped, include), p, skipped)
     raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, or a folder of text files)")
+
+
+def _record_rows(source: object) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(label, record) for documents given in Python. A frame's missing values (polars null, pandas NaN/NA)
+    become None, so they get the defaults a JSONL line without the field gets."""
+    if isinstance(source, pl.LazyFrame):
+        source = source.collect()
+    if isinstance(source, pl.DataFrame):
+        rows: Iterable[Any] = source.iter_rows(named=True)
+        label = "row"
+    elif "pandas" in sys.modules and isinstance(source, sys.modules["pandas"].DataFrame):
+        pd = sys.modules["pandas"]
+        rows = ({k: None if pd.api.types.is_scalar(v) and pd.isna(v) else v for k, v in r.items()} for r in source.to_dict("records"))
+        label = "row"
+    elif isinstance(source, Mapping | bytes) or not isinstance(source, Iterable):
+        raise InputError(f"documents must be a path, a frame or an iterable of dicts, got {type(source).__name__}")
+    else:
+        rows, label = source, "record"
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise InputError(f"{label} {i}: expected a dict with `doc_id` (or `_id`, `id`) and `text`, got {type(r).__name__}")
+        yield f"{label} {i}", r
+
+
+def _hidden(rel: Path) -> bool:
+    return any(part.startswith(".") for part in rel.parts)
+
+
+def _named(where: str, r: Mapping[str, Any]) -> str:
+    """'record 3, document 'b'': a record in a list has no line number to find it by, so its id says which."""
+    doc_id = r.get("_id", r.get("id", r.get("doc_id")))
+    return f"{where}, document {str(doc_id)!r}" if doc_id is not None and str(doc_id).strip() else where
+
+
+def _beir_corpus(root: Path, include: tuple[str, ...] = ()) -> Path | None:
+    """The corpus.jsonl of a folder read as a BEIR collection, else None (see `load_corpus`). Only notes
+    (known text extensions, `include` matches) make a folder without queries or qrels a folder of notes:
+    a store file, a LICENSE or a vectors file written next to corpus.jsonl must not change how it is read."""
+    corpus = root / "corpus.jsonl"
+    if not corpus.is_file():
+        return None
+    if (root / "queries.jsonl").is_file() or (root / "qrels").is_dir():
+        return corpus
+    notes = (
+        x for x in root.rglob("*")
+        if x.is_file() and not _hidden(rel := x.relative_to(root))
+        and (x.suffix.lower() in TEXT_SUFFIXES or any(fnmatch.fnmatchcase(rel.as_posix(), pat) for pat in include))
+    )
+    return None if next(notes, None) else corpus
 
 
 def _sniff_text(head: bytes) -> str | None:
@@ -200,8 +283,12 @@ def _folder_docs(root: Path, skipped: list[Skipped], include: tuple[str, ...] = 
     `skipped` with the reason."""
     for f in sorted(x for x in root.rglob("*") if x.is_file()):
         rel = f.relative_to(root).as_posix()
-        if any(part.startswith(".") for part in f.relative_to(root).parts):
+        if _hidden(f.relative_to(root)):
             skipped.append(Skipped(rel, "hidden file or folder"))
+            continue
+        if rel == "corpus.jsonl":  # `_beir_corpus` found notes beside it and no queries or qrels
+            skipped.append(Skipped(rel, "a collection's corpus file, not a note (no queries.jsonl or qrels/ beside "
+                                        "it, so the folder is read as notes; ingest the file itself for its records)"))
             continue
         if f.suffix.lower() not in TEXT_SUFFIXES and not any(fnmatch.fnmatchcase(rel, pat) for pat in include):
             # A known type that is not a document (image, archive, code) is skipped by name; no extension
@@ -216,10 +303,16 @@ def _folder_docs(root: Path, skipped: list[Skipped], include: tuple[str, ...] = 
             if why:
                 skipped.append(Skipped(rel, why))
                 continue
+        data = f.read_bytes()
+        if b"\0" in data:  # whatever the name says: a NUL byte is never in a text note (UTF-16 is refused too)
+            utf16 = "; UTF-16 text? re-encode it as UTF-8" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+            skipped.append(Skipped(rel, f"binary content (NUL bytes{utf16})"))
+            continue
+        body = data[len(BOM) :] if data.startswith(BOM) else data  # a BOM is no part of the text or its title
         try:
-            text = f.read_bytes().decode("utf-8")
+            text = body.decode("utf-8")
         except UnicodeDecodeError as e:
-            line = f.read_bytes()[: e.start].count(b"\n") + 1
+            line = body[: e.start].count(b"\n") + 1
             raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
         # An empty file gets no title either, so it is skipped as an empty document (not indexed by name).
         title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "")

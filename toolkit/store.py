@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 import duckdb
 import numpy as np
@@ -36,6 +37,9 @@ from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreError
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
+
+if TYPE_CHECKING:
+    from .loaders import Corpus
 
 SCHEMA_VERSION = "1"
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
@@ -93,6 +97,8 @@ class IngestReport:
     embeddings_computed: int
     embeddings_from_cache: int
     fts_rebuilt: bool
+    # Records left out of documents given as dicts or a frame (empty ones), as `Corpus.skipped` says.
+    skipped: list[Any] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
@@ -230,6 +236,17 @@ def _candidates(m: dict[str, Any], queries: pl.DataFrame, *parts: list[np.ndarra
     )
 
 
+class _Closed:
+    """Stands in for the DuckDB connection of a closed store, so that any later use names the store instead
+    of DuckDB's bare "Connection already closed!". Nothing is checked per query: the open path is untouched."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise StoreError(f"store {self._path} is closed (use it inside its `with` block, or open it again)")
+
+
 class _Connection:
     """A DuckDB connection whose bound parameters do not import pandas (in a process that asks for it).
 
@@ -246,7 +263,7 @@ class _Connection:
     refuse_pandas = False
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self._con = con
+        self._con: duckdb.DuckDBPyConnection | _Closed = con
         self.small = True  # the store's whole-table reads are small (set by `Store` where it matters)
 
     def __getattr__(self, name: str) -> Any:
@@ -455,7 +472,10 @@ class Store:
 
     # ------------------------------------------------------------------ basics
     def close(self) -> None:
-        self.con.close()
+        """Close the file (again is a no-op); any later use of the store raises a StoreError naming it."""
+        if not isinstance(self.con._con, _Closed):
+            self.con._con.close()
+            self.con._con = _Closed(self.path)
 
     def release_table_pages(self) -> None:
         """Drop the table pages DuckDB keeps cached after a whole-table scan whose result now lives in Python.
@@ -686,7 +706,7 @@ class Store:
     # ------------------------------------------------------------------ ingest
     def ingest(
         self,
-        docs: list[dict[str, Any]],
+        docs: Corpus | Iterable[Mapping[str, Any]] | pl.DataFrame | pl.LazyFrame,
         *,
         settings: IndexSettings | None = None,
         embed: bool = True,
@@ -696,9 +716,19 @@ class Store:
         progress: bool = False,
     ) -> IngestReport:
         """Add or update documents (idempotent). `prune=True` also removes stored documents not in `docs`.
-        `backend`: the local embedding runtime (`toolkit.embed.make_embedder`)."""
+        `backend`: the local embedding runtime (`toolkit.embed.make_embedder`).
+
+        `docs` is a `Corpus` from `load_corpus`, or dicts / a polars or pandas frame, which go through
+        `load_corpus` first: the same defaults and checks as a JSONL line, errors naming `record N`, all
+        before anything is written; empty records are skipped (logged, and listed in the report's `skipped`)."""
         from tqdm.auto import tqdm  # here, not at the top: ~40 ms of a cold `hrt search`
 
+        from .loaders import Corpus, load_corpus
+
+        if not isinstance(docs, Corpus):
+            docs = load_corpus(docs)
+            if docs.skipped:
+                logging.getLogger("toolkit").warning("warning: %s (see IngestReport.skipped)", docs.skipped_summary())
         if not docs:
             raise InputError("the corpus is empty: nothing to ingest")
         settings = settings or self.settings or IndexSettings()
@@ -749,7 +779,7 @@ class Store:
         )
         rebuild = bool(todo or removed or fts_changed or not self.has_lexical_index())
         if not rebuild and not need_embed:
-            return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False)
+            return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped))
 
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -817,6 +847,7 @@ class Store:
             embeddings_computed=computed,
             embeddings_from_cache=cached,
             fts_rebuilt=rebuild,
+            skipped=list(docs.skipped),
         )
 
     def _embed_unchanged_chunks(self, emb: Embedder, *, progress: bool) -> tuple[int, int]:
