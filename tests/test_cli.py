@@ -77,6 +77,25 @@ def test_ingest_search_run_eval(tmp_path, beir):
     assert r.exit_code == 2 and "not one of the --run files" in r.output
 
 
+def test_eval_says_on_stderr_when_run_and_qrels_ids_do_not_meet(tmp_path, beir):
+    (beir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td2\t1\n")
+    run_file = tmp_path / "test_split.trec"  # a run of the test queries, evaluated on the dev split
+    run_file.write_text("q1 Q0 d1 1 2.0 t\nq3 Q0 d5 1 1.0 t\n")
+    args = ["eval", "--dataset", str(beir), "--run", str(run_file)]
+    r = CliRunner().invoke(main, [*args, "--split", "dev"])
+    assert r.exit_code == 0, r.output
+    assert f"warning: {run_file}: 0 of 2 run queries have judgements in the dev qrels" in r.stderr
+    assert "0.0000" in r.stdout and "warning" not in r.stdout
+    assert "IdMismatchWarning" not in r.output  # said once, as a line, not as a Python warning too
+    run_file.write_text("q1 Q0 d1 1 2.0 t\nq2 Q0 d6 1 3.0 t\nq2 Q0 d2 2 1.0 t\nq3 Q0 d5 1 1.0 t\n")
+    r = CliRunner().invoke(main, [*args, "--split", "test", "--format", "json"])
+    assert r.exit_code == 0 and r.stderr == ""  # the normal case: nothing on stderr
+    assert json.loads(r.stdout)["runs"][str(run_file)]["MRR@10"] == pytest.approx(2.5 / 3)
+    run_file.write_text("q1 Q0 D1 1 2.0 t\nq2 Q0 D2 1 1.0 t\nq3 Q0 D5 1 1.0 t\n")  # doc ids of another casing
+    r = CliRunner().invoke(main, [*args, "--split", "test"])
+    assert "none of the 3 documents the run retrieved for judged queries is judged in the test qrels" in r.stderr
+
+
 def test_expected_mistakes_exit_2_without_traceback(tmp_path):
     run = CliRunner()
     bad = tmp_path / "bad.jsonl"

@@ -141,6 +141,15 @@ def test_compare_runs_on_evaluate_output():
     assert out["delta"].to_list() == pytest.approx([-0.5, -0.5]) and out["losses"].to_list() == [1, 1]
 
 
+def test_compare_takes_experiment_names_and_pandas():
+    pq = pl.concat([frame("base", [0.1, 0.2, 0.3, 0.4]), frame("new", [0.5, 0.6, 0.7, 0.8])])
+    ref = compare(pq, "base")
+    # `experiment(..., per_query=True)` calls the systems `name`; a pandas frame is the PyTerrier habit.
+    for shape in (pq.rename({"system": "name"}), pq.to_pandas(), pq.rename({"system": "name"}).to_pandas()):
+        assert compare(shape, "base").equals(ref), type(shape)
+    assert ref["delta"].to_list() == pytest.approx([0.4]) and ref["wins"].to_list() == [4]
+
+
 def test_compare_errors():
     pq = frame("a", [0.1, 0.2])
     with pytest.raises(InputError, match=r"baseline 'b': no such system \(have a\)"):

@@ -20,7 +20,7 @@ from toolkit.config import load_config
 from toolkit.errors import InputError
 from toolkit.experiment import group_by_prepare
 from toolkit.loaders import load_corpus
-from toolkit.metrics import evaluate
+from toolkit.metrics import IdMismatchWarning, evaluate
 from toolkit.pipeline import prepare, run_pipeline
 
 # PyTerrier column names, in pandas.
@@ -89,6 +89,36 @@ def test_experiment_options_and_errors(store):
         toolkit.experiment(store, TOPICS, QRELS, configs, "nDCG@10", baseline=0, correction="fdr")
     with pytest.raises(InputError, match="two systems named"):
         toolkit.experiment(store, TOPICS, QRELS, ["bm25-only", "bm25-only"], "nDCG@10")
+
+
+def test_experiment_warns_when_judged_documents_are_not_in_the_store(store):
+    import warnings
+
+    renamed = QRELS.assign(docno=QRELS["docno"] + ".md")  # ids that are not the store's: silent zeros before
+    with pytest.warns(IdMismatchWarning, match=r"4 of 4 judged documents are not in the store \(e\.g\. 'd1\.md'\).*every value is 0"):
+        out = toolkit.experiment(store, TOPICS, renamed, ["bm25-only"], ["nDCG@10"])
+    assert out["nDCG@10"].to_list() == [0.0]
+    one_off = QRELS.assign(docno=["d1", "d2", "d6", "nope"])
+    with pytest.warns(IdMismatchWarning, match=r"1 of 4 judged documents are not in the store \(e\.g\. 'nope'\); no system can retrieve them, so they count as misses$"):
+        toolkit.experiment(store, TOPICS, one_off, ["bm25-only"], ["nDCG@10"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdMismatchWarning)  # every judged document is stored: no warning
+        toolkit.experiment(store, TOPICS, QRELS, ["bm25-only"], ["nDCG@10"])
+
+
+def test_experiment_per_query_feeds_compare_and_takes_ir_measures_objects(store):
+    import ir_measures
+
+    configs = {"bm25": "bm25-only", "rrf": "hybrid-rrf"}
+    pq = toolkit.experiment(store, TOPICS, QRELS, configs, [ir_measures.nDCG @ 10, ir_measures.RR], per_query=True)
+    assert pq["measure"].unique(maintain_order=True).to_list() == ["nDCG@10", "RR"]
+    got = toolkit.compare(pq, "bm25")  # as the docstring says: experiment's per-query frame is compare's input
+    assert got["system"].to_list() == ["rrf", "rrf"] and got["measure"].to_list() == ["nDCG@10", "RR"]
+    assert got.equals(toolkit.compare(pq.rename({"name": "system"}).to_pandas(), "bm25"))
+    table = toolkit.experiment(store, TOPICS, QRELS, configs, [ir_measures.nDCG @ 10, ir_measures.RR], baseline="bm25")
+    row = table.filter(pl.col("name") == "rrf").row(0, named=True)
+    ref = got.filter(pl.col("measure") == "RR").row(0, named=True)
+    assert row["RR"] == pytest.approx(ref["mean"]) and row["RR delta"] == pytest.approx(ref["delta"])
 
 
 def test_tune_on_in_memory_frames_and_prepared(store):

@@ -59,6 +59,59 @@ def test_qrels_from_every_shape_are_the_same_frame():
         qrels_frame(pd.DataFrame({"qid": ["1"], "docno": ["a"], "label": ["high"]}))
 
 
+def test_fractional_grades_are_an_error_not_truncated():
+    # A cast would make 0.5 -> 0 and 2.7 -> 2 silently; read_qrels rejects such grades in files too.
+    with pytest.raises(InputError, match=r"column 'label': relevance grade 0\.5 \(query 'q', document 'a'\) is not an integer"):
+        qrels_frame(pd.DataFrame({"qid": ["q"] * 2, "docno": ["a", "b"], "label": [0.5, 2.7]}))
+    with pytest.raises(InputError, match=r"column 'score': relevance grade 2\.7"):
+        qrels_frame(pl.DataFrame({"query-id": ["q"] * 2, "corpus-id": ["a", "b"], "score": [1.0, 2.7]}))
+    with pytest.raises(InputError, match=r"relevance grade 1\.5"):
+        qrels_frame({"q": {"a": 1.5}})
+    with pytest.raises(InputError, match=r"column 'label': relevance grade None"):  # pandas NaN: a missing grade
+        qrels_frame(pd.DataFrame({"qid": ["q"], "docno": ["a"], "label": [float("nan")]}))
+    ok = qrels_frame(pd.DataFrame({"qid": ["q"] * 2, "docno": ["a", "b"], "label": [1.0, 2.0]}))
+    assert ok["rel"].dtype == pl.Int64 and ok["rel"].to_list() == [1, 2]
+    assert qrels_frame({"q": {"a": 2.0, "b": 0}})["rel"].to_list() == [2, 0]
+
+
+@pytest.mark.parametrize(
+    "qrels",
+    [pd.DataFrame({"qid": ["1", "1", "2", "2"], "docno": ["a", "b", "c", "d"], "label": [2, 0, 1, 1]}),  # PyTerrier
+     pl.DataFrame({"query-id": ["1", "1", "2", "2"], "corpus-id": ["a", "b", "c", "d"], "score": [2, 0, 1, 1]}),  # BEIR
+     pd.DataFrame({"query-id": ["1", "1", "2", "2"], "corpus-id": ["a", "b", "c", "d"], "score": [2, 0, 1, 1]}),
+     pd.DataFrame({"query_id": ["1", "1", "2", "2"], "doc_id": ["a", "b", "c", "d"], "relevance": [2, 0, 1, 1]}),
+     QRELS],
+)
+def test_qrels_in_any_tool_shape_convert_to_qrels_objects(qrels):
+    import ir_measures
+    import ranx
+
+    rq = to_ranx(qrels)
+    assert isinstance(rq, ranx.Qrels) and rq.to_dict() == {"1": {"a": 2, "b": 0}, "2": {"c": 1, "d": 1}}
+    got = to_ir_measures(qrels)
+    assert all(isinstance(x, ir_measures.Qrel) for x in got)
+    assert sorted((x.query_id, x.doc_id, x.relevance) for x in got) == sorted(QRELS.iter_rows())
+
+
+def test_run_or_qrels_by_columns_and_kind_override():
+    import ir_measures
+    import ranx
+
+    # A frame with a rank column is a run, whatever its id names; PyTerrier runs (qid, docno, score) too.
+    beir_named_run = RUN.rename({"qid": "query-id", "doc_id": "corpus-id"})
+    assert isinstance(to_ranx(beir_named_run), ranx.Run)
+    pt_run = RUN.drop("rank").rename({"doc_id": "docno"}).to_pandas()
+    assert isinstance(to_ranx(pt_run), ranx.Run) and isinstance(to_ir_measures(pt_run)[0], ir_measures.ScoredDoc)
+    # ranx-style qrels (q_id, doc_id, score) read as a run unless told.
+    ranx_qrels = pl.DataFrame({"q_id": ["1"], "doc_id": ["a"], "score": [2]})
+    assert isinstance(to_ranx(ranx_qrels), ranx.Run)
+    assert to_ranx(ranx_qrels, kind="qrels").to_dict() == {"1": {"a": 2}}
+    assert to_ir_measures({"1": {"a": 2}}, kind="qrels") == [ir_measures.Qrel("1", "a", 2)]
+    assert isinstance(to_ranx(to_ranx(QRELS)), ranx.Qrels) and isinstance(to_ranx(to_ranx(RUN)), ranx.Run)
+    with pytest.raises(InputError, match="kind 'judgements'"):
+        to_ranx(QRELS, kind="judgements")
+
+
 def test_runs_round_trip_through_ranx_and_ir_measures_and_score_the_same():
     import ir_measures
     import ranx
@@ -94,6 +147,24 @@ def test_trec_eval_names_parse_to_the_same_measures():
     assert ours["ndcg_cut_10"] == ours["nDCG@10"] and ours["P_2"] == ours["P@2"]
     with pytest.raises(InputError, match="trec_eval names"):
         parse_measure("bpref")
+
+
+def test_ir_measures_measure_objects_parse_by_their_name():
+    import ir_measures as irm
+
+    pairs = {irm.nDCG @ 10: ("nDCG@10", "ndcg", 10), irm.P @ 5: ("P@5", "precision", 5), irm.AP: ("AP", "ap", None),
+             irm.RR: ("RR", "rr", None), irm.R @ 100: ("R@100", "recall", 100), irm.RR @ 10: ("RR@10", "rr", 10),
+             irm.Success @ 1: ("Success@1", "success", 1), irm.Rprec: ("Rprec", "rprec", None)}
+    for obj, want in pairs.items():
+        m = parse_measure(obj)
+        assert (m.label, m.kind, m.k) == want
+    # Scored by the object, the numbers are ir_measures' own.
+    ours = aggregate(evaluate(RUN, QRELS, [irm.nDCG @ 10, irm.AP]))
+    ref = irm.calc_aggregate([irm.nDCG @ 10, irm.AP], to_ir_measures(QRELS), to_ir_measures(RUN))
+    assert ours["nDCG@10"] == pytest.approx(ref[irm.nDCG @ 10]) and ours["AP"] == pytest.approx(ref[irm.AP])
+    assert list(aggregate(evaluate(RUN, QRELS, irm.nDCG @ 10))) == ["nDCG@10"]  # one object, not in a list
+    with pytest.raises(InputError, match=r"P\(rel=2\)@5.*parameters are not supported; write P@5 and pass rel_threshold="):
+        parse_measure(irm.P(rel=2) @ 5)
 
 
 def _npl_tar() -> bytes:

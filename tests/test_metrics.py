@@ -248,6 +248,39 @@ def test_empty_run_scores_every_judged_query_zero():
     assert pq.height == 4 and pq["value"].sum() == 0.0
 
 
+def test_run_and_qrels_ids_that_never_meet_warn_instead_of_silent_zeros():
+    # A run of another split (or ids with a prefix): every value would be 0 without a word.
+    other = RUN.with_columns(("x-" + pl.col("qid")).alias("qid"))
+    with pytest.warns(metrics.IdMismatchWarning, match=r"0 of 2 run queries have judgements in the qrels \(2 judged queries"):
+        pq = evaluate(other, QRELS, ["nDCG@10"])
+    assert pq["value"].sum() == 0.0
+    with pytest.warns(metrics.IdMismatchWarning):  # also when only the run's queries are evaluated (none)
+        evaluate(other, QRELS, ["nDCG@10"], only_run_queries=True)
+
+
+def test_no_id_warning_in_the_normal_case():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        evaluate(RUN, QRELS, ["nDCG@10"])  # q2 is missing from the run and q4 unjudged: ordinary, no warning
+        evaluate(RUN.clear(), QRELS, ["nDCG@10"])  # an empty run scores 0 and says nothing either
+    assert metrics.id_warnings(RUN, QRELS.filter(pl.col("qid") == "q1")) == []
+
+
+def test_id_warnings_say_which_ids_do_not_meet():
+    other = RUN.with_columns(("x-" + pl.col("qid")).alias("qid"))
+    assert metrics.id_warnings(other, QRELS, "the dev qrels") == [
+        "0 of 2 run queries have judgements in the dev qrels (run ids e.g. 'x-q1', qrels ids e.g. 'q1'), "
+        "so every value is 0: do the query ids match?"
+    ]
+    assert metrics.id_warnings(RUN, QRELS) == ["1 of 2 judged queries in the qrels are not in the run; each scores 0"]
+    renamed = QRELS.filter(pl.col("qid") == "q1").with_columns((pl.col("doc_id") + ".md").alias("doc_id"))
+    (msg,) = metrics.id_warnings(RUN, renamed)
+    assert msg.startswith("none of the 5 documents the run retrieved for judged queries is judged in the qrels")
+    assert "run ids e.g. 'd1', qrels ids e.g. 'd1.md'" in msg
+
+
 def test_fast_enough_for_live_widgets():
     # 1,536 queries x 100 results (the LoCoMo shape). Quiet 2-core machine: ~30-50 ms; bound is loose for CI.
     rng = np.random.default_rng(0)

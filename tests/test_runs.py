@@ -38,6 +38,45 @@ def test_read_run_errors_name_file_and_line(tmp_path, text, msg):
         read_run(p)
 
 
+def test_read_run_rejects_a_score_write_run_would_refuse(tmp_path):
+    # trec_eval reads scores as float32: 1e40 cannot round-trip, so reading fails where the line is known.
+    p = tmp_path / "r.trec"
+    p.write_text("q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1e40 t\n")
+    with pytest.raises(InputError, match=r"r\.trec:2: score '1e40' is outside the float32 range"):
+        read_run(p)
+    p.write_text("q1 Q0 d1 1 -inf t\n")
+    with pytest.raises(InputError, match=r"r\.trec:1: score '-inf' is outside the float32 range"):
+        read_run(p)
+    p.write_text("q1 Q0 d1 1 3e38 t\n")
+    write_run(read_run(p), tmp_path / "o.trec")  # the largest float32s still read and write
+    assert read_run(tmp_path / "o.trec")["score"][0] == pytest.approx(3e38, rel=1e-6)
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "r.trec").write_bytes(bom + b"q1 Q0 d1 1 2.5 t\n")
+    (tmp_path / "q.qrels").write_bytes(bom + b"q1 0 d1 1\n")
+    (tmp_path / "q.tsv").write_bytes(bom + b"query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert read_run(tmp_path / "r.trec").rows() == [("q1", "d1", 1, 2.5)]
+    assert read_qrels(tmp_path / "q.qrels").rows() == [("q1", "d1", 1)]
+    assert read_qrels(tmp_path / "q.tsv").rows() == [("q1", "d1", 1)]  # the header is recognised
+
+
+def test_write_run_takes_every_shape_run_frame_reads(tmp_path):
+    import pandas as pd
+
+    want = ["q1 Q0 b 1 3.0 hrt.f32strict", "q1 Q0 a 2 1.0 hrt.f32strict", "q2 Q0 c 1 2.0 hrt.f32strict"]
+    shapes = [
+        {"q1": {"a": 1.0, "b": 3.0}, "q2": {"c": 2.0}},  # pytrec_eval / ranx dict
+        pd.DataFrame({"qid": ["q1", "q1", "q2"], "docno": ["a", "b", "c"], "score": [1.0, 3.0, 2.0]}),  # PyTerrier
+        pl.DataFrame({"query_id": ["q1", "q1", "q2"], "doc_id": ["a", "b", "c"], "score": [1.0, 3.0, 2.0]}),
+    ]
+    for shape in shapes:
+        p = tmp_path / "o.trec"
+        write_run(shape, p)
+        assert p.read_text().splitlines() == want, type(shape)
+
+
 def test_missing_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         read_run(tmp_path / "nope.trec")

@@ -292,15 +292,18 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     """Evaluate TREC run(s) against a dataset's qrels (nDCG@10, R@5, R@10, MRR@10 by default).
 
     Every judged query of the query file counts (judgements naming unknown query or document ids are
-    reported with counts; --strict: an error); a query missing from the run scores 0. Values agree with
+    reported with counts; --strict: an error); a query missing from the run scores 0, and a run whose
+    query or document ids do not meet the qrels' is named on stderr. Values agree with
     trec_eval: like trec_eval, each query is re-sorted by score read as a 32-bit float, ties by doc id
     descending, and the rank column is ignored (`--ties rank` evaluates the rank column's order instead).
     Runs written by `hrt run` keep their ranks under that re-sort, so both give the same numbers there.
     With several runs, each is tested against the baseline (paired randomisation test, Holm-corrected
     across runs; * = significant at 0.05).
     """
+    import warnings
+
     from .loaders import Dataset
-    from .metrics import aggregate, evaluate
+    from .metrics import IdMismatchWarning, aggregate, evaluate, id_warnings
     from .runs import rank_conflicts, read_run
 
     ds = Dataset.open(dataset)
@@ -311,7 +314,11 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     conflicts = {}
     for rp in run_path:
         run_frame = read_run(rp)
-        pq = evaluate(run_frame, qrels, ms, rel_threshold=rel_threshold, ties=ties)
+        for msg in id_warnings(run_frame, qrels, f"the {split} qrels"):
+            click.echo(f"warning: {rp}: {msg}", err=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IdMismatchWarning)  # said above, with the split
+            pq = evaluate(run_frame, qrels, ms, rel_threshold=rel_threshold, ties=ties)
         out[rp] = aggregate(pq)
         per[rp] = pq
         conflicts[rp] = rank_conflicts(run_frame)

@@ -10,10 +10,13 @@ so a result does not change when other systems are added or reordered.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 
 from .errors import InputError
+from .interop import _to_polars
 
 _TIE = 1e-12  # values computed the same way for the same ranking are bit-equal; this only absorbs rounding
 _CHUNK = 1 << 21  # matrix cells per chunk: bounds memory (~16 MB as float64) whatever the query count
@@ -106,7 +109,7 @@ def ttest(diff: np.ndarray) -> float:
 
 
 def compare(
-    per_query: pl.DataFrame,
+    per_query: Any,
     baseline: str,
     *,
     test: str = "randomization",
@@ -116,7 +119,8 @@ def compare(
     ci_level: float = 0.95,
     seed: int = 0,
 ) -> pl.DataFrame:
-    """Each system against `baseline`, per measure, on [system, qid, measure, value] (e.g. `evaluate_systems`).
+    """Each system against `baseline`, per measure, on [system, qid, measure, value] (e.g. `evaluate_systems`),
+    or [name, qid, measure, value] (`experiment(..., per_query=True)`), as a polars or pandas frame.
 
     Returns [system, measure, mean, baseline_mean, delta, wins, ties, losses, p_value, p_holm, significant,
     ci_low, ci_high]: p from the chosen paired `test`, `p_holm` corrected across the compared systems of
@@ -124,6 +128,9 @@ def compare(
     are all queries any system has for it; a query missing for a system counts as 0 there (as a query with
     no results scores 0 in `evaluate`).
     """
+    per_query = _to_polars(per_query, "per-query frame")
+    if "system" not in per_query.columns and "name" in per_query.columns:
+        per_query = per_query.rename({"name": "system"})  # as `experiment(..., per_query=True)` names them
     need = [c for c in ("system", "qid", "measure", "value") if c not in per_query.columns]
     if need:
         raise InputError(

@@ -12,6 +12,7 @@ win/tie/loss); this module only runs the systems and lays the numbers out.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from .compare import compare
 from .config import PipelineConfig, load_config
 from .errors import InputError
 from .interop import qrels_frame, queries_frame
-from .metrics import cutoff_depth, evaluate, parse_measures
+from .metrics import IdMismatchWarning, cutoff_depth, evaluate, parse_measures
 from .pipeline import Result, prepare, prepare_key, rescore
 from .store import Store
 
@@ -86,7 +87,8 @@ def experiment(
     may be polars or pandas frames with toolkit, PyTerrier, BEIR or ir_measures columns.
 
     `per_query=True` returns the per-query values [name, qid, measure, value] instead (what `compare`
-    takes). The frame is polars; `.to_pandas()` gives the PyTerrier-shaped pandas frame.
+    takes). The frame is polars; `.to_pandas()` gives the PyTerrier-shaped pandas frame. Judged documents
+    that are not in the store (ids that do not match, so silent zeros) warn with `IdMismatchWarning`.
     """
     if correction not in CORRECTIONS:
         raise InputError(f"correction {correction!r}: expected one of {', '.join(CORRECTIONS)}")
@@ -104,6 +106,7 @@ def experiment(
     if baseline is not None and baseline not in systems:
         raise InputError(f"baseline {baseline!r}: no such system (have {', '.join(names)})")
 
+    _warn_unknown_docs(store, qr)  # before the runs, which may take minutes
     results, _ = run_systems(store, q, systems, progress=progress)
     depth = cutoff_depth(labels)
     pq = pl.concat(
@@ -143,6 +146,22 @@ def experiment(
     return out.with_columns(
         pl.when(pl.col("name") == baseline).then(pl.lit(0.0)).otherwise(pl.col(f"{m} delta")).alias(f"{m} delta") for m in labels
     )
+
+
+def _warn_unknown_docs(store: Store, qrels: pl.DataFrame) -> None:
+    """Warn when judged documents are not in the store: no system can retrieve them, so with ids that do not
+    match (a path prefix, a missing extension) every value is a silent 0. One semi-join in the store."""
+    judged = qrels["doc_id"].unique()
+    found = store.documents(judged.to_list()).select("doc_id")
+    missing = judged.filter(~judged.is_in(found["doc_id"].implode()))
+    if len(missing):
+        warnings.warn(
+            f"experiment: {len(missing)} of {len(judged)} judged documents are not in the store (e.g. "
+            f"{missing.sort()[0]!r}); no system can retrieve them, so they count as misses"
+            + (" and every value is 0: do the qrels' doc ids match the store's?" if not len(found) else ""),
+            IdMismatchWarning,
+            stacklevel=3,
+        )
 
 
 def group_by_prepare(store: Store, queries: Any, configs: Mapping[str, Any] | Iterable[Any]) -> dict[str, list[str]]:

@@ -117,21 +117,41 @@ def qrels_frame(qrels: Any) -> pl.DataFrame:
     if type(qrels).__module__.startswith("ranx"):
         qrels = qrels.to_dict()
     if isinstance(qrels, Mapping) and all(isinstance(v, Mapping) for v in qrels.values()):
-        rows = [(str(q), str(d), int(r)) for q, docs in qrels.items() for d, r in docs.items()]
-        return pl.DataFrame(rows, schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}, orient="row")
+        pairs = [(str(q), str(d), r) for q, docs in qrels.items() for d, r in docs.items()]
+        df = pl.DataFrame(
+            {"qid": [p[0] for p in pairs], "doc_id": [p[1] for p in pairs], "rel": pl.Series([p[2] for p in pairs], strict=False)},
+            schema_overrides={"qid": pl.Utf8, "doc_id": pl.Utf8},
+        )
+        return df.with_columns(_int_grades(df, "rel"))
     qrels = _namedtuples(qrels)
-    df = _rename(_to_polars(qrels, "qrels"), QREL_COLUMNS, "qrels", ("qid", "doc_id", "rel"))
-    try:
-        rel = df["rel"].cast(pl.Int64, strict=True)
-    except pl.exceptions.InvalidOperationError:
-        raise InputError(f"qrels: relevance grades must be integers (column dtype {df['rel'].dtype})") from None
-    return df.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), rel.alias("rel"))
+    raw = _to_polars(qrels, "qrels")
+    df = _rename(raw, QREL_COLUMNS, "qrels", ("qid", "doc_id", "rel"))
+    source = next(c for c in ("rel", *QREL_COLUMNS["rel"]) if c in raw.columns)  # the column _rename took
+    return df.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), _int_grades(df, source))
+
+
+def _int_grades(df: pl.DataFrame, source: str) -> pl.Series:
+    """The `rel` column as Int64. 1.0 is accepted; 0.5, "high" or a missing grade is an error naming the column
+    and the value, because a cast would truncate 2.7 to 2 silently (`read_qrels` rejects them in files too)."""
+    rel = df["rel"]
+    if (rel.dtype.is_integer() or rel.dtype == pl.Boolean) and not rel.null_count():
+        return rel.cast(pl.Int64).alias("rel")
+    as_float = rel.cast(pl.Float64, strict=False)
+    bad = (as_float.is_null() | ~as_float.is_finite() | (as_float != as_float.round(0))).fill_null(True)
+    if bad.any():
+        i = bad.arg_max()
+        raise InputError(
+            f"qrels: column {source!r}: relevance grade {rel[i]!r} (query {df['qid'][i]!r}, document "
+            f"{df['doc_id'][i]!r}) is not an integer (grades must be integers, as in trec_eval)"
+        )
+    return as_float.cast(pl.Int64).alias("rel")
 
 
 def run_frame(run: Any) -> pl.DataFrame:
     """A run as [qid, doc_id, rank, score] from a polars/pandas frame (toolkit, PyTerrier `qid, docno,
     score`, ir_measures `query_id, doc_id, score`), a {qid: {doc_id: score}} dict, a `ranx.Run`, or
-    ir_measures `ScoredDoc`s. A missing rank is derived from the score (highest first)."""
+    ir_measures `ScoredDoc`s. A missing rank is derived from the score in trec_eval's order (highest
+    first, ties by doc id descending); a missing score is -rank."""
     if type(run).__module__.startswith("ranx"):
         run = run.to_dict()
     if isinstance(run, Mapping) and all(isinstance(v, Mapping) for v in run.values()):
@@ -140,12 +160,15 @@ def run_frame(run: Any) -> pl.DataFrame:
     run = _namedtuples(run)
     df = _rename(_to_polars(run, "run"), RUN_COLUMNS, "run", ("qid", "doc_id"))
     if "score" not in df.columns and "rank" not in df.columns:
-        raise InputError(f"run: needs a score or a rank column; have {', '.join(df.columns)}")
+        raise InputError(f"run: missing column(s): a score or a rank column is needed; have {', '.join(df.columns)}")
     df = df.with_columns(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8))
     if "score" not in df.columns:
         df = df.with_columns((-pl.col("rank").cast(pl.Float64)).alias("score"))
     if "rank" not in df.columns:
-        df = df.with_columns(pl.col("score").rank("ordinal", descending=True).over("qid").alias("rank"))
+        # trec_eval's order (score descending, ties by doc id descending), so `write_run` keeps these ranks.
+        df = df.sort(["qid", "score", "doc_id"], descending=[False, True, True]).with_columns(
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")
+        )
     return df.select("qid", "doc_id", pl.col("rank").cast(pl.Int64), pl.col("score").cast(pl.Float64)).sort("qid", "rank")
 
 
@@ -174,21 +197,51 @@ def to_pandas(frame: pl.DataFrame, style: str = "pyterrier") -> Any:
     return frame.rename({k: v for k, v in names[style].items() if k in frame.columns}).to_pandas()
 
 
-def to_ir_measures(frame: Any) -> list:
+# Columns that only judgements have. BEIR qrels call their grade `score`, so their `query-id`/`corpus-id`
+# names decide it; a frame with a `rank` column is a run whatever its names.
+_QREL_ONLY = ("rel", "label", "relevance", "grade")
+_BEIR_IDS = ("query-id", "corpus-id")
+
+
+def _qrels_or_run(obj: Any, kind: str | None) -> tuple[str, Any]:
+    """("qrels" | "run", obj ready for `qrels_frame` / `run_frame`). Frames are told apart by their columns:
+    a grade column (rel, label, relevance, grade) or BEIR ids without a rank mean qrels, anything else a
+    run; ranx objects by their type, ir_measures `Qrel`s by their `relevance` field; a {qid: {doc_id: value}}
+    dict is a run. `kind` ("qrels" or "run") overrides the guess, e.g. for ranx-style qrels `q_id, doc_id,
+    score`."""
+    if kind is not None and kind not in ("qrels", "run"):
+        raise InputError(f"kind {kind!r}: expected 'qrels' or 'run'")
+    if type(obj).__module__.startswith("ranx"):
+        return kind or ("qrels" if type(obj).__name__ == "Qrels" else "run"), obj
+    if isinstance(obj, Mapping) and all(isinstance(v, Mapping) for v in obj.values()):
+        return kind or "run", obj
+    df = _to_polars(_namedtuples(obj), kind or "qrels or run")
+    if kind is None:
+        cols = set(df.columns)
+        beir = bool(cols & set(_BEIR_IDS)) and "rank" not in cols
+        kind = "qrels" if cols & set(_QREL_ONLY) or beir else "run"
+    return kind, df
+
+
+def to_ir_measures(frame: Any, kind: str | None = None) -> list:
     """Qrels -> a list of `ir_measures.Qrel`, a run -> a list of `ir_measures.ScoredDoc` (what
-    `ir_measures.calc_aggregate(measures, qrels, run)` iterates)."""
+    `ir_measures.calc_aggregate(measures, qrels, run)` iterates). Either may be any shape `qrels_frame` /
+    `run_frame` reads; which one it is follows from the columns (see `_qrels_or_run`), or `kind`."""
     ir_measures = _optional("ir_measures")
-    if isinstance(frame, pl.DataFrame) and "rel" in frame.columns:
+    kind, frame = _qrels_or_run(frame, kind)
+    if kind == "qrels":
         q = qrels_frame(frame)
         return [ir_measures.Qrel(a, b, c) for a, b, c in q.iter_rows()]
     r = run_frame(frame)
     return [ir_measures.ScoredDoc(a, b, c) for a, b, c in r.select("qid", "doc_id", "score").iter_rows()]
 
 
-def to_ranx(frame: Any, name: str | None = None) -> Any:
-    """Qrels -> `ranx.Qrels`, a run -> `ranx.Run` (named `name`, as `ranx.compare` labels it)."""
+def to_ranx(frame: Any, name: str | None = None, kind: str | None = None) -> Any:
+    """Qrels -> `ranx.Qrels`, a run -> `ranx.Run` (named `name`, as `ranx.compare` labels it). Qrels or run
+    as for `to_ir_measures`: told apart by the columns, or by `kind` ("qrels" or "run")."""
     ranx = _optional("ranx")
-    if isinstance(frame, pl.DataFrame) and "rel" in frame.columns:
+    kind, frame = _qrels_or_run(frame, kind)
+    if kind == "qrels":
         return ranx.Qrels(_nested(qrels_frame(frame), "rel", int), name=name)
     return ranx.Run(_nested(run_frame(frame), "score", float), name=name)
 

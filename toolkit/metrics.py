@@ -18,7 +18,8 @@ Conventions (those of trec_eval, so numbers are comparable with published ones):
   the judged queries that appear in the run, which is what ir_measures does by default. Run queries
   without judgements are never evaluated. Queries judged with only grade <= 0 are left out (trec_eval
   would count them with value 0; they carry no information about the ranking). A query whose grades are
-  all below `rel_threshold` but > 0 is kept: nDCG is defined there, binary measures are 0.
+  all below `rel_threshold` but > 0 is kept: nDCG is defined there, binary measures are 0. A run none of
+  whose queries is judged (ids that do not match) warns with `IdMismatchWarning`; `id_warnings` says more.
 - Relevance: binary measures (R, P, RR, AP, Hit, Rprec) count `rel >= rel_threshold` as relevant (TREC DL /
   msmarco uses 2; trec_eval `-l`, ir_measures `rel=`). nDCG ignores the threshold and uses the raw grade as
   gain (`gain="linear"`, trec_eval's default) or `2**grade - 1` (`gain="exp"`); grades <= 0 gain nothing.
@@ -38,8 +39,10 @@ map_cut_10, recip_rank, success_1 (the label keeps the spelling given).
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -70,6 +73,7 @@ _MEASURE_RE = re.compile(r"^\s*([A-Za-z]+)\s*(?:@\s*(\d+))?\s*$")
 # trec_eval names (`-m` spellings, as pytrec_eval and ir_measures.parse_trec_measure take them) -> kind.
 _TREC_NAMES = {"ndcg_cut": "ndcg", "ndcg": "ndcg", "p": "precision", "recall": "recall", "map_cut": "ap",
                "recip_rank": "rr", "success": "success", "rprec": "rprec"}
+_PARAMS_RE = re.compile(r"^\s*([A-Za-z]+)\((.*)\)\s*(@\s*\d+)?\s*$")  # ir_measures P(rel=2)@5
 _TREC_RE = re.compile(r"^\s*(ndcg_cut|ndcg|P|recall|map_cut|recip_rank|success|Rprec)(?:_(\d+))?\s*$", re.IGNORECASE)
 
 
@@ -82,8 +86,19 @@ class Measure:
     k: int | None
 
 
-def parse_measure(text: str) -> Measure:
-    """'nDCG@10' -> Measure('nDCG@10', 'ndcg', 10); unknown names raise InputError listing the known ones."""
+def parse_measure(text: Any) -> Measure:
+    """'nDCG@10' -> Measure('nDCG@10', 'ndcg', 10); unknown names raise InputError listing the known ones.
+    An ir_measures measure object (`ir_measures.nDCG@10`, `AP`, `RR@10`) is read by its str(), which is the
+    ir_measures name ("nDCG@10"); one with parameters (`P(rel=2)@5`) is refused with the evaluate argument
+    that does the same for all measures, since a threshold or gain here is per call, not per measure."""
+    if not isinstance(text, str) and type(text).__module__.startswith("ir_measures"):
+        text = str(text)
+    p = _PARAMS_RE.match(text) if isinstance(text, str) else None
+    if p is not None:
+        raise InputError(
+            f"measure {text!r}: per-measure parameters are not supported; write {p.group(1)}{p.group(3) or ''} and "
+            "pass rel_threshold= (for rel=) or gain='exp' (for an exponential nDCG gain) to evaluate"
+        )
     t = _TREC_RE.match(text) if isinstance(text, str) and "_" in text else None
     if t is not None and (t.group(2) is not None) == (t.group(1).lower() in ("ndcg_cut", "p", "recall", "map_cut", "success")):
         # A trec_eval name: the label keeps the caller's spelling, the cutoff comes after the underscore.
@@ -108,9 +123,10 @@ def parse_measure(text: str) -> Measure:
     return Measure(text.strip(), kind, k)
 
 
-def parse_measures(measures: str | Iterable[str]) -> list[Measure]:
-    """Parse and de-duplicate (keeping order) a measure list; a single string is one measure."""
-    items = [measures] if isinstance(measures, str) else list(measures)
+def parse_measures(measures: Any) -> list[Measure]:
+    """Parse and de-duplicate (keeping order) a measure list; a single string (or ir_measures measure) is
+    one measure."""
+    items = [measures] if isinstance(measures, str) or not isinstance(measures, Iterable) else list(measures)
     if not items:
         raise InputError(f"measures: empty list; known measures: {KNOWN}")
     out: dict[str, Measure] = {}
@@ -210,6 +226,7 @@ def evaluate(
         _need(doc_source, ("doc_id", "source"), "doc_source")
     r = _trec_order(r, doc_source if level == "source" else None, by_rank=ties == "rank")
     q, queries, per_q = _judged(qrels, ms, rel_threshold, gain, doc_source if level == "source" else None)
+    judged = queries
     if only_run_queries:
         queries = queries.join(r.select("qid").unique(), on="qid", how="semi")
 
@@ -253,6 +270,15 @@ def evaluate(
         num.append(e.alias(f"m{i}"))
     cols = [f"m{i}" for i in range(len(ms))]
     wide = r.group_by("h").agg(pl.col("qid").first(), *num).drop("h")
+    if len(wide) and len(judged) and not wide["qid"].is_in(judged["qid"].implode()).any():
+        # One is_in over a row per query (microseconds): ids that share nothing would otherwise be silent zeros.
+        warnings.warn(
+            f"evaluate: 0 of {len(wide)} run queries have judgements in the qrels ({len(judged)} judged queries; "
+            f"run ids e.g. {wide['qid'].min()!r}, qrels ids e.g. {judged['qid'].min()!r}), so every value is 0: "
+            "do the run's query ids match the qrels'?",
+            IdMismatchWarning,
+            stacklevel=2,
+        )
     out = (
         queries.join(per_q, on="qid", how="left")
         .join(wide, on="qid", how="left")
@@ -310,6 +336,39 @@ def _judged(
     if len(_JUDGED) >= 8:
         _JUDGED.pop(next(iter(_JUDGED)))
     _JUDGED[key] = (out, qrels, doc_source)
+    return out
+
+
+class IdMismatchWarning(UserWarning):
+    """Run and qrels ids that do not meet (every value 0); a class of its own so callers can filter it."""
+
+
+def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels") -> list[str]:
+    """What makes an evaluation of `run` against `qrels` all (or partly) zeros by id mismatch rather than by
+    retrieval, in words, for a caller to report: no run query judged, judged queries missing from the run,
+    or no retrieved document of a judged query judged at all. Empty in the normal case. A few semi-joins
+    over the ids; not called by `evaluate` (see its own, cheaper check)."""
+    out: list[str] = []
+    judged = qrels.filter(pl.col("rel") > 0).select(pl.col("qid").cast(pl.Utf8)).unique()
+    run_q = run.select(pl.col("qid").cast(pl.Utf8)).unique()
+    if not len(judged) or not len(run_q):
+        return out
+    hit = run_q.join(judged, on="qid", how="semi")
+    if not len(hit):
+        out.append(
+            f"0 of {len(run_q)} run queries have judgements in {where} (run ids e.g. {run_q['qid'].min()!r}, "
+            f"qrels ids e.g. {judged['qid'].min()!r}), so every value is 0: do the query ids match?"
+        )
+        return out
+    if len(hit) < len(judged):
+        out.append(f"{len(judged) - len(hit)} of {len(judged)} judged queries in {where} are not in the run; each scores 0")
+    rows = run.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).join(hit, on="qid", how="semi")
+    docs = qrels.select(pl.col("doc_id").cast(pl.Utf8)).unique()
+    if len(rows) and not len(rows.join(docs, on="doc_id", how="semi")):
+        out.append(
+            f"none of the {len(rows)} documents the run retrieved for judged queries is judged in {where} (run ids "
+            f"e.g. {rows['doc_id'].min()!r}, qrels ids e.g. {docs['doc_id'].min()!r}): do the doc ids match the corpus?"
+        )
     return out
 
 

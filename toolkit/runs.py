@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from .errors import InputError
 from .files import write_text_atomic
+from .interop import run_frame
 
 RUN_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
 QRELS_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "rel": pl.Int64}
@@ -28,9 +30,10 @@ _BEIR_HEADER = ["query-id", "corpus-id", "score"]
 
 
 def _lines(path: Path) -> pl.DataFrame:
-    """Non-blank lines of a text file with their 1-based line numbers."""
+    """Non-blank lines of a text file with their 1-based line numbers. A UTF-8 byte order mark (Windows
+    editors, Excel exports) is dropped: kept, it would become part of the first query id or header."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
@@ -85,7 +88,8 @@ def read_run(path: str | Path) -> pl.DataFrame:
     """A TREC run (`qid Q0 docid rank score tag`, whitespace separated) as [qid, doc_id, rank, score].
 
     The second and sixth columns are ignored. A document listed twice for one query is an error, as in
-    trec_eval, because which of the two scores counts would be arbitrary.
+    trec_eval, because which of the two scores counts would be arbitrary; so is a score beyond the float32
+    range (trec_eval cannot read it and `write_run` would refuse it).
     """
     path = Path(path)
     df = _lines(path)
@@ -98,13 +102,19 @@ def read_run(path: str | Path) -> pl.DataFrame:
         path,
         "6 fields 'qid Q0 docid rank score tag'",
     )
+    score = _cast(parts, "score", pl.Float64, path, "score")
+    big = score.abs() > _F32_MAX
+    if big.any():
+        # trec_eval reads scores as float32 and `write_run` refuses them: fail here, where the line is known.
+        i = big.arg_max()
+        raise InputError(f"{path}:{parts['lineno'][i]}: score {parts['score'][i]!r} is outside the float32 range that trec_eval reads")
     out = pl.DataFrame(
         {
             "lineno": parts["lineno"],
             "qid": parts["qid"],
             "doc_id": parts["doc_id"],
             "rank": _cast(parts, "rank", pl.Int64, path, "rank"),
-            "score": _cast(parts, "score", pl.Float64, path, "score"),
+            "score": score,
         }
     )
     _check_unique(out, path, "run line")
@@ -186,9 +196,10 @@ def check_tag(tag: str) -> str:
     return tag
 
 
-def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
+def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
     """Write [qid, doc_id, (rank), score] as a TREC run, sorted by qid then rank, that every evaluator reads
-    in the written rank order.
+    in the written rank order. `run` is any shape `interop.run_frame` reads (polars or pandas frames with
+    toolkit, PyTerrier or ir_measures names, {qid: {doc_id: score}} dicts, `ranx.Run`, `ScoredDoc`s).
 
     The frame's ranks are kept when they are 1..n per query; otherwise (missing, gaps, repeats) they are
     recomputed from the score order (score descending, then doc id descending). trec_eval, pytrec_eval and
@@ -197,18 +208,8 @@ def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
     `STRICT_TAG` (".f32strict"). Nothing else is added to the file: trec_eval, ir_measures and ranx all
     expect exactly six fields on every line, so a comment or header line would break them.
     """
-    missing = {"qid", "doc_id", "score"} - set(run.columns)
-    if missing:
-        raise InputError(
-            f"run frame: missing column(s) {', '.join(sorted(missing))} (have {', '.join(run.columns)})"
-        )
     check_tag(tag)
-    r = run.select(
-        pl.col("qid").cast(pl.Utf8),
-        pl.col("doc_id").cast(pl.Utf8),
-        pl.col("score").cast(pl.Float64),
-        *(["rank"] if "rank" in run.columns else []),
-    )
+    r = run_frame(run)
     bad_id = r.filter(
         pl.col("qid").str.contains(r"\s")
         | pl.col("doc_id").str.contains(r"\s")
@@ -224,9 +225,7 @@ def write_run(run: pl.DataFrame, path: str | Path, tag: str = "hrt") -> None:
         raise InputError(
             f"run frame: query {bad_score['qid'][0]!r}, document {bad_score['doc_id'][0]!r}: score is null or NaN"
         )
-    if "rank" in r.columns:
-        r = r.with_columns(pl.col("rank").cast(pl.Int64, strict=False))
-    if "rank" not in r.columns or not _valid_ranks(r):
+    if not _valid_ranks(r):
         r = r.sort(["qid", "score", "doc_id"], descending=[False, True, True]).with_columns(
             pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")
         )
