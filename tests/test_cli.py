@@ -141,9 +141,20 @@ def test_a_bad_run_name_fails_before_any_work(tmp_path, beir, monkeypatch):
     r = CliRunner().invoke(main, ["run", "--dataset", str(beir), "--mode", "lexical", "--store", str(store),
                                   "--out", str(tmp_path / "r.trec"), "--tag", "my run"])
     assert r.exit_code == 2 and "run tag 'my run'" in r.output and "Traceback" not in r.output
-    cfg = tmp_path / "named.yaml"
-    cfg.write_text("name: my config\n")
-    r = CliRunner().invoke(main, ["run", "--dataset", str(beir), "--config", str(cfg), "--store", str(store),
+    # A document id a TREC file cannot hold (folder notes are named by path: "my note.md") is named up front.
+    with (beir / "corpus.jsonl").open("a") as f:
+        f.write(json.dumps({"_id": "my note.md", "text": "a note with ECONNREFUSED"}) + "\n")
+    r = CliRunner().invoke(main, ["run", "--dataset", str(beir), "--mode", "lexical", "--store", str(store),
                                   "--out", str(tmp_path / "r.trec")])
-    assert r.exit_code == 2 and "run tag 'my config'" in r.output
+    assert r.exit_code == 2 and "document id 'my note.md'" in r.output and "TREC run file" in r.output
     assert not store.exists()  # nothing was ingested either
+
+
+def test_a_config_name_with_spaces_tags_the_run_with_dashes(tmp_path, beir):
+    cfg = tmp_path / "named.yaml"
+    cfg.write_text("name: my config\nretrieval:\n  dense:\n    enabled: false\n")
+    out = tmp_path / "r.trec"
+    r = CliRunner().invoke(main, ["run", "--dataset", str(beir), "--config", str(cfg), "--store", str(tmp_path / "s.duckdb"),
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert {line.split()[-1].split(".")[0] for line in out.read_text().splitlines()} == {"my-config"}

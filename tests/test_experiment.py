@@ -89,6 +89,9 @@ def test_experiment_options_and_errors(store):
         toolkit.experiment(store, TOPICS, QRELS, configs, "nDCG@10", baseline=0, correction="fdr")
     with pytest.raises(InputError, match="two systems named"):
         toolkit.experiment(store, TOPICS, QRELS, ["bm25-only", "bm25-only"], "nDCG@10")
+    # Grade-1 judgements are not relevant at threshold 2 (TREC DL): binary measures drop to 0, nDCG stays.
+    one, two = (toolkit.experiment(store, TOPICS, QRELS, configs, ["P@5", "nDCG@10"], rel_threshold=t) for t in (1, 2))
+    assert one["P@5"].sum() > 0 and two["P@5"].sum() == 0 and two["nDCG@10"].to_list() == one["nDCG@10"].to_list()
 
 
 def test_experiment_warns_when_judged_documents_are_not_in_the_store(store):

@@ -7,6 +7,7 @@ tracebacks are for bugs.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -244,19 +245,22 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
     from .loaders import Dataset, load_corpus
     from .pipeline import run_pipeline
     from .rerank_env import resolve_rerank
-    from .runs import check_tag, write_run
+    from .runs import check_tag, check_trec_ids, write_run
     from .store import Store
 
     ds = Dataset.open(dataset)
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
-    tag = check_tag(tag or cfg.name or "hrt")  # before any work: a bad name must not cost a whole run
+    # Before any work: a bad name must not cost a whole run. A config name with spaces gives a dashed tag.
+    tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
     if rr_source.source == "environment":
         click.echo(rr_source.describe(cfg), err=True)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
     queries = ds.queries(split)
+    corpus = load_corpus(ds.root)
+    check_trec_ids(queries["qid"], "query", ds.root / "queries.jsonl")  # a TREC file cannot hold them
+    check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
     t0 = time.perf_counter()
     with Store(store_path) as st:
-        corpus = load_corpus(ds.root)
         rep = st.ingest(corpus, embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, progress=True)
         if rep.added or rep.changed:
             _echo_skipped(corpus)
@@ -422,8 +426,10 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
               "that compete with the search.")
 @click.option("--alpha", default=0.05, show_default=True, type=float, help="Significance level the held-out "
               "gain over the base must reach (paired randomization test) for the base to be replaced.")
+@click.option("--rel-threshold", default=1, show_default=True, type=click.IntRange(1),
+              help="Grade a binary --measure counts as relevant (2 for TREC DL).")
 def tune(dataset, split, base, space, method, budget, measure, folds, stratify, seed, store_path, out, force,
-         no_anchors, alpha) -> None:
+         no_anchors, alpha, rel_threshold) -> None:
     """Tune the live (rescore) pipeline fields on a dev split from cached stages, with k-fold
     cross-validation over queries. The base is kept unless the tuned procedure beats it on held-out folds
     by more than noise (p < --alpha); the output says which rule decided, every field changed, and the
@@ -440,6 +446,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,
             folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors, alpha=alpha,
+            rel_threshold=rel_threshold,
         )
     d = rep.to_dict()
     keys = ("chosen", "rule", "base_dev", "best_dev", "candidate", "candidate_dev", "cv_heldout", "heldout_gain",

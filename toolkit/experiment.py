@@ -79,12 +79,14 @@ def experiment(
     alpha: float = 0.05,
     per_query: bool = False,
     progress: bool = False,
+    rel_threshold: int = 1,
 ) -> pl.DataFrame:
     """One row per system: the mean of each measure and, with a `baseline` (a name, or an index into the
     configs), per measure the delta, wins/ties/losses (`m +`, `m =`, `m -`), the paired test's p-value,
     the p-value corrected across systems (`correction`: holm, bonferroni or none) and `m reject` (corrected
     p <= alpha). Measure names may be toolkit, ir_measures or trec_eval spellings. `queries` and `qrels`
-    may be polars or pandas frames with toolkit, PyTerrier, BEIR or ir_measures columns.
+    may be polars or pandas frames with toolkit, PyTerrier, BEIR or ir_measures columns. `rel_threshold`:
+    the grade binary measures count as relevant (2 for TREC DL; nDCG uses every grade).
 
     `per_query=True` returns the per-query values [name, qid, measure, value] instead (what `compare`
     takes). The frame is polars; `.to_pandas()` gives the PyTerrier-shaped pandas frame. Judged documents
@@ -110,7 +112,7 @@ def experiment(
     results, _ = run_systems(store, q, systems, progress=progress)
     depth = cutoff_depth(labels)
     pq = pl.concat(
-        [evaluate(results[n].run(depth), qr, labels).select(pl.lit(n).alias("name"), "qid", "measure", "value") for n in names]
+        [evaluate(results[n].run(depth), qr, labels, rel_threshold=rel_threshold).select(pl.lit(n).alias("name"), "qid", "measure", "value") for n in names]
     )
     if per_query:
         return pq

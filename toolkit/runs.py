@@ -196,6 +196,18 @@ def check_tag(tag: str) -> str:
     return tag
 
 
+def check_trec_ids(ids: pl.Series, kind: str, where: Any) -> None:
+    """A TREC run file is whitespace separated, so its query and document ids cannot hold whitespace; folder
+    notes take their ids from file names ("my note.md"), which search and in-memory evaluation accept.
+    Checked before a run is computed, naming the first such id."""
+    bad = ids.filter(ids.cast(pl.Utf8).str.contains(r"\s"))
+    if len(bad):
+        raise InputError(
+            f"{where}: {kind} id {bad[0]!r} (and {len(bad) - 1} more) contains whitespace, which a TREC run file "
+            "cannot hold; rename it, or use the Python API (run_pipeline) and evaluate in memory"
+        )
+
+
 def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
     """Write [qid, doc_id, (rank), score] as a TREC run, sorted by qid then rank, that every evaluator reads
     in the written rank order. `run` is any shape `interop.run_frame` reads (polars or pandas frames with
