@@ -271,10 +271,17 @@ def test_rescore_refuses_a_config_whose_prepare_fields_differ(setup):
     store, base, prep = setup
     for upd, field_ in [({"retrieval.lexical.top_k": 5}, "retrieval.lexical.top_k"),
                         ({"retrieval.dense.enabled": False}, "retrieval.dense.enabled"),
-                        ({"dedup.near_duplicate_enabled": False}, "dedup.near_duplicate_enabled")]:
+                        ({"routing.enabled": False}, "routing.enabled")]:
         with pytest.raises(InputError, match=rf"prepare field\(s\) {field_} .*prepare again"):
             rescore(prep, base.with_updates(upd))
     assert rescore(prep, base.with_updates({"fusion.rrf_k": 7}), trace=False).final.height
+    # Near-duplicate dedup only adds an input (the vectors): frames prepared with it serve a config without
+    # it, exactly as a fresh prepare would (tutorial 04 compares the two); the reverse lacks the vectors.
+    off = base.with_updates({"dedup.near_duplicate_enabled": False})
+    fresh = prepare(store, QUERIES, off, use_cache=False)
+    _same(rescore(prep, off), rescore(fresh, off))
+    with pytest.raises(InputError, match=r"dedup.near_duplicate_enabled \(False prepared, True asked\)"):
+        rescore(fresh, base)
     plain = prepare(store, QUERIES, "bm25-only", use_cache=False)  # names are accepted where configs are
     with pytest.raises(InputError, match="retrieval.dense.enabled"):
         rescore(plain, "vector-only")

@@ -14,8 +14,9 @@ The stage boundary is declared here, once per field, by its type:
 
 `Prepare` fields are everything the expensive, cached stages read (`pipeline.prepare`: features, expansion,
 retrieval, reranker scores, vectors); `Rescore` fields are read only by the live stages (`pipeline.rescore`:
-fusion, blending, dedup, thresholds, output). Adding a field is one line with its stage; a leaf without
-one fails at import. Everything else derives from the declaration: `pipeline.prepare_key` and the lab's
+fusion, blending, dedup, thresholds, output). `PrepareInput[bool]` is a prepare flag that only adds an
+input when on (near-duplicate dedup's vectors), so frames prepared with it on also serve it off. Adding a
+field is one line with its stage; a leaf without one fails at import. Everything else derives from the declaration: `pipeline.prepare_key` and the lab's
 cache signature hash `prepare_settings(cfg)`, and the tuner accepts exactly `fields(Stage.RESCORE)`.
 The contract is that `prepare` reads no rescore field, so `rescore(prepare(a), b) == rescore(prepare(b), b)`
 whenever `a` and `b` differ only in rescore fields (tests/test_stage_boundary.py checks it for every one).
@@ -111,9 +112,16 @@ class Stage(StrEnum):
     RESCORE = "rescore"  # only the live stages read it: a change re-scores the cached frames
 
 
+class _AddsInput:
+    """Marks a prepare flag whose only effect on the cached stages is an extra input when on (the chunk
+    vectors of near-duplicate dedup), which `rescore` ignores when the flag is off: frames prepared with it
+    on also serve a config with it off (`pipeline.check_prepared`), e.g. a tutorial comparing dedup on/off."""
+
+
 _T = TypeVar("_T")
 Prepare = Annotated[_T, Stage.PREPARE]
 Rescore = Annotated[_T, Stage.RESCORE]
+PrepareInput = Annotated[_T, Stage.PREPARE, _AddsInput]  # a Prepare[bool] of that kind
 
 
 def _inf_word(v: Any) -> Any:
@@ -356,7 +364,7 @@ class DedupConfig(_Model):
     max_per_source: Rescore[int] = Field(1, ge=1, le=1000)
     fill: Rescore[Literal["sources_then_chunks", "sources_only"]] = "sources_then_chunks"
     # Switching it on makes `prepare` fetch the candidates' vectors; the threshold is applied live.
-    near_duplicate_enabled: Prepare[bool] = False
+    near_duplicate_enabled: PrepareInput[bool] = False
     near_duplicate_threshold: Rescore[float] = Field(0.90, gt=0.0, le=1.0)
 
 
@@ -520,6 +528,19 @@ def _declared(model: type[BaseModel], prefix: str = "") -> dict[str, Stage]:
 
 
 FIELD_STAGES: dict[str, Stage] = _declared(PipelineConfig)
+
+
+def _input_flags(model: type[BaseModel], prefix: str = "") -> frozenset[str]:
+    out: set[str] = set()
+    for name, f in model.model_fields.items():
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
+            out |= _input_flags(f.annotation, prefix + name + ".")
+        elif _AddsInput in f.metadata:
+            out.add(prefix + name)
+    return frozenset(out)
+
+
+INPUT_FLAGS: frozenset[str] = _input_flags(PipelineConfig)  # `PrepareInput` fields: on serves off too
 
 
 def fields(stage: Stage) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
 from . import guard as guard_stage
 from . import priors as priors_stage
-from .config import FusionConfig, PipelineConfig, load_config, prepare_settings
+from .config import INPUT_FLAGS, FusionConfig, PipelineConfig, load_config, prepare_settings
 from .errors import InputError, StoreError
 from .metatypes import query_values
 from .retrieve import empty_candidates, retrieve
@@ -155,8 +155,12 @@ def check_prepared(prep: Prepared, cfg: PipelineConfig) -> None:
     want = prepare_settings(cfg)
     if want == prep.settings:
         return
+    # A flag declared `PrepareInput` only adds an input: frames prepared with it on serve a config with it off.
     diff = [f"{p} ({prep.settings.get(p)!r} prepared, {want.get(p)!r} asked)"
-            for p in sorted(set(want) | set(prep.settings)) if want.get(p) != prep.settings.get(p)]
+            for p in sorted(set(want) | set(prep.settings))
+            if want.get(p) != prep.settings.get(p) and not (p in INPUT_FLAGS and prep.settings.get(p) and not want.get(p))]
+    if not diff:
+        return
     raise InputError(
         f"rescore: the config differs from the prepared frames in prepare field(s) {', '.join(diff)}; these are "
         "read by the expensive stages, so prepare again with this config (toolkit.prepare, or run_pipeline)"
