@@ -105,6 +105,16 @@ def test_bad_dates_name_file_line_and_field(tmp_path: Path):
     queries.write_text(json.dumps({"_id": "q", "text": "t", "metadata": {"date": "13/45/2024"}}) + "\n")
     with pytest.raises(InputError, match=r"q\.jsonl:1: metadata\.date"):
         load_queries(queries)
+    # Out-of-range values are the same clear error, not a traceback from datetime (a user's bank held
+    # JavaScript millisecond timestamps); milliseconds get a hint.
+    for value, say in [(1717200000000, "looks like milliseconds"), (1e300, "as a date"), (-1e12, "as a date"),
+                       ("0001-01-01T00:00:00+01:00", "as a date")]:
+        corpus.write_text(json.dumps({"_id": "a", "text": "x", "metadata": {"created_at": value}}) + "\n")
+        with pytest.raises(InputError, match=rf"c\.jsonl:1: metadata\.created_at: cannot read .*{say}"):
+            load_corpus(corpus)
+        queries.write_text(json.dumps({"_id": "q", "text": "t", "metadata": {"date": value}}) + "\n")
+        with pytest.raises(InputError, match=r"q\.jsonl:1: metadata\.date: cannot read"):
+            load_queries(queries)
     with Store(tmp_path / "s.duckdb") as st:
         st.ingest([{"doc_id": "a", "source": "a", "scope": None, "title": "", "text": "kept", "metadata": {"date": "2024-01-01"}}], embed=False)
         bad = {"doc_id": "b", "source": "b", "scope": None, "title": "", "text": "new", "metadata": {"updated_at": "yesterday"}}

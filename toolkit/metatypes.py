@@ -60,7 +60,10 @@ def parse_date(value: Any) -> datetime | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None) if math.isfinite(value) else None
+        try:  # past year 9999 (e.g. milliseconds) or before year 1: not a date here
+            return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None) if math.isfinite(value) else None
+        except (ValueError, OverflowError, OSError):
+            return None
     if not isinstance(value, str) or not value.strip():
         return None
     s = value.strip()
@@ -76,7 +79,10 @@ def parse_date(value: Any) -> datetime | None:
                 continue
     if d is None:
         return None
-    return d.astimezone(UTC).replace(tzinfo=None) if d.tzinfo is not None else d
+    try:
+        return d.astimezone(UTC).replace(tzinfo=None) if d.tzinfo is not None else d
+    except (ValueError, OverflowError):  # 0001-01-01T00:00+01:00 is before year 1 in UTC
+        return None
 
 
 def _text(v: Any) -> str:
@@ -98,8 +104,10 @@ def typed_values(meta: dict[str, Any] | None, where: str, *, strict: bool = True
         if is_date_field(k):
             ts = parse_date(v)
             if ts is None and strict:
+                ms = isinstance(v, int | float) and not isinstance(v, bool) and 1e11 < abs(v) < 1e14
+                hint = " (it looks like milliseconds since 1970, e.g. JavaScript's Date.now(): divide by 1000)" if ms else ""
                 raise InputError(
-                    f"{where}: metadata.{k}: cannot read {v!r} as a date; accepted: ISO 8601 (2024-01-25, "
+                    f"{where}: metadata.{k}: cannot read {v!r} as a date{hint}; accepted: ISO 8601 (2024-01-25, "
                     f"2024-01-25T09:30:00Z), seconds since 1970, or one of {', '.join(DATE_FORMATS)} "
                     "(a field named date/…_at/…_date/…_time is read as a date: rename it if it is not one)"
                 )
