@@ -69,7 +69,7 @@ def test_notes_for_low_differentiation_and_low_confidence():
         },
     )
     lines = out.splitlines()
-    assert lines[0].startswith("note: no result reached the minimum score")
+    assert lines[0].startswith("note: no result reached the threshold (threshold.min_score, or min_prob")
     assert lines[1] == "note: scores barely differ (spread 0.004); the order among these results is weak"
     assert lines[2] == "note: rerank skipped: no reranker configured"
     assert "note" not in render(results(3), notes={"low_differentiation": False, "low_confidence": False})
@@ -136,3 +136,15 @@ def test_the_snippet_shows_where_the_query_matched():
     row = {"rank": 1, "doc_id": "long.md", "score": 0.5, "text": text}
     for fmt in ("compact", "json"):
         assert "ZXQ_SENTINEL_42" in render([row], fmt=fmt, query="ZXQ_SENTINEL_42"), fmt
+
+
+def test_a_reranked_result_shows_its_fused_score_and_the_rerankers_apart():
+    """A user trial: for every reranked result "fused" (and JSON fused_score) printed the reranker's score,
+    because the blend keeps that in raw_score. The fused score is the pipeline's fused_score column."""
+    row = {"rank": 1, "doc_id": "plat-065", "score": 0.9286, "fused_score": 0.1156, "raw_score": 0.6875,
+           "rerank_score": 0.6875, "reranked": True, "text": "deploy fails with ECONNREFUSED"}
+    head = render([row], fmt="compact").splitlines()[0]
+    assert "fused 0.1156" in head and "rerank 0.6875" in head and "fused 0.6875" not in head
+    got = json.loads(render([row], fmt="json"))["results"][0]
+    assert got["fused_score"] == 0.1156 and got["rerank_score"] == 0.6875
+    assert "fused 0.1156" in render([row], fmt="detailed")

@@ -94,9 +94,20 @@ def _short(x: Any) -> str:
     return f"{x:.3g}" if abs(x) < 100 else f"{x:.1f}"
 
 
+def _fused(r: Mapping[str, Any]) -> Any:
+    """The fused score, before blending: the pipeline's `fused_score` column. `raw_score` is only a fallback
+    for rows without it: on a reranked row it holds the reranker's own score, not the fused one."""
+    return r["fused_score"] if r.get("fused_score") is not None else r.get("raw_score")
+
+
+def _rerank_text(r: Mapping[str, Any]) -> str:
+    x = r.get("rerank_score")
+    return f"rerank {_num(x)}" if r.get("reranked") and isinstance(x, int | float) and math.isfinite(x) else ""
+
+
 def _fused_differs(r: Mapping[str, Any]) -> bool:
     """The pre-blend (fused) score is worth showing only where blending changed the score."""
-    raw, score = r.get("raw_score"), r.get("score")
+    raw, score = _fused(r), r.get("score")
     if not isinstance(raw, int | float) or not isinstance(score, int | float) or not math.isfinite(raw):
         return False
     return abs(raw - score) > 1e-9 * max(1.0, abs(score))
@@ -169,7 +180,8 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
     out = []
     if notes.get("low_confidence"):
         out.append(
-            "note: no result reached the minimum score; these are the closest matches (low confidence)"
+            "note: no result reached the threshold (threshold.min_score, or min_prob for a calibrated model); "
+            "these are the closest matches (low confidence)"
         )
     if notes.get("low_differentiation"):
         spread = notes.get("spread")
@@ -193,7 +205,7 @@ def provider_field(notes: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _header(r: Mapping[str, Any], title_chars: int) -> str:
     parts = [f"{r.get('rank', '?')}. score {_num(r.get('score'))}"]
-    why = [x for x in (f"fused {_num(r.get('raw_score'))}" if _fused_differs(r) else "", _origin_text(r)) if x]
+    why = [x for x in (f"fused {_num(_fused(r))}" if _fused_differs(r) else "", _rerank_text(r), _origin_text(r)) if x]
     if why:
         parts[0] += f" ({' · '.join(why)})"
     if r.get("score_prob") is not None:  # calibrated P(relevant), fusion.method learned
@@ -239,7 +251,9 @@ def _detailed(rows: list[dict[str, Any]], notes: list[str]) -> str:
     for r in rows:
         head = f"#{r.get('rank', '?')}  score {_num(r.get('score'))}"
         if _fused_differs(r):
-            head += f"  fused {_num(r.get('raw_score'))}"
+            head += f"  fused {_num(_fused(r))}"
+        if _rerank_text(r):
+            head += f"  {_rerank_text(r)}"
         if _origin_text(r):
             head += f"  ({_origin_text(r)})"
         if _flags(r):
@@ -286,7 +300,7 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int, query: str | None = N
         "source": r.get("source"),
         "title": r.get("title") or "",
         "score": r.get("score"),
-        "fused_score": r.get("raw_score") if _fused_differs(r) else None,
+        "fused_score": _fused(r) if _fused_differs(r) else None,
         "score_prob": r.get("score_prob"),
         "reranked": bool(r.get("reranked")),
         "rerank_score": r.get("rerank_score"),
@@ -307,7 +321,8 @@ def render(
     excerpt_chars: int = 240,
     query: str | None = None,
 ) -> str:
-    """Render one query's results. Rows carry rank, score (final), raw_score (fused, before blending),
+    """Render one query's results. Rows carry rank, score (final), fused_score (before blending; else
+    raw_score), rerank_score and reranked,
     origins (see `origins`), source, doc_id, title, text and/or excerpt, flags, also_in, metadata;
     `notes` is the query's per-query row (low_confidence, low_differentiation, spread, exact_token)
     plus optional `messages` (list of strings, e.g. a provider that fell back)."""
