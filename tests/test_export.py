@@ -243,3 +243,19 @@ def test_lancedb_module_runs_and_fuses_like_the_toolkit(cfg, tmp_path):
     weights = pl.DataFrame({"qid": ["q", "q"], "list_id": ["orig:lex", "orig:vec"], "weight": [cfg.fusion.lexical_weight, cfg.fusion.dense_weight]})
     ours = fuse(cands, weights, cfg.fusion).sort("rank")["doc_id"].to_list()
     assert got["doc_id"].tolist() == ours[:6]
+
+
+def test_tuned_bm25_parameters_reach_the_index_or_are_named():
+    """A user trial: k1 0.9 / b 0.4 were exported into a mapping without them (engine defaults 1.2 / 0.75),
+    and nothing said so. OpenSearch and Elasticsearch get a BM25 similarity on the text field; Weaviate and
+    the LanceDB module list them as not carried."""
+    tuned = load_config("qmd").with_updates({"retrieval.lexical.k1": 0.9, "retrieval.lexical.b": 0.4})
+    for engine in ("opensearch", "elasticsearch"):
+        body = export_config(tuned, engine).payload["index"]["body"]
+        assert body["settings"]["index"]["similarity"]["hrt_bm25"] == {"type": "BM25", "k1": 0.9, "b": 0.4}, engine
+        assert body["mappings"]["properties"]["text"]["similarity"] == "hrt_bm25", engine
+        plain = export_config("qmd", engine).payload["index"]["body"]
+        assert "similarity" not in plain["mappings"]["properties"]["text"], engine
+    for engine in ("weaviate", "lancedb"):
+        assert any("BM25 k1=0.9, b=0.4" in x for x in export_config(tuned, engine).not_carried), engine
+        assert not any("BM25 k1" in x for x in export_config("qmd", engine).not_carried), engine

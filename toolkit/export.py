@@ -76,6 +76,10 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
     lancedb_ce = engine == "lancedb" and cfg.rerank.provider == "cross-encoder" and cfg.rerank.blend == "replace"
     if cfg.rerank.provider != "none" and cfg.rerank.blend != "none" and not lancedb_ce:
         out.append(f"guarded reranking (top {cfg.rerank.top_n}, blend '{cfg.rerank.blend}' buckets {cfg.rerank.buckets})")
+    if _bm25_tuned(cfg) and engine in ("weaviate", "lancedb"):
+        lx = cfg.retrieval.lexical
+        out.append(f"BM25 k1={lx.k1}, b={lx.b} (the engine's defaults are k1 {ENGINE_BM25['k1']}, b {ENGINE_BM25['b']}"
+                   + (": set invertedIndexConfig.bm25 on the collection)" if engine == "weaviate" else ")"))
     if hybrid and cfg.adapt.dense_gap:
         out.append(f"per-query dense weight from the dense list's score gap (adapt, scale {cfg.adapt.gap_scale}): "
                    "exported as the fixed list weights")
@@ -108,6 +112,26 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
     # Weaviate's rankedFusion weighs the two rank lists by alpha and 1 - alpha, and the LanceDB module fuses
     # with the toolkit's own weights: unequal list weights carry over to both.
     return out
+
+
+# BM25's parameters in OpenSearch, Elasticsearch, Weaviate and Lucene generally; a config that tunes them
+# needs them set in the engine's index, which only the OpenSearch/Elasticsearch mappings here can carry.
+ENGINE_BM25 = {"k1": 1.2, "b": 0.75}
+
+
+def _bm25_tuned(cfg: PipelineConfig) -> bool:
+    lx = cfg.retrieval.lexical
+    return lx.enabled and (lx.k1, lx.b) != (ENGINE_BM25["k1"], ENGINE_BM25["b"])
+
+
+def _text_mapping(cfg: PipelineConfig) -> tuple[dict, dict]:
+    """(index settings, text field mapping) for OpenSearch / Elasticsearch: the `english` analyzer, and a
+    BM25 similarity with the config's k1 and b when they are not the engine's defaults."""
+    field_ = {"type": "text", "analyzer": "english"}
+    if not _bm25_tuned(cfg):
+        return {}, field_
+    lx = cfg.retrieval.lexical
+    return {"similarity": {"hrt_bm25": {"type": "BM25", "k1": lx.k1, "b": lx.b}}}, field_ | {"similarity": "hrt_bm25"}
 
 
 def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
@@ -172,9 +196,9 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
         "index": {
             "request": "PUT /{{index}}",
             "body": {
-                "settings": {"index": {"knn": True}},
+                "settings": {"index": {"knn": True, **_text_mapping(cfg)[0]}},
                 "mappings": {"properties": {
-                    TEXT_FIELD: {"type": "text", "analyzer": "english"},
+                    TEXT_FIELD: _text_mapping(cfg)[1],
                     VECTOR_FIELD: {"type": "knn_vector", "dimension": dims, "space_type": "cosinesimil"},
                 }},
             },
@@ -210,8 +234,8 @@ def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
         "search": {"request": "POST /{{index}}/_search", "body": {"retriever": body, "size": cfg.output.n}},
         "index": {
             "request": "PUT /{{index}}",
-            "body": {"mappings": {"properties": {
-                TEXT_FIELD: {"type": "text", "analyzer": "english"},
+            "body": {**({"settings": {"index": _text_mapping(cfg)[0]}} if _bm25_tuned(cfg) else {}), "mappings": {"properties": {
+                TEXT_FIELD: _text_mapping(cfg)[1],
                 VECTOR_FIELD: {"type": "dense_vector", "dims": dims, "similarity": "cosine", "index": True},
             }}},
         },
