@@ -213,11 +213,15 @@ def test_http_bad_answers_fall_back(fake_server, mode, message, calls):
     assert fake_server.count() == calls
 
 
-def test_http_partial_answer_scores_what_it_got(fake_server):
+def test_http_partial_answer_is_a_failed_call(fake_server):
+    """Every document is asked for (top_n = all). A user trial's endpoint scored 2 of 16: the scored ones were
+    blended above the rest, the exact match among them, under a provider status "ok". Now the query keeps
+    its retrieval order and the status says what the endpoint did."""
     fake_server.mode = "partial"  # only even request positions are scored
     scores, status = rerank_scores(make_pairs({"q1": ["b", "c", "a"]}), http(fake_server))
-    assert status.rows() == [("q1", "ok", "1 of 3 passages not scored by the provider")]
-    assert dict(scores.select("doc_id", "rerank_score").iter_rows()) == {"b": 1.0, "a": 5.0}
+    assert scores.is_empty()
+    assert status.rows() == [("q1", "fallback", status["error"][0])]
+    assert "scored 2 of the 3 documents sent" in status["error"][0]
 
 
 def test_http_tei_shape_is_detected(fake_server):

@@ -256,7 +256,15 @@ class HttpReranker:
                 raise
             self._tei = True
             data = post_json(self._client, self.url, self._payload(query, documents), **kw)
-        return parse_rerank_response(data, len(documents))
+        scores = parse_rerank_response(data, len(documents))
+        # Every document was asked for (top_n = all): a partial answer would put the scored ones above the
+        # unscored ones, an exact match among them, so it is a failed call and the retrieval order stands.
+        missing = sum(x is None for x in scores)
+        if missing:
+            raise ProviderError(
+                f"the reranker scored {len(scores) - missing} of the {len(scores)} documents sent (top_n was {len(scores)})"
+            )
+        return scores
 
     def close(self) -> None:
         if self._client is not None:
