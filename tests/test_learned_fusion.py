@@ -191,6 +191,7 @@ def test_train_fusion_cli(tmp_path, dataset):
     assert json.loads(out.read_text())["format"] == "hrt-learned-fusion"
     r = CliRunner().invoke(main, ["train-fusion", "--dataset", str(dataset), "--split", "test", "--out", str(out)])
     assert r.exit_code == 2 and "refusing to train on the test split" in r.output
+    assert "--force" in r.output  # the CLI flag, not only the Python keyword force=True
 
 
 def test_router_weights_lists_per_query(store, dataset, tmp_path):
@@ -248,3 +249,70 @@ def test_reliability_panel_and_compact_output(store):
     assert "set fusion.method to learned" in str(panels.reliability_figure(panels.reliability(res.final.drop("score_prob"), qrels)).layout)
     q1 = res.final.filter(pl.col("qid") == "q1").head(2)
     assert "P(relevant)" in render(q1, fmt="compact")
+
+
+def _small_model(tmp_path):
+    """(path of a small calibrated model file trained on synthetic data, its JSON document)."""
+    from toolkit.train_fusion import DEFAULT_FEATURES
+
+    data, qrels = _synthetic(n_q=30, n_d=20)
+    model, _ = fit(data, qrels, features=DEFAULT_FEATURES, seed=0, rounds=8, holdout=0.3)
+    assert model.calibration is not None and model.booster_text.count("Tree=") >= 3
+    path = model.save(tmp_path / "good.json")
+    return path, json.loads(path.read_text())
+
+
+def _damaged(tmp_path, doc, name, **changes):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({**doc, **changes}))
+    return path
+
+
+def test_damaged_model_files_are_input_errors_naming_file_and_field(tmp_path):
+    good, doc = _small_model(tmp_path)
+    loaded = FusionModel.load(good)
+    assert loaded.features == doc["features"] and loaded.booster.num_feature() == len(doc["features"])
+    b, feats = doc["booster"], doc["features"]
+    tree1, tree2 = b.index("\nTree=1\n"), b.index("\nTree=2\n")
+    cases = {
+        "truncated": ({"booster": b[: len(b) // 2]}, "booster.*end of trees"),
+        "tree_removed": ({"booster": b[:tree1] + b[tree2:]}, "booster.*(tree_sizes|Tree=)"),
+        "garbage": ({"booster": "garbage"}, "booster.*not a LightGBM model"),
+        "not_text": ({"booster": 42}, "booster"),
+        "fewer": ({"features": feats[:-3]}, "features.*feature_names"),
+        "reversed": ({"features": feats[::-1]}, "features.*feature_names"),
+        "twice": ({"features": [feats[0], *feats[:-1]]}, f"features.*{feats[0]} more than once"),
+        "isotonic": ({"calibration": {"kind": "isotonic"}}, "calibration.*isotonic"),
+        "no_coef": ({"calibration": {"kind": "platt", "intercept": 0.1}}, "calibration.*coef"),
+        "short_coef": ({"calibration": {**doc["calibration"], "coef": [1.0]}}, "calibration.*coef"),
+        "prior": ({"prior": {"feature": "nope", "scale": 2.0}}, "prior"),
+        "lgb_error": ({"booster": b.replace("objective=lambdarank", "objective=nonsense_obj", 1)}, "booster.*not a valid LightGBM model"),
+    }
+    for name, (changes, pattern) in cases.items():
+        path = _damaged(tmp_path, doc, name, **changes)
+        with pytest.raises(InputError, match=pattern) as e:
+            FusionModel.load(path)
+        assert str(path) in str(e.value), name
+    # Truncated anywhere (the JSON still valid): a clear error each time, never a crash or an abort.
+    for i, cut in enumerate(range(40, len(b), max(len(b) // 25, 1))):
+        with pytest.raises(InputError, match="booster"):
+            FusionModel.load(_damaged(tmp_path, doc, f"cut{i}", booster=b[:cut]))
+
+
+def test_training_without_calibration_warns_and_min_prob_then_refuses(store, dataset, tmp_path):
+    from toolkit.learned_fusion import check_min_prob
+
+    out = tmp_path / "h0.json"
+    with pytest.warns(UserWarning, match="no calibration.*min_prob cannot be used"):
+        rep = train_fusion([(store, dataset, 1)], out, rounds=5, holdout=0.0, progress=False)
+    assert rep.calibration_ece_held_out is None and "min_prob cannot be used" in rep.summary()
+    assert FusionModel.load(out).calibration is None
+    check_min_prob(str(out), 0.0)  # min_prob 0: nothing to check
+    with pytest.raises(InputError, match=f"threshold.min_prob.*fusion.model {out}"):
+        check_min_prob(str(out), 0.3)
+    cfg = load_config("learned").with_updates({"fusion.model": str(out)})
+    prep = prepare(store, QUERIES, cfg)
+    assert rescore(prep, cfg).final["score_prob"].is_null().all()  # min_prob 0: runs, no probabilities
+    # Before: every result was kept and flagged low_confidence ("no result reached the minimum score").
+    with pytest.raises(InputError, match="threshold.min_prob.*fusion.model"):
+        rescore(prep, cfg.with_updates({"threshold.min_prob": 0.3}))

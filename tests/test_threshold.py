@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from toolkit.config import ThresholdConfig
+from toolkit.errors import InputError
 from toolkit.threshold import PER_QUERY_SCHEMA, apply_threshold
 
 
@@ -73,3 +74,16 @@ def test_ties_are_broken_in_rank_order_so_evaluation_by_score_agrees():
     by_eval = tied.sort(["score", "doc_id"], descending=[True, True])["doc_id"].to_list()
     assert by_eval == ["z1", "z2", "z3", "z4", "z5"]
     assert kept.filter(pl.col("qid") == "clean")["score"].to_list() == [0.9, 0.5, 0.1]  # untouched
+
+
+def test_min_prob_without_probabilities_is_an_error_not_a_silent_low_confidence():
+    r = run({"q": [0.9, 0.5, 0.1]})
+    probs = r.with_columns(pl.Series("score_prob", [0.8, 0.4, 0.1]))
+    kept, pq = apply_threshold(probs, ThresholdConfig(min_prob=0.3))
+    assert kept["doc_id"].to_list() == ["q-d1", "q-d2"] and not pq["low_confidence"].any()
+    # No calibrated probabilities (a model without calibration: score_prob all null, or no column at all).
+    for frame in (r, probs.with_columns(pl.lit(None, pl.Float64).alias("score_prob"))):
+        with pytest.raises(InputError, match="threshold.min_prob 0.3 needs calibrated scores.*fusion.model"):
+            apply_threshold(frame, ThresholdConfig(min_prob=0.3))
+    kept, _ = apply_threshold(r, ThresholdConfig(min_prob=0.0))  # min_prob 0: no probabilities needed
+    assert len(kept) == 3

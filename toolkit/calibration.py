@@ -36,6 +36,30 @@ def fit_platt(x: np.ndarray, y: np.ndarray, *, seed: int = 0) -> dict:
     return {"kind": "platt", "inputs": INPUTS, "coef": lr.coef_[0].tolist(), "intercept": float(lr.intercept_[0])}
 
 
+def problem(cal: object) -> str | None:
+    """What is wrong with a calibrator read from a model file (the fields its kind needs), or None."""
+    if not isinstance(cal, dict):
+        return "expected an object {kind, inputs, coef, intercept} or null"
+    kind = cal.get("kind")
+    if kind != "platt":
+        return f"kind {kind!r} is not supported (expected 'platt')"
+    missing = [k for k in ("coef", "intercept") if k not in cal]
+    if missing:
+        return f"kind 'platt' needs field(s) {', '.join(missing)}"
+    if "inputs" in cal and cal["inputs"] != INPUTS:
+        return f"inputs {cal['inputs']!r}: expected {INPUTS}"
+    coef, icpt = cal["coef"], cal["intercept"]
+    if not isinstance(coef, list) or len(coef) != len(INPUTS) or not all(_finite(c) for c in coef):
+        return f"coef must be {len(INPUTS)} finite numbers (one per input {', '.join(INPUTS)})"
+    if not _finite(icpt):
+        return "intercept must be a finite number"
+    return None
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
 def apply(cal: dict, x: np.ndarray) -> np.ndarray:
     """P(relevant) for `inputs` rows under a fitted calibrator."""
     z = x @ np.asarray(cal["coef"], dtype=np.float64) + float(cal["intercept"])

@@ -13,6 +13,8 @@ dedup and thresholds still apply after it. List weights, RRF k and the rank bonu
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,22 +78,152 @@ class FusionModel:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> FusionModel:
+        """The model file at `path` (the shipped model when None), checked field by field before LightGBM
+        reads the trees: a damaged file is an InputError naming the file and the field, never a crash."""
         p = resolve(path)
         try:
             doc = json.loads(p.read_text(encoding="utf-8"))
         except OSError as e:
             raise InputError(f"{p}: cannot read learned fusion model: {e.strerror or e}") from None
-        except json.JSONDecodeError as e:
-            raise InputError(f"{p}:{e.lineno}: not a learned fusion model (invalid JSON: {e.msg})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            where = f":{e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+            raise InputError(f"{p}{where}: not a learned fusion model (invalid JSON: {msg})") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise InputError(f"{p}: not a learned fusion model (no \"format\": \"{FORMAT}\"); train one with `hrt train-fusion`")
         for key in ("features", "booster"):
             if key not in doc:
                 raise InputError(f"{p}: learned fusion model lacks field {key!r}")
-        unknown = [f for f in doc["features"] if f not in ltr_features.FEATURE_NAMES]
+        feats = doc["features"]
+        if not isinstance(feats, list) or not feats or not all(isinstance(f, str) for f in feats):
+            raise InputError(f"{p}: field 'features' must be a non-empty list of feature names")
+        dup = sorted({f for f in feats if feats.count(f) > 1})
+        if dup:
+            raise InputError(f"{p}: field 'features' lists {', '.join(dup)} more than once")
+        unknown = [f for f in feats if f not in ltr_features.FEATURE_NAMES]
         if unknown:
             raise InputError(f"{p}: features {', '.join(unknown)} are not computed by this toolkit version")
-        return cls(doc["features"], doc["booster"], doc.get("calibration"), doc.get("router"), doc.get("info", {}), doc.get("prior"))
+        problem = booster_problem(doc["booster"], feats)
+        if problem:
+            raise InputError(f"{p}: {problem}")
+        cal = doc.get("calibration")
+        if cal is not None:
+            problem = calibration.problem(cal)
+            if problem:
+                raise InputError(f"{p}: field 'calibration' is invalid ({problem})")
+        prior = doc.get("prior")
+        if prior is not None:
+            problem = _prior_problem(prior)
+            if problem:
+                raise InputError(f"{p}: field 'prior' is invalid ({problem})")
+        info = doc.get("info") or {}
+        router = doc.get("router")
+        if not isinstance(info, dict) or (router is not None and not isinstance(router, dict)):
+            raise InputError(f"{p}: field {'info' if not isinstance(info, dict) else 'router'!r} must be an object")
+        model = cls(feats, doc["booster"], cal, router, info, prior)
+        lgb = _lightgbm()
+        try:
+            model._booster = lgb.Booster(model_str=model.booster_text)
+            n = model._booster.num_feature()
+        except (lgb.basic.LightGBMError, ValueError) as e:
+            raise InputError(f"{p}: field 'booster' is not a valid LightGBM model ({str(e).strip()})") from None
+        if n != len(feats):
+            raise InputError(f"{p}: field 'booster' reads {n} features but field 'features' lists {len(feats)}")
+        return model
+
+
+BOOSTER_END = "end of trees"
+_BAD = "field 'booster' is damaged (retrain the model with `hrt train-fusion`): "
+
+
+def booster_problem(text: Any, features: list[str]) -> str | None:
+    """What is wrong with LightGBM model text `text` for a model reading `features`, or None.
+
+    LightGBM aborts the process (or crashes) on a damaged model string instead of raising, so the text is
+    checked first: the header, the `feature_names=` line (the model's `features`, in order), every tree
+    block the `tree_sizes=` header announces (count, byte sizes, numbering) and the `end of trees` marker.
+    """
+    if not isinstance(text, str) or not text.startswith("tree\n"):
+        return _BAD + "not a LightGBM model text: it must start with a 'tree' line"
+    end = text.find(f"\n{BOOSTER_END}\n")
+    if end < 0:
+        return _BAD + f"no '{BOOSTER_END}' marker: the text is truncated"
+    head_end = text.find("\nTree=")
+    head = text[: end if head_end < 0 else head_end]
+    lines = dict(ln.split("=", 1) for ln in head.splitlines() if "=" in ln)
+    names = lines.get("feature_names")
+    if names is None:
+        return _BAD + "no feature_names= line"
+    if names.split() != list(features):
+        return (f"field 'features' ({len(features)} names) does not match the booster's feature_names= line "
+                f"({len(names.split())} names) name for name, in order: the file was edited or mixed up")  # fmt: skip
+    if lines.get("max_feature_idx") != str(len(features) - 1):
+        return _BAD + f"max_feature_idx={lines.get('max_feature_idx')} does not match {len(features)} features"
+    if "tree_sizes" not in lines:
+        return _BAD + "no tree_sizes= line"
+    try:
+        sizes = [int(x) for x in lines["tree_sizes"].split()]
+    except ValueError:
+        return _BAD + "tree_sizes= holds something other than numbers"
+    n_trees = len(re.findall(r"^Tree=\d+$", text[:end], flags=re.M))
+    if n_trees != len(sizes):
+        return _BAD + f"tree_sizes= announces {len(sizes)} trees but {n_trees} Tree= blocks precede '{BOOSTER_END}'"
+    tail = _tail_problem(text[end + len(BOOSTER_END) + 2 :])
+    if tail:
+        return _BAD + tail
+    if not sizes:
+        return None
+    body = text[head_end + 1 : end + 1].encode("utf-8")
+    if sum(sizes) != len(body) or min(sizes) <= 0:
+        return _BAD + f"the tree blocks take {len(body)} bytes, tree_sizes= says {sum(sizes)}"
+    off = 0
+    for i, size in enumerate(sizes):
+        if not body.startswith(f"Tree={i}\n".encode(), off):
+            return _BAD + f"tree block {i} is not where tree_sizes= puts it"
+        off += size
+    return None
+
+
+def _tail_problem(tail: str) -> str | None:
+    """What is wrong with what follows `end of trees`: LightGBM crashes on a truncated parameters block."""
+    start = tail.find("\nparameters:\n")
+    stop = tail.find("\nend of parameters\n")
+    if start < 0 or stop < start:
+        return "its parameters block (up to 'end of parameters') is missing or truncated"
+    params = [ln for ln in tail[start + len("\nparameters:\n") : stop].splitlines() if ln]
+    bad = next((ln for ln in params if not re.fullmatch(r"\[[^\[\]:]+: [^\n]*\]", ln)), None)
+    if bad is not None:
+        return f"parameter line {bad[:40]!r} is not '[name: value]'"
+    rest = tail[stop + len("\nend of parameters\n") :].strip()
+    if rest:
+        if not rest.startswith("pandas_categorical:"):
+            return "unexpected text after 'end of parameters'"
+        try:
+            json.loads(rest[len("pandas_categorical:") :])
+        except json.JSONDecodeError:
+            return "its pandas_categorical: line is not valid JSON"
+    return None
+
+
+def _prior_problem(prior: Any) -> str | None:
+    if not isinstance(prior, dict):
+        return "expected an object {feature, scale} or null"
+    feat = prior.get("feature", "rrf")
+    if feat not in ltr_features.FEATURE_NAMES:
+        return f"feature {feat!r} is not computed by this toolkit version"
+    scale = prior.get("scale")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)):
+        return f"scale {scale!r} is not a finite number"
+    return None
+
+
+def check_min_prob(model_path: str | None, min_prob: float) -> None:
+    """InputError when `threshold.min_prob` > 0 but the model file gives no score_prob (no calibration)."""
+    if min_prob > 0 and FusionModel.load(model_path).calibration is None:
+        raise InputError(
+            f"threshold.min_prob {min_prob} needs calibrated scores, but fusion.model {resolve(model_path)} has no "
+            "calibration (trained with --holdout 0?): set threshold.min_prob to 0 or retrain with a holdout"
+        )
 
 
 def prior_score(feats: pl.DataFrame, prior: dict | None) -> np.ndarray:

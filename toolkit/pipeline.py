@@ -440,6 +440,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     t0 = time.perf_counter()
     if learned:
         kept = learned_fusion.attach_prob(kept, prep, cfg.fusion.model)
+        if cfg.threshold.min_prob > 0 and len(kept) and kept["score_prob"].null_count() == len(kept):
+            learned_fusion.check_min_prob(cfg.fusion.model, cfg.threshold.min_prob)  # the error names the file
     final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
     if route is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from .config import ThresholdConfig
+from .errors import InputError
 from .fusion import in_rank_order
 
 PER_QUERY_SCHEMA = {
@@ -62,7 +63,14 @@ def apply_threshold(
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
     if not len(r):
         return r, pl.DataFrame(schema=PER_QUERY_SCHEMA)
-    use_prob = cfg.min_prob > 0 and "score_prob" in r.columns
+    use_prob = cfg.min_prob > 0
+    if use_prob and ("score_prob" not in r.columns or r["score_prob"].null_count() == len(r)):
+        # Without calibrated probabilities every row would fail and be flagged low confidence.
+        raise InputError(
+            f"threshold.min_prob {cfg.min_prob} needs calibrated scores (score_prob), but there are none: use "
+            "fusion.method learned with a fusion.model that has a calibration (one trained with --holdout > 0), "
+            "or set threshold.min_prob to 0"
+        )
     if cfg.min_score > 0 or use_prob:
         passes = pl.col("score") >= cfg.min_score
         if use_prob:  # the calibrated probability (learned fusion); a row without one does not pass

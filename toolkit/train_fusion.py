@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,12 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
+NO_CALIBRATION = (
+    "the model has no calibration (it needs held-out queries with relevant and non-relevant candidates: "
+    "--holdout > 0): it gives no score_prob and threshold.min_prob cannot be used with it"
+)
+
+
 @dataclass
 class FusionTrainReport:
     collections: dict[str, dict[str, Any]]
@@ -93,6 +100,8 @@ class FusionTrainReport:
             )
         if self.calibration_ece_held_out is not None:
             lines.append(f"  calibration ECE on held-out rows: {self.calibration_ece_held_out:.4f}")
+        else:
+            lines.append(f"  warning: {NO_CALIBRATION}")
         top = sorted(self.importance.items(), key=lambda kv: -kv[1])[:6]
         lines.append("  top features (gain share): " + ", ".join(f"{k} {v:.2f}" for k, v in top))
         if self.out:
@@ -265,6 +274,8 @@ def fit(
         if len(np.unique(yv_bin)) == 2:
             cal = calibration.fit_platt(x_cal, yv_bin, seed=seed)
             ece = calibration.ece(calibration.apply(cal, x_cal), yv_bin)
+    if cal is None:
+        warnings.warn(NO_CALIBRATION, stacklevel=2)
 
     # Router (router.py): fitted on the training queries, judged on the held-out ones, then refitted on all.
     rt = _fit_router(data.filter(~pl.col("held_out")), qrels, rel_threshold, balance, sizes, seed)
@@ -309,7 +320,7 @@ def train_fusion(
     `pseudo_stores`: stores of collections without judgements (the one the model is meant for) whose
     corpus gives `pseudo` pseudo-queries each as extra training data (`collect_pseudo`)."""
     if split == "test" and not force:
-        raise InputError("refusing to train on the test split (train on dev, report on test); pass force=True to override")
+        raise InputError("refusing to train on the test split (train on dev, report on test); pass --force (force=True) to override")
     t0 = time.perf_counter()
     frames, qrels, thresholds = [], [], {}
     names: set[str] = set()
