@@ -109,6 +109,28 @@ class IngestReport:
         )
 
 
+def _describe(emb: Embedder) -> str:
+    """'fake-emb' (from http://host/v1/embeddings): a model and, for an endpoint, where it was asked."""
+    url = getattr(emb, "url", None)
+    return f"{emb.model_id!r}" + (f" (from {url})" if url else "")
+
+
+def _local_model(label: str) -> bool:
+    """Whether a recorded model id loads without the network: the packaged model, a path, or a hub model
+    already in the local Hugging Face cache."""
+    from .embed import INT8_SUFFIX, resolve_model
+
+    label = label.removesuffix(INT8_SUFFIX)
+    try:
+        if Path(resolve_model(label)[1]).expanduser().exists():
+            return True
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(label, "config.json"), str)
+    except Exception:  # not a valid hub id, hub client missing: not loadable here
+        return False
+
+
 def sha1(s: str) -> str:
     return hashlib.sha1(s.encode("utf-8")).hexdigest()
 
@@ -396,6 +418,10 @@ class Store:
         self._session_rerank: dict[str, dict[tuple[str, str], float]] = {}  # read-only: scores kept in memory
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
+        # A store file this object creates is removed again at `close` when its first ingest failed and left it
+        # empty (`_drop_if_empty`): a failed `hrt ingest` must not leave an empty store behind.
+        self._created = not read_only and not self.path.exists()
+        self._drop_if_empty = False
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -474,8 +500,22 @@ class Store:
     def close(self) -> None:
         """Close the file (again is a no-op); any later use of the store raises a StoreError naming it."""
         if not isinstance(self.con._con, _Closed):
+            drop = self._drop_if_empty and self._is_empty()
             self.con._con.close()
             self.con._con = _Closed(self.path)
+            if drop:
+                for f in (self.path, Path(f"{self.path}.wal")):
+                    f.unlink(missing_ok=True)
+
+    def _is_empty(self) -> bool:
+        """Nothing stored but the schema: no documents, no cached embeddings, scores or frames."""
+        try:
+            return not any(
+                self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                for t in ("documents", "chunks", "embedding_cache", "rerank_cache", "stage_cache", "doc_values")
+            )
+        except duckdb.Error:
+            return False
 
     def release_table_pages(self) -> None:
         """Drop the table pages DuckDB keeps cached after a whole-table scan whose result now lives in Python.
@@ -601,6 +641,13 @@ class Store:
                 f"{self.path} holds vectors of {want!r} made by an http endpoint: embed queries the same way "
                 f"(retrieval.dense.provider: http, retrieval.dense.url, retrieval.dense.model: {want})"
             )
+        if provider == "local" and model is None and self.embedding_backend == "precomputed" and not _local_model(want):
+            # The label names vectors made elsewhere; unless it is a model found on this machine (e.g. what
+            # `hrt embed` recorded), it is no model to load: never try it as a hub id over the network.
+            raise StoreError(
+                f"{self.path} holds precomputed vectors of {want!r}: set retrieval.dense (a local model path, or "
+                "provider: http) to embed queries with that model, or use --mode lexical"
+            )
         want_id = embedder_model_id(want, backend, provider)
         if e is None or e.model_id != want_id or (backend != "auto" and getattr(e, "backend", backend) != backend):
             self._embedder = make_embedder(want, **options)
@@ -612,18 +659,43 @@ class Store:
             from .vectors import document_vectors
 
             return document_vectors(docs, settings.chunk_size, settings.chunk_overlap, model)
+        e = self._embedder
+        if model is None and e is not None and backend in ("auto", getattr(e, "backend", backend)):
+            return e  # the embedder given to the store: `_check_model` refuses it if the store has another model
+        have, how = self.embedding_model, self.embedding_backend
+        if model is None and have is not None and how in ("http", "precomputed"):
+            made = "by an http endpoint" if how == "http" else "elsewhere (precomputed)"
+            way = (f"the endpoint that made them (hrt ingest --embed-url URL --model {have})" if how == "http"
+                   else f"vectors of that model (hrt ingest --vectors FILE, or a corpus `vector` field with --model {have})")
+            raise StoreError(
+                f"{self.path} holds vectors of {have!r} made {made}, but this ingest would embed with the local "
+                f"model {embedder_model_id(None, backend)!r}: ingest with {way}, or --no-embed for lexical only, "
+                "or use a new store file for the other model"
+            )
         return self.embedder(model, backend=backend)
 
     def _check_model(self, emb: Embedder, *, dim_too: bool = True) -> None:
         """Refuse to mix models in one store. The dimension check loads the model, so it is optional."""
         have, dim = self.embedding_model, self.embedding_dim
         if have is not None and have != emb.model_id:
+            how = {"http": ", made by an http endpoint", "precomputed": ", precomputed"}.get(self.embedding_backend or "", "")
             raise StoreError(
-                f"{self.path} was built with embedding model {have!r} (dim {dim}); you asked for "
-                f"{emb.model_id!r}. Use that model, or a new store file for the other model."
+                f"{self.path} was built with embedding model {have!r} (dim {dim}{how}); you asked for "
+                f"{_describe(emb)}. Use that model, or a new store file for the other model."
             )
-        if dim_too and dim is not None and dim != emb.dim:
-            raise StoreError(f"{self.path} holds {dim}-d embeddings but {emb.model_id!r} makes {emb.dim}-d vectors")
+        if dim_too and dim is not None:
+            self._check_dim(emb, int(emb.dim))
+
+    def _check_dim(self, emb: Embedder | None, got: int) -> None:
+        """Refuse vectors whose size is not the store's (a configuration error, never a provider outage)."""
+        dim = self.embedding_dim
+        if dim is None or got == dim:
+            return
+        who = f"{_describe(emb)} makes" if emb is not None else "the query vectors have"
+        raise StoreError(
+            f"{self.path} holds {dim}-d embeddings of {self.embedding_model!r} but {who} {got}-d vectors: "
+            "embed with the model (and dimensions) that made the store, or use a new store file for the other model"
+        )
 
     def embed_cached(self, texts: Sequence[str], emb: Embedder, *, progress: bool = False) -> np.ndarray:
         """Embeddings for `texts`, computing only those not yet in the cache (keyed by model and text hash)."""
@@ -721,6 +793,25 @@ class Store:
         `docs` is a `Corpus` from `load_corpus`, or dicts / a polars or pandas frame, which go through
         `load_corpus` first: the same defaults and checks as a JSONL line, errors naming `record N`, all
         before anything is written; empty records are skipped (logged, and listed in the report's `skipped`)."""
+        try:
+            return self._ingest(docs, settings=settings, embed=embed, model=model, backend=backend, prune=prune,
+                                progress=progress)
+        except BaseException:
+            # A failed first ingest into a file this object created: `close` removes it if it is still empty.
+            self._drop_if_empty = self._created
+            raise
+
+    def _ingest(
+        self,
+        docs: Corpus | Iterable[Mapping[str, Any]] | pl.DataFrame | pl.LazyFrame,
+        *,
+        settings: IndexSettings | None,
+        embed: bool,
+        model: str | None,
+        backend: str,
+        prune: bool,
+        progress: bool,
+    ) -> IngestReport:
         from tqdm.auto import tqdm  # here, not at the top: ~40 ms of a cold `hrt search`
 
         from .loaders import Corpus, load_corpus
@@ -1290,7 +1381,10 @@ class Store:
         opts = dict(embedding or {})
         emb = self.embedder(opts.pop("model", None) or model, **opts)
         self._check_model(emb, dim_too=False)
-        return self.embed_cached(list(texts), emb, progress=progress)
+        qv = self.embed_cached(list(texts), emb, progress=progress)
+        if len(texts):
+            self._check_dim(emb, qv.shape[1])
+        return qv
 
     def dense_search(
         self,
@@ -1318,6 +1412,8 @@ class Store:
         )
         if index not in ("exact", "hnsw"):
             raise InputError(f"dense index must be 'exact' or 'hnsw', got {index!r}")
+        if vectors is not None and len(qv):
+            self._check_dim(None, np.asarray(qv).reshape(len(qv), -1).shape[1])
         scoped = scope_filter and "scope" in queries.columns and queries["scope"].is_not_null().any()
         if index == "hnsw" and not scoped and not filters:
             return self._dense_hnsw(queries, qv, top_k=top_k, level=level, ef_search=ef_search)

@@ -33,6 +33,29 @@ def _sha1(s: str) -> str:
     return hashlib.sha1(s.encode("utf-8")).hexdigest()
 
 
+class _Vector(list):
+    """A checked vector that remembers where it came from ("notes.parquet row 3"), for later errors."""
+
+    where: str = ""
+
+
+def _where(v: Any, fallback: str) -> str:
+    return getattr(v, "where", "") or fallback
+
+
+def _check_lengths(vectors: list[tuple[str, Any]], source: str) -> None:
+    """All vectors one length, else an InputError naming the first one whose length differs (and where)."""
+    if not vectors:
+        return
+    first_label, first = vectors[0]
+    for label, v in vectors[1:]:
+        if len(v) != len(first):
+            raise InputError(
+                f"{_where(v, f'{source}: {label}')}: vector of {len(v)} numbers, but {_where(first, first_label)} "
+                f"has {len(first)}: all vectors must come from one model, with one size"
+            )
+
+
 def check_vector(v: Any, where: str) -> list[float]:
     """A finite, non-zero list of numbers, or an InputError naming where it came from."""
     if not isinstance(v, list | tuple | np.ndarray) or len(v) == 0:
@@ -43,7 +66,9 @@ def check_vector(v: Any, where: str) -> list[float]:
         raise InputError(f"{where}: field `{VECTOR_FIELD}` must hold numbers only") from e
     if not all(math.isfinite(x) for x in out) or not any(out):
         raise InputError(f"{where}: field `{VECTOR_FIELD}` has NaN/infinite values or is all zeros")
-    return out
+    checked = _Vector(out)
+    checked.where = where
+    return checked
 
 
 class PrecomputedEmbedder:
@@ -54,9 +79,8 @@ class PrecomputedEmbedder:
     def __init__(self, model_id: str, by_hash: dict[str, list[float]], *, source: str = "supplied vectors") -> None:
         if not model_id:
             raise InputError(f"{source}: name the model that made the vectors (--model / model=)")
+        _check_lengths([(f"vector {i}", v) for i, v in enumerate(by_hash.values())], source)
         dims = {len(v) for v in by_hash.values()}
-        if len(dims) > 1:
-            raise InputError(f"{source}: vectors of different lengths {sorted(dims)}")
         self.model_id, self.source = model_id, source
         self._dim = dims.pop() if dims else 0
         self._by_hash = by_hash
@@ -101,6 +125,8 @@ def read_vectors(path: str | Path) -> PrecomputedEmbedder:
 
 def document_vectors(docs: list[dict[str, Any]], chunk_size: int, chunk_overlap: int, model: str | None) -> PrecomputedEmbedder:
     """Vectors carried by the documents themselves (a `vector` field): each document must be one chunk."""
+    _check_lengths([(f"document {d['doc_id']!r}", d[VECTOR_FIELD]) for d in docs if d.get(VECTOR_FIELD) is not None],
+                   "corpus vectors")
     by_hash: dict[str, list[float]] = {}
     for d in docs:
         v = d.get(VECTOR_FIELD)
