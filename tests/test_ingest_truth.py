@@ -142,3 +142,21 @@ def test_a_file_name_with_spaces_is_a_legitimate_document_id(tmp_path):
     assert CliRunner().invoke(main, ["ingest", str(root), "--store", store, "--no-embed"]).exit_code == 0
     r = CliRunner().invoke(main, ["search", "ECONNREFUSED", "--store", store, "--mode", "lexical", "--format", "json"])
     assert json.loads(r.output)["results"][0]["doc_id"] == "my note.md"
+
+
+def test_ingest_says_when_stored_documents_are_gone_from_the_source(tmp_path):
+    """A user trial deleted notes and re-ran `hrt ingest`: the deleted notes stayed searchable with no word.
+    Without --prune the ingest now counts and names them; with it, they are removed and nothing is said."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (folder / name).write_text(f"# {name}\nsome text about {name}\n")
+    store = str(tmp_path / "s.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(folder), "--store", store, "--no-embed"]).exit_code == 0
+    (folder / "b.md").unlink()
+    r = CliRunner().invoke(main, ["ingest", str(folder), "--store", store, "--no-embed"])
+    assert r.exit_code == 0 and "note: 1 stored document(s) are not in" in r.output and "'b.md'" in r.output
+    r = CliRunner().invoke(main, ["ingest", str(folder), "--store", store, "--no-embed", "--prune"])
+    assert r.exit_code == 0 and "stored document(s) are not in" not in r.output
+    r = CliRunner().invoke(main, ["ingest", str(folder), "--store", store, "--no-embed"])
+    assert "stored document(s) are not in" not in r.output

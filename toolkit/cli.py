@@ -121,7 +121,11 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
                         prune=prune, progress=True)
         if vector_index == "hnsw" and not st.vector_index:  # an existing index was rebuilt by the ingest if needed
             st.build_vector_index()
+        stale = [] if prune else sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in docs})
     _echo_skipped(docs, verbose)
+    if stale:  # a deleted or renamed file stays searchable until pruned: say so
+        click.echo(f"note: {len(stale)} stored document(s) are not in {source} (e.g. {stale[0]!r}); --prune removes them",
+                   err=True)
     index_note = "; HNSW vector index built" if vector_index == "hnsw" else ""
     click.echo(f"{rep.summary()}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
 
