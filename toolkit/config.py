@@ -28,7 +28,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -512,14 +512,19 @@ class PipelineConfig(_Model):
 
 
 # ------------------------------------------------------------------ the stage boundary, derived
-def _declared(model: type[BaseModel], prefix: str = "") -> dict[str, Stage]:
-    """{dotted path: stage} of every leaf field; sections (nested models) are walked, not declared."""
-    out: dict[str, Stage] = {}
+def _leaves(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, field info) of every leaf field; sections (nested models) are walked, not declared."""
     for name, f in model.model_fields.items():
-        path = prefix + name
         if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
-            out |= _declared(f.annotation, path + ".")
-            continue
+            yield from _leaves(f.annotation, prefix + name + ".")
+        else:
+            yield prefix + name, f
+
+
+def _declared(model: type[BaseModel]) -> dict[str, Stage]:
+    """{dotted path: stage} of every leaf field."""
+    out: dict[str, Stage] = {}
+    for path, f in _leaves(model):
         stages = {m for m in f.metadata if isinstance(m, Stage)}
         if len(stages) != 1:
             raise TypeError(f"config field {path}: declare its stage once, as Prepare[...] or Rescore[...]")
@@ -528,19 +533,8 @@ def _declared(model: type[BaseModel], prefix: str = "") -> dict[str, Stage]:
 
 
 FIELD_STAGES: dict[str, Stage] = _declared(PipelineConfig)
-
-
-def _input_flags(model: type[BaseModel], prefix: str = "") -> frozenset[str]:
-    out: set[str] = set()
-    for name, f in model.model_fields.items():
-        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
-            out |= _input_flags(f.annotation, prefix + name + ".")
-        elif _AddsInput in f.metadata:
-            out.add(prefix + name)
-    return frozenset(out)
-
-
-INPUT_FLAGS: frozenset[str] = _input_flags(PipelineConfig)  # `PrepareInput` fields: on serves off too
+# `PrepareInput` fields: frames prepared with the flag on serve a config with it off.
+INPUT_FLAGS: frozenset[str] = frozenset(path for path, f in _leaves(PipelineConfig) if _AddsInput in f.metadata)
 
 
 def fields(stage: Stage) -> tuple[str, ...]:

@@ -183,6 +183,7 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
         }
     }
     dims = _DIMS.get(r.dense.model or "all-MiniLM-L6-v2", "{{dims}}")  # unset: the store's (packaged by default)
+    index_settings, text_field = _text_mapping(cfg)
     payload = {
         "min_version": version,
         "search_pipeline": {
@@ -196,9 +197,9 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
         "index": {
             "request": "PUT /{{index}}",
             "body": {
-                "settings": {"index": {"knn": True, **_text_mapping(cfg)[0]}},
+                "settings": {"index": {"knn": True, **index_settings}},
                 "mappings": {"properties": {
-                    TEXT_FIELD: _text_mapping(cfg)[1],
+                    TEXT_FIELD: text_field,
                     VECTOR_FIELD: {"type": "knn_vector", "dimension": dims, "space_type": "cosinesimil"},
                 }},
             },
@@ -229,13 +230,14 @@ def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
                            "rank_window_size": window}}
         version = "8.18 (linear retriever with minmax normalizer)"
     dims = _DIMS.get(r.dense.model or "all-MiniLM-L6-v2", "{{dims}}")  # unset: the store's (packaged by default)
+    index_settings, text_field = _text_mapping(cfg)
     payload = {
         "min_version": version,
         "search": {"request": "POST /{{index}}/_search", "body": {"retriever": body, "size": cfg.output.n}},
         "index": {
             "request": "PUT /{{index}}",
-            "body": {**({"settings": {"index": _text_mapping(cfg)[0]}} if _bm25_tuned(cfg) else {}), "mappings": {"properties": {
-                TEXT_FIELD: _text_mapping(cfg)[1],
+            "body": {**({"settings": {"index": index_settings}} if index_settings else {}), "mappings": {"properties": {
+                TEXT_FIELD: text_field,
                 VECTOR_FIELD: {"type": "dense_vector", "dims": dims, "similarity": "cosine", "index": True},
             }}},
         },

@@ -241,6 +241,11 @@ def _hidden(rel: Path) -> bool:
     return any(part.startswith(".") for part in rel.parts)
 
 
+def _named_note(rel: str, include: tuple[str, ...]) -> bool:
+    """A note by its name alone (path relative to the folder): a known text extension or an `include` match."""
+    return Path(rel).suffix.lower() in TEXT_SUFFIXES or any(fnmatch.fnmatchcase(rel, pat) for pat in include)
+
+
 def _named(where: str, r: Mapping[str, Any]) -> str:
     """'record 3, document 'b'': a record in a list has no line number to find it by, so its id says which."""
     doc_id = r.get("_id", r.get("id", r.get("doc_id")))
@@ -259,7 +264,7 @@ def _beir_corpus(root: Path, include: tuple[str, ...] = ()) -> Path | None:
     notes = (
         x for x in root.rglob("*")
         if x.is_file() and not _hidden(rel := x.relative_to(root))
-        and (x.suffix.lower() in TEXT_SUFFIXES or any(fnmatch.fnmatchcase(rel.as_posix(), pat) for pat in include))
+        and _named_note(rel.as_posix(), include)
     )
     return None if next(notes, None) else corpus
 
@@ -290,7 +295,7 @@ def _folder_docs(root: Path, skipped: list[Skipped], include: tuple[str, ...] = 
             skipped.append(Skipped(rel, "a collection's corpus file, not a note (no queries.jsonl or qrels/ beside "
                                         "it, so the folder is read as notes; ingest the file itself for its records)"))
             continue
-        if f.suffix.lower() not in TEXT_SUFFIXES and not any(fnmatch.fnmatchcase(rel, pat) for pat in include):
+        if not _named_note(rel, include):
             # A known type that is not a document (image, archive, code) is skipped by name; no extension
             # or one no registry knows ("README", "NEWS", "README.Debian") is decided by content.
             kind, encoding = mimetypes.guess_type(f.name, strict=False)

@@ -272,13 +272,8 @@ def evaluate(
     wide = r.group_by("h").agg(pl.col("qid").first(), *num).drop("h")
     if len(wide) and len(judged) and not wide["qid"].is_in(judged["qid"].implode()).any():
         # One is_in over a row per query (microseconds): ids that share nothing would otherwise be silent zeros.
-        warnings.warn(
-            f"evaluate: 0 of {len(wide)} run queries have judgements in the qrels ({len(judged)} judged queries; "
-            f"run ids e.g. {wide['qid'].min()!r}, qrels ids e.g. {judged['qid'].min()!r}), so every value is 0: "
-            "do the run's query ids match the qrels'?",
-            IdMismatchWarning,
-            stacklevel=2,
-        )
+        warnings.warn("evaluate: " + _unjudged(len(wide), wide["qid"].min(), judged["qid"].min(), "the qrels", len(judged)),
+                      IdMismatchWarning, stacklevel=2)
     out = (
         queries.join(per_q, on="qid", how="left")
         .join(wide, on="qid", how="left")
@@ -343,6 +338,13 @@ class IdMismatchWarning(UserWarning):
     """Run and qrels ids that do not meet (every value 0); a class of its own so callers can filter it."""
 
 
+def _unjudged(n_run: int, run_id: Any, qrels_id: Any, where: str, n_judged: int | None = None) -> str:
+    """The words for a run none of whose queries is judged (`evaluate`'s warning and `id_warnings`)."""
+    judged = f"{n_judged} judged queries; " if n_judged is not None else ""
+    return (f"0 of {n_run} run queries have judgements in {where} ({judged}run ids e.g. {run_id!r}, qrels ids e.g. "
+            f"{qrels_id!r}), so every value is 0: do the query ids match?")
+
+
 def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels") -> list[str]:
     """What makes an evaluation of `run` against `qrels` all (or partly) zeros by id mismatch rather than by
     retrieval, in words, for a caller to report: no run query judged, judged queries missing from the run,
@@ -355,11 +357,7 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
         return out
     hit = run_q.join(judged, on="qid", how="semi")
     if not len(hit):
-        out.append(
-            f"0 of {len(run_q)} run queries have judgements in {where} (run ids e.g. {run_q['qid'].min()!r}, "
-            f"qrels ids e.g. {judged['qid'].min()!r}), so every value is 0: do the query ids match?"
-        )
-        return out
+        return [_unjudged(len(run_q), run_q["qid"].min(), judged["qid"].min(), where)]
     if len(hit) < len(judged):
         out.append(f"{len(judged) - len(hit)} of {len(judged)} judged queries in {where} are not in the run; each scores 0")
     rows = run.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).join(hit, on="qid", how="semi")

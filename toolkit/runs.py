@@ -222,16 +222,11 @@ def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
     """
     check_tag(tag)
     r = run_frame(run)
-    bad_id = r.filter(
-        pl.col("qid").str.contains(r"\s")
-        | pl.col("doc_id").str.contains(r"\s")
-        | pl.col("qid").is_null()
-        | pl.col("doc_id").is_null()
-    )
+    bad_id = r.filter(pl.col("qid").is_null() | pl.col("doc_id").is_null())
     if len(bad_id):
-        raise InputError(
-            f"run frame: query {bad_id['qid'][0]!r}, document {bad_id['doc_id'][0]!r}: ids must be non-null and contain no whitespace"
-        )
+        raise InputError(f"run frame: query {bad_id['qid'][0]!r}, document {bad_id['doc_id'][0]!r}: ids must be non-null")
+    check_trec_ids(r["qid"], "query", "run frame")
+    check_trec_ids(r["doc_id"], "document", "run frame")
     bad_score = r.filter(pl.col("score").is_null() | pl.col("score").is_nan())
     if len(bad_score):
         raise InputError(
