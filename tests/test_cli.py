@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -158,3 +159,30 @@ def test_a_config_name_with_spaces_tags_the_run_with_dashes(tmp_path, beir):
                                   "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert {line.split()[-1].split(".")[0] for line in out.read_text().splitlines()} == {"my-config"}
+
+
+def test_run_file_holds_what_result_run_scores_collapsed_copies_included(tmp_path, beir):
+    """`hrt run` writes `Result.run(depth)`: a byte-identical copy collapsed into one result is still in
+    the file, so `hrt eval` on the file equals what `experiment`, the lab and the tuner report."""
+    from toolkit.config import load_config, save_config
+    from toolkit.loaders import Dataset
+    from toolkit.pipeline import run_pipeline
+    from toolkit.runs import read_run
+    from toolkit.store import Store
+
+    docs = [json.loads(ln) for ln in (beir / "corpus.jsonl").read_text().splitlines()]
+    copy = dict(next(d for d in docs if d["_id"] == "d1"), _id="d1-copy", title="Deploy failure (mirror)")
+    (beir / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in [*docs, copy]))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1-copy\t1\nq2\td2\t1\nq3\td5\t1\n")
+    cfg = load_config("bm25-only").with_updates({"name": "bm25-collapsed", "dedup.identical_enabled": True})
+    save_config(cfg, tmp_path / "c.yaml")
+    store, out = tmp_path / "s.duckdb", tmp_path / "r.trec"
+    r = CliRunner().invoke(main, ["run", "--dataset", str(beir), "--config", str(tmp_path / "c.yaml"), "--store", str(store), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    ds = Dataset.open(beir)
+    with Store(store, read_only=True) as st:
+        res = run_pipeline(st, ds.queries("test"), cfg)
+    assert "d1-copy" in res.removed["doc_id"].to_list()  # collapsed in the final list
+    file_run = read_run(out).sort("qid", "rank")
+    assert file_run.select("qid", "doc_id", "rank").equals(res.run(100).sort("qid", "rank").select("qid", "doc_id", "rank"))
+    assert "d1-copy" in file_run.filter(pl.col("qid") == "q1")["doc_id"].to_list()

@@ -270,7 +270,9 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
             _echo_skipped(corpus)
             click.echo(rep.summary(), err=True)
         res = run_pipeline(st, queries, cfg, progress=True)
-    final = res.final.filter(pl.col("rank") <= depth)
+    # `Result.run`, not `final`: the collapsed byte-identical copies are listed after their result, so the
+    # file holds what `experiment`, the lab, the tuner and reports score (judgements are per document id).
+    final = res.run(depth)
     write_run(final, out, tag=tag)
     took = time.perf_counter() - t0
     from .providers import summary
