@@ -186,3 +186,25 @@ def test_run_file_holds_what_result_run_scores_collapsed_copies_included(tmp_pat
     file_run = read_run(out).sort("qid", "rank")
     assert file_run.select("qid", "doc_id", "rank").equals(res.run(100).sort("qid", "rank").select("qid", "doc_id", "rank"))
     assert "d1-copy" in file_run.filter(pl.col("qid") == "q1")["doc_id"].to_list()
+
+
+def test_eval_counts_grade_0_queries_like_trec_eval_and_prints_every_per_query_row(tmp_path, beir):
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t0\nq3\td5\t1\n")
+    run_file = tmp_path / "r.trec"
+    run_file.write_text("q1 Q0 d1 1 2.0 t\nq2 Q0 d2 1 1.0 t\nq3 Q0 d5 1 1.0 t\n")
+    args = ["eval", "--dataset", str(beir), "--run", str(run_file), "--measures", ",".join(f"P@{k}" for k in range(1, 13))]
+    r = CliRunner().invoke(main, [*args, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["queries"] == 3 and doc["runs"][str(run_file)]["P@1"] == pytest.approx(2 / 3)  # q2 counts 0
+    assert "note: 1 of 3 judged queries have no document graded >= 1 (q2)" in r.stderr
+    # 14 queries and 12 measures: more than polars prints by default (10 rows, ~8 columns)
+    qs = [{"_id": f"x{i:02d}", "text": f"query {i}"} for i in range(14)]
+    (beir / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"x{i:02d}\td1\t1\n" for i in range(14)))
+    run_file.write_text("".join(f"x{i:02d} Q0 d1 1 1.0 t\n" for i in range(14)))
+    r = CliRunner().invoke(main, [*args, "--per-query"])
+    assert r.exit_code == 0, r.output
+    table = r.stdout.split(str(run_file))[-1]
+    assert "…" not in table and all(f"P@{k}" in table for k in range(1, 13))
+    assert all(f"x{i:02d}" in table for i in range(14))

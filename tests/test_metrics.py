@@ -100,12 +100,13 @@ def test_hand_worked_ndcg_linear_and_exp_ignore_threshold():
 
 def test_query_set_missing_queries_score_zero_and_only_run_queries():
     pq = evaluate(RUN, QRELS, ["nDCG@10", "R@5"])
-    assert pq["qid"].unique().sort().to_list() == ["q1", "q2"]  # q3: nothing relevant; q4: not judged
-    assert values(pq, "q2") == {"nDCG@10": 0.0, "R@5": 0.0}
-    assert pq.columns == ["qid", "measure", "value"] and pq["measure"].to_list() == ["nDCG@10", "R@5"] * 2
+    # q3: judged, nothing relevant (counts 0, as in trec_eval); q4: not judged (never evaluated)
+    assert pq["qid"].unique().sort().to_list() == ["q1", "q2", "q3"]
+    assert values(pq, "q2") == values(pq, "q3") == {"nDCG@10": 0.0, "R@5": 0.0}
+    assert pq.columns == ["qid", "measure", "value"] and pq["measure"].to_list() == ["nDCG@10", "R@5"] * 3
     only = evaluate(RUN, QRELS, ["nDCG@10", "R@5"], only_run_queries=True)
     assert only["qid"].unique().to_list() == ["q1"]
-    assert aggregate(pq)["R@5"] == pytest.approx(aggregate(only)["R@5"] / 2)
+    assert aggregate(pq)["R@5"] == pytest.approx(aggregate(only)["R@5"] / 3)
 
 
 def test_ties_broken_by_doc_id_descending_and_rank_ignored():
@@ -235,23 +236,23 @@ def test_wide_and_systems_helpers():
     pq = evaluate(RUN, QRELS, ["P@5", "R@5"])
     wide = to_wide(pq)
     assert wide.columns == ["qid", "P@5", "R@5"] and wide.sort("qid")["P@5"].to_list() == pytest.approx(
-        [0.6, 0.0]
+        [0.6, 0.0, 0.0]
     )
     both = evaluate_systems({"a": RUN, "b": RUN.filter(pl.col("doc_id") != "d1")}, QRELS, ["P@5"])
     assert both.columns == ["system", "qid", "measure", "value"]
     means = both.group_by("system").agg(pl.col("value").mean()).sort("system")["value"].to_list()
-    assert means == pytest.approx([0.3, 0.2])
+    assert means == pytest.approx([0.2, 0.4 / 3])
 
 
 def test_empty_run_scores_every_judged_query_zero():
     pq = evaluate(RUN.clear(), QRELS, ["nDCG@10", "AP"])
-    assert pq.height == 4 and pq["value"].sum() == 0.0
+    assert pq.height == 6 and pq["value"].sum() == 0.0  # 3 judged queries x 2 measures
 
 
 def test_run_and_qrels_ids_that_never_meet_warn_instead_of_silent_zeros():
     # A run of another split (or ids with a prefix): every value would be 0 without a word.
     other = RUN.with_columns(("x-" + pl.col("qid")).alias("qid"))
-    with pytest.warns(metrics.IdMismatchWarning, match=r"0 of 2 run queries have judgements in the qrels \(2 judged queries"):
+    with pytest.warns(metrics.IdMismatchWarning, match=r"0 of 2 run queries have judgements in the qrels \(3 judged queries"):
         pq = evaluate(other, QRELS, ["nDCG@10"])
     assert pq["value"].sum() == 0.0
     with pytest.warns(metrics.IdMismatchWarning):  # also when only the run's queries are evaluated (none)
@@ -360,13 +361,9 @@ def check_agreement(run: pl.DataFrame, qrels: pl.DataFrame, thr: int) -> int:
     got.update({(q, "exp"): v for q, _, v in ours_exp.iter_rows()})
     names = {str(m): label for label, m in pairs} | {str(exp_gain): "exp", "RR@10": "RR@10"}
 
-    # pytrec_eval also reports judged queries without any positive grade (all 0); we leave those out.
-    no_positive = set(qrels.group_by("qid").agg(pl.col("rel").max()).filter(pl.col("rel") <= 0)["qid"])
+    # Judged queries without any positive grade (all 0) count too, with value 0, as in pytrec_eval.
     checked = 0
     for (q, m), v in ref.items():
-        if q in no_positive:
-            assert v == 0.0
-            continue
         assert got[(q, names[m])] == pytest.approx(v, abs=1e-6), (q, m)
         checked += 1
     assert len(got) == checked  # and no query of ours is missing from pytrec_eval's answer
@@ -472,3 +469,15 @@ def test_float32_near_ties_follow_trec_eval_and_ties_rank_follows_the_rank_colum
         evaluate(run, qrels, ["RR"], ties="score")
     with pytest.raises(InputError, match="rank"):
         evaluate(run.drop("rank"), qrels, ["RR"], ties="rank")
+
+
+def test_a_query_judged_only_with_grade_0_counts_0_in_the_mean_as_in_trec_eval():
+    """q2's judgements are all 0: trec_eval, pytrec_eval and BEIR average it in with value 0."""
+    qrels = pl.DataFrame({"qid": ["q1", "q1", "q2", "q2"], "doc_id": ["a", "b", "a", "b"], "rel": [1, 0, 0, 0]})
+    run = pl.DataFrame({"qid": ["q1", "q1", "q2"], "doc_id": ["a", "b", "a"], "score": [2.0, 1.0, 1.0]})
+    agg = aggregate(evaluate(run, qrels, ["nDCG@10", "MAP"]))
+    assert agg == {"nDCG@10": 0.5, "MAP": 0.5}
+    qd = {"q1": {"a": 1, "b": 0}, "q2": {"a": 0, "b": 0}}
+    rd = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"a": 1.0}}
+    ref = [m.value for m in ir_measures.pytrec_eval.iter_calc([ir_measures.nDCG @ 10], qd, rd)]
+    assert len(ref) == 2 and sum(ref) / len(ref) == agg["nDCG@10"]

@@ -281,6 +281,12 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
                f"providers: {summary(res.per_query)} -> {out}")
 
 
+def _full_table(df: pl.DataFrame) -> str:
+    """Every row and column: polars' default print cuts a table to 10 rows and ~8 columns with '…'."""
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=1000, fmt_str_lengths=200):
+        return str(df)
+
+
 TIES = {
     "trec": "score as float32 descending, ties by doc id descending; the rank column is ignored (trec_eval)",
     "rank": "the rank column (as written); ties in it by score as float32, then doc id descending",
@@ -313,12 +319,16 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     import warnings
 
     from .loaders import Dataset
-    from .metrics import IdMismatchWarning, aggregate, evaluate, id_warnings
+    from .metrics import IdMismatchWarning, aggregate, evaluate, id_warnings, no_relevant
     from .runs import rank_conflicts, read_run
 
     ds = Dataset.open(dataset)
     qrels = ds.qrels(split, strict=strict)
     ms = [m.strip() for m in measures.split(",") if m.strip()]
+    if empty := no_relevant(qrels, rel_threshold):
+        shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
+        click.echo(f"note: {len(empty)} of {qrels['qid'].n_unique()} judged queries have no document graded "
+                   f">= {rel_threshold} ({shown}); each counts 0 on the binary measures, as in trec_eval", err=True)
     out = {}
     per = {}
     conflicts = {}
@@ -373,7 +383,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     if per_query:
         for rp, pq in per.items():
             click.echo(f"\n{rp}")
-            click.echo(str(pq.pivot(on="measure", index="qid", values="value").sort("qid")))
+            click.echo(_full_table(pq.pivot(on="measure", index="qid", values="value").sort("qid")))
 
 
 @main.command()
@@ -410,7 +420,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
             group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
         )
     rep.write_html(out)
-    click.echo(str(rep.ab))
+    click.echo(_full_table(rep.ab))
     click.echo(f"report -> {out}")
 
 

@@ -13,13 +13,13 @@ Conventions (those of trec_eval, so numbers are comparable with published ones):
   `ties="rank"` orders by the `rank` column instead (the ranking as written; trec order breaks repeats).
   Runs written by `runs.write_run` (and `Result.run()`) have float32-strict scores: both orders agree.
   A document repeated for one query keeps its best-placed occurrence.
-- Query set: every query with at least one judgement of grade > 0 (where nDCG is defined). A query with
-  no rows in the run scores 0 on every measure (trec_eval `-c`). `only_run_queries=True` evaluates only
-  the judged queries that appear in the run, which is what ir_measures does by default. Run queries
-  without judgements are never evaluated. Queries judged with only grade <= 0 are left out (trec_eval
-  would count them with value 0; they carry no information about the ranking). A query whose grades are
-  all below `rel_threshold` but > 0 is kept: nDCG is defined there, binary measures are 0. A run none of
-  whose queries is judged (ids that do not match) warns with `IdMismatchWarning`; `id_warnings` says more.
+- Query set: every query with at least one judgement, of any grade. A query with no rows in the run
+  scores 0 on every measure (trec_eval `-c`). `only_run_queries=True` evaluates only the judged queries
+  that appear in the run, which is what ir_measures does by default. Run queries without judgements are
+  never evaluated. A query judged with only grades <= 0 (or below `rel_threshold`) has no relevant
+  document and scores 0 on every measure, as in trec_eval, pytrec_eval and BEIR's evaluation (it used to
+  be left out, which made the mean differ from theirs on TREC-style qrels). A run none of whose queries
+  is judged (ids that do not match) warns with `IdMismatchWarning`; `id_warnings` says more.
 - Relevance: binary measures (R, P, RR, AP, Hit, Rprec) count `rel >= rel_threshold` as relevant (TREC DL /
   msmarco uses 2; trec_eval `-l`, ir_measures `rel=`). nDCG ignores the threshold and uses the raw grade as
   gain (`gain="linear"`, trec_eval's default) or `2**grade - 1` (`gain="exp"`); grades <= 0 gain nothing.
@@ -318,7 +318,7 @@ def _judged(
     if doc_source is not None:
         q = _to_source(q, doc_source)
     q = q.group_by("qid", "doc_id").agg(pl.col("rel").max())
-    queries = q.filter(pl.col("rel") > 0).select("qid").unique()
+    queries = q.select("qid").unique()
     q_aggs: list[pl.Expr] = [(pl.col("rel") >= rel_threshold).sum().cast(pl.Float64).alias("nrel")]
     ndcg_ks = sorted({m.k for m in ms if m.kind == "ndcg"}, key=lambda k: (k is None, k or 0))
     ideal = q
@@ -351,7 +351,7 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
     or no retrieved document of a judged query judged at all. Empty in the normal case. A few semi-joins
     over the ids; not called by `evaluate` (see its own, cheaper check)."""
     out: list[str] = []
-    judged = qrels.filter(pl.col("rel") > 0).select(pl.col("qid").cast(pl.Utf8)).unique()
+    judged = qrels.select(pl.col("qid").cast(pl.Utf8)).unique()
     run_q = run.select(pl.col("qid").cast(pl.Utf8)).unique()
     if not len(judged) or not len(run_q):
         return out
@@ -368,6 +368,13 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
             f"e.g. {rows['doc_id'].min()!r}, qrels ids e.g. {docs['doc_id'].min()!r}): do the doc ids match the corpus?"
         )
     return out
+
+
+def no_relevant(qrels: pl.DataFrame, rel_threshold: int = 1) -> list[str]:
+    """Judged queries with no document graded `rel_threshold` or more: each counts 0 on every binary measure
+    (and on nDCG when no grade is > 0), as in trec_eval; worth saying, since they pull the mean down."""
+    best = qrels.group_by(pl.col("qid").cast(pl.Utf8)).agg(pl.col("rel").max())
+    return sorted(best.filter(pl.col("rel") < rel_threshold)["qid"].to_list())
 
 
 def cutoff_depth(measures: str | Iterable[str]) -> int | None:
