@@ -71,8 +71,10 @@ def test_ingest_search_run_eval(tmp_path, beir):
     args = ["eval", "--dataset", str(beir), "--split", "test"] + [x for r_ in runs for x in ("--run", r_)]
     r = run.invoke(main, args)
     assert r.exit_code == 0 and f"p (Holm) vs {runs[0]}" in r.output, r.output
+    assert "note: 3 queries: the smallest p-value the randomization test can give is 0.5 after Holm over 2 systems" in r.output
     r = run.invoke(main, args + ["--format", "json", "--baseline", runs[2]])
     sig = json.loads(r.output)["significance"]
+    assert "no difference can be significant" in json.loads(r.output)["significance_notes"][0]
     assert {x["system"] for x in sig} == set(runs[:2]) and all(0 <= x["p_holm"] <= 1 for x in sig)
     r = run.invoke(main, args + ["--baseline", str(tmp_path / "nope.trec")])
     assert r.exit_code == 2 and "not one of the --run files" in r.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import polars as pl
 import pytest
@@ -158,3 +160,22 @@ def test_compare_errors():
         compare(pq, "a", test="wilcoxon")
     with pytest.raises(InputError, match="missing column"):
         compare(pq.drop("qid"), "a")
+
+
+def test_too_few_queries_for_significance_say_so():
+    """3 queries: the exact sign-flip test cannot go below 2/2^3 = 0.25 (0.5 after Holm over two systems),
+    so no difference can be significant; compare warns with the reason, and is quiet with enough queries."""
+    from toolkit.compare import SmallSampleWarning, small_sample_note, smallest_p
+
+    assert smallest_p(3) == 0.25 and smallest_p(3, n_systems=2) == 0.5 and smallest_p(3, "ttest") == 0.0
+    assert smallest_p(5) > 0.05 > smallest_p(6)
+    three = pl.concat([frame("base", [0.1, 0.2, 0.3]), frame("a", [0.9, 0.9, 0.9]), frame("b", [0.5, 0.6, 0.7])])
+    with pytest.warns(SmallSampleWarning, match=r"3 queries: the smallest p-value the randomization test can give is 0\.5 after Holm over 2 systems"):
+        out = compare(three, "base")
+    assert not out["significant"].any() and out["p_value"].min() == pytest.approx(0.25)
+    assert "only 8 queries" in small_sample_note(8, test="ttest")
+    rng = np.random.default_rng(0)
+    many = pl.concat([frame("base", rng.random(30).tolist()), frame("a", rng.random(30).tolist())])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallSampleWarning)
+        compare(many, "base")

@@ -327,3 +327,16 @@ def test_spread_and_folding_read_from_stage_rows_match_their_definitions(sizes, 
                 continue
         prev = stage
     assert panels.folded_stages(trace) == expect
+
+
+def test_metrics_panel_shows_no_stars_on_too_few_queries():
+    cur = pl.DataFrame({"qid": ["a", "b", "c", "d"], "measure": "nDCG@10", "value": [1.0, 0.9, 0.95, 1.0]})
+    base = cur.with_columns(pl.col("value") - 0.5)
+    t = panels.metric_deltas(cur, base)
+    assert t["queries"].to_list() == [4] and t["p_value"][0] < 0.01  # a tiny p, from 4 queries
+    fig = panels.metrics_figure(t)
+    assert "*" not in fig.data[1].text[0] and "too few for significance stars" in fig.layout.title.text
+    assert "only 4 queries" in fig.data[1].hovertext[0]
+    ten = pl.DataFrame({"qid": [str(i) for i in range(12)], "measure": "nDCG@10", "value": [1.0, 0.9] * 6})
+    fig = panels.metrics_figure(panels.metric_deltas(ten, ten.with_columns(pl.col("value") - 0.5)))
+    assert fig.data[1].text[0].endswith("**") and "too few" not in fig.layout.title.text

@@ -343,19 +343,24 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         per[rp] = pq
         conflicts[rp] = rank_conflicts(run_frame)
     sig = None
+    sig_notes: list[str] = []
     if len(run_path) > 1:
-        from .compare import compare
+        from .compare import SmallSampleWarning, compare
 
         base = baseline or run_path[0]
         if base not in per:
             raise ToolkitError(f"--baseline {base!r} is not one of the --run files")
         stacked = pl.concat([pq.select(pl.lit(rp).alias("system"), pl.all()) for rp, pq in per.items()])
-        sig = compare(stacked, base)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SmallSampleWarning)
+            sig = compare(stacked, base)
+        sig_notes = [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
     if fmt == "json":
         doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "ties": TIES[ties], "runs": out}
         doc["rank_conflicts"] = conflicts
         if sig is not None:
             doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
+            doc["significance_notes"] = sig_notes
         if per_query:
             doc["per_query"] = {rp: pq.to_dicts() for rp, pq in per.items()}
         click.echo(json.dumps(doc, indent=2))
@@ -375,6 +380,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
                 r = sig.filter((pl.col("system") == rp) & (pl.col("measure") == m))
                 cells.append(f"{r['p_holm'][0]:>7.3g}{'*' if r['significant'][0] else ' '}" if len(r) else f"{'':>8}")
             click.echo(f"{rp:<{width}}  " + "  ".join(cells))
+        for note in sig_notes:
+            click.echo(f"note: {note}")
     click.echo(f"\norder: {TIES[ties]}")
     for rp, n in conflicts.items():
         if n:

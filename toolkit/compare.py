@@ -10,6 +10,7 @@ so a result does not change when other systems are added or reordered.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,38 @@ import polars as pl
 from .errors import InputError
 from .interop import _to_polars
 
+# Below this many queries a p-value is shown with a note: a t-test's normality cannot be checked, and the
+# randomisation test's exact p-values come in steps of 2 / 2^n (Sakai 2014 and Urbano et al. 2019 use 25-50+).
+MIN_QUERIES = 10
 _TIE = 1e-12  # values computed the same way for the same ranking are bit-equal; this only absorbs rounding
 _CHUNK = 1 << 21  # matrix cells per chunk: bounds memory (~16 MB as float64) whatever the query count
+
+
+class SmallSampleWarning(UserWarning):
+    """Too few paired queries for the significance test to mean much (`small_sample_note` says why)."""
+
+
+def smallest_p(n: int, test: str = "randomization", n_systems: int = 1) -> float:
+    """The smallest p-value `test` can give on `n` paired queries, after Holm over `n_systems` comparisons
+    (Holm multiplies the smallest p by their number). The exact sign-flip test counts the observed sign
+    pattern and its mirror, so its p is at least 2 / 2^n; a t-test can give any p."""
+    if n <= 0:
+        return 1.0
+    p = 2.0 / 2.0**n if test == "randomization" else 0.0
+    return min(1.0, p * max(n_systems, 1))
+
+
+def small_sample_note(n: int, *, test: str = "randomization", alpha: float = 0.05, n_systems: int = 1) -> str | None:
+    """Words for a reader of p-values on `n` queries, or None when there are enough: either no difference
+    can reach `alpha` at all, or `n` is below `MIN_QUERIES`."""
+    floor = smallest_p(n, test, n_systems)
+    if floor > alpha:
+        holm_words = f" after Holm over {n_systems} systems" if n_systems > 1 else ""
+        return (f"{n} queries: the smallest p-value the {test} test can give is {floor:.3g}{holm_words}, above alpha "
+                f"{alpha:g}, so no difference can be significant; judge more queries")
+    if n < MIN_QUERIES:
+        return f"only {n} queries: p-values from so few queries are unreliable; judge at least {MIN_QUERIES} before claiming a win"
+    return None
 
 
 def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
@@ -126,7 +157,8 @@ def compare(
     ci_low, ci_high]: p from the chosen paired `test`, `p_holm` corrected across the compared systems of
     each measure, `significant` = p_holm <= alpha, and the bootstrap CI of delta. The queries of a measure
     are all queries any system has for it; a query missing for a system counts as 0 there (as a query with
-    no results scores 0 in `evaluate`).
+    no results scores 0 in `evaluate`). With too few queries for the test to mean much it warns
+    (`SmallSampleWarning`, words from `small_sample_note`).
     """
     per_query = _to_polars(per_query, "per-query frame")
     if "system" not in per_query.columns and "name" in per_query.columns:
@@ -152,6 +184,7 @@ def compare(
     others = [s for s in systems if s != baseline]
 
     rows: list[dict] = []
+    notes: set[str] = set()
     for measure in pq["measure"].unique(maintain_order=True).to_list():
         wide = (
             pq.filter(pl.col("measure") == measure)
@@ -159,6 +192,8 @@ def compare(
             .fill_null(0.0)
         )
         base = wide[baseline].to_numpy() if baseline in wide.columns else np.zeros(len(wide))
+        if others and (note := small_sample_note(len(wide), test=test, alpha=alpha, n_systems=len(others))):
+            notes.add(note)
         block = []
         for s in others:
             vals = wide[s].to_numpy() if s in wide.columns else np.zeros(len(wide))
@@ -189,6 +224,8 @@ def compare(
             r["p_holm"] = float(a)
             r["significant"] = bool(a <= alpha) if not np.isnan(a) else False
         rows += block
+    for note in sorted(notes):
+        warnings.warn(f"compare: {note}", SmallSampleWarning, stacklevel=2)
     schema = {
         "system": pl.Utf8,
         "measure": pl.Utf8,

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 import polars as pl
 
-from .compare import ttest
+from .compare import MIN_QUERIES, small_sample_note, ttest
 from .fusion import in_rank_order
 
 LATER_STAGES = ("fuse", "blend", "final")
@@ -175,11 +175,12 @@ def _two_panels(left: str, right: str) -> dict:
 
 # ------------------------------------------------------------------ 1. metrics vs baseline
 def metric_deltas(current: pl.DataFrame, baseline: pl.DataFrame | None) -> pl.DataFrame:
-    """[measure, current, baseline, delta, wins, losses, p_value] from per-query frames [qid, measure, value].
+    """[measure, current, baseline, delta, wins, losses, p_value, queries] from per-query frames [qid, measure,
+    value].
 
     Paired over the union of queries (a query missing on one side counts 0, as in `compare.compare`);
-    p_value is the paired t-test (`compare.ttest`), the cheap test that can run on every slider change.
-    Without a baseline the baseline columns are null.
+    p_value is the paired t-test (`compare.ttest`), the cheap test that can run on every slider change, and
+    `queries` the number of pairs it saw. Without a baseline the baseline columns are null.
     """
     schema = {
         "measure": pl.Utf8,
@@ -189,6 +190,7 @@ def metric_deltas(current: pl.DataFrame, baseline: pl.DataFrame | None) -> pl.Da
         "wins": pl.Int64,
         "losses": pl.Int64,
         "p_value": pl.Float64,
+        "queries": pl.Int64,
     }
     order = current["measure"].unique(maintain_order=True).to_list()
     if baseline is None or not len(baseline):
@@ -216,6 +218,7 @@ def metric_deltas(current: pl.DataFrame, baseline: pl.DataFrame | None) -> pl.Da
                 "wins": int((diff > 1e-12).sum()),
                 "losses": int((diff < -1e-12).sum()),
                 "p_value": _quiet_ttest(diff),
+                "queries": int(diff.size),
             }
         )
     return pl.DataFrame(rows, schema=schema)
@@ -239,23 +242,29 @@ def metrics_figure(
     table: pl.DataFrame, *, current_name: str = "current", baseline_name: str = "baseline", raw: bool = False
 ) -> go.Figure:
     """Grouped bars, current vs baseline per measure; labels carry the delta and the t-test p-value
-    (* p <= 0.05, ** p <= 0.01). `table` is `metric_deltas` output."""
+    (* p <= 0.05, ** p <= 0.01; no stars below `compare.MIN_QUERIES` queries, and the title says so).
+    `table` is `metric_deltas` output."""
     if not len(table):
         return _out(_empty("Metrics", "no judgements (qrels): metrics need relevance labels"), raw)
     measures = table["measure"].to_list()
     cur = table["current"].to_list()
     has_base = table["baseline"].null_count() < len(table)
+    few = None
     data = []
     if has_base:
         base = table["baseline"].to_list()
         data.append({"type": "bar", "x": measures, "y": base, "name": baseline_name, "marker": {"color": "#b0b0b0"},
                      "text": [f"{v:.3f}" for v in base], "textposition": "outside"})
+        # Too few queries: no stars (a t-test p on 4 queries is no evidence), and the hover says why.
+        n = int(table["queries"].min() or 0) if "queries" in table.columns else MIN_QUERIES
+        few = small_sample_note(n, test="ttest") if n < MIN_QUERIES else None
         labels = [
-            f"{c:.3f}<br>Δ {d:+.3f}{_stars(p)}"
+            f"{c:.3f}<br>Δ {d:+.3f}{'' if few else _stars(p)}"
             for c, d, p in zip(cur, table["delta"].to_list(), table["p_value"].to_list(), strict=True)
         ]
         hover = [
             f"{m}: {c:.4f} vs {b:.4f}<br>Δ {d:+.4f}, wins {w} / losses {lo}<br>paired t-test p = {p:.3g}"
+            + (f"<br>{few}" if few else "")
             for m, c, b, d, w, lo, p in table.select(
                 "measure", "current", "baseline", "delta", "wins", "losses", pl.col("p_value").fill_null(float("nan"))
             ).iter_rows()
@@ -268,6 +277,8 @@ def metrics_figure(
                  "text": labels, "textposition": "outside", "hovertext": hover, "hoverinfo": "text"})
     top = max([v for v in [*cur, *base] if v is not None and not math.isnan(v)] or [1.0])
     title = _title_lines(f"Metrics: {current_name} vs {baseline_name}") if has_base else "Metrics"
+    if few:
+        title += f"<br><sub>{n} queries: too few for significance stars</sub>"
     layout = {
         "title": {"text": title},
         "barmode": "group",
