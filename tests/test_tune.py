@@ -35,12 +35,13 @@ def dataset(tmp_path_factory):
     (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
     (root / "queries.jsonl").write_text(
         "".join(json.dumps({"_id": q, "text": t, "metadata": {"team": g}}) + "\n" for q, t, _, g in QUERIES)
+        + json.dumps({"_id": "t1", "text": "why did the deploy fail", "metadata": {"team": "infra"}}) + "\n"
     )
     (root / "qrels" / "dev.tsv").write_text(
         "query-id\tcorpus-id\tscore\n"
         + "".join(f"{q}\t{d}\t1\n" for q, _, ds, _ in QUERIES for d in ds.split())
     )
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nt1\td1\t1\n")  # apart from dev
     return root
 
 
@@ -160,6 +161,25 @@ def test_rank_bonus_virtual_keys_and_tpe(store, dataset):
         assert 0.0 <= p["fusion.rank_bonus@1"] <= 0.1 and 0.0 <= p["fusion.rank_bonus@3"] <= 0.05
 
 
+def test_a_trial_draws_only_the_fields_its_fusion_method_reads(store, dataset):
+    """alpha and normalization act only under convex, rrf_k and the rank bonus only under rrf: a trial of
+    one method leaves the other's fields at the base, so no report lists a change that did nothing."""
+    best, rep = tune(store, dataset, base="qmd", method="random", budget=12, folds=2, seed=1, progress=False, gate=False)
+    methods = {h["params"]["fusion.method"] for h in rep.history}
+    assert methods == {"rrf", "convex"}
+    for h in rep.history:
+        p = h["params"]
+        if p["fusion.method"] == "rrf":
+            assert "fusion.alpha" not in p and "fusion.normalization" not in p and "fusion.rrf_k" in p
+        else:
+            assert "fusion.rrf_k" not in p and not any(k.startswith("fusion.rank_bonus") for k in p) and "fusion.alpha" in p
+    inert = {"rrf": ("fusion.alpha", "fusion.normalization"), "convex": ("fusion.rrf_k", "fusion.rank_bonus")}
+    assert not set(rep.diff) & set(inert[best.fusion.method])
+    # A field no method of the space reads is refused before any trial.
+    with pytest.raises(InputError, match=r"fusion.alpha: fusion.method rrf does not read it"):
+        tune(store, dataset, base="qmd", space={"fusion.alpha": {"float": [0.0, 1.0]}}, progress=False)
+
+
 def test_fixed_setting_kept_when_search_loses_on_heldout_folds(store, dataset):
     # Both lists weighted 0: every trial of this search ranks by tie-break only, so a fixed setting
     # (one list alone, plain RRF or the base) must be the best candidate; without the gate it is written.
@@ -230,7 +250,7 @@ def test_expensive_keys_rejected_naming_key(store, dataset, key):
 
 
 def test_other_refusals(tmp_path, store, dataset):
-    with pytest.raises(InputError, match="test split"):
+    with pytest.raises(InputError, match=r"test split.*force=True \(hrt tune: --force\)"):
         tune(store, dataset, split="test", progress=False)
     with pytest.raises(InputError, match="fusion.no_such"):
         tune(store, dataset, space={"fusion.no_such": [1, 2]}, progress=False)
@@ -269,3 +289,21 @@ def test_without_a_base_tuning_starts_from_the_default_preset(tmp_path, store, d
     assert r.exit_code == 0, r.output
     assert "held-out gain over default:" in r.output
     assert json.loads((tmp_path / "cli.report.json").read_text())["base"] == "default"
+
+
+def test_a_dev_split_sharing_queries_with_test_is_refused(tmp_path, store, dataset):
+    """A dev file that is (partly) the test file tunes on test whatever its name: refused, naming the queries."""
+    import shutil
+
+    from toolkit.tune import tune_dataset
+
+    leak = tmp_path / "leak"
+    shutil.copytree(dataset, leak)
+    dev = (leak / "qrels" / "dev.tsv").read_text()
+    (leak / "qrels" / "test.tsv").write_text(dev)
+    with pytest.raises(InputError, match=r"judged dev queries are also judged in test \(e\.g\. "):
+        tune_dataset(store, leak, "dev", progress=False)
+    with pytest.raises(InputError, match=r"also judged in test"):
+        tune(store, leak, split="dev", progress=False)
+    _, rep = tune_dataset(store, leak, "dev", progress=False, force=True, budget=2, folds=2)  # forced: it runs
+    assert rep.trials == 2

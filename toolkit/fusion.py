@@ -22,6 +22,24 @@ import polars as pl
 from .config import FusionConfig, RoutingConfig
 from .errors import InputError
 
+# The FusionConfig fields that only some methods read (`fuse` for rrf and convex; `learned_fusion.fuse`
+# scores the cached features and reads none of them). Fields not named here act under every method. The
+# tuner draws a field only in trials whose method reads it, so a report never lists an inert change.
+READ_BY: dict[str, frozenset[str]] = {
+    "rrf_k": frozenset({"rrf"}),
+    "rank_bonus": frozenset({"rrf"}),
+    "alpha": frozenset({"convex"}),
+    "normalization": frozenset({"convex"}),
+    **{f: frozenset({"rrf", "convex"}) for f in ("lexical_weight", "dense_weight", "original_weight", "expansion_weight")},
+}
+
+
+def reads(method: str, path: str) -> bool:
+    """Whether fusion `method` reads config field `path` ("fusion.alpha"; any non-fusion field: True)."""
+    section, _, name = path.partition(".")
+    return section != "fusion" or method in READ_BY.get(name, frozenset({method}))
+
+
 FUSED_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int64}
 WEIGHT_SCHEMA = {"qid": pl.Utf8, "list_id": pl.Utf8, "weight": pl.Float64}
 

@@ -20,6 +20,7 @@ import optuna
 import polars as pl
 import yaml
 
+from . import fusion
 from .compare import compare
 from .config import DEFAULT_PRESET, PipelineConfig, Stage, fields, load_config, save_config, stage_of
 from .errors import InputError
@@ -155,11 +156,20 @@ def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
         )
         if not samples:
             raise InputError(f"{origin}: {key}: no values to try")
+        methods = _choices(space["fusion.method"]) if "fusion.method" in space else [base.fusion.method]
+        if not any(fusion.reads(m, key.split("@")[0]) for m in methods):
+            raise InputError(f"{origin}: {key}: fusion.method {' / '.join(methods)} does not read it, so no trial "
+                             f"could see it; add fusion.method to the space or tune another base")
         for sample in samples:
             try:
                 _apply(base, {key: sample})
             except InputError as e:
                 raise InputError(f"{origin}: {key}: {e}") from None
+
+
+def _choices(dist: Any) -> list[Any]:
+    """The values of a choice distribution (a list, or {choice|grid: [...]})."""
+    return list(dist if isinstance(dist, list) else next(iter(dist.values())))
 
 
 def _suggest(trial: optuna.Trial, key: str, dist: Any) -> Any:
@@ -267,7 +277,23 @@ def tune_dataset(store: Store, dataset_dir: str | Path, split: str = "dev", **kw
     """`tune` on the judged queries of a BEIR-layout folder's `split` (the folder's name goes into the
     tuned config's description)."""
     ds = Dataset.open(dataset_dir)
-    return tune(store, ds.queries(split), ds.qrels(split), split=split, source=ds.name, **kw)
+    qrels = ds.qrels(split)
+    if not kw.get("force"):
+        _check_apart_from_test(ds, split, qrels)
+    return tune(store, ds.queries(split), qrels, split=split, source=ds.name, **kw)
+
+
+def _check_apart_from_test(ds: Dataset, split: str, qrels: pl.DataFrame) -> None:
+    """The split's name is not the whole guard: a dev file that shares judged queries with test tunes on test."""
+    if split == "test" or "test" not in ds.splits():
+        return
+    shared = sorted(set(qrels["qid"].to_list()) & set(ds.qrels("test")["qid"].to_list()))
+    if shared:
+        raise InputError(
+            f"{ds.root / 'qrels'}: {len(shared)} of the {qrels['qid'].n_unique()} judged {split} queries are also "
+            f"judged in test (e.g. {', '.join(shared[:3])}), so tuning on {split} tunes on test; split them, or "
+            "pass force=True (hrt tune: --force)"
+        )
 
 
 def tune(
@@ -312,7 +338,7 @@ def tune(
         raise InputError(f"alpha={alpha!r}: expected a significance level between 0 and 1 (e.g. 0.05)")
     if split == "test" and not force:
         raise InputError(
-            "refusing to tune on the test split (tune on dev, report on test); pass force=True to override"
+            "refusing to tune on the test split (tune on dev, report on test); pass force=True (hrt tune: --force) to override"
         )
     if split == "test":
         warnings.warn("tuning on the test split: its scores are not results", stacklevel=2)
@@ -324,6 +350,8 @@ def tune(
     if isinstance(queries, str | Path):
         ds = Dataset.open(queries)
         queries, qrels, source = ds.queries(split), ds.qrels(split), ds.name
+        if not force:
+            _check_apart_from_test(ds, split, qrels)
     queries, qrels = queries_frame(queries), qrels_frame(qrels)
     t0 = time.perf_counter()
     prep = prepare(store, queries, base_cfg, progress=progress) if prepared is None else _check_prepared(prepared, queries)
@@ -357,7 +385,11 @@ def tune(
     history: list[tuple[dict[str, Any], np.ndarray]] = []
 
     def objective(trial: optuna.Trial) -> float:
-        params = {k: _suggest(trial, k, d) for k, d in sp.items()}
+        # The method first: a field that method does not read is not drawn (it would change nothing, yet be
+        # reported as changed), e.g. alpha and normalization under rrf.
+        params = {"fusion.method": _suggest(trial, "fusion.method", sp["fusion.method"])} if "fusion.method" in sp else {}
+        method = params.get("fusion.method", base_cfg.fusion.method)
+        params |= {k: _suggest(trial, k, d) for k, d in sp.items() if k not in params and fusion.reads(method, k.split("@")[0])}
         try:
             vals = per_query(_apply(base_cfg, params))
         except InputError:
