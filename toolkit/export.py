@@ -144,9 +144,9 @@ def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
     }[engine]
     # None = the store's own index settings, which ingest builds with porter / english unless told otherwise
     stem = lx.stemmer or "the store's stemmer, porter by default"
-    stop = lx.stopwords or "the store's stopwords, english by default"
+    stop = f"{lx.stopwords} stopwords" if lx.stopwords else "the store's stopwords (english by default)"
     return (
-        f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) stems ({stem}), drops {stop} stopwords "
+        f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) stems ({stem}), drops {stop} "
         "and splits technical tokens (versions, snake_case, camelCase, error codes) into parts plus the whole token; "
         f"a plain BM25 `match` on a default analyzer does not reproduce that, so lexical scores and ranks differ: {how}."
     )

@@ -88,7 +88,12 @@ class Report:
             "<h2>A/B table</h2>",
             _table(self.ab),
             "<h2>Against the baseline</h2>",
-            _table(self.significance.select("measure", "system", "mean", "baseline_mean", "delta", "wins", "ties", "losses", "p_holm", "significant")),
+            "<p>delta: mean difference with its 95% bootstrap interval; p (Holm): paired randomisation test, "
+            "corrected across the compared systems; * = p (Holm) &lt;= 0.05.</p>",
+            _table(self.significance.select(
+                "measure", "system", "mean", "baseline_mean", "delta", pl.col("ci_low").alias("delta 95% low"),
+                pl.col("ci_high").alias("delta 95% high"), "wins", "ties", "losses", pl.col("p_holm").alias("p (Holm)"), "significant",
+            )),
         ]
         tables = self.breakdown_tables()
         if tables:
