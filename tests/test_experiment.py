@@ -128,7 +128,7 @@ def test_tune_on_in_memory_frames_and_prepared(store):
     space = {"fusion.lexical_weight": [0.0, 1.0, 2.0]}
     best, rep = toolkit.tune(store, TOPICS, QRELS, base="hybrid-rrf", space=space, method="grid", folds=2,
                              progress=False, anchors=False)
-    assert rep.trials == 3 and "in-memory queries dev" in best.description
+    assert rep.trials == 3 and "in-memory queries (labelled 'dev')" in best.description
     queries = toolkit.queries_frame(TOPICS)
     prep = prepare(store, queries, load_config("hybrid-rrf"))
     best2, rep2 = toolkit.tune(store, queries, QRELS, base="hybrid-rrf", space=space, method="grid", folds=2,

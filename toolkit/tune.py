@@ -431,11 +431,13 @@ def tune(
     best_params = cand_params if d.chosen != "base" else {}
     best_vals = cand_vals if d.chosen != "base" else base_vals
     shipped = _apply(base_cfg, best_params)
+    # A dataset's split is named as such; frames passed in memory only carry the caller's label for them.
+    on = f"{source} {split}" if source != "in-memory queries" else f"{len(qids)} in-memory queries (labelled {split!r})"
     best_cfg = shipped.with_updates(
         {
             "name": f"{base_cfg.name}-tuned" if d.chosen != "base" else base_cfg.name,
-            "description": f"{base_cfg.name} tuned on {source} {split} for {measure}" if d.chosen != "base"
-            else f"{base_cfg.description} (kept by hrt tune on {source} {split}: {d.rule})",
+            "description": f"{base_cfg.name} tuned on {on} for {measure}" if d.chosen != "base"
+            else f"{base_cfg.description} (kept by hrt tune on {on}: {d.rule})",
         }
     )
 
