@@ -119,3 +119,57 @@ def test_search_verbose_says_which_source(tmp_path: Path, fake_server: FakeServe
     r = run.invoke(main, ["search", "deploy key", "--store", store, "--config", str(cfg_file), "-v", "--format", "detailed"])
     assert r.exit_code == 0, r.output
     assert "from the config file; environment ignored (AGENT_MEMORY_RERANK_PROVIDER" in r.stderr
+
+
+HTTP_ENV = {"HRT_RERANK_PROVIDER": "http", "HRT_RERANK_BASE_URL": "http://127.0.0.1:9/v1"}
+
+
+def test_timeout_and_retries_variables_reach_the_config():
+    cfg = load_config("agent-memory")
+    out, src = resolve_rerank(cfg, {**HTTP_ENV, "HRT_RERANK_TIMEOUT": "2.5", "HRT_RERANK_RETRIES": "0"})
+    assert (out.rerank.timeout_s, out.rerank.retries) == (2.5, 0)
+    assert src.variables[-2:] == ("HRT_RERANK_TIMEOUT", "HRT_RERANK_RETRIES")
+    assert "timeout 2.5s, 0 retries) from the environment" in src.describe(out)
+    unset, _ = resolve_rerank(cfg, HTTP_ENV)  # unset: the config's own values
+    assert (unset.rerank.timeout_s, unset.rerank.retries) == (cfg.rerank.timeout_s, cfg.rerank.retries)
+    # A config that names a provider wins over these too, and -v says they were ignored.
+    own = cfg.with_updates({"rerank.provider": "http", "rerank.url": "http://cfg.test/v1/rerank", "rerank.timeout_s": 7.0})
+    out, src = resolve_rerank(own, {**HTTP_ENV, "HRT_RERANK_TIMEOUT": "2"})
+    assert out.rerank.timeout_s == 7.0 and "HRT_RERANK_TIMEOUT): the config file wins" in src.describe(out)
+
+
+@pytest.mark.parametrize(("var", "value", "message"), [
+    ("HRT_RERANK_TIMEOUT", "abc", "HRT_RERANK_TIMEOUT='abc': must be a number of seconds greater than 0 and at most 600"),
+    ("HRT_RERANK_TIMEOUT", "0", "HRT_RERANK_TIMEOUT='0': must be a number of seconds greater than 0"),
+    ("HRT_RERANK_TIMEOUT", "-1", "HRT_RERANK_TIMEOUT='-1': must be"),
+    ("HRT_RERANK_TIMEOUT", "nan", "HRT_RERANK_TIMEOUT='nan': must be"),
+    ("HRT_RERANK_TIMEOUT", "601", "HRT_RERANK_TIMEOUT='601': must be .* at most 600"),
+    ("HRT_RERANK_RETRIES", "1.5", "HRT_RERANK_RETRIES='1.5': must be a whole number from 0 to 10"),
+    ("HRT_RERANK_RETRIES", "-1", "HRT_RERANK_RETRIES='-1': must be a whole number"),
+    ("HRT_RERANK_RETRIES", "11", "HRT_RERANK_RETRIES='11': must be a whole number from 0 to 10"),
+    ("HRT_RERANK_TIMEOUT", KEY, r"HRT_RERANK_TIMEOUT \(value not shown: it looks like a key\): must be"),
+    ("HRT_RERANK_RETRIES", KEY, r"HRT_RERANK_RETRIES \(value not shown: it looks like a key\): must be"),
+])
+def test_bad_timeout_or_retries_is_a_clear_error_naming_the_variable(var, value, message):
+    with pytest.raises(InputError, match=message) as e:
+        resolve_rerank(load_config("agent-memory"), {**HTTP_ENV, var: value})
+    assert KEY not in str(e.value)
+
+
+def test_search_with_a_hanging_reranker_waits_only_the_env_timeout(tmp_path: Path, fake_server: FakeServer,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    import time
+
+    for var in ("AGENT_MEMORY_RERANK_PROVIDER", "HRT_RERANK_API_KEY_ENV", "OPENAI_API_KEY", "AGENT_MEMORY_RERANK_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HRT_RERANK_PROVIDER", "http")
+    monkeypatch.setenv("HRT_RERANK_BASE_URL", fake_server.base_url + "/v1")
+    monkeypatch.setenv("HRT_RERANK_TIMEOUT", "0.5")
+    monkeypatch.setenv("HRT_RERANK_RETRIES", "0")
+    fake_server.mode, fake_server.delay_s = "slow", 20.0  # hangs (the default 10 s x 3 attempts would take 30 s)
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["search", "deploy key", "--store", _store(tmp_path), "--mode", "lexical", "-v"])
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - t0 < 5
+    assert fake_server.count("/v1/rerank") == 1  # no retry
+    assert "timeout 0.5s, 0 retries" in r.stderr and "timed out after 0.5s" in r.output + r.stderr

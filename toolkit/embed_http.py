@@ -57,8 +57,9 @@ class HttpEmbedder:
             body["dimensions"] = self.dimensions
         if self._client is None:
             self._client = http_client(self.timeout_s)
+        # post_json scrubs the key sent from its errors, and (redact_answer) from an answer `_parse` may quote
         data = post_json(self._client, self.url, body, headers=self._headers, retries=self.retries,
-                         backoff_s=self.backoff_s, timeout_s=self.timeout_s)
+                         backoff_s=self.backoff_s, timeout_s=self.timeout_s, redact_answer=True)
         return self._parse(data, len(texts))
 
     def _parse(self, data: Any, n: int) -> np.ndarray:

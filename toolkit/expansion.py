@@ -16,7 +16,7 @@ from typing import Protocol
 import polars as pl
 
 from .errors import InputError, ToolkitError
-from .redact import scrub
+from .redact import header_secrets, scrub
 from .rerank import PROGRESS_MIN_QUERIES, ProviderError, RunBudget, api_key_headers, http_client, post_json
 
 KINDS = ("lex", "vec", "hyde")
@@ -142,6 +142,7 @@ class HttpExpander:
         self.url, self.model, self.prompt = url, model, prompt
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self._headers = api_key_headers(api_key_env, "expansion.api_key_env")
+        self.secrets = header_secrets(self._headers)  # an answer quoted in an error never shows the key
         self._client = None
 
     def expand(self, query: str, *, qid: str | None = None) -> list[tuple[str, str]]:
@@ -166,13 +167,13 @@ class HttpExpander:
             content = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as e:
             raise ProviderError(
-                f"unexpected chat answer (no choices[0].message.content): {str(data)[:120]!r}"
+                f"unexpected chat answer (no choices[0].message.content): {scrub(str(data), self.secrets, limit=120)!r}"
             ) from e
         if not isinstance(content, str):
             raise ProviderError(f"unexpected chat answer: content is {type(content).__name__}, not text")
         typed = parse_typed_lines(content)
         if not typed:
-            raise ProviderError(f"no typed lines (lex:/vec:/hyde:) in the answer: {content[:120]!r}")
+            raise ProviderError(f"no typed lines (lex:/vec:/hyde:) in the answer: {scrub(content, self.secrets, limit=120)!r}")
         return typed
 
     def close(self) -> None:
@@ -292,7 +293,7 @@ def variants(
         except ToolkitError:
             raise
         except Exception as e:  # an unknown provider failure degrades like a known one
-            status_rows.append((qid, "fallback", f"{type(e).__name__}: {scrub(str(e))}"))
+            status_rows.append((qid, "fallback", f"{type(e).__name__}: {scrub(str(e), getattr(expander, 'secrets', ()))}"))
             continue
         rows.extend((qid, v, k, t) for v, k, t in _typed_variants(text, exps, limits))
         status_rows.append((qid, "ok", None))

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 import polars as pl
 
 from .errors import InputError, ToolkitError
-from .redact import scrub
+from .redact import header_secrets, redact_data, redact_values, scrub
 
 PAIR_COLUMNS = ("qid", "query", "doc_id", "chunk_id", "text")
 SCORES_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64}
@@ -134,16 +134,22 @@ def post_json(
     retries: int,
     backoff_s: float,
     timeout_s: float,
+    redact_answer: bool = False,
 ) -> Any:
     """POST `payload` and return the decoded JSON answer, or raise `ProviderError`.
 
     Each attempt has a wall-clock deadline of `timeout_s` (connect and all reads, see `post_within`).
     Retries (with exponential backoff from `backoff_s`) on timeouts, connection errors, 5xx and 429;
     other 4xx and malformed JSON fail at once, since repeating the request cannot fix them. Answer
-    bodies quoted in errors are scrubbed of anything that looks like a credential (`redact.scrub`).
+    bodies and exceptions quoted in errors are scrubbed (`redact.scrub`) of the key sent in `headers`,
+    which a server may echo back, and of anything else that looks like a credential. `redact_answer`
+    also removes the key from the strings of a decoded answer, for callers that quote the answer when it
+    has the wrong shape (rerank and embeddings, which read only numbers; not chat, whose text is the
+    product: a short key such as `test` must not rewrite an expansion).
     """
     import httpx
 
+    secrets = header_secrets(headers)
     last = ""
     for attempt in range(retries + 1):
         if attempt:
@@ -154,17 +160,22 @@ def post_json(
             last = f"timed out after {timeout_s:g}s"
             continue
         except httpx.TransportError as e:
-            last = f"connection error: {type(e).__name__}: {scrub(str(e))}"
+            last = f"connection error: {type(e).__name__}: {scrub(str(e), secrets)}"
             continue
+        except httpx.HTTPError as e:  # too many redirects, undecodable body...: a retry cannot fix them
+            raise ProviderError(f"{url}: {type(e).__name__}: {scrub(str(e), secrets)}") from None
         if status >= 500 or status == 429:
-            last = f"HTTP {status}: {scrub(text[:200])}"
+            last = f"HTTP {status}: {scrub(text, secrets, limit=200)}"
             continue
         if status >= 400:
-            raise ProviderError(f"HTTP {status} from {url}: {scrub(text[:300])}")
+            raise ProviderError(f"HTTP {status} from {url}: {scrub(text, secrets, limit=300)}")
         try:
-            return json.loads(text)
+            data = json.loads(text)
         except (ValueError, json.JSONDecodeError) as e:
-            raise ProviderError(f"malformed JSON from {url}: {e}; body starts {scrub(text[:120])!r}") from e
+            raise ProviderError(f"malformed JSON from {url}: {e}; body starts {scrub(text, secrets, limit=120)!r}") from e
+        if redact_answer and secrets and redact_values(text, secrets) != text:
+            data = redact_data(data, secrets)
+        return data
     raise ProviderError(f"{url}: {last} ({retries + 1} attempt{'s' if retries else ''})")
 
 
@@ -227,6 +238,7 @@ class HttpReranker:
         self.name = model or url
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self._headers = api_key_headers(api_key_env, "rerank.api_key_env")
+        self.secrets = header_secrets(self._headers)  # what `rerank_scores` scrubs from stored statuses
         self._client = None
         self._tei = False
 
@@ -248,6 +260,7 @@ class HttpReranker:
             "retries": self.retries,
             "backoff_s": self.backoff_s,
             "timeout_s": self.timeout_s,
+            "redact_answer": True,
         }
         try:
             data = post_json(self._client, self.url, self._payload(query, documents), **kw)
@@ -680,6 +693,7 @@ def rerank_scores(
     pending: list[tuple[str, str, float]] = []
     failures, tripped = 0, None
     budget = RunBudget(budget_s, "rerank.budget_s", "reranker")
+    secrets = tuple(getattr(reranker, "secrets", ()))  # the key a provider sent: never in a stored status
     show = len(qids) > PROGRESS_MIN_QUERIES if progress is None else progress
     groups = pairs.group_by("qid", maintain_order=True)
     try:
@@ -701,11 +715,11 @@ def rerank_scores(
                     if len(result) != len(todo):
                         raise ProviderError(f"returned {len(result)} scores for {len(todo)} documents")
                 except ProviderError as e:
-                    err = str(e)
+                    err = redact_values(str(e), secrets)
                 except ToolkitError:
                     raise  # setup problems (model cannot be loaded, ...) stop the run
                 except Exception as e:  # an unknown provider failure degrades like a known one
-                    err = f"{type(e).__name__}: {scrub(str(e))}"
+                    err = f"{type(e).__name__}: {scrub(str(e), secrets)}"
                 else:
                     err = None
                 if budget.spent_out():
