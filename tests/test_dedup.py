@@ -236,3 +236,29 @@ def test_a_judged_copy_still_counts_when_copies_are_collapsed(tmp_path, embedder
     got = {m: evaluate(run, qrels, [m])["value"].item() for m in ("nDCG@10", "R@5")}
     assert got == {m: evaluate(plain.run(), qrels, [m])["value"].item() for m in got} and got["R@5"] == 1.0
     assert run.filter(pl.col("rank") <= 1).height == shown.run(1).height == 1  # depth cuts after the expansion
+
+
+def test_also_in_names_only_copies_the_querys_scope_may_see(tmp_path, embedder):
+    """A user trial: two byte-identical notes, alice/party.md and bob/party.md; a query scoped to bob was told
+    the text is "also in alice/party.md". A query sees its scope only, so its copies come from that scope;
+    an unscoped query still collapses both and names the other."""
+    from toolkit.pipeline import run_pipeline
+    from toolkit.store import Store
+
+    note = "# Party\n\nThe surprise party venue is the old boathouse on Friday.\n"
+    docs = [{"doc_id": f"{who}/party.md", "source": f"{who}/party.md", "scope": who, "title": "Party", "text": note,
+             "metadata": {}} for who in ("alice", "bob")]
+    docs.append({"doc_id": "bob/list.md", "source": "bob/list.md", "scope": "bob", "title": "", "text": "Groceries: milk, eggs.",
+                 "metadata": {}})
+    queries = pl.DataFrame({"qid": ["bob", "all"], "text": ["surprise party venue"] * 2, "scope": ["bob", None]})
+    with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
+        st.ingest(docs)
+        res = run_pipeline(st, queries, "default")
+    bob = res.final.filter(pl.col("qid") == "bob").sort("rank")
+    assert bob["doc_id"][0] == "bob/party.md" and bob["also_in"][0].to_list() == []
+    assert "duplicates_collapsed" not in bob["flags"][0].to_list()
+    assert not bob["doc_id"].str.starts_with("alice/").any() and not res.removed["qid"].eq("bob").any()
+    both = res.final.filter(pl.col("qid") == "all").sort("rank")
+    assert both["doc_id"].is_in(["alice/party.md", "bob/party.md"]).sum() == 1
+    other = sorted({"alice/party.md", "bob/party.md"} - {both["doc_id"][0]})
+    assert both["also_in"][0].to_list() == other and "duplicates_collapsed" in both["flags"][0].to_list()

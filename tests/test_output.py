@@ -47,6 +47,7 @@ def test_json_matches_the_documented_schema_with_correct_counts(store):
     for r in doc["results"]:
         assert isinstance(r["metadata"], dict) and len(r["snippet"]) <= 240 and r["origins"]
         assert {o["list"] for o in r["origins"]} <= {"bm25", "dense"}
+        assert r["priors"] is None  # the default preset has no priors
     assert "source_right" not in json.dumps(doc)
 
 
@@ -79,3 +80,27 @@ def test_a_store_written_before_content_hashes_opens_and_is_migrated(store, tmp_
     with Store(old) as st:  # writable open adds and fills the column in place
         assert st.con.execute("SELECT count(*) FROM documents WHERE text_hash IS NULL").fetchone()[0] == 0
         assert st.doc_sources()["text_hash"].n_unique() == 3
+
+
+def test_agent_memory_shows_its_priors_in_compact_and_in_schema_valid_json(tmp_path):
+    """A user trial: the memory priors were invisible in `hrt search` (compact and JSON), and with no reranker
+    fused_score held the score before the priors. JSON now carries a `priors` object the schema allows, and
+    compact names the factors that moved each result."""
+    mems = [
+        {"id": "color", "text": "Dave's favorite color is orange.", "metadata": {"date": "2024-07-10", "priority": "P0"}},
+        {"id": "pet", "text": "Dave has a pet hamster named Bao.", "metadata": {"date": "2024-02-11", "priority": "P2"}},
+        {"id": "city", "text": "Dave lives in Toronto.", "metadata": {"date": "2024-06-15"}},
+    ]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mems))
+    store = str(tmp_path / "m.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(tmp_path / "m.jsonl"), "--store", store]).exit_code == 0
+    doc = json.loads(_search(store, "what does Dave like", "--config", "agent-memory", "--format", "json", "--as-of", "2024-07-11"))
+    jsonschema.validate(doc, SCHEMA)
+    got = {r["doc_id"]: r for r in doc["results"]}
+    assert got["color"]["priors"]["priority"] == 4.0 and got["pet"]["priors"]["priority"] == 2.0
+    assert got["city"]["priors"]["priority"] == 1.0 and got["city"]["priors"]["use"] == 1.0  # no metadata: neutral
+    assert all(r["fused_score"] is None for r in doc["results"])  # no reranker: no blend changed a score
+    assert got["color"]["score"] == pytest.approx(got["color"]["priors"]["score_before"] * 4.0 * got["color"]["priors"]["recency"])
+    compact = _search(store, "what does Dave like", "--config", "agent-memory", "--as-of", "2024-07-11")
+    line = next(x for x in compact.splitlines() if x.endswith(" · color"))  # no title: the label is the id
+    assert "priors: priority x4.00" in line and ", before priors " in line and "fused" not in compact

@@ -185,3 +185,14 @@ def test_top_n_reweights_the_head_only():
     assert out["doc_id"].to_list() == ["b", "a", "c", "d"]  # d (x4) is outside the top 2: it stays below
     s = out["score"].to_list()
     assert s[0] == pytest.approx(3.2) and s[1] == 0.9 and s[1] > s[2] > s[3] > 0
+
+
+def test_rows_below_top_n_carry_neutral_factors():
+    """`hrt search` prints the factors that moved a result: a row below top_n was not re-weighted, so its
+    factors read 1 (d is P0 but stays below the block: its output must not claim "priority x4")."""
+    ranked = _ranked([("q", "a", 0.9), ("q", "b", 0.8), ("q", "c", 0.7), ("q", "d", 0.6)])
+    dv = _values({"b": {"priority": 0}, "d": {"priority": 0}})
+    out = apply_priors(ranked, dv, None, PriorsConfig(priority_field="priority", top_n=2), now=NOW)
+    got = dict(out.select("doc_id", "prior_priority").iter_rows())
+    assert got == {"a": 1.0, "b": 4.0, "c": 1.0, "d": 1.0}
+    assert out["prior_recency"].is_null().all()  # a prior that is off stays null

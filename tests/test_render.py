@@ -148,3 +148,36 @@ def test_a_reranked_result_shows_its_fused_score_and_the_rerankers_apart():
     got = json.loads(render([row], fmt="json"))["results"][0]
     assert got["fused_score"] == 0.1156 and got["rerank_score"] == 0.6875
     assert "fused 0.1156" in render([row], fmt="detailed")
+
+
+def test_priors_show_as_factors_and_not_as_a_fused_score():
+    """A user trial: with agent-memory (priors, no reranker) compact printed `fused 0.0156` for a score the
+    priors had changed, JSON had no place for the factors, and the docs said fused_score is null unless a
+    reranker blend changed the score. The priors now show as themselves; fused stays for the blend."""
+    row = {"rank": 1, "doc_id": "color", "score": 0.0568, "fused_score": 0.0156, "raw_score": 0.0156,
+           "score_before_priors": 0.0156, "prior_priority": 4.0, "prior_recency": 0.9095, "prior_use": 1.0,
+           "origins": [{"list": "dense", "rank": 4, "score": -0.0291}], "text": "Dave's favorite color is orange."}
+    head = render([row]).splitlines()[0]
+    assert head.startswith("1. score 0.0568 (dense #4 -0.0291; priors: priority x4.00 · recency x0.91, before priors 0.0156)")
+    assert "fused" not in head and "use x" not in head  # a factor of 1 did nothing
+    assert "priors: priority x4.00 · recency x0.91 (before priors 0.0156)" in render([row], fmt="detailed")
+    got = json.loads(render([row], fmt="json"))["results"][0]
+    assert got["fused_score"] is None
+    assert got["priors"] == {"score_before": 0.0156, "priority": 4.0, "recency": 0.9095, "use": 1.0}
+    # A reranker blend before the priors: both show, each named.
+    blended = {**row, "score_before_priors": 0.7, "rerank_score": 0.7, "reranked": True}
+    assert "(fused 0.0156 · rerank 0.7000 · dense #4 -0.0291; priors: priority x4.00" in render([blended])
+    # Neutral factors (no metadata): no priors part; no priors in the config: JSON priors is null.
+    plain = {**row, "score": 0.0156, "prior_priority": 1.0, "prior_recency": 1.0}
+    assert "priors" not in render([plain]) and json.loads(render([plain], fmt="json"))["results"][0]["priors"]["use"] == 1.0
+    assert json.loads(render(results(1, words=3), fmt="json"))["results"][0]["priors"] is None
+
+
+def test_compact_with_priors_stays_within_2000_chars():
+    rows = results()
+    for r in rows:
+        r.update(fused_score=r["raw_score"], score_before_priors=r["raw_score"], prior_priority=3.0, prior_recency=0.8312,
+                 prior_use=1.17, score=r["raw_score"] * 3.0 * 0.8312 * 1.17)
+    out = render(rows, max_chars=2000)
+    assert len(out) <= 2000 and len(blocks(out)) == 5
+    assert all("priors: priority x3.00 · recency x0.83 · use x1.17, before priors" in b[0] for b in blocks(out))

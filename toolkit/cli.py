@@ -189,16 +189,26 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
 @click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default=None,
               help="Query embedding runtime (default from config: auto = ONNX Runtime when installed, else torch).")
+@click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),
+              help="The query's date (ISO: 2024-05-01, 2024-05-01T09:30:00Z): recency priors measure age from it, "
+                   "not from now (sets the query field named by the config's priors.recency_query_field).")
 @click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or HRT_RERANK_* environment).")
-def search(query, store_path, mode, config, n, scope, fmt, backend, verbose) -> None:
+def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbose) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
 
-    Each result shows its final score and where it came from (each list's rank and score), and flags in
-    words (exact token kept, also in N sources, reranked). `--format json` is documented in docs/output.md.
+    Each result shows its final score and where it came from (each list's rank and score), the memory
+    priors' factors when the config has priors, and flags in words (exact token kept, also in N sources,
+    reranked). `--format json` is documented in docs/output.md. Warnings on stderr: a --scope no document
+    has, a store only partly embedded (dense search), a CJK query BM25 cannot match.
 
     With no reranker in the config, HRT_RERANK_PROVIDER / _MODEL / _BASE_URL / _API_KEY_ENV (or agent-memory's
-    AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins.
+    AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins. HRT_RERANK_TIMEOUT
+    (seconds per call, default 10) and HRT_RERANK_RETRIES (default 2) bound how long a hanging endpoint can
+    stall a search, e.g. HRT_RERANK_TIMEOUT=2 HRT_RERANK_RETRIES=0.
     """
+    from dataclasses import replace
+
+    from .metatypes import query_values
     from .pipeline import prepare, rescore
     from .render import origins, render
     from .rerank_env import resolve_rerank
@@ -212,11 +222,21 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, verbose) -> 
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
     if verbose:
         click.echo(rr_source.describe(cfg), err=True)
-    q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
+    q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope], "metadata": [json.dumps(_as_of_metadata(cfg, as_of))]},
+                     schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
     with Store(store_path, read_only=True) as st:
+        if cfg.retrieval.dense.enabled:
+            counts = st.stats()  # Store.embedding_coverage() once it lands: the same two counts
+            _warn_dense_coverage(counts["embeddings"], counts["chunks"])
         prep = prepare(st, q, cfg, one_shot=True)
+        # The stage cache is keyed by query text, not metadata: this query's date is its own, not a cached one.
+        prep = replace(prep, query_values=query_values(q))
         res = rescore(prep, cfg)
         top = res.final.filter(pl.col("rank") <= n).sort("rank")
+        if scope is not None and not len(top):
+            _note_unknown_scope(st.doc_sources(), scope)
+        if cfg.retrieval.lexical.enabled:
+            _note_cjk(query, prep, lexical_only=not cfg.retrieval.dense.enabled)
         docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
         chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", pl.col("text").alias("excerpt"))
     rows = (
@@ -229,6 +249,76 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, verbose) -> 
     out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
                  excerpt_chars=cfg.output.excerpt_chars, query=query)
     click.echo(out)
+
+
+def _iso_date(value: str | None) -> str | None:
+    """`--as-of`: an ISO date or datetime, checked here so a typo names the option, not the query metadata."""
+    if value is None:
+        return None
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO date or datetime (e.g. 2024-05-01, 2024-05-01T09:30:00Z)",
+                                 param_hint="'--as-of'") from None
+    return value.strip()
+
+
+def _as_of_metadata(cfg, as_of: str | None) -> dict[str, str]:
+    """The query's metadata for `--as-of`: its date under the field the recency prior reads as the query's
+    date (`priors.recency_query_field`), as the Python API takes it from query metadata."""
+    if as_of is None:
+        return {}
+    from .metatypes import is_date_field
+
+    field_ = cfg.priors.recency_query_field
+    if cfg.priors.recency_field is None:
+        click.echo(f"note: --as-of has no effect: config {cfg.name!r} has no recency prior (priors.recency_field)", err=True)
+    elif not is_date_field(field_):  # the query's value would be kept as text, and age measured from now
+        raise ToolkitError(f"--as-of: priors.recency_query_field {field_!r} is not read as a date (a date field is named "
+                           "date, datetime, timestamp, created, updated, modified or ends in _at, _date, _time)")
+    return {field_: as_of}
+
+
+def _warn_dense_coverage(embedded: int, chunks: int) -> None:
+    """Dense search ranks embedded chunks only: on a partly embedded store hybrid lists are skewed towards
+    what BM25 finds, silently. (No embeddings at all is the store's own error.)"""
+    if 0 < embedded < chunks:
+        click.echo(f"warning: dense search covers {embedded:,} of {chunks:,} chunks: the rest were ingested with "
+                   "--no-embed and only BM25 can find them; `hrt ingest` without --no-embed embeds them", err=True)
+
+
+def _note_unknown_scope(doc_sources: pl.DataFrame, scope: str) -> None:
+    """`--scope` that no document has: say so, and which scopes exist, instead of a bare "no results"."""
+    if (doc_sources["scope"] == scope).any():
+        return
+    counts = doc_sources.filter(pl.col("scope").is_not_null()).group_by("scope").len().sort("scope")
+    if not len(counts):
+        click.echo(f"note: no stored document has scope {scope!r}: this store's documents have no scope (a folder "
+                   "ingest takes each file's top folder as its scope; JSONL records a `scope` field)", err=True)
+        return
+    shown = ", ".join(f"{s} ({c:,} document{'s' if c != 1 else ''})" for s, c in counts.head(10).iter_rows())
+    more = f", and {len(counts) - 10:,} more" if len(counts) > 10 else ""
+    click.echo(f"note: no stored document has scope {scope!r}; the store has {len(counts):,} scope"
+               f"{'s' if len(counts) != 1 else ''}: {shown}{more}", err=True)
+
+
+# Han, Hiragana, Katakana (and half-width), Hangul: scripts written without spaces between words.
+_CJK = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+                  "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0002fa1f]")
+
+
+def _note_cjk(query: str, prep, *, lexical_only: bool) -> None:
+    """BM25 (DuckDB FTS) tokenises on spaces and punctuation: a CJK word inside a sentence is part of one
+    long token, so a CJK query finds nothing there. Say why, rather than a bare "no results"."""
+    if not _CJK.search(query):
+        return
+    if bool(prep.features["skip_lexical"].any()) or (prep.candidates["retriever"] == "lex").any():
+        return  # BM25 was routed away, or it did match
+    dense = "use --mode hybrid or dense, which match by meaning" if lexical_only else "the results come from dense search alone"
+    click.echo("note: BM25 matched nothing: it splits text on spaces and punctuation, so a word inside unspaced "
+               f"Chinese, Japanese or Korean text cannot match (only a whole space-separated token can); {dense}", err=True)
 
 
 @main.command()

@@ -2,8 +2,11 @@
 and got 1").
 
 Byte-identical documents first (same `text_hash`, e.g. one README shipped by five packages): the
-best-ranked copy stays and says where else the text lives (`also_in`: the sources of every other copy in
-the store, plus those of near-duplicates removed for it; flag `duplicates_collapsed`). Then near duplicates: a result whose embedding has cosine >= threshold with a higher-ranked kept result is
+best-ranked copy stays and says where else the text lives (`also_in`: the sources of the other copies among
+the query's own candidates, plus those of near-duplicates removed for it; flag `duplicates_collapsed`).
+Only the query's candidates, never the whole store: retrieval already applied the query's scope (and
+filters), so a copy the query may not see is neither collapsed nor named (a copy shares its original's
+scores, so every visible copy within the lists' depth is a candidate). Then near duplicates: a result whose embedding has cosine >= threshold with a higher-ranked kept result is
 dropped (only the top `depth` per query is compared; that is where it matters and what stays cheap). Then
 sources: at most `max_per_source` results per source in a first pass; the remaining slots of the n are
 filled from the next-best sources, and only when unseen sources run out with further results of sources
@@ -278,8 +281,9 @@ def dedup(
         r = r.drop("_key")
     removed: list[pl.DataFrame] = []
 
+    same = None
     if identical and len(r):
-        r, gone = _collapse_identical(r, copies)
+        r, gone, same = _collapse_identical(r, copies)
         removed.append(gone)
 
     if cfg.near_duplicate_enabled and len(r):
@@ -303,7 +307,7 @@ def dedup(
             r = r.join(dups.select("qid", "doc_id"), on=["qid", "doc_id"], how="anti", maintain_order="left")
 
     if (identical or cfg.near_duplicate_enabled) and len(r):
-        r = _also_in(r, doc_source, removed, copies if identical else None)
+        r = _also_in(r, doc_source, removed, same, copies.columns[0] if identical else "doc_id")
 
     if cfg.source_enabled and len(r):
         r, pushed = _source_pass(r, cfg, n)
@@ -335,32 +339,36 @@ def _copy_keys(doc_source: pl.DataFrame | None, chunk_copies: pl.DataFrame | Non
     return doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("text_hash").cast(pl.Utf8), src).unique("doc_id")
 
 
-def _collapse_identical(r: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Keep the best-ranked of each query's results with the same text hash (rows sorted by qid, rank)."""
+def _collapse_identical(r: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Keep the best-ranked of each query's results with the same text hash (rows sorted by qid, rank).
+
+    (kept, removed rows, [qid, key, other]: the source of each copy collapsed into the kept result `key`).
+    Copies come from the query's own rows only, so its scope holds: another scope's copy is not a row."""
     on = copies.columns[0]
     grp = [pl.col("qid"), pl.coalesce(pl.col("text_hash"), pl.col(on))]
     r = r.join(copies.select(on, "text_hash"), on=on, how="left", maintain_order="left").with_columns(
-        (pl.int_range(pl.len()).over(grp) > 0).alias("_copy"), pl.col("doc_id").first().over(grp).alias("_first")
+        (pl.int_range(pl.len()).over(grp) > 0).alias("_copy"),
+        pl.col("doc_id").first().over(grp).alias("_first"),
+        pl.col(on).first().over(grp).alias("_first_key"),
     )
-    gone = r.filter("_copy").select(
+    dup = r.filter("_copy")
+    gone = dup.select(
         "qid", "doc_id", "chunk_id", "rank", pl.lit("identical").alias("reason"), pl.col("_first").alias("kept_instead")
     )
-    return r.filter(~pl.col("_copy")).drop("text_hash", "_copy", "_first"), gone
+    same = dup.select("qid", pl.col("_first_key").alias(on), pl.col("source").alias("other"))
+    return r.filter(~pl.col("_copy")).drop("text_hash", "_copy", "_first", "_first_key"), gone, same
 
 
 def _also_in(
-    r: pl.DataFrame, doc_source: pl.DataFrame | None, removed: list[pl.DataFrame], copies: pl.DataFrame | None
+    r: pl.DataFrame, doc_source: pl.DataFrame | None, removed: list[pl.DataFrame], same: pl.DataFrame | None, on: str
 ) -> pl.DataFrame:
-    """Add `also_in` (sorted sources where the result's text also lives: every identical copy in the store,
-    and the near-duplicates removed in its favour) and flag `duplicates_collapsed` where it is not empty."""
-    on = copies.columns[0] if copies is not None else "doc_id"
+    """Add `also_in` (sorted sources where the result's text also lives: the identical copies collapsed into
+    it, `same` from `_collapse_identical`, and the near-duplicates removed in its favour; both are rows of the
+    query, so nothing outside its scope is named) and flag `duplicates_collapsed` where it is not empty."""
     mine = r.select("qid", *dict.fromkeys(["doc_id", on]), "source")
     parts = []
-    if copies is not None:
-        same = mine.join(copies.select(on, "text_hash"), on=on, how="inner").join(
-            copies.select("text_hash", pl.col("source").alias("other")), on="text_hash", how="inner"
-        )
-        parts.append(same.select("qid", on, "source", "other"))
+    if same is not None and len(same):
+        parts.append(same.join(mine, on=["qid", on], how="inner").select("qid", on, "source", "other"))
     near = [x for x in removed if len(x) and (x["reason"] == "near_duplicate").any()]
     if near:
         src = (

@@ -16,8 +16,9 @@ A document without the field, or with a value the mapping lacks, gets factor 1 (
 larger factor always ranks higher), "add" adds `add_weight * sum(factor - 1)`. The documents are then
 re-ranked by the new score (ties keep their blended order); with `top_n`, only the blended top_n are
 re-weighted and the rest follow in their blended order (agent-memory re-weights its limit * 2 candidates). The factors stay on every row as
-`prior_recency`, `prior_priority`, `prior_use` (null for a prior that is off) and the score before the
-priors as `score_before_priors`, so the trace and the final list show what each prior did.
+`prior_recency`, `prior_priority`, `prior_use` (null for a prior that is off; 1 below top_n, where none
+applied) and the score before the priors as `score_before_priors`, so the trace, the final list and `hrt
+search` show what each prior did.
 """
 
 from __future__ import annotations
@@ -128,9 +129,12 @@ def apply_priors(
     floor = pl.col("score").filter(~pl.col("_tail")).min().over("qid")
     pos = pl.col("_tail").cast(pl.Int64).cum_sum().over("qid")
     below = scores_below(floor, pos, pl.col("_tail").sum().over("qid"))
+    # A row below top_n was not re-weighted: its factors read 1 (neutral), so no output claims a prior moved it.
+    unused = [pl.when(pl.col("_tail") & pl.col(c).is_not_null()).then(1.0).otherwise(pl.col(c)).alias(c) for c in FACTOR_COLUMNS]
     return r.with_columns(
         pl.when(pl.col("_tail")).then(pl.coalesce(below, pl.col("score_before_priors"))).otherwise(pl.col("score")).alias("score"),
         pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"),
+        *unused,
     ).drop("_tail", "_by")
 
 

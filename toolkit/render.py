@@ -2,8 +2,8 @@
 
 An agent pays for every character of memory it reads, so `compact` is the default: at most three lines
 per result (rank, final score and where it came from: each list's rank and score, e.g. `bm25 #1 12.4 ·
-dense #13 0.61`; source and title; an excerpt; flags in words if any), five results within 2,000
-characters, excerpts shortened to fit. Notes say when the list should not be trusted (low confidence,
+dense #13 0.61`, and the factors of the memory priors that moved it; source and title; an excerpt; flags
+in words if any), five results within 2,000 characters, excerpts shortened to fit. Notes say when the list should not be trusted (low confidence,
 scores that barely differ, a provider that fell back). `detailed` shows full texts and all flags and falls
 back to compact when it would exceed `max_chars`. `json` is one object per result with a snippet, never a
 whole document; its schema is `docs/search-output.schema.json` (described in docs/output.md).
@@ -106,11 +106,37 @@ def _rerank_text(r: Mapping[str, Any]) -> str:
 
 
 def _fused_differs(r: Mapping[str, Any]) -> bool:
-    """The pre-blend (fused) score is worth showing only where blending changed the score."""
-    raw, score = _fused(r), r.get("score")
+    """The pre-blend (fused) score is worth showing only where blending changed the score. With priors the
+    blended score is `score_before_priors`: what the priors changed is shown as priors, not as a blend."""
+    raw = _fused(r)
+    score = r["score_before_priors"] if r.get("score_before_priors") is not None else r.get("score")
     if not isinstance(raw, int | float) or not isinstance(score, int | float) or not math.isfinite(raw):
         return False
     return abs(raw - score) > 1e-9 * max(1.0, abs(score))
+
+
+_PRIORS = (("priority", "prior_priority"), ("recency", "prior_recency"), ("use", "prior_use"))
+
+
+def _prior_factors(r: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """(prior, factor) of the priors that moved this result (factor not 1), strongest first."""
+    out = [(name, float(r[c])) for name, c in _PRIORS
+           if isinstance(r.get(c), int | float) and math.isfinite(r[c]) and abs(r[c] - 1.0) > 1e-9]
+    return sorted(out, key=lambda x: -abs(math.log(max(x[1], 1e-12))))
+
+
+def _prior_text(r: Mapping[str, Any]) -> str:
+    """`priors: priority x4.00 · recency x0.83` (empty when no prior changed the score)."""
+    parts = [f"{name} x{f:.2f}" if abs(f - 1.0) >= 0.005 else f"{name} x{f:.4f}" for name, f in _prior_factors(r)]
+    return f"priors: {' · '.join(parts)}" if parts else ""
+
+
+def _priors_field(r: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON result's `priors`: each factor (null for a prior that is off) and the score before them;
+    null when the config has no priors (the rows then carry no `score_before_priors`)."""
+    if "score_before_priors" not in r:
+        return None
+    return {"score_before": r.get("score_before_priors"), **{name: r.get(c) for name, c in _PRIORS}}
 
 
 def _body(r: Mapping[str, Any]) -> str:
@@ -205,9 +231,12 @@ def provider_field(notes: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _header(r: Mapping[str, Any], title_chars: int) -> str:
     parts = [f"{r.get('rank', '?')}. score {_num(r.get('score'))}"]
-    why = [x for x in (f"fused {_num(_fused(r))}" if _fused_differs(r) else "", _rerank_text(r), _origin_text(r)) if x]
+    why = " · ".join(x for x in (f"fused {_num(_fused(r))}" if _fused_differs(r) else "", _rerank_text(r), _origin_text(r)) if x)
+    if _prior_text(r):  # after a semicolon: the priors' factors are not one more list
+        pri = f"{_prior_text(r)}, before priors {_num(r.get('score_before_priors'))}"
+        why = f"{why}; {pri}" if why else pri
     if why:
-        parts[0] += f" ({' · '.join(why)})"
+        parts[0] += f" ({why})"
     if r.get("score_prob") is not None:  # calibrated P(relevant), fusion.method learned
         parts[0] += f" · P(relevant) {r['score_prob']:.2f}"
     if r.get("source"):
@@ -256,6 +285,8 @@ def _detailed(rows: list[dict[str, Any]], notes: list[str]) -> str:
             head += f"  {_rerank_text(r)}"
         if _origin_text(r):
             head += f"  ({_origin_text(r)})"
+        if _prior_text(r):
+            head += f"  {_prior_text(r)} (before priors {_num(r.get('score_before_priors'))})"
         if _flags(r):
             head += "  [" + ", ".join(_flag_words(r)) + "]"
         meta = f"source: {r.get('source') or '-'}  doc: {r.get('doc_id', '-')}"
@@ -301,6 +332,7 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int, query: str | None = N
         "title": r.get("title") or "",
         "score": r.get("score"),
         "fused_score": _fused(r) if _fused_differs(r) else None,
+        "priors": _priors_field(r),
         "score_prob": r.get("score_prob"),
         "reranked": bool(r.get("reranked")),
         "rerank_score": r.get("rerank_score"),
@@ -322,7 +354,7 @@ def render(
     query: str | None = None,
 ) -> str:
     """Render one query's results. Rows carry rank, score (final), fused_score (before blending; else
-    raw_score), rerank_score and reranked,
+    raw_score), rerank_score and reranked, prior_* factors and score_before_priors (when priors are on),
     origins (see `origins`), source, doc_id, title, text and/or excerpt, flags, also_in, metadata;
     `notes` is the query's per-query row (low_confidence, low_differentiation, spread, exact_token)
     plus optional `messages` (list of strings, e.g. a provider that fell back)."""
