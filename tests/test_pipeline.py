@@ -171,3 +171,14 @@ def test_index_settings_in_a_config_are_checked_against_the_store(store):
             prepare(store, QUERIES, base.with_updates(upd))
     # A stemmer pinned for a lexical list that is switched off is not checked.
     assert prepare(store, QUERIES, load_config("vector-only").with_updates({"retrieval.lexical.stemmer": "english"})).candidates.height > 0
+
+
+def test_the_same_query_asked_on_another_date_is_not_served_the_cached_date(store):
+    """The stage cache is keyed by the queries' metadata too: their dates are the recency prior's reference."""
+    cfg = load_config("bm25-only").with_updates({"priors.recency_field": "date", "priors.recency_query_field": "date"})
+    asked = [QUERIES.head(1).with_columns(pl.lit(f'{{"date": "{d}"}}').alias("metadata")) for d in ("2026-01-01", "2026-06-01")]
+    first, second = (prepare(store, q, cfg) for q in asked)  # the second would be a cache hit on text alone
+    dates = [p.query_values.filter(pl.col("field") == "date")["ts"].to_list() for p in (first, second)]
+    assert dates[0] != dates[1] and len(dates[1]) == 1
+    as_dicts = QUERIES.head(1).with_columns(pl.Series("metadata", [{"date": "2026-06-01"}]))  # a struct column hashes too
+    assert prepare(store, as_dicts, cfg).query_values["ts"].to_list() == dates[1]

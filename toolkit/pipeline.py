@@ -137,9 +137,14 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
     """Cache key of the expensive stages: the store's generation, the queries and the prepare fields."""
+    # The queries' metadata is part of them: their dates are the recency priors' reference (`query_values`),
+    # so the same text asked on another date must not get the cached date.
+    q = queries.select("qid", "text", *(c for c in ("scope", "metadata") if c in queries.columns))
+    if "metadata" in q.columns and q.schema["metadata"] != pl.Utf8:  # structs/dicts: hashed as sorted JSON
+        q = q.with_columns(pl.col("metadata").map_elements(lambda v: json.dumps(v, sort_keys=True, default=str), return_dtype=pl.Utf8))
     parts = {
         "generation": store.generation(),
-        "queries": sha1(queries.select("qid", "text", *(["scope"] if "scope" in queries.columns else [])).write_csv()),
+        "queries": sha1(q.write_csv()),
         "config": prepare_settings(cfg),
         "pool": rerank_pool,
     }
