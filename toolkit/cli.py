@@ -75,9 +75,11 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
            api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, verbose) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
-    SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, or a folder of text files: .md,
-    .txt, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
-    relative path, scope = top folder); --include adds other text files (source code, HTML as text). Files
+    SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
+    files: .md, .txt, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
+    relative path, scope = top folder); --include adds other text files (source code, HTML as text). A JSONL
+    or Parquet record's top-level fields other than the id, text, title, source, scope, metadata and vector are
+    stored as metadata (checked like metadata: a bad date names the line and field). Files
     and records left out (other types, binary content, empty documents) are counted; -v names each with the
     reason. Re-ingesting unchanged documents computes
     nothing; a changed document replaces its chunks and embeddings; the whole update is one transaction.
@@ -226,8 +228,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
                      schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
     with Store(store_path, read_only=True) as st:
         if cfg.retrieval.dense.enabled:
-            counts = st.stats()  # Store.embedding_coverage() once it lands: the same two counts
-            _warn_dense_coverage(counts["embeddings"], counts["chunks"])
+            _warn_dense_coverage(*st.embedding_coverage())
         prep = prepare(st, q, cfg, one_shot=True)
         # The stage cache is keyed by query text, not metadata: this query's date is its own, not a cached one.
         prep = replace(prep, query_values=query_values(q))

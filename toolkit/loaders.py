@@ -12,6 +12,21 @@ touched.
 Documents given in Python (a list of dicts, a polars or pandas frame) go through the same record reader as
 a JSONL line (`load_corpus` accepts them, and `Store.ingest` sends anything but a `Corpus` there), so a
 missing optional field gets the same default and a missing id or text the same error, naming the record.
+
+A record (JSONL line, Parquet or frame row, dict) is read as:
+
+- id: `_id`, `id` or `doc_id` (the first present), a string or an integer; text: `text`, else `contents`
+  (or the field named by `text_field`), a string; `title`: a string; `source`, `scope`: a string or an
+  integer, else taken from `metadata` (source defaults to the id); `vector`: a precomputed embedding.
+- metadata: the `metadata` object (or JSON text) plus every other top-level field, so a flat record
+  `{"id": "m1", "text": "...", "created_at": "2024-01-25", "priority": "P0"}` keeps `created_at` and
+  `priority` as metadata: exported memories are mostly flat, and dropping those fields turned the
+  recency and priority priors quietly neutral. A field given both at the top level and in `metadata` with
+  different values is an error; null fields are left out (a frame's missing value). Values are checked as
+  any metadata is (`toolkit.metatypes`: a date field must read as a date); dates and numbers from a frame
+  are stored as JSON (a date as ISO 8601 text).
+- a field of the wrong type is an error naming the record and the field, never turned into text (a list
+  id stored as "['x']" can be found by no one).
 """
 
 from __future__ import annotations
@@ -21,10 +36,13 @@ import functools
 import json
 import logging
 import mimetypes
+import numbers
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import date, time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +106,14 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 TEXT_FIELDS = ("text", "contents")  # where a record's text is looked for when no --text-field is given
+ID_FIELDS = ("_id", "id", "doc_id")  # a record's id: the first of these present
+# Top-level keys that are document fields; every other key of a record (but its text field) is metadata.
+DOC_FIELDS = frozenset({*ID_FIELDS, "title", "source", "scope", "metadata", "vector"})
 
 
-def _record_text(obj: dict[str, Any], where: str, text_field: str | None, hint: str = "--text-field") -> str:
-    """The record's text. A record without the field is an error naming the keys it has: storing it with
-    an empty text (what happened with `body` records) loses the document silently."""
+def _record_text(obj: Mapping[str, Any], where: str, text_field: str | None, hint: str = "--text-field") -> tuple[str, str]:
+    """(field name, text) of the record. A record without the field is an error naming the keys it has:
+    storing it with an empty text (what happened with `body` records) loses the document silently."""
     names = (text_field,) if text_field else TEXT_FIELDS
     found = next((n for n in names if n in obj), None)
     if found is None:
@@ -101,37 +122,97 @@ def _record_text(obj: dict[str, Any], where: str, text_field: str | None, hint: 
         raise InputError(f"{where}: no text field {wanted} (the record has: {keys}); name it with {hint}")
     text = obj[found]
     if text is None:
-        return ""
+        return found, ""
     if not isinstance(text, str):
         raise InputError(f"{where}: field `{found}` must be a string, got {type(text).__name__}")
-    return text
+    return found, text
 
 
-def _doc_from_record(
-    obj: Mapping[str, Any], where: str, text_field: str | None = None, hint: str = "--text-field"
-) -> dict[str, Any]:
-    """One record (a JSONL line, a Parquet or frame row, a dict) as a document: the only place defaults
-    are filled in and fields checked, so every way into the store gets the same rules."""
-    doc_id = obj.get("_id", obj.get("id", obj.get("doc_id")))
-    if doc_id is None or str(doc_id).strip() == "":
-        raise InputError(f"{where}: missing document id (field `_id`, `id` or `doc_id`)")
-    text = _record_text(obj, where, text_field, hint)
-    title = obj.get("title") or ""
+def _ident(value: Any, where: str, name: str) -> str | None:
+    """An id, source or scope as text: a string or an integer (BEIR ids are sometimes numbers). Anything else
+    is an error naming the field: `str()` made "['x']" of a list id, a document no one can look up."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    raise InputError(f"{where}: field `{name}` must be a string or an integer, got {type(value).__name__}")
+
+
+def _plain(value: Any, where: str, name: str) -> Any:
+    """A metadata value as JSON data. Frames hand over dates, numpy numbers and arrays, which the store's
+    JSON column cannot hold: a date becomes ISO 8601 text (read back as a date by `metatypes`), a number a
+    Python number; a value with no JSON form is an error naming the field."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, date | time):  # datetime and pandas' Timestamp are dates too
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, where, f"{name}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v, where, name) for v in value]
+    if isinstance(value, Decimal):
+        return float(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
+        return _plain(value.tolist(), where, name)
+    raise InputError(f"{where}: field `{name}`: a {type(value).__name__} value cannot be stored as metadata "
+                     "(use a string, number, boolean, list or object)")
+
+
+def _record_metadata(obj: Mapping[str, Any], where: str, text_key: str) -> dict[str, Any]:
+    """The record's `metadata` object merged with its other top-level fields (`DOC_FIELDS` and the text field
+    aside): flat records are the usual shape of exported memories, and dropping their `created_at` or
+    `priority` left the priors quietly neutral. Both are checked as metadata (a bad date names the field)."""
     meta = obj.get("metadata") or {}
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
         except json.JSONDecodeError as e:
             raise InputError(f"{where}: field `metadata` is not valid JSON") from e
-    if not isinstance(meta, dict):
+    if not isinstance(meta, Mapping):
         raise InputError(f"{where}: field `metadata` must be an object")
-    typed_values(meta, where)  # dates must parse (the store types them again; here the error names the line)
-    doc_id = str(doc_id)
+    meta = _plain(meta, where, "metadata")
+    flat: dict[str, Any] = {}
+    for k, v in obj.items():
+        if k in DOC_FIELDS or k == text_key or v is None:  # None: a frame's missing value, as if absent
+            continue
+        if not isinstance(k, str):
+            raise InputError(f"{where}: field name {k!r} must be a string")
+        flat[k] = v = _plain(v, where, k)
+        if k in meta and meta[k] != v:
+            raise InputError(f"{where}: field `{k}` is given at the top level ({_short(v)}) and in `metadata` "
+                             f"({_short(meta[k])}) with different values; keep one")
+    # Dates must parse (the store types them again; here the error names the line and where the field is).
+    typed_values(meta, where)
+    typed_values(flat, where, label="field `{}`")
+    return {**meta, **flat}
+
+
+def _short(v: Any, limit: int = 60) -> str:
+    r = repr(v)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def _doc_from_record(
+    obj: Mapping[str, Any], where: str, text_field: str | None = None, hint: str = "--text-field"
+) -> dict[str, Any]:
+    """One record (a JSONL line, a Parquet or frame row, a dict) as a document: the only place defaults
+    are filled in and fields checked, so every way into the store gets the same rules (module docstring:
+    which fields are read, and that every other top-level field is metadata)."""
+    id_key = next((k for k in ID_FIELDS if k in obj), "id")
+    doc_id = _ident(obj.get(id_key), where, id_key)
+    if doc_id is None or doc_id.strip() == "":
+        raise InputError(f"{where}: missing document id (field `_id`, `id` or `doc_id`)")
+    text_key, text = _record_text(obj, where, text_field, hint)
+    title = obj.get("title")
+    if title is not None and not isinstance(title, str):
+        raise InputError(f"{where}: field `title` must be a string, got {type(title).__name__}")
+    meta = _record_metadata(obj, where, text_key)
     doc = {
         "doc_id": doc_id,
-        "source": str(obj.get("source") or meta.get("source") or doc_id),
-        "scope": (str(obj.get("scope") or meta.get("scope")) if (obj.get("scope") or meta.get("scope")) else None),
-        "title": str(title),
+        "source": (_ident(obj.get("source"), where, "source") or _ident(meta.get("source"), where, "metadata.source")
+                   or doc_id),
+        "scope": _ident(obj.get("scope"), where, "scope") or _ident(meta.get("scope"), where, "metadata.scope") or None,
+        "title": title or "",
         "text": text,
         "metadata": meta,
     }
@@ -170,9 +251,14 @@ def load_corpus(
     include: Iterable[str] = (),
 ) -> Corpus:
     """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .txt, .rst, and
-    files without an extension whose content is UTF-8 text), or records given in Python (an iterable of
-    dicts, a polars or pandas frame: each read as a JSONL line is, errors naming `record N` / `row N`).
-    `.skipped` lists what was not indexed.
+    files without an extension whose content is UTF-8 text), one such text file (read as it is in a folder:
+    one document, id and source its file name, title its first line), or records given in Python (an
+    iterable of dicts, a polars or pandas frame: each read as a JSONL line is, errors naming `record N` /
+    `row N`). `.skipped` lists what was not indexed.
+
+    Records (JSONL lines, Parquet rows, dicts, frame rows) keep every top-level field other than the id,
+    text, `title`, `source`, `scope`, `metadata` and `vector` as metadata, checked as metadata is (a bad date
+    names the field); a field of the wrong type (a list id, an object title) is an error (module docstring).
 
     A folder is a BEIR collection (only its corpus.jsonl is read) when it holds corpus.jsonl and
     queries.jsonl and/or qrels/, or corpus.jsonl and no notes (.md, .txt, .rst, ... or `include` matches;
@@ -197,10 +283,14 @@ def load_corpus(
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
     beir = _beir_corpus(p, include) if p.is_dir() else None
-    if include and (not p.is_dir() or beir):
+    note = p.is_file() and _note_file(p, include)
+    if include and not note and (not p.is_dir() or beir):
         raise InputError(f"{p}: include patterns ({', '.join(include)}) apply to a folder of files, not to a collection file")
     if beir:
         p = beir
+    if note:  # one note: read as it would be in its folder (id and source its file name, no scope)
+        alone: list[Skipped] = []
+        return _check_unique(_folder_docs(p.parent, alone, include, files=[p]), p, alone)
     if p.is_file() and p.suffix in {".jsonl", ".json"}:
         return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}", text_field)) for n, o in _read_jsonl(p)), p)
     if p.is_file() and p.suffix == ".parquet":
@@ -212,7 +302,22 @@ def load_corpus(
     if p.is_dir():
         skipped: list[Skipped] = []
         return _check_unique(_folder_docs(p, skipped, include), p, skipped)
-    raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, or a folder of text files)")
+    raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, a folder of text files, or one "
+                     "text file: .md, .txt, .rst)")
+
+
+def _note_file(p: Path, include: tuple[str, ...]) -> bool:
+    """Whether a file given alone is a note: a name a folder would read as one (known text extension, an
+    `include` match), or, with no extension a registry knows (README, NEWS), text by content. A collection
+    file (.jsonl, .json, .parquet) never is."""
+    if p.suffix in {".jsonl", ".json", ".parquet"}:
+        return False
+    if _named_note(p.name, include):
+        return True
+    if any(mimetypes.guess_type(p.name, strict=False)):
+        return False
+    with p.open("rb") as fh:
+        return _sniff_text(fh.read(SNIFF_BYTES)) is None
 
 
 def _record_rows(source: object) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -248,8 +353,9 @@ def _named_note(rel: str, include: tuple[str, ...]) -> bool:
 
 def _named(where: str, r: Mapping[str, Any]) -> str:
     """'record 3, document 'b'': a record in a list has no line number to find it by, so its id says which."""
-    doc_id = r.get("_id", r.get("id", r.get("doc_id")))
-    return f"{where}, document {str(doc_id)!r}" if doc_id is not None and str(doc_id).strip() else where
+    doc_id = next((r[k] for k in ID_FIELDS if k in r), None)
+    ok = isinstance(doc_id, str | int) and not isinstance(doc_id, bool) and str(doc_id).strip()
+    return f"{where}, document {str(doc_id)!r}" if ok else where
 
 
 def _beir_corpus(root: Path, include: tuple[str, ...] = ()) -> Path | None:
@@ -282,11 +388,13 @@ def _sniff_text(head: bytes) -> str | None:
     return None
 
 
-def _folder_docs(root: Path, skipped: list[Skipped], include: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Text files under `root`: known text extensions, files matching an `include` pattern, and files
-    without an extension (README, NEWS, CHANGES, LICENSE) recognised by content. Everything else goes to
-    `skipped` with the reason."""
-    for f in sorted(x for x in root.rglob("*") if x.is_file()):
+def _folder_docs(
+    root: Path, skipped: list[Skipped], include: tuple[str, ...] = (), files: Iterable[Path] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Text files under `root` (or only `files`, each under `root`: a single note): known text extensions,
+    files matching an `include` pattern, and files without an extension (README, NEWS, CHANGES, LICENSE)
+    recognised by content. Everything else goes to `skipped` with the reason."""
+    for f in sorted(x for x in root.rglob("*") if x.is_file()) if files is None else files:
         rel = f.relative_to(root).as_posix()
         if _hidden(f.relative_to(root)):
             skipped.append(Skipped(rel, "hidden file or folder"))

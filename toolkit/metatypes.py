@@ -91,10 +91,13 @@ def _text(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def typed_values(meta: dict[str, Any] | None, where: str, *, strict: bool = True) -> list[tuple[str, float | None, datetime | None, str]]:
+def typed_values(
+    meta: dict[str, Any] | None, where: str, *, strict: bool = True, label: str = "metadata.{}"
+) -> list[tuple[str, float | None, datetime | None, str]]:
     """(field, num, ts, text) for each top-level scalar of `meta`. `strict`: an unparseable value in a date
     field raises `InputError` naming `where` and the field; otherwise it is kept as text only (used when an
-    old store is migrated, so that it still opens)."""
+    old store is migrated, so that it still opens). `label` names the field in that error as the user wrote
+    it (a flat record's `created_at` is a top-level field, not `metadata.created_at`)."""
     out = []
     for k, v in (meta or {}).items():
         if v is None or isinstance(v, dict | list):
@@ -107,7 +110,7 @@ def typed_values(meta: dict[str, Any] | None, where: str, *, strict: bool = True
                 ms = isinstance(v, int | float) and not isinstance(v, bool) and 1e11 < abs(v) < 1e14
                 hint = " (it looks like milliseconds since 1970, e.g. JavaScript's Date.now(): divide by 1000)" if ms else ""
                 raise InputError(
-                    f"{where}: metadata.{k}: cannot read {v!r} as a date{hint}; accepted: ISO 8601 (2024-01-25, "
+                    f"{where}: {label.format(k)}: cannot read {v!r} as a date{hint}; accepted: ISO 8601 (2024-01-25, "
                     f"2024-01-25T09:30:00Z), seconds since 1970, or one of {', '.join(DATE_FORMATS)} "
                     "(a field named date/…_at/…_date/…_time is read as a date: rename it if it is not one)"
                 )

@@ -99,13 +99,27 @@ class IngestReport:
     fts_rebuilt: bool
     # Records left out of documents given as dicts or a frame (empty ones), as `Corpus.skipped` says.
     skipped: list[Any] = field(default_factory=list)
+    # After the ingest: chunks of the store with an embedding, and all its chunks (`Store.embedding_coverage`).
+    embedded_chunks: int = 0
+    total_chunks: int = 0
+
+    @property
+    def partly_embedded(self) -> bool:
+        """Some chunks but not all have embeddings: dense search ranks only those, so hybrid results lean to
+        them without a word (a `--no-embed` ingest into a store that holds vectors)."""
+        return 0 < self.embedded_chunks < self.total_chunks
 
     def summary(self) -> str:
+        partly = (
+            f"; dense search covers {self.embedded_chunks:,} of {self.total_chunks:,} chunks: ingest again without "
+            "--no-embed (embed=True) to embed the rest"
+            if self.partly_embedded else ""
+        )
         return (
             f"{self.documents} documents: {self.added} added, {self.changed} changed, {self.unchanged} unchanged, "
             f"{self.removed} removed; {self.chunks_written} chunks written; embeddings: "
             f"{self.embeddings_computed} computed, {self.embeddings_from_cache} from cache; "
-            f"BM25 index {'rebuilt' if self.fts_rebuilt else 'unchanged'}"
+            f"BM25 index {'rebuilt' if self.fts_rebuilt else 'unchanged'}{partly}"
         )
 
 
@@ -133,6 +147,26 @@ def _local_model(label: str) -> bool:
 
 def sha1(s: str) -> str:
     return hashlib.sha1(s.encode("utf-8")).hexdigest()
+
+
+DUCKDB_MAGIC = (8, b"DUCK")  # offset and bytes of the magic in a DuckDB database file's header
+
+
+def _check_store_file(path: Path) -> None:
+    """Refuse an existing path that is not a DuckDB database file, before DuckDB sees it: DuckDB 1.5.5 opens a
+    JSONL/CSV/Parquet file as an in-memory database with a view over it, so `hrt ingest c.jsonl --store
+    c.jsonl` reported success and saved nothing."""
+    if path.is_dir():
+        raise StoreError(f"{path}: is a folder, not a toolkit store (a store is one DuckDB file, e.g. notes.duckdb)")
+    at, magic = DUCKDB_MAGIC
+    try:
+        with path.open("rb") as f:
+            head = f.read(at + len(magic))
+    except OSError as e:
+        raise StoreError(f"{path}: cannot read the store ({e.strerror})") from e
+    if head[at:] != magic:
+        raise StoreError(f"{path}: not a toolkit store (not a DuckDB database file): name a store made by "
+                         "`hrt ingest`, or a new path to make one (e.g. notes.duckdb)")
 
 
 def _packaged_extension(module: str, name: str, label: str, missing: str) -> str:
@@ -388,7 +422,7 @@ def _chunk_rows(docs: list[dict[str, Any]], settings: IndexSettings) -> list[tup
     return rows
 
 
-def _docs_frame(docs: list[dict[str, Any]]) -> pl.DataFrame:
+def _docs_frame(docs: list[dict[str, Any]], content_hash: Mapping[str, str]) -> pl.DataFrame:
     return pl.DataFrame(
         {
             "doc_id": [d["doc_id"] for d in docs],
@@ -397,7 +431,7 @@ def _docs_frame(docs: list[dict[str, Any]]) -> pl.DataFrame:
             "title": [d["title"] for d in docs],
             "text": [d["text"] for d in docs],
             "metadata": [json.dumps(d["metadata"], ensure_ascii=False) for d in docs],
-            "content_hash": [d["content_hash"] for d in docs],
+            "content_hash": [content_hash[d["doc_id"]] for d in docs],
             "text_hash": [sha1(d["text"]) for d in docs],
         },
         schema=dict.fromkeys(_DOC_COLUMNS, pl.Utf8),
@@ -418,10 +452,13 @@ class Store:
         self._session_rerank: dict[str, dict[tuple[str, str], float]] = {}  # read-only: scores kept in memory
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
-        # A store file this object creates is removed again at `close` when its first ingest failed and left it
-        # empty (`_drop_if_empty`): a failed `hrt ingest` must not leave an empty store behind.
+        if self.path.exists():
+            _check_store_file(self.path)
+        # A store file this object creates is removed again at `close` while it is still empty (`_drop_if_empty`):
+        # a failed first `hrt ingest`, or a mistyped path given to `Store(...)` and searched, must not leave an
+        # empty store behind (the next `hrt search` would find it and say it has no index).
         self._created = not read_only and not self.path.exists()
-        self._drop_if_empty = False
+        self._drop_if_empty = self._created
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -488,6 +525,7 @@ class Store:
                     try:
                         with cls(tmp, **kwargs) as st:
                             build(st)
+                            st._drop_if_empty = False  # what the build made, even empty, is the store
                         if hnsw.exists():
                             os.replace(hnsw, f"{path}.hnsw")
                         os.replace(tmp, path)
@@ -498,14 +536,25 @@ class Store:
 
     # ------------------------------------------------------------------ basics
     def close(self) -> None:
-        """Close the file (again is a no-op); any later use of the store raises a StoreError naming it."""
+        """Close the file (again is a no-op); any later use of the store raises a StoreError naming it. A store
+        file this object created and nothing was stored in (a failed first ingest, a mistyped path) is removed."""
         if not isinstance(self.con._con, _Closed):
             drop = self._drop_if_empty and self._is_empty()
             self.con._con.close()
             self.con._con = _Closed(self.path)
-            if drop:
+            if drop and self._unused():
                 for f in (self.path, Path(f"{self.path}.wal")):
                     f.unlink(missing_ok=True)
+
+    def _unused(self) -> bool:
+        """Whether no other connection has the file open: a second `Store` on the same path in this process
+        shares DuckDB's database, and would go on writing into a removed file (DuckDB refuses a read-only
+        connection while another one is open, and so does another process's lock)."""
+        try:
+            duckdb.connect(str(self.path), read_only=True).close()
+        except duckdb.Error:
+            return False
+        return True
 
     def _is_empty(self) -> bool:
         """Nothing stored but the schema: no documents, no cached embeddings, scores or frames."""
@@ -611,6 +660,24 @@ class Store:
         if not self._has_table("embeddings"):
             return 0
         return self.con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+
+    def embedding_coverage(self) -> tuple[int, int]:
+        """(chunks with an embedding, all chunks), from two counts. Dense search ranks only the first: a store
+        ingested partly with --no-embed gives hybrid results that lean to its embedded part, so callers warn
+        when 0 < embedded < all. (Ingest deletes a chunk's embedding with the chunk, so every row counts.)"""
+        return self._count_embeddings(), self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+    def _refuse_empty(self) -> None:
+        """A store with no documents says so (a new path opened by mistake, an ingest never run): "no BM25
+        index" sent users looking for an index option."""
+        if not self._has_table("documents") or not self.con.execute("SELECT count(*) FROM documents").fetchone()[0]:
+            raise StoreError(f"{self.path} is empty (no documents): ingest a corpus first, with "
+                             f"`hrt ingest SOURCE --store {self.path}` or `Store.ingest(docs)`")
+
+    def _no_embeddings(self) -> NoReturn:
+        """Dense search without vectors: an empty store says it is empty, a lexical-only one how to embed."""
+        self._refuse_empty()
+        raise StoreError(f"{self.path} has no embeddings; ingest with embeddings (the default) to use dense search")
 
     def _has_table(self, name: str, schema: str = "main") -> bool:
         return bool(
@@ -793,13 +860,9 @@ class Store:
         `docs` is a `Corpus` from `load_corpus`, or dicts / a polars or pandas frame, which go through
         `load_corpus` first: the same defaults and checks as a JSONL line, errors naming `record N`, all
         before anything is written; empty records are skipped (logged, and listed in the report's `skipped`)."""
-        try:
-            return self._ingest(docs, settings=settings, embed=embed, model=model, backend=backend, prune=prune,
-                                progress=progress)
-        except BaseException:
-            # A failed first ingest into a file this object created: `close` removes it if it is still empty.
-            self._drop_if_empty = self._created
-            raise
+        # A failed first ingest into a file this object created leaves it empty: `close` removes it.
+        return self._ingest(docs, settings=settings, embed=embed, model=model, backend=backend, prune=prune,
+                            progress=progress)
 
     def _ingest(
         self,
@@ -832,13 +895,16 @@ class Store:
             self._check_model(emb, dim_too=False)
 
         chunk_key = f"{settings.chunk_size}/{settings.chunk_overlap}"
-        for d in docs:
-            d["content_hash"] = sha1(
-                json.dumps([d["title"], d["text"], d["source"], d["scope"], d["metadata"], chunk_key], sort_keys=True)
-            )
+        # Kept aside, not written into the caller's documents: a document dict fed back (an edited copy, as in
+        # the bring-your-own-corpus tutorial) would carry `content_hash` in as a metadata field.
+        content_hash = {
+            d["doc_id"]: sha1(json.dumps([d["title"], d["text"], d["source"], d["scope"], d["metadata"], chunk_key],
+                                         sort_keys=True))
+            for d in docs
+        }
         existing = dict(self.con.execute("SELECT doc_id, content_hash FROM documents").fetchall())
         incoming = {d["doc_id"] for d in docs}
-        todo = [d for d in docs if rechunk_all or existing.get(d["doc_id"]) != d["content_hash"]]
+        todo = [d for d in docs if rechunk_all or existing.get(d["doc_id"]) != content_hash[d["doc_id"]]]
         removed = sorted(set(existing) - incoming) if prune else []
         added = sum(1 for d in todo if d["doc_id"] not in existing)
 
@@ -870,7 +936,8 @@ class Store:
         )
         rebuild = bool(todo or removed or fts_changed or not self.has_lexical_index())
         if not rebuild and not need_embed:
-            return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped))
+            return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped),
+                                *self.embedding_coverage())
 
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -891,7 +958,7 @@ class Store:
             chunks_written = 0
             bar = tqdm(total=len(todo), desc="writing", unit="doc", disable=not progress or len(todo) < 200)
             for part in batches:
-                self._register("newdocs", _docs_frame(part))
+                self._register("newdocs", _docs_frame(part, content_hash))
                 self.con.execute("INSERT INTO documents BY NAME SELECT * FROM newdocs")
                 rows = only_rows if only_rows is not None else _chunk_rows(part, settings)
                 self._register("newchunks", pl.DataFrame([r[:8] for r in rows], schema=_CHUNK_SCHEMA, orient="row"))
@@ -939,6 +1006,8 @@ class Store:
             embeddings_from_cache=cached,
             fts_rebuilt=rebuild,
             skipped=list(docs.skipped),
+            embedded_chunks=(coverage := self.embedding_coverage())[0],
+            total_chunks=coverage[1],
         )
 
     def _embed_unchanged_chunks(self, emb: Embedder, *, progress: bool) -> tuple[int, int]:
@@ -1159,6 +1228,7 @@ class Store:
         as `lexical_search_sql` (a test checks), several times faster: no join per query term.
         """
         if not self.has_lexical_index():
+            self._refuse_empty()
             raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
         if len(queries) <= _SQL_PATH_MAX_QUERIES and getattr(self, "_lex_cache", None) is None:
             # A few queries in a fresh process (`hrt search`): one SQL join over the postings of their terms
@@ -1241,6 +1311,7 @@ class Store:
         `match_bm25` scores one query per call (~50 queries/s), this join scores ~1,000+/s.
         """
         if not self.has_lexical_index():
+            self._refuse_empty()
             raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
         settings = self.settings or IndexSettings()
         q = queries.select(
@@ -1343,7 +1414,7 @@ class Store:
         gen = self.generation()
         if self._dense_cache is None or self._dense_cache[0] != gen:
             if not self._has_table("embeddings") or self._count_embeddings() == 0:
-                raise StoreError(f"{self.path} has no embeddings; ingest with embeddings (the default) to use dense search")
+                self._no_embeddings()
             # The layout (ids, scopes, each chunk's embeddings row) is sorted; the vectors are not: they stream
             # in storage order, a batch at a time, into their sorted rows of one preallocated matrix. Sorting
             # and converting them whole held about three copies of every vector (5 GB at a million chunks).
@@ -1407,6 +1478,8 @@ class Store:
         `index="hnsw"` asks the store's HNSW index instead (`build_vector_index`; approximate, see
         `_dense_hnsw`); scoped queries and metadata filters always use the exact path.
         """
+        if self._dense_cache is None and self._count_embeddings() == 0:
+            self._no_embeddings()  # before the query vectors: no model loaded, nothing cached in an empty store
         qv = vectors if vectors is not None else self.query_vectors(
             queries["text"].to_list(), embedding=embedding, progress=progress
         )
