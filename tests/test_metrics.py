@@ -275,7 +275,7 @@ def test_id_warnings_say_which_ids_do_not_meet():
         "0 of 2 run queries have judgements in the dev qrels (run ids e.g. 'x-q1', qrels ids e.g. 'q1'), "
         "so every value is 0: do the query ids match?"
     ]
-    assert metrics.id_warnings(RUN, QRELS) == ["1 of 2 judged queries in the qrels are not in the run; each scores 0"]
+    assert metrics.id_warnings(RUN, QRELS) == ["2 of 3 judged queries in the qrels are not in the run; each scores 0"]
     renamed = QRELS.filter(pl.col("qid") == "q1").with_columns((pl.col("doc_id") + ".md").alias("doc_id"))
     (msg,) = metrics.id_warnings(RUN, renamed)
     assert msg.startswith("none of the 5 documents the run retrieved for judged queries is judged in the qrels")
