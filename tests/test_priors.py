@@ -196,3 +196,17 @@ def test_rows_below_top_n_carry_neutral_factors():
     got = dict(out.select("doc_id", "prior_priority").iter_rows())
     assert got == {"a": 1.0, "b": 4.0, "c": 1.0, "d": 1.0}
     assert out["prior_recency"].is_null().all()  # a prior that is off stays null
+
+
+def test_a_short_half_life_still_ranks_newer_memories_first():
+    """5-day half-life, memories years old: their factors (0.5 ** 146 and smaller) underflow a clipped product;
+    ranked in log space, newer still beats older, as a stronger decay must (the trial saw the order revert)."""
+    ranked = _ranked([("q", "2022", 1.0), ("q", "2023", 0.9), ("q", "2024", 0.8), ("q", "undated", 0.1)])
+    dv = _values({"2022": {"date": "2022-06-01"}, "2023": {"date": "2023-06-01"}, "2024": {"date": "2024-06-01"}})
+    for hl in (60.0, 5.0, 0.5):
+        cfg = PriorsConfig(recency_field="date", recency_half_life_days=hl)
+        out = apply_priors(ranked, dv, None, cfg, now=NOW).sort("rank")
+        assert out["doc_id"].to_list() == ["2024", "undated", "2023", "2022"], hl  # undated: factor 1 (neutral)
+    with_top = PriorsConfig(recency_field="date", recency_half_life_days=0.5, top_n=3)
+    out = apply_priors(ranked, dv, None, with_top, now=NOW).sort("rank")
+    assert out["doc_id"].to_list() == ["2024", "2023", "2022", "undated"]  # the top 3 re-ranked, the rest after

@@ -23,6 +23,7 @@ search` show what each prior did.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import polars as pl
@@ -31,6 +32,7 @@ from .blend import scores_below
 from .config import PriorsConfig
 
 FACTOR_COLUMNS = ("prior_recency", "prior_priority", "prior_use")
+_LN_RECENCY = "_ln_recency"  # the recency factor's logarithm, for ranking without underflow
 _US_PER_DAY = 86_400e6
 
 
@@ -70,7 +72,10 @@ def prior_factors(
         age = ((ref - pl.col("_doc_ts")).dt.total_microseconds().cast(pl.Float64) / _US_PER_DAY).clip(lower_bound=0.0)
         decay = pl.lit(0.5) ** (age / cfg.recency_half_life_days)
         rec = (cfg.recency_floor + (1.0 - cfg.recency_floor) * decay).fill_null(1.0)
-        r = r.with_columns(rec.alias("prior_recency")).drop("_doc_ts", "_ref_ts")
+        # The factor's logarithm, exact where the factor itself underflows (a floor of 0 and ~1,000 half-lives:
+        # a 5-day half-life over 14 years); `apply_priors` ranks by it (`_LN_RECENCY`, dropped there).
+        ln_rec = (-(age / cfg.recency_half_life_days) * math.log(2.0)) if cfg.recency_floor == 0 else rec.log()
+        r = r.with_columns(rec.alias("prior_recency"), ln_rec.fill_null(0.0).alias(_LN_RECENCY)).drop("_doc_ts", "_ref_ts")
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_recency"))
     if cfg.priority_field is not None:
@@ -111,21 +116,32 @@ def apply_priors(
             *(pl.lit(None, pl.Float64).alias(c) for c in FACTOR_COLUMNS), pl.col("score").alias("score_before_priors")
         )
     r = prior_factors(ranked, dv, qv, cfg, now=now)
+    if _LN_RECENCY not in r.columns:
+        r = r.with_columns(pl.lit(0.0).alias(_LN_RECENCY))
     factors = [pl.col(c).fill_null(1.0) for c in FACTOR_COLUMNS]
     s = pl.col("score")
     if cfg.combine == "multiply":
-        prod = (factors[0] * factors[1] * factors[2]).clip(lower_bound=1e-12)
+        # Ranked in log space: the product of tiny factors underflows (and was clipped at 1e-12, so a short
+        # half-life tied every old memory and gave back the order without the prior, silently). The key is
+        # ln|score| + ln(product), its sign flipped below 0 (a negative score is divided by the product).
+        ln_prod = pl.col(_LN_RECENCY) + factors[1].log() + factors[2].log()
+        prod = ln_prod.exp()
         new = pl.when(s >= 0).then(s * prod).otherwise(s / prod)
+        mag = s.abs().log()
+        key = pl.when(s > 0).then(mag + ln_prod).when(s < 0).then(-(mag - ln_prod)).otherwise(0.0)
+        sign = pl.when(s > 0).then(1).when(s < 0).then(-1).otherwise(0)
     else:
         new = s + cfg.add_weight * ((factors[0] - 1.0) + (factors[1] - 1.0) + (factors[2] - 1.0))
-    r = r.with_columns(s.alias("score_before_priors"), new.alias("score"))
+        key, sign = new, pl.lit(0)
+    r = r.with_columns(s.alias("score_before_priors"), new.alias("score"), key.alias("_key"), sign.alias("_sign"))
+    r = r.drop(_LN_RECENCY)
     if cfg.top_n is None:
-        r = r.sort(["qid", "score", "rank"], descending=[False, True, False], maintain_order=True)
-        return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
+        r = r.sort(["qid", "_sign", "_key", "rank"], descending=[False, True, True, False], maintain_order=True)
+        return r.drop("_key", "_sign").with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
     # Re-weighted top_n first, then the rest in their blended order, scored strictly below the block.
     tail = pl.col("rank") > cfg.top_n
-    r = r.with_columns(tail.alias("_tail"), pl.when(tail).then(0.0).otherwise(-pl.col("score")).alias("_by"))
-    r = r.sort(["qid", "_tail", "_by", "rank"], maintain_order=True)
+    r = r.with_columns(tail.alias("_tail"), *(pl.when(tail).then(0).otherwise(pl.col(c)).alias(c) for c in ("_sign", "_key")))
+    r = r.sort(["qid", "_tail", "_sign", "_key", "rank"], descending=[False, False, True, True, False], maintain_order=True).drop("_sign", "_key")
     floor = pl.col("score").filter(~pl.col("_tail")).min().over("qid")
     pos = pl.col("_tail").cast(pl.Int64).cum_sum().over("qid")
     below = scores_below(floor, pos, pl.col("_tail").sum().over("qid"))
@@ -135,7 +151,7 @@ def apply_priors(
         pl.when(pl.col("_tail")).then(pl.coalesce(below, pl.col("score_before_priors"))).otherwise(pl.col("score")).alias("score"),
         pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"),
         *unused,
-    ).drop("_tail", "_by")
+    ).drop("_tail")
 
 
 def factor_flags(df: pl.DataFrame) -> pl.Expr:
