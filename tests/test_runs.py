@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import polars as pl
 import pytest
@@ -220,3 +222,20 @@ def test_read_qrels_tolerates_an_identical_repeated_judgement(tmp_path):
     p = tmp_path / "q.tsv"
     p.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t1\nq1\td2\t2\n")
     assert read_qrels(p).rows() == [("q1", "d1", 1), ("q1", "d2", 2)]
+
+
+def test_write_run_refuses_what_read_run_would_and_warns_when_scores_rise_down_the_ranks(tmp_path):
+    """A pair listed twice is refused before anything is written (read_run refuses such a file); ranks that
+    contradict the scores are kept, with a warning that names the score lowered to follow them."""
+    import pandas as pd
+
+    out = tmp_path / "r.trec"
+    with pytest.raises(InputError, match=r"query '1' lists document 'a' more than once"):
+        write_run(pd.DataFrame({"qid": ["1", "1"], "docno": ["a", "a"], "score": [1.0, 0.5]}), out)
+    assert not out.exists()
+    with pytest.warns(UserWarning, match=r"in 1 queries a score is higher than the one ranked above it \(e\.g\. query '1', document 'b', rank 2, score 0\.9\)"):
+        write_run(pd.DataFrame({"qid": ["1", "1"], "docno": ["a", "b"], "rank": [1, 2], "score": [0.1, 0.9]}), out)
+    assert read_run(out)["doc_id"].to_list() == ["a", "b"]
+    with warnings.catch_warnings():  # tied scores (RRF) are no inversion: quiet
+        warnings.simplefilter("error")
+        write_run(pl.DataFrame({"qid": ["1", "1"], "doc_id": ["a", "b"], "rank": [1, 2], "score": [0.5, 0.5]}), out)

@@ -8,6 +8,7 @@ only the error path goes back to find the offending line number.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,8 @@ def float32_strict(run: pl.DataFrame) -> pl.DataFrame:
     RRF scores differ by ~1e-9, so float32 ties are common and those tools evaluated a different ranking
     than the one written. With scores strictly decreasing at float32 resolution every tool's re-sort gives
     back the rank column. Each score moves by at most its float32 rounding plus one float32 step per tie
-    (or rank/score inversion) above it. Kernel: in int64 keys ordered like the floats, the rule
+    above it; a score higher than the one ranked above it (an inversion) is lowered below that one, which
+    can move it far (`write_run` warns when the frame it was given has one). Kernel: in int64 keys ordered like the floats, the rule
     key'[i] = min(key[i], key'[i-1] - 1) unrolls to cummin(key[j] + j) - i, one vectorised pass.
     """
     big = run.filter(pl.col("score").abs() > _F32_MAX)
@@ -213,8 +215,10 @@ def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
     in the written rank order. `run` is any shape `interop.run_frame` reads (polars or pandas frames with
     toolkit, PyTerrier or ir_measures names, {qid: {doc_id: score}} dicts, `ranx.Run`, `ScoredDoc`s).
 
-    The frame's ranks are kept when they are 1..n per query; otherwise (missing, gaps, repeats) they are
-    recomputed from the score order (score descending, then doc id descending). trec_eval, pytrec_eval and
+    The frame's ranks are kept when they are 1..n per query (with a warning when a score rises down them:
+    it is lowered to follow the ranks); otherwise (missing, gaps, repeats) they are recomputed from the
+    score order (score descending, then doc id descending). A document listed twice for a query is an error
+    (`read_run` would refuse the file). trec_eval, pytrec_eval and
     ranx ignore the rank column and re-sort by score (trec_eval at float32), so the scores are written as
     float32 values strictly decreasing down each query (`float32_strict`) and the tag says so: it ends with
     `STRICT_TAG` (".f32strict"). Nothing else is added to the file: trec_eval, ir_measures and ranx all
@@ -232,10 +236,18 @@ def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
         raise InputError(
             f"run frame: query {bad_score['qid'][0]!r}, document {bad_score['doc_id'][0]!r}: score is null or NaN"
         )
+    dup = r.filter(pl.struct("qid", "doc_id").is_duplicated())
+    if len(dup):  # `read_run` refuses such a file: refuse it before writing it
+        raise InputError(
+            f"run frame: query {dup['qid'][0]!r} lists document {dup['doc_id'][0]!r} more than once ({len(dup)} rows "
+            "repeat a pair); a TREC run lists a document once per query: keep its best-ranked row"
+        )
     if not _valid_ranks(r):
         r = r.sort(["qid", "score", "doc_id"], descending=[False, True, True]).with_columns(
             pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")
         )
+    else:
+        _warn_inversions(r)
     r = float32_strict(r)
     tag = tag if tag.endswith(STRICT_TAG) else tag + STRICT_TAG
     # polars prints the shortest decimal that round-trips the float32, so any reader (float or double)
@@ -252,6 +264,22 @@ def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
     )["l"]
     text = "\n".join(body.to_list())
     write_text_atomic(path, text + "\n" if text else "")
+
+
+def _warn_inversions(r: pl.DataFrame) -> None:
+    """The rank column is kept, and `float32_strict` lowers every score that is higher than the one ranked
+    above it: a frame whose scores rise down its ranks gets them rewritten (0.9 below 0.1 becomes 0.0999...).
+    Ties are expected (RRF) and pass quietly; a real inversion is worth a warning."""
+    s32 = pl.col("score").cast(pl.Float32)
+    up = r.sort("qid", "rank").with_columns((s32 > s32.shift(1).over("qid")).fill_null(False).alias("_up")).filter("_up")
+    if len(up):
+        warnings.warn(
+            f"write_run: in {up['qid'].n_unique()} queries a score is higher than the one ranked above it (e.g. "
+            f"query {up['qid'][0]!r}, document {up['doc_id'][0]!r}, rank {up['rank'][0]}, score {up['score'][0]:g}); "
+            "the rank column is kept and such scores are lowered to follow it, since evaluators re-sort by score. "
+            "Drop the rank column to rank by score instead.",
+            UserWarning, stacklevel=3,
+        )
 
 
 def rank_conflicts(run: pl.DataFrame) -> int:
