@@ -172,10 +172,14 @@ def strategy(path: str) -> st.SearchStrategy:
 RESCORE = fields(Stage.RESCORE)
 # Each field keeps the base value (None) or takes a random one: examples move one field, a few, or all.
 def _coherent(d: dict) -> dict:
-    """The one cross-field rule among rescore fields: calibrated probabilities need learned fusion."""
+    """The cross-field rules among rescore fields: calibrated probabilities need learned fusion, and adapt's
+    min_weight is at most its max_weight."""
     d = {k: v for k, v in d.items() if v is not None}
     if d.get("threshold.min_prob", 0) > 0:
         d["fusion.method"] = "learned"
+    lo, hi = d.get("adapt.min_weight", 0.25), d.get("adapt.max_weight", 4.0)  # the base's are the defaults
+    if lo > hi:
+        d["adapt.min_weight"], d["adapt.max_weight"] = hi, lo
     return d
 
 

@@ -6,6 +6,14 @@ tuning file silently falling back to a default is the worst kind of wrong result
 no coercion (`top_k: true` or `top_k: "50"` is an error; an int is accepted where a float is meant), and
 floats must be finite unless a field says otherwise (the last rerank bucket ends at `.inf`). Models are
 frozen: change a config with `cfg.with_updates({"fusion.rrf_k": 30})`, which returns a new validated config.
+A file may not repeat a key (YAML and JSON would keep the last one silently).
+
+Relative paths in a config file (`fusion.model`, `expansion.path`, `rerank.path`, and `rerank.model` or
+`retrieval.dense.model` when they name a local folder) are read from the file's folder, so a config and the
+models beside it work from any working directory; `load_config` makes them absolute. A path found only in the
+working directory (the old rule) is still used, with a warning; one found nowhere is an error naming the file
+when the config reads it. Configs built in Python (`with_updates`, a mapping) keep paths relative to the
+working directory (`save_config` writes them absolute), and presets name no local paths.
 
 The stage boundary is declared here, once per field, by its type:
 
@@ -27,7 +35,9 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -347,6 +357,16 @@ class AdaptConfig(_Model):
     min_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0)
     max_weight: Rescore[float] = Field(4.0, ge=0.0, le=100.0)
 
+    @model_validator(mode="after")
+    def _range(self) -> AdaptConfig:
+        # clip(x, lo, hi) with lo > hi is lo for every x: the gap would silently stop mattering.
+        if self.min_weight > self.max_weight:
+            raise ValueError(
+                f"adapt.min_weight ({self.min_weight:g}) is above adapt.max_weight ({self.max_weight:g}): "
+                "every query would get min_weight; set min_weight <= max_weight"
+            )
+        return self
+
 
 # ------------------------------------------------------------------ guard
 class GuardConfig(_Model):
@@ -426,6 +446,12 @@ class PriorsConfig(_Model):
 
 
 class PipelineConfig(_Model):
+    """Every setting of one retrieval pipeline, validated and frozen (see `toolkit.config`).
+
+    Load one with `load_config` (a preset name, a YAML/JSON file or a mapping), change it with
+    `with_updates`, compare two with `diff`; `flat` lists every field by its dotted path.
+    """
+
     # Labels: no stage reads them, so they sit on the live side (changing them recomputes nothing).
     schema_version: Rescore[int] = SCHEMA_VERSION
     name: Rescore[str] = "custom"
@@ -469,46 +495,35 @@ class PipelineConfig(_Model):
 
     def get(self, path: str) -> Any:
         """Value at a dotted path, e.g. `cfg.get("fusion.rrf_k")`."""
-        node: Any = self.to_dict()
-        for i, part in enumerate(path.split(".")):
-            if not isinstance(node, dict) or part not in node:
-                raise InputError(f"unknown config field {_suggest(path, i, node)}")
-            node = node[part]
-        return node
+        node, key = _slot(self.to_dict(), path)
+        return node[key]
 
-    def with_updates(self, updates: dict[str, Any]) -> PipelineConfig:
-        """A new validated config with dotted-path updates applied: `{"fusion.rrf_k": 30, "rerank.top_n": 20}`."""
+    def with_updates(self, updates: Mapping[str, Any]) -> PipelineConfig:
+        """A new validated config with dotted-path updates applied: `{"fusion.rrf_k": 30, "rerank.top_n": 20}`.
+
+        A dict given for a section merges into it (`{"fusion": {"rrf_k": 30}}` is `{"fusion.rrf_k": 30}`, so the
+        section's other fields keep their values), while a dict-valued field such as `priors.priority_map` is
+        replaced as a whole. Paths are checked against the schema, with a suggestion for a typo."""
         d = self.to_dict()
-        for path, value in updates.items():
-            parts = path.split(".")
-            node = d
-            for i, part in enumerate(parts[:-1]):
-                if not isinstance(node.get(part), dict):
-                    raise InputError(f"unknown config field {_suggest(path, i, node)}")
-                node = node[part]
-            if parts[-1] not in node:
-                raise InputError(f"unknown config field {_suggest(path, len(parts) - 1, node)}")
-            node[parts[-1]] = _plain(_unwrap(value))
+        for path, value in _leaf_updates(updates):
+            node, key = _slot(d, path)
+            node[key] = _plain(_unwrap(value))
         return config_from_dict(d, origin="<updates>")
 
     def flat(self) -> dict[str, Any]:
-        """Every leaf as `{dotted.path: value}` (for run logs, tuner records and diffs)."""
+        """Every field as `{dotted.path: value}` (for run logs, tuner records and diffs). The keys are the
+        schema's fields (`FIELD_STAGES`): a dict- or list-valued field is one value, not walked into."""
+        d = self.to_dict()
         out: dict[str, Any] = {}
-
-        def walk(node: Any, prefix: str) -> None:
-            if isinstance(node, dict):
-                for k, v in node.items():
-                    walk(v, f"{prefix}{k}.")
-            else:
-                out[prefix[:-1]] = node
-
-        walk(self.to_dict(), "")
+        for path in FIELD_STAGES:
+            node, key = _slot(d, path)
+            out[path] = node[key]
         return out
 
     def diff(self, other: PipelineConfig) -> dict[str, tuple[Any, Any]]:
-        """Fields that differ: `{dotted.path: (self value, other value)}`."""
+        """Fields that differ: `{dotted.path: (self value, other value)}` (None where one side lacks the path)."""
         a, b = self.flat(), other.flat()
-        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+        return {k: (a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)}
 
 
 # ------------------------------------------------------------------ the stage boundary, derived
@@ -535,6 +550,8 @@ def _declared(model: type[BaseModel]) -> dict[str, Stage]:
 FIELD_STAGES: dict[str, Stage] = _declared(PipelineConfig)
 # `PrepareInput` fields: frames prepared with the flag on serve a config with it off.
 INPUT_FLAGS: frozenset[str] = frozenset(path for path, f in _leaves(PipelineConfig) if _AddsInput in f.metadata)
+# Dotted paths of the sections (nested models): "retrieval", "retrieval.dense", "fusion", ...
+_SECTIONS: frozenset[str] = frozenset(p.rsplit(".", i)[0] for p in FIELD_STAGES for i in range(1, p.count(".") + 1))
 
 
 def fields(stage: Stage) -> tuple[str, ...]:
@@ -584,6 +601,32 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _slot(d: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """(the dict holding the field at `path`, its key) in `d` (a `to_dict`), for a schema path only: a typo
+    gets a suggestion, and a path that goes on past a field (`fusion.alpha.x`) says the field is a value."""
+    parts = path.split(".")
+    node = d
+    for i, part in enumerate(parts[:-1]):
+        if ".".join(parts[: i + 1]) in FIELD_STAGES:
+            field_ = ".".join(parts[: i + 1])
+            raise InputError(f"unknown config field {path}: {field_} is a value, not a section")
+        if not isinstance(node.get(part), dict):
+            raise InputError(f"unknown config field {_suggest(path, i, node)}")
+        node = node[part]
+    if path not in FIELD_STAGES and not (path in _SECTIONS and parts[-1] in node):
+        raise InputError(f"unknown config field {_suggest(path, len(parts) - 1, node)}")
+    return node, parts[-1]
+
+
+def _leaf_updates(updates: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(path, value) pairs with a dict given for a section spread over its fields, recursively."""
+    for path, value in updates.items():
+        if path in _SECTIONS and isinstance(value, Mapping):
+            yield from _leaf_updates({f"{path}.{k}": v for k, v in value.items()})
+        else:
+            yield path, value
+
+
 def _suggest(path: str, i: int, node: Any) -> str:
     parts = path.split(".")
     msg = ".".join(parts[: i + 1])
@@ -617,6 +660,10 @@ def _format_errors(e: ValidationError, origin: str) -> str:
             )
         if err["type"] == "string_type" and isinstance(err.get("input"), bool):  # `name: off` in YAML
             msg += " (YAML reads unquoted yes/no/on/off/true/false as a boolean: quote the text)"
+        if err["type"] == "string_type" and loc and loc[-1] == "[key]":  # `priority_map: {0: 4.0}` in YAML
+            key, loc = err.get("input"), loc[:-2]
+            kind = "boolean" if isinstance(key, bool) else "number" if isinstance(key, int | float) else type(key).__name__
+            msg = f"key {key!r} must be a string: quote it (\"{key}\": ...), YAML reads an unquoted {key} as a {kind}"
         where = _loc(loc)
         lines.append(f"{origin}: {where}: {msg}" if where else f"{origin}: {msg}")
     return "\n".join(lines)
@@ -639,6 +686,10 @@ def config_from_dict(d: dict[str, Any], origin: str = "<file>") -> PipelineConfi
             f"{origin}: a config must be a mapping of sections (retrieval, fusion, ...), got {type(d).__name__}"
         )
     version = d.get("schema_version", SCHEMA_VERSION)
+    if type(version) is not int:  # "1" (or true, which equals 1) is a type error, not a version
+        raise InputError(
+            f"{origin}: schema_version: must be the integer {SCHEMA_VERSION} (got {version!r}, a {type(version).__name__})"
+        )
     if version != SCHEMA_VERSION:
         raise InputError(
             f"{origin}: schema_version: unsupported schema_version {version!r}: this toolkit reads version {SCHEMA_VERSION}"
@@ -654,13 +705,53 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json `object_pairs_hook`: a repeated key is an error (json keeps the last value silently)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key repeated in one mapping is an error (YAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:  # before merging: keys a `<<` merge brings in may be overridden
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in lines:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first on line {lines[key]}): only one value would be kept",
+                        key_node.start_mark,
+                    )
+                lines[key] = key_node.start_mark.line + 1
+            except TypeError:  # an unhashable key: the base constructor reports it
+                continue
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"{path}: cannot read config: {e.strerror or e}") from None
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        if path.suffix.lower() == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
+    except _DuplicateKey as e:
+        raise InputError(f"{path}: invalid JSON: key {e.args[0]!r} appears twice in one object (only one value is kept)") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     except yaml.YAMLError as e:
@@ -670,6 +761,65 @@ def _read(path: Path) -> dict[str, Any]:
     if data is None:  # an empty file (or only comments) is a mistake, not "all defaults"
         raise InputError(f"{path}: the config file is empty; write the fields to set (or `{{}}` for all defaults)")
     return data
+
+
+# Fields whose value may be a path: "file" ones always are; "model" ones are when the path exists (else a
+# hub id) and never for an http provider (then the name the endpoint serves).
+_PATH_FIELDS = {
+    "fusion.model": "file",
+    "expansion.path": "file",
+    "rerank.path": "file",
+    "rerank.model": "model",
+    "retrieval.dense.model": "model",
+}
+
+
+def _reads(path: str, section: dict[str, Any]) -> bool:
+    """Whether the config reads file field `path` (a missing file it does not read is no error yet)."""
+    if path == "fusion.model":
+        return section.get("method") == "learned" or section.get("router") is True
+    return section.get("provider") == "file"
+
+
+def _relative_paths(d: Any) -> Iterator[tuple[str, str, dict[str, Any], str]]:
+    """(field, kind, its section dict, value) of each relative path in `d` (a config as plain data)."""
+    for path, kind in _PATH_FIELDS.items():
+        *names, key = path.split(".")
+        section = d
+        for name in names:
+            section = section.get(name) if isinstance(section, dict) else None
+        value = section.get(key) if isinstance(section, dict) else None
+        if not isinstance(value, str) or not value or os.path.isabs(os.path.expanduser(value)):
+            continue
+        if kind == "model" and section.get("provider") == "http":
+            continue
+        yield path, kind, section, value
+
+
+def _file_relative(d: Any, cfg_file: Path, origin: str) -> Any:
+    """`d` (a config file's content) with its relative paths made absolute from the file's folder (see the
+    module docstring): the working directory decided before, so a config meant another file when run elsewhere."""
+    folder = cfg_file.parent.absolute()
+    for path, kind, section, value in _relative_paths(d):
+        key = path.rsplit(".", 1)[-1]
+        here, cwd = folder / value, Path(value).absolute()
+        if here.exists():
+            section[key] = str(here)
+        elif cwd.exists():
+            warnings.warn(
+                f"{origin}: {path}: {value} is not in the config file's folder ({here}) but is in the working "
+                f"directory ({cwd}); using that one for now: relative paths are read from the config file's folder",
+                UserWarning,
+                stacklevel=3,
+            )
+            section[key] = str(cwd)
+        elif kind == "file":
+            if _reads(path, section):
+                raise InputError(
+                    f"{origin}: {path}: {value}: no such file (relative paths are read from the config file's folder, {folder})"
+                )
+            section[key] = str(here)
+    return d
 
 
 def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -> PipelineConfig:
@@ -686,7 +836,7 @@ def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -
         )
     p = Path(path_or_name)
     if p.is_file():
-        return config_from_dict(_read(p), origin=str(path_or_name))
+        return config_from_dict(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name))
     name = str(path_or_name)
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.is_file() and "/" not in name and "\\" not in name:
@@ -701,9 +851,14 @@ def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -
 
 
 def save_config(cfg: PipelineConfig, path: str | Path) -> Path:
-    """Write YAML (.yaml/.yml) or JSON (.json); both load back to an equal config (inf included)."""
+    """Write YAML (.yaml/.yml) or JSON (.json); both load back to an equal config (inf included). A relative
+    path is written absolute: a config built in Python reads it from the working directory, a file from its
+    folder, so the file means the same files wherever it is loaded (a model name stays a name)."""
     p = Path(path)
     d = cfg.to_dict()
+    for path_, kind, section, value in _relative_paths(d):
+        if kind == "file" or Path(value).exists():
+            section[path_.rsplit(".", 1)[-1]] = str(Path(value).absolute())
     suffix = p.suffix.lower()
     if suffix in (".yaml", ".yml"):
         text = yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
