@@ -93,6 +93,16 @@ def test_table_panels_are_html_widgets_and_plotly_figures_headless(store):
     assert not isinstance(lab._slots["metrics"].widget, W.HTML)  # charts stay plotly
 
 
+def test_the_export_path_follows_the_chosen_format(store):
+    """Session.export refuses a kind that contradicts the extension, so the widget's path follows the format."""
+    lab = make_lab(store)
+    assert lab._export_path.value == "pipeline.yaml"
+    lab._export_kind.value = "json"
+    assert lab._export_path.value == "pipeline.json"
+    lab._export_kind.value = "yaml"
+    assert lab._export_path.value == "pipeline.yaml"
+
+
 def test_headless_set_is_the_same_path(store):
     lab = make_lab(store)
     assert lab.set("fusion.lexical_weight", 3.0) is True

@@ -299,6 +299,83 @@ def test_damaged_model_files_are_input_errors_naming_file_and_field(tmp_path):
             FusionModel.load(_damaged(tmp_path, doc, f"cut{i}", booster=b[:cut]))
 
 
+def test_damaged_router_sections_are_input_errors_naming_file_and_field(tmp_path):
+    """Before: the router section was never checked: NaN coefficients emptied every ranking, kind 'x' was a
+    KeyError 'inputs' and a short coef a numpy matmul ValueError, all at run time."""
+    from toolkit.learned_fusion import SHIPPED_MODEL
+
+    doc = json.loads(SHIPPED_MODEL.read_text())
+    rt = doc["router"]
+    cases = {
+        "kind": ({"kind": "x"}, "kind 'x' is not supported"),
+        "not_object": ([1, 2], "expected an object"),
+        "no_inputs": ({k: v for k, v in rt.items() if k != "inputs"}, "needs field.*inputs"),
+        "nan_coef": ({**rt, "coef": [math.nan] * len(rt["coef"])}, "coef must be 9 finite numbers.*nan"),
+        "short_coef": ({**rt, "coef": rt["coef"][:3]}, "coef must be 9 finite numbers.*got 3 values"),
+        "short_mean": ({**rt, "mean": rt["mean"][:-1]}, "mean must be 9"),
+        "zero_scale": ({**rt, "scale": [0.0] * len(rt["scale"])}, "scale must be positive"),
+        "unknown_input": ({**rt, "inputs": ["q_nope", *rt["inputs"][1:]]}, "q_nope"),
+        "inf_intercept": ({**rt, "intercept": math.inf}, "intercept"),
+    }
+    for name, (router, pattern) in cases.items():
+        path = _damaged(tmp_path, doc, name, router=router)
+        with pytest.raises(InputError, match=f"field 'router' is invalid.*{pattern}") as e:
+            FusionModel.load(path)
+        assert str(path) in str(e.value), name
+    assert FusionModel.load(_damaged(tmp_path, doc, "none", router=None)).router is None  # no router is fine
+
+
+def test_learned_fusion_warns_once_when_a_list_it_reads_is_switched_off(store, monkeypatch):
+    """Before: with retrieval.dense.enabled false the model scored every candidate as 'not retrieved by the
+    dense list' without a word (demo nDCG@10 0.78 -> 0.68, score_prob 0.38 -> 0.027)."""
+    import warnings
+
+    from toolkit import learned_fusion
+
+    monkeypatch.setattr(learned_fusion, "_WARNED", set(), raising=False)
+    off = load_config("learned").with_updates({"retrieval.dense.enabled": False})
+    pattern = r"learned-fusion\.json reads features of the dense list \(retrieval\.dense\.enabled is false\).*score_prob is not calibrated"
+    with pytest.warns(UserWarning, match=pattern):
+        run_pipeline(store, QUERIES, off)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        prep = prepare(store, QUERIES, off)
+        for k in (30, 40):  # later slider ticks and runs: no repeat
+            rescore(prep, off.with_updates({"fusion.rrf_k": k}))
+        run_pipeline(store, QUERIES, load_config("learned"))  # both lists on: nothing to say
+    assert not [w for w in seen if "reads features of" in str(w.message)]
+    with pytest.warns(UserWarning, match=r"the lexical list \(retrieval\.lexical\.enabled is false\) through lex_rr"):
+        run_pipeline(store, QUERIES, load_config("learned").with_updates({"retrieval.lexical.enabled": False}))
+
+
+def test_train_report_says_what_its_numbers_are(store, dataset, tmp_path):
+    """Before: "held-out" numbers whose queries also chose the number of trees, an ECE over the rows the
+    calibrator was fitted on, no word that the saved model is a refit on all queries or that 1 held-out
+    query proves nothing."""
+    out = tmp_path / "m.json"
+    rep = train_fusion([(store, dataset, 1)], out, rounds=20, holdout=0.25, progress=False)
+    text = rep.summary()
+    assert "held-out (also used for early stopping: optimistic) tiny (1 queries)" in text
+    assert "refit on all queries" in text and "only 1 held-out queries" in text and "fewer than 10" in text
+    # Calibrated on the one held-out query, which cannot be split to measure it on unseen rows.
+    assert rep.calibrated and rep.calibration_ece_held_out is None and "ECE: not measured" in text and "no calibration" not in text
+    saved = json.loads(out.with_suffix(".report.json").read_text())
+    assert saved["notes"] == rep.notes and saved["early_stopped"] is True
+
+
+def test_calibration_ece_is_measured_on_rows_the_calibrator_was_not_fitted_on(monkeypatch):
+    """The reported ECE is cross-fitted: each half of the held-out queries is scored by a calibrator fitted on
+    the other half (before: the calibrator was scored on its own fitting rows)."""
+    fitted = []
+    real = calibration.fit_platt
+    monkeypatch.setattr(calibration, "fit_platt", lambda x, y, **kw: fitted.append(len(x)) or real(x, y, **kw))
+    data, qrels = _synthetic()
+    _, rep = fit(data, qrels, seed=1, rounds=30, holdout=0.3, prior=0.0)
+    n_all, a, b = fitted
+    assert a + b == n_all and 0 < a < n_all and rep.calibration_ece_held_out is not None
+    assert "cross-fitted" in rep.summary()
+
+
 def test_training_without_calibration_warns_and_min_prob_then_refuses(store, dataset, tmp_path):
     from toolkit.learned_fusion import check_min_prob
 

@@ -281,6 +281,19 @@ def test_config_label_names_a_model_by_its_file():
     assert "fusion.json" in label and "/home/me" not in label
 
 
+def test_config_label_is_unambiguous_and_shows_a_dict_field_whole():
+    """Before: both list switches read "default + enabled False", and replacing priority_map showed only
+    the keys present in the new value."""
+    from toolkit.config import load_config
+
+    base = load_config("default")
+    label = lambda u: panels.config_label(base, base.with_updates(u))  # noqa: E731
+    assert label({"retrieval.dense.enabled": False}) == "default + dense.enabled False"
+    assert label({"retrieval.lexical.enabled": False}) == "default + lexical.enabled False"
+    assert label({"priors.priority_map": {"P0": 8.0}}) == "default + priority map {P0: 8.0}"
+    assert label({"rerank.top_n": 5, "fusion.rrf_k": 20}) == "default + rrf k 20, rerank.top_n 5"
+
+
 def _spread_by_group(trace: pl.DataFrame, depth: int | None, stages) -> pl.DataFrame:
     """The group-by definition `score_spread` computes by reading query boundaries: per (qid, stage), the
     score at the smallest and at the largest rank (cut at `depth`)."""

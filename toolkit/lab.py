@@ -690,6 +690,13 @@ class Lab:
             engines, export_note = [], "engine exports unavailable (toolkit.export is not installed); YAML/JSON only"
         self._export_kind = W.Dropdown(options=["yaml", "json", *engines], value="yaml", description="format", layout=W.Layout(width="260px"))
         self._export_path = W.Text(value="pipeline.yaml", description="path", layout=W.Layout(width="360px"))
+
+        def _kind_suffix(change: dict) -> None:  # the path follows the format: "json" + "pipeline.yaml" is an error
+            suffix = {"yaml": ".yaml", "json": ".json"}.get(change["new"])
+            if suffix:
+                self._export_path.value = str(Path(self._export_path.value).with_suffix(suffix))
+
+        self._export_kind.observe(_kind_suffix, names="value")
         export_btn = W.Button(description="export", icon="download", layout=W.Layout(width="100px"))
         export_btn.on_click(lambda _b: self._guarded(lambda: self.export(self._export_kind.value, self._export_path.value), target="export"))
         self._export_msg = W.HTML(escape(export_note))

@@ -16,6 +16,7 @@ import json
 import math
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from . import calibration, ltr_features
+from . import router as router_mod
 from .errors import InputError
 from .files import write_text_atomic
 
@@ -117,9 +119,13 @@ class FusionModel:
             if problem:
                 raise InputError(f"{p}: field 'prior' is invalid ({problem})")
         info = doc.get("info") or {}
+        if not isinstance(info, dict):
+            raise InputError(f"{p}: field 'info' must be an object")
         router = doc.get("router")
-        if not isinstance(info, dict) or (router is not None and not isinstance(router, dict)):
-            raise InputError(f"{p}: field {'info' if not isinstance(info, dict) else 'router'!r} must be an object")
+        if router is not None:
+            problem = router_mod.problem(router)
+            if problem:
+                raise InputError(f"{p}: field 'router' is invalid ({problem})")
         model = cls(feats, doc["booster"], cal, router, info, prior)
         lgb = _lightgbm()
         try:
@@ -256,13 +262,51 @@ def score(feats: pl.DataFrame, model: FusionModel) -> pl.DataFrame:
     return s.with_columns(pl.Series("score_prob", prob).fill_nan(None)).select(list(SCORED_SCHEMA))
 
 
+# The lists a model's features come from: (setting that switches the list off, feature name prefixes).
+LIST_FEATURES = {
+    "lexical": ("retrieval.lexical.enabled", ("lex_", "q_lex_")),
+    "dense": ("retrieval.dense.enabled", ("vec_", "q_vec_")),
+}
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()  # (model file, disabled lists) already warned about
+
+
+def warn_disabled_lists(model: FusionModel, path: Path, settings: dict[str, Any] | None) -> None:
+    """UserWarning (once per model file and set of lists) when the model reads features of a list that the
+    config switches off: every candidate then looks "not retrieved" by it, which the model never saw in
+    training, so it ranks worse than it should and its score_prob means nothing. Not an error: comparing
+    the setting is a fair thing to do in the lab."""
+    if not settings:
+        return
+    read = {name: [f for f in model.features if f.startswith(prefixes)] for name, (key, prefixes) in LIST_FEATURES.items()
+            if settings.get(key) is False}  # fmt: skip
+    read = {name: feats for name, feats in read.items() if feats}
+    key = (str(path), tuple(sorted(read)))
+    if not read or key in _WARNED:
+        return
+    _WARNED.add(key)
+    what = "; ".join(f"the {name} list ({LIST_FEATURES[name][0]} is false) through {', '.join(feats[:4])}"
+                     + (f" and {len(feats) - 4} more" if len(feats) > 4 else "") for name, feats in read.items())  # fmt: skip
+    warnings.warn(
+        f"learned fusion model {path} reads features of {what}: it scores every candidate as not retrieved by that "
+        "list, which it was not trained on, so its ranking may be worse than the lists alone and score_prob is not "
+        "calibrated for this setting (switch the list back on, or use fusion.method rrf)",
+        UserWarning, stacklevel=3,
+    )  # fmt: skip
+
+
 def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     """`score` of `prep`'s cached features under the model file, cached on `prep` until the features or the
     file change (a slider change then costs nothing here)."""
     p = resolve(model_path)
     stamp = f"learned:{p}:{p.stat().st_mtime_ns}"
     feats = prep.ltr_features if prep.ltr_features is not None else ltr_features.empty()
-    return prep.derived(stamp, (feats,), lambda: score(feats, FusionModel.load(p)))
+
+    def build() -> pl.DataFrame:
+        model = FusionModel.load(p)
+        warn_disabled_lists(model, p, getattr(prep, "settings", None))
+        return score(feats, model)
+
+    return prep.derived(stamp, (feats,), build)
 
 
 def fuse(prep: Any, model_path: str | None) -> tuple[pl.DataFrame, float]:

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 import plotly.graph_objects as go
 import polars as pl
+from pydantic import BaseModel
 
 from .compare import MIN_QUERIES, small_sample_note, ttest
 from .fusion import in_rank_order
@@ -834,17 +835,6 @@ def reliability_figure(table: pl.DataFrame, *, title: str = "Calibration: predic
 
 
 # ------------------------------------------------------------------ 5. naming and readouts
-def _flat(d: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def _show_value(v: object) -> str:
     if isinstance(v, str) and "/" in v:  # a model or file path: its name says which; the folders are noise
         return v.rstrip("/").rsplit("/", 1)[-1]
@@ -852,27 +842,57 @@ def _show_value(v: object) -> str:
         return f"{v:.1f}" if v.is_integer() and abs(v) < 1e6 else f"{v:g}"
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_show_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_show_value(x)}" for k, x in v.items()) + "}"
     return str(v)
+
+
+def _fields(model, dumped: dict, prefix: str = "") -> dict[str, object]:
+    """{dotted field path: value} of a config: sections (sub-models) are walked, a dict-valued field (e.g.
+    priors.priority_map) is one value, so replacing it shows as a whole, not as the keys it still has."""
+    out: dict[str, object] = {}
+    for k, v in dumped.items():
+        sub = getattr(model, k, None)
+        if isinstance(v, dict) and isinstance(sub, BaseModel):
+            out.update(_fields(sub, v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def config_changes(base, cfg) -> list[tuple[str, object]]:
     """[(field path, new value)] where `cfg` differs from `base` (both PipelineConfig); name and
     description are not settings and are left out."""
-    a = _flat(base.model_dump(mode="json"))
-    b = _flat(cfg.model_dump(mode="json"))
+    a = _fields(base, base.model_dump(mode="json"))
+    b = _fields(cfg, cfg.model_dump(mode="json"))
     return [(k, b.get(k)) for k in b if k not in ("name", "description") and a.get(k) != b.get(k)]
+
+
+def short_field(path: str, paths: Iterable[str]) -> str:
+    """The shortest dotted tail of `path` that no other field of `paths` ends in: "dense.enabled" (the
+    last part alone, "enabled", would read the same for the lexical and the dense list)."""
+    parts = path.split(".")
+    others = [p for p in paths if p != path]
+    for n in range(1, len(parts)):
+        tail = ".".join(parts[-n:])
+        if not any(p == tail or p.endswith("." + tail) for p in others):
+            return tail
+    return path
 
 
 def config_label(base, cfg, *, max_changes: int = 3) -> str:
     """The live config named by what changed from the one the lab started with: "qmd + lexical weight 3",
-    "qmd + 5 changes" past `max_changes`; just "qmd" when nothing changed."""
+    "qmd + dense.enabled False" (each field by its shortest unambiguous tail), "qmd + 5 changes" past
+    `max_changes`; just "qmd" when nothing changed."""
     changes = config_changes(base, cfg)
     name = base.name or "config"
     if not changes:
         return name
     if len(changes) > max_changes:
         return f"{name} + {len(changes)} changes"
-    return name + " + " + ", ".join(f"{k.rsplit('.', 1)[-1].replace('_', ' ')} {_show_value(v)}" for k, v in changes)
+    paths = list(_fields(cfg, cfg.model_dump(mode="json")))
+    shown = [short_field(k, paths) for k, _ in changes]  # a dotted tail stays a path: "rerank.top_n", not "rerank.top n"
+    return name + " + " + ", ".join(f"{k if '.' in k else k.replace('_', ' ')} {_show_value(v)}" for k, (_, v) in zip(shown, changes, strict=True))
 
 
 def fusion_formula(f) -> str:

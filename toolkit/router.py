@@ -10,6 +10,7 @@ is plain equal-weight fusion. The router lives in the learned fusion model file 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,46 @@ def fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, *, seed:
     lr = LogisticRegression(C=0.5, max_iter=2000, random_state=seed).fit((x - mean) / scale, y, sample_weight=weight)
     return {"kind": "logistic", "inputs": INPUTS, "mean": mean.tolist(), "scale": scale.tolist(),
             "coef": lr.coef_[0].tolist(), "intercept": float(lr.intercept_[0])}  # fmt: skip
+
+
+def problem(rt: Any) -> str | None:
+    """What is wrong with a router read from a model file, or None. `p_lexical` trusts these fields: a NaN
+    coefficient there silently empties every ranking and a short one is a numpy shape error."""
+    if not isinstance(rt, dict):
+        return "expected an object {kind, inputs, mean, scale, coef, intercept} or null"
+    if rt.get("kind") != "logistic":
+        return f"kind {rt.get('kind')!r} is not supported (expected 'logistic')"
+    missing = [k for k in ("inputs", "mean", "scale", "coef", "intercept") if k not in rt]
+    if missing:
+        return f"kind 'logistic' needs field(s) {', '.join(missing)}"
+    inputs = rt["inputs"]
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+        return "inputs must be a non-empty list of query signal names"
+    unknown = [i for i in inputs if i not in INPUTS]
+    if unknown:
+        return f"inputs {', '.join(unknown)} are not computed by this toolkit version (expected names among {', '.join(INPUTS)})"
+    if len(set(inputs)) != len(inputs):
+        return "inputs name a signal more than once"
+    for key in ("mean", "scale", "coef"):
+        v = rt[key]
+        if not isinstance(v, list) or len(v) != len(inputs) or not all(_finite(x) for x in v):
+            return f"{key} must be {len(inputs)} finite numbers (one per input), got {_describe(v)}"
+    if any(x <= 0 for x in rt["scale"]):
+        return "scale must be positive numbers (each input is divided by its scale)"
+    if not _finite(rt["intercept"]):
+        return f"intercept must be a finite number, got {rt['intercept']!r}"
+    return None
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _describe(v: Any) -> str:
+    if not isinstance(v, list):
+        return repr(v)[:40]
+    bad = [x for x in v if not _finite(x)]
+    return f"{len(v)} values" + (f" including {bad[0]!r}" if bad else "")
 
 
 def p_lexical(router: dict[str, Any], q: pl.DataFrame) -> np.ndarray:

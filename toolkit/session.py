@@ -79,6 +79,22 @@ def _not_carried(res: Any) -> list | None:
     return None
 
 
+def _matched_qrels(qrels: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
+    """The judgements of `queries`; InputError when none match, which otherwise shows empty metrics with no
+    word of why (e.g. the test split's qrels with the dev queries)."""
+    matched = qrels.join(queries.select("qid"), on="qid", how="semi")
+    if not len(matched):
+        raise InputError(f"Session: no judgement matches a query id of the query set (queries have ids such as "
+                         f"{_examples(queries['qid'])}; qrels have {_examples(qrels['qid'])}): pass the qrels of the "
+                         "same split, or qrels=None to run without metrics")  # fmt: skip
+    return matched
+
+
+def _examples(ids: pl.Series, n: int = 3) -> str:
+    v = ids.unique(maintain_order=True).head(n).to_list()
+    return ", ".join(map(repr, v)) if v else "none"
+
+
 class Session:
     """Interactive tuning state of one pipeline config over a query set; see the module docstring.
 
@@ -107,7 +123,7 @@ class Session:
         self.measures = [m.label for m in parse_measures(measures)]
         self.k = k
         self.rel_threshold = rel_threshold  # grade binary measures count as relevant (2 for TREC DL)
-        self.qrels = qrels_frame(qrels).join(self.queries.select("qid"), on="qid", how="semi") if qrels is not None else None
+        self.qrels = _matched_qrels(qrels_frame(qrels), self.queries) if qrels is not None else None
         self.config: PipelineConfig = load_config(config)
         self.base_config = self.config  # what `label` names changes against
         self.on_notice = on_notice
@@ -173,9 +189,12 @@ class Session:
                 return False
             try:
                 self._run(cfg)
-            except ToolkitError as e:  # e.g. near-duplicate dedup on a store without embeddings
+            except ToolkitError as e:  # e.g. near-duplicate dedup on a store without embeddings, a damaged model file
                 self.notice(f"cannot apply, config unchanged: {e}", error=True)
                 return False
+            except Exception as e:  # a bug: the state is the previous one (`_run` commits last); say so, then raise
+                self.notice(f"update failed, config unchanged: {type(e).__name__}: {e}", error=True)
+                raise
             return True
 
     def add_bucket(self) -> bool:
@@ -205,14 +224,22 @@ class Session:
             self.on_notice(msg, error)
 
     def _translate(self, updates: dict[str, Any]) -> dict[str, Any]:
-        """Control keys -> config paths (the two rank-bonus sliders edit bands of `fusion.rank_bonus`)."""
+        """Control keys -> config paths (the two rank-bonus sliders edit bands of `fusion.rank_bonus`).
+        A band's bonus 0 removes the band; a negative or non-finite one is an InputError (it would vanish
+        from the list the same way, silently)."""
         out: dict[str, Any] = {}
         bands: dict[int, float] | None = None
         for key, v in updates.items():
             m = BONUS_KEY.match(key)
             if m:
                 bands = bands if bands is not None else {int(r): float(b) for r, b in self.config.fusion.rank_bonus}
-                bands[int(m.group(1))] = float(v)
+                try:
+                    b = float(v)
+                except (TypeError, ValueError):
+                    raise InputError(f"{key}: bonus {v!r} is not a number") from None
+                if not math.isfinite(b) or b < 0:
+                    raise InputError(f"{key}: bonus {v!r} must be a finite number >= 0 (0 removes the band)")
+                bands[int(m.group(1))] = b
             else:
                 out[key] = v
         if bands is not None:
@@ -245,17 +272,26 @@ class Session:
         res = rescore(prep, cfg)
         timings["rescore"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
+        per_query, deltas, failures = self.per_query, self.deltas, self.failures
         if self.qrels is not None:
-            self.per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures,
-                                      rel_threshold=self.rel_threshold)
-            self.deltas = panels.metric_deltas(self.per_query, self.baseline_per_query)
+            per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures, rel_threshold=self.rel_threshold)
+            deltas = panels.metric_deltas(per_query, self.baseline_per_query)
             timings["metrics"] = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
-            self.failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold)
+            failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold)
         timings["failures"] = (time.perf_counter() - t) * 1000
+        # Commit only once everything is computed: a failure above (or in the inspector) leaves the last state whole.
+        keys = ("result", "config", "prepared", "per_query", "deltas", "failures", "inspected", "inspected_title")
+        before = {k: getattr(self, k, None) for k in keys}
         self.result, self.config, self.prepared = res, cfg, prep
+        self.per_query, self.deltas, self.failures = per_query, deltas, failures
         t = time.perf_counter()
-        self._refresh_inspected()
+        try:
+            self._refresh_inspected()
+        except BaseException:
+            for k, v in before.items():
+                setattr(self, k, v)
+            raise
         timings["inspect"] = (time.perf_counter() - t) * 1000
         self.timings = timings
         self.last_update_ms = (time.perf_counter() - t0) * 1000
@@ -329,15 +365,20 @@ class Session:
     def export(self, kind: str, path: str | Path) -> str:
         """Write the current config: kind "yaml" (or "json") -> `save_config`; an engine name -> the
         engine export (`toolkit.export.write_export`). Returns what was written and what the engine could
-        not carry over."""
+        not carry over. For "yaml"/"json" a path without a suffix gets the kind's and any other suffix is an
+        InputError (the extension used to win: "yaml" to x.json wrote JSON)."""
         path = Path(path)
+        suffixes = {"yaml": (".yaml", ".yml"), "json": (".json",)}
+        if kind in suffixes and path.suffix.lower() not in suffixes[kind]:
+            if path.suffix:
+                raise InputError(f"export: kind {kind!r} contradicts the file extension {path.suffix!r} of {path} "
+                                 f"(a {kind} config file ends in {' or '.join(suffixes[kind])})")
+            path = path.with_suffix(suffixes[kind][0])
         label = self.label
         cfg = self.config
         if label != cfg.name:  # the file says what it is: the base config plus the lab's changes
             cfg = cfg.model_copy(update={"description": f"{label} (from the lab; base: {cfg.description or cfg.name})"})
-        if kind in ("yaml", "json"):
-            if kind == "json" and path.suffix.lower() != ".json":
-                path = path.with_suffix(".json")
+        if kind in suffixes:
             written = save_config(cfg, path)
             msg = f"wrote {label} to {written}"
         else:

@@ -8,10 +8,12 @@ LightGBM is the well-kept implementation; we add only the data plumbing and an h
 Procedure (seeded): each collection's queries are split into training and held-out queries; a model is
 trained on the training queries with early stopping on the held-out ones (nDCG@10); the held-out
 queries then give the report's gain (against plain RRF and each list alone, all evaluated with
-`metrics.evaluate` over every judged held-out query) and the calibrator's data (`calibration.py`, fitted
-on held-out predictions only). The shipped model is then refitted on all queries with the number of
-trees early stopping chose. The trees read `DEFAULT_FEATURES` and start from 2 x 30 x plain RRF
-(`prior`), so where they know nothing the order is RRF's (both chosen leave-one-collection-out on the dev
+`metrics.evaluate` over every judged held-out query: optimistic, since they also chose the number of
+trees) and the calibrator's data (`calibration.py`, fitted on held-out predictions only; its reported ECE
+is cross-fitted over two halves of those queries, so no row is scored by a calibrator fitted on it). The
+shipped model is then refitted on all queries with the number of trees early stopping chose: the report
+describes the first model, not the saved one (the report's `notes` say so). The trees read
+`DEFAULT_FEATURES` and start from 2 x 30 x plain RRF (`prior`), so where they know nothing the order is RRF's (both chosen leave-one-collection-out on the dev
 splits over 5 seeds, benchmarks/RESULTS.md). Monotone constraints hold a model to "a better list rank or more query terms never hurts"
 (`ltr_features.FEATURES`). Collections are weighted so that a large one (LoCoMo's 761
 queries) does not drown the small ones: per-query weight (largest / own size) ** `balance`.
@@ -31,6 +33,7 @@ import numpy as np
 import polars as pl
 
 from . import calibration, ltr_features, router
+from .compare import MIN_QUERIES
 from .config import PipelineConfig, load_config
 from .errors import InputError
 from .files import write_text_atomic
@@ -75,6 +78,7 @@ NO_CALIBRATION = (
     "the model has no calibration (it needs held-out queries with relevant and non-relevant candidates: "
     "--holdout > 0): it gives no score_prob and threshold.min_prob cannot be used with it"
 )
+ECE_UNMEASURED = "too few held-out queries to fit a calibrator on one half and measure it on the other"
 
 
 @dataclass
@@ -88,20 +92,29 @@ class FusionTrainReport:
     calibration_ece_held_out: float | None
     params: dict[str, Any] = field(default_factory=dict)
     out: str | None = None
+    calibrated: bool = False  # the model has a calibrator (score_prob); its ECE may still be unmeasured
+    early_stopped: bool = False  # the held-out queries chose the number of trees: their nDCG is optimistic
+    # What the numbers are and are not (also in the report JSON): see `_notes`.
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"learned fusion: {self.best_iteration} trees, {len(self.features)} features, "
                  f"trained in {self.seconds.get('train', 0):.1f}s (features {self.seconds.get('features', 0):.1f}s)"]  # fmt: skip
+        which = "held-out (also used for early stopping: optimistic)" if self.early_stopped else "held-out"
         for name, h in self.held_out.items():
             lines.append(
-                f"  held-out {name} ({h['queries']} queries) nDCG@10: learned {h['learned']:.4f}, rrf {h['rrf']:.4f}, "
+                f"  {which} {name} ({h['queries']} queries) nDCG@10: learned {h['learned']:.4f}, rrf {h['rrf']:.4f}, "
                 f"lexical {h['lexical']:.4f}, dense {h['dense']:.4f}"
                 + (f", routed RRF {h['routed_rrf']:.4f}" if "routed_rrf" in h else "")
             )
-        if self.calibration_ece_held_out is not None:
-            lines.append(f"  calibration ECE on held-out rows: {self.calibration_ece_held_out:.4f}")
-        else:
+        if not self.calibrated:
             lines.append(f"  warning: {NO_CALIBRATION}")
+        elif self.calibration_ece_held_out is not None:
+            lines.append(f"  calibration ECE (cross-fitted: held-out rows scored by a calibrator fitted on the other "
+                         f"held-out queries): {self.calibration_ece_held_out:.4f}")  # fmt: skip
+        else:
+            lines.append(f"  calibration ECE: not measured ({ECE_UNMEASURED})")
+        lines += [f"  note: {n}" for n in self.notes]
         top = sorted(self.importance.items(), key=lambda kv: -kv[1])[:6]
         lines.append("  top features (gain share): " + ", ".join(f"{k} {v:.2f}" for k, v in top))
         if self.out:
@@ -273,7 +286,7 @@ def fit(
         x_cal = calibration.inputs(lab.with_columns((pl.col("collection") + "\x1f" + pl.col("qid")).alias("qid")))
         if len(np.unique(yv_bin)) == 2:
             cal = calibration.fit_platt(x_cal, yv_bin, seed=seed)
-            ece = calibration.ece(calibration.apply(cal, x_cal), yv_bin)
+            ece = _cross_fitted_ece(x_cal, yv_bin, (lab["collection"] + "\x1f" + lab["qid"]).to_numpy(), seed)
     if cal is None:
         warnings.warn(NO_CALIBRATION, stacklevel=2)
 
@@ -299,13 +312,49 @@ def fit(
         "lightgbm": lgb.__version__,
     }  # fmt: skip
     model = FusionModel(features, final.model_to_string(), cal, rt_all, info, prior_d)
+    early_stopped = bool(len(held_useful))
     report = FusionTrainReport(
         collections={k: {"queries": v} for k, v in sizes.items()}, features=features,
         importance={f: float(x) / total for f, x in zip(features, gain, strict=True)}, held_out=held_out,
         best_iteration=best_iter, seconds={"train": t_first + t_final}, calibration_ece_held_out=ece,
-        params={k: v for k, v in p.items() if k != "monotone_constraints"},
+        params={k: v for k, v in p.items() if k != "monotone_constraints"}, calibrated=cal is not None,
+        early_stopped=early_stopped, notes=_notes(held_out, early_stopped, cal is not None, ece),
     )  # fmt: skip
     return model, report
+
+
+def _cross_fitted_ece(x: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int) -> float | None:
+    """ECE of the Platt calibrator on rows it was not fitted on: the held-out queries split in two halves,
+    each half scored by a calibrator fitted on the other (an ECE over the fitting rows flatters it). None
+    when a half lacks relevant or non-relevant rows to fit on."""
+    qids = np.unique(groups)
+    np.random.default_rng(seed).shuffle(qids)
+    first = np.isin(groups, qids[: len(qids) // 2])
+    prob = np.empty(len(y))
+    for part in (first, ~first):
+        if not part.any() or len(np.unique(y[~part])) < 2:
+            return None
+        prob[part] = calibration.apply(calibration.fit_platt(x[~part], y[~part], seed=seed), x[part])
+    return calibration.ece(prob, y)
+
+
+def _notes(held_out: dict[str, dict[str, float]], early_stopped: bool, calibrated: bool, ece: float | None) -> list[str]:
+    """What the report's numbers are and are not, for the summary and the report JSON."""
+    notes = []
+    if held_out:
+        if early_stopped:
+            notes.append("held-out nDCG@10 is optimistic: the held-out queries also chose the number of trees (early stopping)")
+        notes.append("the held-out numbers describe a model trained without the held-out queries; the saved model is "
+                     "refit on all queries (held-out ones included) with the same number of trees")  # fmt: skip
+    if calibrated:
+        notes.append("the saved calibrator is fitted on all held-out rows (scores of the model trained without them, not "
+                     "of the refit one); its ECE is "
+                     + ("cross-fitted over two halves of the held-out queries" if ece is not None else f"not measured ({ECE_UNMEASURED})"))
+    for name, h in held_out.items():
+        if h["queries"] < MIN_QUERIES:
+            notes.append(f"{name}: only {h['queries']} held-out queries: a difference measured on fewer than {MIN_QUERIES} "
+                         "queries is unreliable (raise --holdout or judge more queries)")  # fmt: skip
+    return notes
 
 
 def train_fusion(
