@@ -327,15 +327,20 @@ def _note_cjk(query: str, prep, *, lexical_only: bool) -> None:
 @click.option("--split", default="test", show_default=True, help="Qrels split whose queries are run.")
 @click.option("--mode", type=click.Choice(list(MODES)), default=None, help="lexical, dense or hybrid (ignored with --config).")
 @click.option("--config", default=None, help="Pipeline config: YAML/JSON path or preset name (see `hrt presets`).")
-@click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False), help="Store file (default .hrt/<dataset>.duckdb); ingested if needed.")
+@click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False),
+              help="Store file (default .hrt/<dataset>.duckdb, kept in step with the dataset); the corpus is ingested into it. "
+                   "One holding documents the dataset lacks is refused unless --prune.")
+@click.option("--prune", is_flag=True, help="Remove documents the dataset lacks from the --store given (the default store always is).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="TREC run file to write.")
 @click.option("--depth", default=100, show_default=True, help="Results kept per query in the run.")
 @click.option("--tag", default=None, help="Run tag (default: config name).")
-def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
+def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> None:
     """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
 
-    The corpus is ingested into the store first (a no-op when unchanged). Queries with `metadata.scope`
-    only see documents of that scope.
+    The corpus is ingested into the store first (a no-op when unchanged). The default store is the dataset's
+    cache: documents deleted from the dataset are removed from it. A --store you name may hold other documents:
+    they would be retrieved and scored, so the run stops unless --prune (which removes them). Queries with
+    `metadata.scope` only see documents of that scope.
     """
     from .loaders import Dataset, load_corpus
     from .pipeline import run_pipeline
@@ -349,6 +354,7 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
     if rr_source.source == "environment":
         click.echo(rr_source.describe(cfg), err=True)
+    prune = prune or store_path is None  # the default store is the tool's cache of the dataset: kept in step
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
     queries = ds.queries(split)
     corpus = load_corpus(ds.root)
@@ -356,8 +362,16 @@ def run(dataset, split, mode, config, store_path, out, depth, tag) -> None:
     check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
     t0 = time.perf_counter()
     with Store(store_path) as st:
-        rep = st.ingest(corpus, embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, progress=True)
-        if rep.added or rep.changed:
+        if not prune:  # never delete a user's documents unasked, nor retrieve them as the dataset's
+            extra = sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in corpus})
+            if extra:
+                raise ToolkitError(
+                    f"{store_path} holds {len(extra)} document(s) not in {ds.root} (e.g. {', '.join(map(repr, extra[:3]))}): "
+                    "they would be retrieved and scored; add --prune to remove them from the store, or use a store of "
+                    "the dataset's own (omit --store)")
+        rep = st.ingest(corpus, embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, prune=prune,
+                        progress=True)
+        if rep.added or rep.changed or rep.removed:
             _echo_skipped(corpus)
             click.echo(rep.summary(), err=True)
         res = run_pipeline(st, queries, cfg, progress=True)

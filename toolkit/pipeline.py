@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -147,8 +148,31 @@ def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank
         "queries": sha1(q.write_csv()),
         "config": prepare_settings(cfg),
         "pool": rerank_pool,
+        "files": _read_stamps(store, cfg),
     }
     return "prepare:" + sha1(json.dumps(parts, sort_keys=True, default=str))
+
+
+def _read_stamps(store: Store, cfg: PipelineConfig) -> dict[str, str]:
+    """{field: absolute path + fingerprint (names, sizes, mtimes)} of each file or folder a prepare field
+    names and prepare reads. The fields hold paths, not contents: a score or expansion file rewritten, a model
+    retrained in place, or a relative path read from another folder must not get the old stages' frames."""
+    named: dict[str, str | None] = {}
+    if cfg.rerank.provider == "file":
+        named["rerank.path"] = cfg.rerank.path
+    elif cfg.rerank.provider == "cross-encoder":
+        named["rerank.model"] = cfg.rerank.model  # a hub id is no path: not stamped
+    if cfg.expansion.provider == "file":
+        named["expansion.path"] = cfg.expansion.path
+    dense = cfg.retrieval.dense
+    if (dense.enabled or cfg.dedup.near_duplicate_enabled) and dense.provider == "local":
+        named["retrieval.dense.model"] = dense.model or store.embedding_model  # queries use the store's model
+    out = {}
+    for field_, value in named.items():
+        p = Path(value).expanduser() if value else None
+        if p is not None and p.exists():
+            out[field_] = f"{p.resolve()}:{rerank.dir_stamp(p.resolve())}"
+    return out
 
 
 def check_prepared(prep: Prepared, cfg: PipelineConfig) -> None:

@@ -299,6 +299,10 @@ def _dir_stamp(p: Path) -> str:
     return h.hexdigest()[:10]
 
 
+# Public name: `pipeline.prepare_key` stamps the files and folders prepare reads with it.
+dir_stamp = _dir_stamp
+
+
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
     """The Hugging Face client retries an unreachable hub for about a minute before failing; a quick
     connect test lets an offline machine fail in seconds with a useful message instead."""

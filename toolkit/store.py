@@ -449,6 +449,7 @@ class Store:
         self.path = Path(path)
         self.read_only = read_only
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
+        self._seen_generation: str | None = None  # the file's generation the memo belongs to (`generation`)
         self._session_rerank: dict[str, dict[tuple[str, str], float]] = {}  # read-only: scores kept in memory
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
@@ -592,9 +593,10 @@ class Store:
         self.close()
 
     def _meta(self, key: str) -> str | None:
-        # Memoised: a search reads settings, generation and index presence on every call, and each read is
-        # a ~2 ms round trip, the larger part of a batched search on a small collection. Only this object
-        # writes the file (DuckDB locks it against other writers), and every write clears the memo.
+        # Memoised: a search reads settings and index presence on every call, and each read is a ~2 ms
+        # round trip, the larger part of a batched search on a small collection. Every write clears the memo;
+        # another Store object on the same file (one process shares the database between connections) may
+        # write too, and `generation` clears it when it sees the file's generation move.
         if ("meta", key) not in self._memo:
             try:
                 row = self.con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -633,8 +635,18 @@ class Store:
         return IndexSettings(**json.loads(s)) if s else None
 
     def generation(self) -> str:
-        """Changes whenever the corpus or an index changes: cache keys of derived data include it."""
-        return self._meta("generation") or "0"
+        """Changes whenever the corpus or an index changes: cache keys of derived data include it.
+        Read from the file on every call, never memoised: another Store object on the same file may have
+        ingested since (one round trip). A generation this object has not seen also drops its memo."""
+        try:
+            row = self.con.execute("SELECT value FROM meta WHERE key = ?", ["generation"]).fetchone()
+        except duckdb.CatalogException:
+            return "0"
+        gen = row[0] if row else None
+        if gen != self._seen_generation:
+            self._forget()
+            self._seen_generation = gen
+        return gen or "0"
 
     def stats(self) -> dict[str, Any]:
         n_docs, n_src, n_scope = self.con.execute(
@@ -826,6 +838,16 @@ class Store:
                 [emb.model_id],
             ).fetchall()
         ]
+        supplies = getattr(emb, "supplies", None)
+        if supplies is not None:
+            # Supplied vectors replace the cached ones of their texts: corrected vectors, or a text changed
+            # and changed back with a new vector, must not get the vector cached before.
+            lacking = set(missing)
+            replace = [h for h in by_hash if h not in lacking and supplies(h)]
+            if replace:
+                self.con.execute("DELETE FROM embedding_cache WHERE model = ? AND list_contains(?::VARCHAR[], text_hash)",
+                                 [emb.model_id, replace])
+                missing += replace
         if missing:
             self._check_model(emb)
         batch = 512
@@ -897,8 +919,12 @@ class Store:
         chunk_key = f"{settings.chunk_size}/{settings.chunk_overlap}"
         # Kept aside, not written into the caller's documents: a document dict fed back (an edited copy, as in
         # the bring-your-own-corpus tutorial) would carry `content_hash` in as a metadata field.
+        # Supplied vectors (`toolkit.vectors`) are content too: new vectors for the same text are a change.
+        vstamp = getattr(emb, "stamp", None)
         content_hash = {
-            d["doc_id"]: sha1(json.dumps([d["title"], d["text"], d["source"], d["scope"], d["metadata"], chunk_key],
+            d["doc_id"]: sha1(json.dumps([d["title"], d["text"], d["source"], d["scope"], d["metadata"], chunk_key]
+                                         + ([vstamp(d["title"], d["text"], settings.chunk_size, settings.chunk_overlap)]
+                                            if vstamp else []),
                                          sort_keys=True))
             for d in docs
         }
@@ -936,6 +962,8 @@ class Store:
         )
         rebuild = bool(todo or removed or fts_changed or not self.has_lexical_index())
         if not rebuild and not need_embed:
+            if not self.read_only:
+                self._refresh_vector_index()  # `<store>.hnsw` moved in from elsewhere: rebuilt here
             return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped),
                                 *self.embedding_coverage())
 
@@ -1488,7 +1516,7 @@ class Store:
         if vectors is not None and len(qv):
             self._check_dim(None, np.asarray(qv).reshape(len(qv), -1).shape[1])
         scoped = scope_filter and "scope" in queries.columns and queries["scope"].is_not_null().any()
-        if index == "hnsw" and not scoped and not filters:
+        if index == "hnsw" and not scoped and not filters and self._ann() is not None:
             return self._dense_hnsw(queries, qv, top_k=top_k, level=level, ef_search=ef_search)
         m = self._dense_matrix()
         allowed = self._allowed_docs(m, filters)
@@ -1501,10 +1529,29 @@ class Store:
     # (DuckDB 1.5.5; see RESULTS.md "Scale"). usearch searches a whole batch of queries on all cores in one call.
     # The index is a file beside the store (`<store>.hnsw`), owned by the store: built by `build_vector_index`,
     # its keys are column positions of the `_dense_matrix` layout of the store generation it was built for,
-    # and an ingest that changes that generation rebuilds it (`_refresh_vector_index`).
+    # and an ingest that changes that generation rebuilds it (`_refresh_vector_index`). The store records the
+    # generation too, but a store file copied, ingested and moved over the original takes its record along and
+    # leaves the old `<store>.hnsw`: so `<store>.hnsw.json`, written with the index, says what it was built from.
     @property
     def vector_index_path(self) -> Path:
         return Path(f"{self.path}.hnsw")
+
+    @property
+    def _vector_index_stamp_path(self) -> Path:
+        return Path(f"{self.path}.hnsw.json")
+
+    def _vector_index_mismatch(self, vi: dict[str, Any]) -> str | None:
+        """Why `<store>.hnsw` was not built from this store's state (None: it was): its stamp file's generation
+        and vector count against the store's."""
+        try:
+            built = json.loads(self._vector_index_stamp_path.read_text())
+        except (OSError, ValueError):
+            return f"{self._vector_index_stamp_path.name} is missing or unreadable"
+        if not isinstance(built, dict) or built.get("generation") != vi.get("generation"):
+            return "it was built for another generation of the store"
+        if built.get("count") != self._count_embeddings():
+            return f"it holds {built.get('count')} vectors, the store {self._count_embeddings()}"
+        return None
 
     @property
     def vector_index(self) -> dict[str, Any] | None:
@@ -1547,7 +1594,10 @@ class Store:
         index.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=os.cpu_count() or 1)
         tmp = Path(f"{self.vector_index_path}.tmp")
         index.save(str(tmp))
+        stamp_tmp = Path(f"{self._vector_index_stamp_path}.tmp")
+        stamp_tmp.write_text(json.dumps({"generation": self.generation(), "count": len(vecs)}))
         os.replace(tmp, self.vector_index_path)  # a crash mid-save leaves the previous index whole
+        os.replace(stamp_tmp, self._vector_index_stamp_path)  # (a crash between: a mismatch, exact search)
         self._ann_cache = None
         self._set_meta("vector_index", json.dumps({
             "kind": "hnsw", "engine": "usearch", "metric": "cosine", "m": m, "ef_construction": ef_construction,
@@ -1555,18 +1605,22 @@ class Store:
         }))
 
     def _refresh_vector_index(self) -> None:
-        """After a write that changed the chunks: rebuild the index with its settings (it would be stale)."""
+        """After an ingest: rebuild the index with its settings if the chunks changed or `<store>.hnsw` is not
+        the one built for this store (moved over from a copy): it would be stale."""
         vi = self.vector_index
-        if vi and vi.get("generation") != self.generation():
+        if vi and (vi.get("generation") != self.generation() or self._vector_index_mismatch(vi)):
             if self._count_embeddings() == 0:
                 self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
                 self._forget()
                 self.vector_index_path.unlink(missing_ok=True)
+                self._vector_index_stamp_path.unlink(missing_ok=True)
                 return
             self.build_vector_index(m=vi["m"], ef_construction=vi["ef_construction"], ef_search=vi.get("ef_search", 512))
 
     def _ann(self) -> Any:
-        """The usearch index of this generation, memory-mapped (read once per process; the OS shares pages)."""
+        """The usearch index of this generation, memory-mapped (read once per process; the OS shares pages).
+        None, with a warning, when `<store>.hnsw` was built from another state of the store: searching it would
+        return wrong documents, so the caller searches exactly."""
         vi = self.vector_index
         if not vi:
             raise StoreError(f"{self.path} has no vector index; build one with `hrt ingest SOURCE --store STORE --vector-index hnsw` (exact search needs none)")
@@ -1577,7 +1631,15 @@ class Store:
         if cached is None or cached[0] != vi["generation"]:
             if not self.vector_index_path.exists():
                 raise StoreError(f"{self.vector_index_path}: the vector index file is missing; rebuild it (`hrt ingest --vector-index hnsw`)")
-            index = _usearch().Index.restore(str(self.vector_index_path), view=True)
+            why = self._vector_index_mismatch(vi)
+            if why:
+                logging.getLogger("toolkit").warning(
+                    "warning: %s does not belong to this store (%s): searching exactly instead; rebuild it with "
+                    "`hrt ingest SOURCE --store %s --vector-index hnsw` or `Store.build_vector_index()`",
+                    self.vector_index_path, why, self.path)
+                index = None
+            else:
+                index = _usearch().Index.restore(str(self.vector_index_path), view=True)
             self._ann_cache = cached = (vi["generation"], index)
         return cached[1]
 

@@ -89,6 +89,19 @@ class PrecomputedEmbedder:
     def dim(self) -> int:
         return self._dim
 
+    def supplies(self, text_hash: str) -> bool:
+        """Whether a vector was supplied for this chunk body: it replaces a cached one (`Store` ingest)."""
+        return text_hash in self._by_hash
+
+    def stamp(self, title: str, text: str, chunk_size: int, chunk_overlap: int) -> str:
+        """A fingerprint of the vectors supplied for a document's chunks: part of its content hash, so new
+        vectors for the same text are a change, not "unchanged" with the old vectors kept."""
+        h = hashlib.sha1()
+        for c in chunk_text(text, chunk_size, chunk_overlap) or []:
+            v = self._by_hash.get(_sha1(chunk_body(title, c.text)))
+            h.update(b"-" if v is None else np.asarray(v, dtype=np.float32).tobytes())
+        return h.hexdigest()[:16]
+
     def embed(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
         hashes = [_sha1(t) for t in texts]
         missing = [i for i, h in enumerate(hashes) if h not in self._by_hash]
