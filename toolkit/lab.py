@@ -470,6 +470,14 @@ class Lab:
             self.session.pin_baseline()
             self._draw_metrics()
 
+    def refresh(self) -> bool:
+        """`Session.refresh` (after an ingest, or to ask a fallen-back provider again now), redrawn."""
+        with self._lock:
+            ok = self.session.refresh()
+            if ok:
+                self._redraw()
+            return ok
+
     def add_bucket(self) -> bool:
         """Add a blend bucket (as the widget's button does) and re-score; False if the result is invalid."""
         return self.set("rerank.buckets", bucket_added(self.config.rerank.buckets))
@@ -482,7 +490,10 @@ class Lab:
     def inspect(self, qid: str | None = None, text: str | None = None, scope: str | None = None) -> pl.DataFrame:
         """`Session.inspect`, drawn in the inspector panel."""
         with self._lock:
+            result = self.session.result
             lists = self.session.inspect(qid=qid, text=text, scope=scope)
+            if self.session.result is not result:  # the store had changed: the session ran again, so do all panels
+                self._redraw()
             if self.session.inspected_qid is not None and self._inspect_pick.value != qid:
                 self._syncing = True
                 try:

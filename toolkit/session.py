@@ -14,6 +14,10 @@ Fields declared `Prepare` in config.py (routing switches, near-duplicate vectors
 settings, the reranker and its top_n) change what `prepare` computes: the session re-runs it (cached per
 setting) and notices "recomputing candidates". Every other field re-scores only; with a reranker the pool
 scored in `prepare` does not depend on fusion (`pipeline.rerank_pool`).
+
+Cached frames, the baseline's metrics and chunk texts belong to one store generation: the first update after
+an ingest (by this or any other Store object) prepares again and says so. A prepare that lost a provider
+(`providers.degraded`) is reused only for `RETRY_DEGRADED_S`, with a notice, then asked again.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from . import panels
+from . import panels, providers
 from .config import PipelineConfig, load_config, prepare_settings, save_config
 from .errors import InputError, ToolkitError
 from .heap import keep_freed_memory
@@ -42,11 +46,30 @@ DEFAULT_MEASURES = ("nDCG@10", "R@5", "MRR@10")
 BONUS_KEY = re.compile(r"^fusion\.rank_bonus@(\d+)$")  # control keys that edit one band of fusion.rank_bonus
 LATER = ("fuse", "blend", "priors", "final")  # "priors" is in the trace only when a prior is on
 _MAX_PREPS = 4  # prepared frame sets kept in memory (switching a routing skip back is then instant)
+RETRY_DEGRADED_S = 30.0  # a prepare that lost a provider is asked again after this long, not on every slider tick
 
 
 def prep_signature(cfg: PipelineConfig) -> str:
     """What the prepared frames depend on: the config's prepare fields (declared in config.py)."""
     return json.dumps(prepare_settings(cfg), sort_keys=True, default=str)
+
+
+_Entry = tuple[Prepared, float | None]  # a kept prepare and, when degraded, the monotonic time it was asked
+
+
+def _entry(prep: Prepared) -> _Entry:
+    return prep, (time.monotonic() if providers.degraded(prep) else None)
+
+
+def _reusable(entry: _Entry | None) -> Prepared | None:
+    """The kept prepare, unless it lost a provider longer than `RETRY_DEGRADED_S` ago (then: ask again)."""
+    if entry is None or (entry[1] is not None and time.monotonic() - entry[1] >= RETRY_DEGRADED_S):
+        return None
+    return entry[0]
+
+
+def _retry_in(at: float | None) -> str:
+    return f"asking again in {max(0.0, RETRY_DEGRADED_S - (time.monotonic() - (at or 0.0))):.0f} s"
 
 
 # ------------------------------------------------------------------ blend buckets as the editor edits them
@@ -139,20 +162,18 @@ class Session:
         self.inspected_title = ""
         self.last_export: str | None = None
         self.prepared: Prepared | None = None
-        self._preps: dict[str, Prepared] = {}
+        self._preps: dict[tuple[str, str], _Entry] = {}  # (store generation, prep_signature) -> kept prepare
+        self._generation: str | None = None  # the store generation the current state was computed from
         self._texts = pl.DataFrame(schema={"chunk_id": pl.Utf8, "text": pl.Utf8})
+        self._texts_generation: str | None = None
         self._inspect_state: dict[str, Any] = {"qid": None}
         self._qids = set(self.queries["qid"].to_list())
 
-        # Baseline: its own prepare (cached in the store), scored once.
-        self.baseline_name: str | None = None
+        # Baseline: its own prepare (cached in the store), scored in `_run` once per store generation.
+        self._baseline_config = load_config(baseline) if baseline is not None and self.qrels is not None else None
+        self.baseline_name: str | None = self._baseline_config.name if self._baseline_config else None
         self.baseline_per_query: pl.DataFrame | None = None
-        if baseline is not None and self.qrels is not None:
-            bcfg = load_config(baseline)
-            bres = rescore(self._prepared(bcfg, remember=False), bcfg, trace=False)
-            self.baseline_per_query = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures,
-                                               rel_threshold=rel_threshold)
-            self.baseline_name = bcfg.name
+        self._baseline_note: tuple[str, float] | None = None  # (provider summary, time) of a degraded baseline
         self.result: Result = self._run(self.config)
 
     # -------------------------------------------------------------- state
@@ -197,6 +218,17 @@ class Session:
                 raise
             return True
 
+    def refresh(self) -> bool:
+        """Re-run the current config now: after an ingest, or to ask a fallen-back provider again before its
+        cool-down ends. False, with the reason in `message`, when it cannot run."""
+        with self.lock:
+            self._preps = {k: v for k, v in self._preps.items() if v[1] is None}
+            if self._baseline_note is not None:
+                self._baseline_note = (self._baseline_note[0], -math.inf)
+            if self._inspect_state.get("prep"):
+                self._inspect_state["prep"] = {}
+            return self.update({})
+
     def add_bucket(self) -> bool:
         """Add a blend bucket before the open-ended last one and re-score; False if the result is invalid."""
         return self.set("rerank.buckets", bucket_added(self.config.rerank.buckets))
@@ -211,7 +243,7 @@ class Session:
         with self.lock:
             if self.per_query is None:
                 raise InputError("pin_baseline: no judgements (qrels), so there are no metrics to compare")
-            self.baseline_per_query = self.per_query
+            self.baseline_per_query, self._baseline_config, self._baseline_note = self.per_query, self.config, None
             self.baseline_name = f"pinned {self.label} @ {time.strftime('%H:%M:%S')}"
             self.deltas = panels.metric_deltas(self.per_query, self.baseline_per_query)
 
@@ -247,17 +279,21 @@ class Session:
         return out
 
     # -------------------------------------------------------------- the update path
-    def _prepared(self, cfg: PipelineConfig, *, remember: bool = True) -> Prepared:
-        sig = prep_signature(cfg)
-        prep = self._preps.get(sig)
+    def _prepared(self, cfg: PipelineConfig, gen: str, *, remember: bool = True,
+                  why: str = "a retrieval-side setting changed") -> Prepared:
+        """The frames of `cfg` on store generation `gen`: kept per (generation, signature), so frames of an
+        older corpus never serve; a degraded prepare only until `RETRY_DEGRADED_S` has passed."""
+        key = (gen, prep_signature(cfg))
+        prep = _reusable(self._preps.get(key))
         if prep is None:
             if remember:
-                self.notice("recomputing candidates (a retrieval-side setting changed)…")
+                self.notice(f"recomputing candidates ({why})…")
             t = time.perf_counter()
             prep = prepare(self.store, self.queries, cfg)
             self._recomputed_ms = (time.perf_counter() - t) * 1000
             if remember:
-                self._preps[sig] = prep
+                self._preps.pop(key, None)  # re-inserted last: the newest is evicted last
+                self._preps[key] = _entry(prep)
                 while len(self._preps) > _MAX_PREPS:
                     self._preps.pop(next(iter(self._preps)))
         return prep
@@ -266,25 +302,40 @@ class Session:
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         self._recomputed_ms = 0.0
-        prep = self._prepared(cfg)
+        gen = self.store.generation()  # once per update (it reads the file)
+        notes, why = [], "a retrieval-side setting changed"
+        if self._generation is not None and gen != self._generation:
+            why = "the store changed"
+            notes.append("the store changed (an ingest or an index build): candidates prepared again"
+                         + (", baseline re-scored" if self._baseline_config is not None else ""))
+        self._preps = {k: v for k, v in self._preps.items() if k[0] == gen}  # an older corpus's frames never serve again
+        prep = self._prepared(cfg, gen, why=why)
         timings["prepare"] = self._recomputed_ms  # 0 unless candidates had to be recomputed
         t = time.perf_counter()
         res = rescore(prep, cfg)
         timings["rescore"] = (time.perf_counter() - t) * 1000
+        if providers.degraded(prep):
+            notes.append(f"{providers.summary(res.per_query)}: results without it; "
+                         f"{_retry_in(self._preps[(gen, prep_signature(cfg))][1])}")
         t = time.perf_counter()
         per_query, deltas, failures = self.per_query, self.deltas, self.failures
+        base_pq, base_note = self._baseline(gen)
+        if base_note is not None:
+            notes.append(f"baseline {self.baseline_name}: {base_note[0]}; {_retry_in(base_note[1])}")
         if self.qrels is not None:
             per_query = evaluate(res.run(cutoff_depth(self.measures)), self.qrels, self.measures, rel_threshold=self.rel_threshold)
-            deltas = panels.metric_deltas(per_query, self.baseline_per_query)
+            deltas = panels.metric_deltas(per_query, base_pq)
             timings["metrics"] = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
             failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold)
         timings["failures"] = (time.perf_counter() - t) * 1000
         # Commit only once everything is computed: a failure above (or in the inspector) leaves the last state whole.
-        keys = ("result", "config", "prepared", "per_query", "deltas", "failures", "inspected", "inspected_title")
+        keys = ("result", "config", "prepared", "per_query", "deltas", "failures", "inspected", "inspected_title",
+                "baseline_per_query", "_baseline_note", "_generation")
         before = {k: getattr(self, k, None) for k in keys}
         self.result, self.config, self.prepared = res, cfg, prep
         self.per_query, self.deltas, self.failures = per_query, deltas, failures
+        self.baseline_per_query, self._baseline_note, self._generation = base_pq, base_note, gen
         t = time.perf_counter()
         try:
             self._refresh_inspected()
@@ -295,12 +346,29 @@ class Session:
         timings["inspect"] = (time.perf_counter() - t) * 1000
         self.timings = timings
         self.last_update_ms = (time.perf_counter() - t0) * 1000
-        self.notice("")
+        self.notice("; ".join(notes))
         return res
+
+    def _baseline(self, gen: str) -> tuple[pl.DataFrame | None, tuple[str, float] | None]:
+        """The baseline's per-query metrics on generation `gen` and, when its prepare lost a provider, (summary,
+        time asked): scored again only when the store changed or a degraded baseline is due to be asked again."""
+        note = self._baseline_note
+        due = gen != self._generation or (note is not None and time.monotonic() - note[1] >= RETRY_DEGRADED_S)
+        bcfg = self._baseline_config
+        if not due or bcfg is None or self.qrels is None:
+            return self.baseline_per_query, note
+        bprep = self._prepared(bcfg, gen, remember=False)
+        bres = rescore(bprep, bcfg, trace=False)
+        pq = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures, rel_threshold=self.rel_threshold)
+        return pq, ((providers.summary(bres.per_query), time.monotonic()) if providers.degraded(bprep) else None)
 
     # -------------------------------------------------------------- per-query views
     def chunk_texts(self, chunk_ids: list[str]) -> pl.DataFrame:
-        """Texts of chunks for excerpts, fetched from the store on first use and kept."""
+        """Texts of chunks for excerpts, fetched from the store on first use and kept for the generation shown
+        (a chunk id such as `d02#0` names new text after an ingest)."""
+        if self._texts_generation != self._generation:
+            self._texts = self._texts.clear()
+            self._texts_generation = self._generation
         have = set(self._texts["chunk_id"].to_list())
         need = sorted({c for c in chunk_ids if c is not None and c not in have})
         if need:
@@ -336,7 +404,10 @@ class Session:
                 self._inspect_state = {"qid": qid}
             else:
                 raise InputError("inspect: give a dataset query id (qid=...) or a query text (text=...)")
-            self._refresh_inspected()
+            if self.store.generation() != self._generation:  # the store changed: no lists of the old corpus
+                self._run(self.config)
+            else:
+                self._refresh_inspected()
             return self.inspected
 
     @property
@@ -351,12 +422,12 @@ class Session:
             qid, title = st["qid"], f"Query {st['qid']}"
             tr = self.query_trace(qid)
         else:
-            sig = prep_signature(self.config)
-            prep = st["prep"].get(sig)
+            key = (self._generation, prep_signature(self.config))
+            prep = _reusable(st["prep"].get(key))
             if prep is None:
                 one = pl.DataFrame({"qid": ["typed"], "text": [st["text"]], "scope": [st["scope"]]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
                 prep = prepare(self.store, one, self.config, use_cache=False)
-                st["prep"] = {sig: prep}
+                st["prep"] = {key: _entry(prep)}
             qid, tr, title = "typed", rescore(prep, self.config).trace, f"Typed query: {st['text'][:80]}"
         self.inspected = self.stage_lists(qid, tr)
         self.inspected_title = title
