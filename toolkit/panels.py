@@ -17,7 +17,9 @@ Stages are read from the trace's `stage` column: `retrieve:<list_id>` for every 
 
 from __future__ import annotations
 
+import html
 import math
+import re
 import warnings
 from collections.abc import Iterable
 
@@ -41,6 +43,26 @@ def stage_order(stages: Iterable[str]) -> list[str]:
     later = [x for x in (*LATER_STAGES[:-1], "priors", LATER_STAGES[-1]) if x in s]
     rest = [x for x in s if x not in lists and x not in later]
     return lists + later + rest
+
+
+def esc(v: object) -> str:
+    """A data value (query id or text, document id, config or baseline name, ...) made safe to put into a
+    title, annotation, hover or cell: plotly renders a subset of HTML there, and the lab puts titles and
+    cells into `ipywidgets.HTML` (innerHTML). Only this module's own markup (`<br>`, `<sub>`, ...) may be
+    left unescaped."""
+    return html.escape("" if v is None else str(v))
+
+
+# The markup this module writes into titles and annotations; anything else in them is shown as text.
+_OWN_MARKUP = re.compile(r"&lt;(/?(?:br|sub|sup|b|i|small)|span style=(?:&#x27;|&quot;)font-size:\d+px(?:&#x27;|&quot;)|/span)&gt;")
+
+
+def _markup(text: object) -> str:
+    """A title or annotation for the lab's HTML: escaped entirely, then this module's own tags (`_OWN_MARKUP`)
+    restored. Data were escaped (`esc`) where they were formatted in; a stray tag that was not is shown
+    as text instead of reaching innerHTML."""
+    t = html.escape(html.unescape("" if text is None else str(text)))
+    return _OWN_MARKUP.sub(lambda m: "<" + html.unescape(m.group(1)) + ">", t)
 
 
 def _out(spec: dict, raw: bool) -> go.Figure | dict:
@@ -83,7 +105,11 @@ def _table(header: list[str], columns: list[list], widths: list[int], *, wrap: b
     import textwrap
 
     def nb(v: object) -> object:
-        return v.replace(" ", "\u00a0") if isinstance(v, str) else ("" if v is None else v)
+        # Cell text is data: escaped (plotly renders tags in cells); only the "<br>" this function or a
+        # header puts in stays a line break.
+        if not isinstance(v, str):
+            return "" if v is None else v
+        return "<br>".join(html.escape(part).replace(" ", "\u00a0") for part in v.split("<br>"))
 
     def fit(v: object, chars: int, wrap: bool = wrap) -> object:
         if not isinstance(v, str) or len(v) <= chars or "<br>" in v:
@@ -108,14 +134,13 @@ def table_html(spec: dict) -> str:
     plotly's SVG table took ~2.5 ms a row on every slider move (~150 ms for the failure table).
 
     Cells keep one line, cut by CSS with an ellipsis and the whole cell text as a tooltip. Title and
-    caption are this module's own markup (plotly's <br>/<span> subset, query text escaped by `_wrap`);
-    cell text is escaped here.
+    caption keep only this module's own markup (`_markup`: plotly's <br>/<sub>/<span> subset; data in
+    them were escaped by the figure functions); cell text (escaped by `_table`) is escaped here again
+    after unescaping, so nothing in a cell is markup.
     """
-    import html
-
     layout = spec.get("layout", {})
-    title = (layout.get("title") or {}).get("text", "")
-    notes = [a.get("text", "") for a in layout.get("annotations", [])]
+    title = _markup((layout.get("title") or {}).get("text", ""))
+    notes = [_markup(a.get("text", "")) for a in layout.get("annotations", [])]
     height = int(layout.get("height", 380))
     head = f"<div style='font-size:15px;margin:4px 0 6px 0;line-height:1.3'>{title}</div>" if title else ""
     tables = [t for t in spec.get("data", []) if t.get("type") == "table"]
@@ -125,7 +150,7 @@ def table_html(spec: dict) -> str:
     t = tables[0]
 
     def text(v: object, br: str = " ") -> str:
-        v = "" if v is None else str(v).replace("\u00a0", " ")
+        v = "" if v is None else html.unescape(str(v)).replace("\u00a0", " ")
         return html.escape(v).replace("&lt;br&gt;", br)
 
     header, values = t["header"]["values"], t["cells"]["values"]
@@ -254,7 +279,7 @@ def metrics_figure(
     data = []
     if has_base:
         base = table["baseline"].to_list()
-        data.append({"type": "bar", "x": measures, "y": base, "name": baseline_name, "marker": {"color": "#b0b0b0"},
+        data.append({"type": "bar", "x": measures, "y": base, "name": esc(baseline_name), "marker": {"color": "#b0b0b0"},
                      "text": [f"{v:.3f}" for v in base], "textposition": "outside"})
         # Too few queries: no stars (a t-test p on 4 queries is no evidence), and the hover says why.
         n = int(table["queries"].min() or 0) if "queries" in table.columns else MIN_QUERIES
@@ -264,7 +289,7 @@ def metrics_figure(
             for c, d, p in zip(cur, table["delta"].to_list(), table["p_value"].to_list(), strict=True)
         ]
         hover = [
-            f"{m}: {c:.4f} vs {b:.4f}<br>Δ {d:+.4f}, wins {w} / losses {lo}<br>paired t-test p = {p:.3g}"
+            f"{esc(m)}: {c:.4f} vs {b:.4f}<br>Δ {d:+.4f}, wins {w} / losses {lo}<br>paired t-test p = {p:.3g}"
             + (f"<br>{few}" if few else "")
             for m, c, b, d, w, lo, p in table.select(
                 "measure", "current", "baseline", "delta", "wins", "losses", pl.col("p_value").fill_null(float("nan"))
@@ -273,11 +298,14 @@ def metrics_figure(
     else:
         base = []
         labels = [f"{c:.3f}" for c in cur]
-        hover = [f"{m}: {c:.4f}" for m, c in zip(measures, cur, strict=True)]
-    data.append({"type": "bar", "x": measures, "y": cur, "name": current_name, "marker": {"color": "#1f77b4"},
+        hover = [f"{esc(m)}: {c:.4f}" for m, c in zip(measures, cur, strict=True)]
+    measures = [esc(m) for m in measures]
+    if has_base:
+        data[0]["x"] = measures
+    data.append({"type": "bar", "x": measures, "y": cur, "name": esc(current_name), "marker": {"color": "#1f77b4"},
                  "text": labels, "textposition": "outside", "hovertext": hover, "hoverinfo": "text"})
     top = max([v for v in [*cur, *base] if v is not None and not math.isnan(v)] or [1.0])
-    title = _title_lines(f"Metrics: {current_name} vs {baseline_name}") if has_base else "Metrics"
+    title = _title_lines(f"Metrics: {esc(current_name)} vs {esc(baseline_name)}") if has_base else "Metrics"
     if few:
         title += f"<br><sub>{n} queries: too few for significance stars</sub>"
     layout = {
@@ -458,7 +486,7 @@ def spread_figure(
                        "yref": "y2 domain", "line": {"dash": "dash", "color": "red"}})
     n_q = spread["qid"].n_unique()
     flagged = int(per_query["low_differentiation"].fill_null(False).sum()) if per_query is not None and len(per_query) else 0
-    title = f"{title_prefix}Score spread: {flagged} of {n_q} queries flagged low-differentiation"
+    title = f"{esc(title_prefix)}Score spread: {flagged} of {n_q} queries flagged low-differentiation"
     if low_spread is not None:
         title += f" (spread < {low_spread:g})"
     note = _fold_note(folded, {"blend": "no reranker"} if folded.get("blend") == "fuse" else None)
@@ -626,20 +654,20 @@ def trajectory_figure(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, k: 
     """Rank of each relevant document of `qid` across stages (lists, fuse, blend, final), rank 1 on top, the
     top-k cut as a dotted line; a gap means the stage did not have the document."""
     traj = rank_trajectory(trace, qrels, qid, rel_threshold=rel_threshold)
-    title = f"Relevant documents across stages: {qid}"
+    title = f"Relevant documents across stages: {esc(qid)}"
     if not len(traj):
         return _out(_empty(title, "no relevant document for this query"), raw)
     order = traj["stage"].unique(maintain_order=True).to_list()
     deepest = traj["rank"].max() or k  # reversed axis: rank 1 on top
     data = [
-        {"type": "scatter", "x": d["stage"].to_list(), "y": d["rank"].to_list(), "mode": "lines+markers",
-         "name": doc, "connectgaps": False}
+        {"type": "scatter", "x": [esc(x) for x in d["stage"].to_list()], "y": d["rank"].to_list(), "mode": "lines+markers",
+         "name": esc(doc), "connectgaps": False}
         for (doc,), d in traj.group_by("doc_id", maintain_order=True)
     ]
     layout = {
         "title": {"text": title},
         "yaxis": {"title": {"text": "rank"}, "range": [max(deepest, k) * 1.05 + 1, 0]},
-        "xaxis": {"type": "category", "categoryorder": "array", "categoryarray": order},
+        "xaxis": {"type": "category", "categoryorder": "array", "categoryarray": [esc(x) for x in order]},
         "shapes": [{"type": "line", "x0": 0, "x1": 1, "xref": "x domain", "y0": k + 0.5, "y1": k + 0.5, "yref": "y",
                     "line": {"dash": "dot", "color": "red"}}],
         "annotations": [{"text": f"top {k}", "x": 1, "xref": "x domain", "xanchor": "right", "y": k + 0.5,
@@ -688,7 +716,7 @@ def stage_lists(
 
 def drilldown_figure(lists: pl.DataFrame, qid: str = "", *, query_text: str = "", raw: bool = False) -> go.Figure:
     """`stage_lists` as a table; relevant rows shaded green. The title carries the full query text, wrapped."""
-    title = f"Top results per stage: {qid}" + (f"<br><span style='font-size:12px'>{_wrap(query_text)}</span>" if query_text else "")
+    title = f"Top results per stage: {esc(qid)}" + (f"<br><span style='font-size:12px'>{_wrap(query_text)}</span>" if query_text else "")
     if not len(lists):
         return _out(_empty(title, "no results"), raw)
     relevant = (lists["rel"].fill_null(0) > 0).to_list()

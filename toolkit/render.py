@@ -22,6 +22,39 @@ import polars as pl
 from .errors import InputError
 
 _WS = re.compile(r"\s+")
+# C0 controls (ESC, BEL, backspace, CR, ...), DEL and the C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI).
+# Whitespace among them (tab, newline, CR, VT, FF, 0x1c-0x1f, 0x85) is collapsed to a space first where
+# a field is made one line; what is left is shown as a visible escape (`\x1b`), never sent to the terminal.
+_CTRL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CTRL_NO_NL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape_ctrl(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
+def clean(text: Any) -> str:
+    """A data field (title, source, doc id, text, metadata) made safe for a terminal and one line: runs of
+    whitespace (newlines, tabs, CR included) become one space, any other control character a visible
+    escape such as `\x1b`. A title with newlines cannot forge result lines; an ANSI/OSC sequence
+    cannot clear the screen or rewrite what was printed."""
+    return _CTRL.sub(_escape_ctrl, _WS.sub(" ", "" if text is None else str(text)))
+
+
+def _visible(text: str) -> str:
+    """The last guard on the whole output: any control character but the newlines this module writes
+    (e.g. in a provider's error message) is shown escaped."""
+    return _CTRL_NO_NL.sub(_escape_ctrl, text)
+
+
+_C1 = re.compile(r"[\x7f-\x9f]")
+
+
+def _json_c1(text: str) -> str:
+    """JSON output with DEL and the C1 controls escaped (`\u009b`): json.dumps escapes only C0, and
+    `ensure_ascii=False` keeps other non-ASCII text (accents, CJK) readable. Those characters can only
+    occur inside JSON strings, where the escape decodes to the same character."""
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _rows(results: pl.DataFrame | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -56,11 +89,11 @@ def _flag_words(r: Mapping[str, Any]) -> list[str]:
     out = []
     for f in _flags(r):
         if f == "duplicates_collapsed":
-            also = [str(x) for x in r.get("also_in") or []]
+            also = [clean(x) for x in r.get("also_in") or []]
             shown = ", ".join(also[:3]) + (", …" if len(also) > 3 else "")
             out.append(f"also in {len(also)} source{'s' if len(also) != 1 else ''}: {shown}" if also else "duplicates collapsed")
         else:
-            out.append(_FLAG_WORDS.get(f, f.replace("_", " ")))
+            out.append(_FLAG_WORDS.get(f, clean(f).replace("_", " ")))
     return out
 
 
@@ -141,6 +174,11 @@ def _priors_field(r: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def _body(r: Mapping[str, Any]) -> str:
     return str(r.get("excerpt") or r.get("text") or "")
+
+
+def _shown_body(r: Mapping[str, Any]) -> str:
+    """`_body` for the terminal views: one line, control characters escaped (`clean`)."""
+    return clean(_body(r))
 
 
 def shorten(text: str, limit: int) -> str:
@@ -240,17 +278,17 @@ def _header(r: Mapping[str, Any], title_chars: int) -> str:
     if r.get("score_prob") is not None:  # calibrated P(relevant), fusion.method learned
         parts[0] += f" · P(relevant) {r['score_prob']:.2f}"
     if r.get("source"):
-        parts.append(shorten(str(r["source"]), max(title_chars, 12)))
-    label = str(r.get("doc_id", ""))
+        parts.append(shorten(clean(r["source"]), max(title_chars, 12)))
+    label = clean(r.get("doc_id", ""))
     if r.get("title"):
-        label = f"{shorten(str(r['title']), title_chars)} [{label}]"
+        label = f"{shorten(clean(r['title']), title_chars)} [{label}]"
     parts.append(label)
     return " · ".join(parts)
 
 
 def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excerpt_chars: int, query: str | None = None) -> str:
     if not rows:
-        return "\n".join([*notes, "no results"])[:max_chars]
+        return _visible("\n".join([*notes, "no results"]))[:max_chars]
     for title_chars in (60, 30, 12):
         heads = [_header(r, title_chars) for r in rows]
         flags = [("   flags: " + ", ".join(_flag_words(r))) if _flags(r) else "" for r in rows]
@@ -266,11 +304,11 @@ def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excer
     lines = list(notes)
     for r, h, f in zip(rows, heads, flags, strict=True):
         lines.append(h)
-        if limit > 0 and _body(r):
-            lines.append("   " + snippet(_body(r), limit, query))
+        if limit > 0 and _shown_body(r):
+            lines.append("   " + snippet(_shown_body(r), limit, query))
         if f:
             lines.append(f)
-    out = "\n".join(lines)
+    out = _visible("\n".join(lines))
     # Only pathological inputs (dozens of results, very long flags) get here: cut rather than overflow.
     return out if len(out) <= max_chars else out[: max_chars - 1] + "…"
 
@@ -289,15 +327,17 @@ def _detailed(rows: list[dict[str, Any]], notes: list[str]) -> str:
             head += f"  {_prior_text(r)} (before priors {_num(r.get('score_before_priors'))})"
         if _flags(r):
             head += "  [" + ", ".join(_flag_words(r)) + "]"
-        meta = f"source: {r.get('source') or '-'}  doc: {r.get('doc_id', '-')}"
+        # Every data field on one line, control characters escaped (`clean`): a newline in a title or text
+        # would otherwise forge result blocks, an escape sequence rewrite the terminal.
+        meta = f"source: {clean(r.get('source')) or '-'}  doc: {clean(r.get('doc_id', '-'))}"
         if r.get("chunk_id") is not None:
-            meta += f"  chunk: {r['chunk_id']}"
+            meta += f"  chunk: {clean(r['chunk_id'])}"
         lines = [head, meta]
         if r.get("title"):
-            lines.append(f"title: {r['title']}")
-        lines.append(str(r.get("text") or r.get("excerpt") or ""))
+            lines.append(f"title: {clean(r['title'])}")
+        lines.append(clean(r.get("text") or r.get("excerpt") or ""))
         blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) if rows else "\n".join([*notes, "no results"])
+    return _visible("\n\n".join(blocks) if rows else "\n".join([*notes, "no results"]))
 
 
 def _json_safe(v: Any) -> Any:
@@ -366,7 +406,7 @@ def render(
         note = {k: v for k, v in dict(notes or {}).items() if k not in skip}
         doc = {"query": query, "n_results": len(out), "notes": _json_safe(note), "providers": _json_safe(provider_field(notes)),
                "messages": lines, "results": _json_safe(out)}
-        return json.dumps(doc, ensure_ascii=False, indent=2)
+        return _json_c1(json.dumps(doc, ensure_ascii=False, indent=2))
     if fmt == "detailed":
         out = _detailed(rows, lines)
         if len(out) <= max_chars:

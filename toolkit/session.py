@@ -22,6 +22,7 @@ an ingest (by this or any other Store object) prepares again and says so. A prep
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -159,7 +160,7 @@ class Session:
         self.deltas: pl.DataFrame | None = None
         self.failures: pl.DataFrame = pl.DataFrame(schema=panels.FAILURE_SCHEMA)
         self.inspected: pl.DataFrame | None = None
-        self.inspected_title = ""
+        self.inspected_title = ""  # markup for a figure title: the query id or text in it is HTML-escaped
         self.last_export: str | None = None
         self.prepared: Prepared | None = None
         self._preps: dict[tuple[str, str], _Entry] = {}  # (store generation, prep_signature) -> kept prepare
@@ -419,7 +420,7 @@ class Session:
         if st.get("qid") is None and not st.get("text"):
             return
         if st.get("qid") is not None:
-            qid, title = st["qid"], f"Query {st['qid']}"
+            qid, title = st["qid"], f"Query {html.escape(str(st['qid']))}"
             tr = self.query_trace(qid)
         else:
             key = (self._generation, prep_signature(self.config))
@@ -428,7 +429,7 @@ class Session:
                 one = pl.DataFrame({"qid": ["typed"], "text": [st["text"]], "scope": [st["scope"]]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
                 prep = prepare(self.store, one, self.config, use_cache=False)
                 st["prep"] = {key: _entry(prep)}
-            qid, tr, title = "typed", rescore(prep, self.config).trace, f"Typed query: {st['text'][:80]}"
+            qid, tr, title = "typed", rescore(prep, self.config).trace, f"Typed query: {html.escape(st['text'][:80])}"
         self.inspected = self.stage_lists(qid, tr)
         self.inspected_title = title
 
