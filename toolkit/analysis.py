@@ -20,14 +20,42 @@ _CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
+# Regexes like _JOINED retry from every start position inside a long run of characters, so their time
+# grows with the square of the run: 20,000 characters of "aA" took seconds. Long text is analysed in
+# windows of at most WINDOW characters cut at whitespace, as documents are chunked (1,000 characters).
+WINDOW = 1000
+_LAST_SPACE = re.compile(r".*\s", re.S)
+
+
+def windows(text: str, size: int = WINDOW) -> list[tuple[int, str]]:
+    """(offset, piece) covering `text` in order: pieces of at most `size` characters, each cut just after
+    its last whitespace character, so no word is split; a piece without whitespace (one word longer than
+    `size`) is cut at `size`. Text of at most `size` characters is one piece."""
+    if len(text) <= size:
+        return [(0, text)]
+    out, i, n = [], 0, len(text)
+    while i < n:
+        j = min(i + size, n)
+        if j < n and not text[j].isspace() and (m := _LAST_SPACE.match(text, i, j)):
+            j = m.end()
+        out.append((i, text[i:j]))
+        i = j
+    return out
+
+
 def compound_forms(text: str) -> list[str]:
-    """Extra index terms for the technical tokens in `text` (order-preserving, deduplicated)."""
+    """Extra index terms for the technical tokens in `text` (order-preserving, deduplicated).
+
+    Text longer than `WINDOW` characters is scanned window by window (`windows`), which bounds the time
+    (linear in the length). No term spans whitespace, so the result is exactly that of one scan over the
+    whole text unless a single word is longer than `WINDOW` characters (then it is cut into pieces)."""
+    pieces = [p for _, p in windows(text)]
     out: list[str] = []
-    for m in _JOINED.finditer(text):
+    for m in (m for p in pieces for m in _JOINED.finditer(p)):
         tok = m.group(0)
         if re.search(r"[.\-/:]", tok) and (any(c.isdigit() for c in tok) or "/" in tok):
             out.append(re.sub(r"[._\-/:]", "_", tok.lower()))
-    for m in _WORD.finditer(text):
+    for m in (m for p in pieces for m in _WORD.finditer(p)):
         tok = m.group(0)
         parts = [p for p in re.split(r"_+", tok) if p]
         camel = [q for p in parts for q in _CAMEL_SPLIT.split(p) if q]
@@ -37,6 +65,9 @@ def compound_forms(text: str) -> list[str]:
 
 
 def lexical_text(text: str) -> str:
-    """The string given to the FTS index (and to queries): the text followed by its compound forms."""
+    """The string given to the FTS index (and to queries): the text followed by its compound forms.
+
+    Time is linear in the length (see `compound_forms`: text is analysed in windows of `WINDOW`
+    characters); the output is unchanged by the windowing unless one word is longer than `WINDOW`."""
     extra = compound_forms(text)
     return f"{text}\n{' '.join(extra)}" if extra else text

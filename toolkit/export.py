@@ -275,11 +275,15 @@ def _weaviate(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
     return payload, notes, payload["min_version"]
 
 
-_LANCEDB_MODULE = '''"""LanceDB hybrid search reproducing hybrid-retrieval-toolkit config {name!r}.
+# The module's docstring and comments carry no config data: the config's strings (name, model) appear only as
+# Python literals made with repr() in assignments below the docstring (repr escapes quotes, backslashes and
+# newlines, so no value can close a string or a docstring and inject code), and every other placeholder is a
+# number or a fixed literal chosen here, also written with repr().
+_LANCEDB_MODULE = '''"""LanceDB hybrid search reproducing a hybrid-retrieval-toolkit config (its name: NAME below).
 
 Exported by `hrt export --engine lancedb`. Needs lancedb >= 0.40 (verified with 0.40.0) and pyarrow.
-Table: one row per chunk with columns doc_id (str), text (str), vector (float32[{dims}], the toolkit's
-embedding model {model!r}, normalised), and a full-text index on `text`:
+Table: one row per chunk with columns doc_id (str), text (str), vector (float32[DIMS], the toolkit's
+embedding model MODEL below, normalised), and a full-text index on `text`:
 
     table.create_index("text", config=FTS(stem=True, remove_stop_words=True, language="English"))
 
@@ -293,12 +297,15 @@ import pyarrow as pa
 from lancedb.index import FTS
 from lancedb.rerankers import Reranker
 
+NAME = {name!r}  # the exported config's name
+MODEL = {model!r}  # the embedding model of the vector column
+DIMS = {dims!r}  # its dimension (None: the model's own, unknown here)
 METHOD = {method!r}  # "rrf" or "convex"
-RRF_K = {rrf_k}
-WEIGHTS = {{"fts": {lw}, "vector": {dw}}}  # shares of the lexical and the dense list
+RRF_K = {rrf_k!r}
+WEIGHTS = {{"fts": {lw!r}, "vector": {dw!r}}}  # shares of the lexical and the dense list
 NORMALIZATION = {normalization!r}  # convex only: "minmax" or "zscore"
-WINDOW = {window}  # candidates per list (the toolkit's top_k)
-LIMIT = {limit}
+WINDOW = {window!r}  # candidates per list (the toolkit's top_k)
+LIMIT = {limit!r}
 
 
 def _best_per_doc(t: pa.Table | None) -> list[tuple[int, float, str]]:
@@ -372,7 +379,7 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as d:
         db = lancedb.connect(d)
-        dim = {dims_int}
+        dim = {dims_int!r}
         rows = [{{"doc_id": f"d{{i}}", "text": t, "vector": [float(i == j) for j in range(dim)]}}
                 for i, t in enumerate(["deploy failed with ECONNREFUSED", "retry backoff policy", "team lunch"])]
         tbl = db.create_table("docs", rows)
@@ -386,10 +393,10 @@ def _lancedb(cfg: PipelineConfig) -> tuple[str, list[str], str]:
     model = r.dense.model or "all-MiniLM-L6-v2"  # unset: the store's own, the packaged model by default
     dims = _DIMS.get(model)
     text = _LANCEDB_MODULE.format(
-        name=cfg.name, dims=dims or "model dim", model=model,
+        name=str(cfg.name), dims=dims, model=str(model),
         method="convex" if f.method == "convex" else "rrf", rrf_k=f.rrf_k, lw=lw, dw=dw,
         normalization="zscore" if f.normalization == "zscore" else "minmax",
-        window=max(r.lexical.top_k, r.dense.top_k), limit=cfg.output.n, dims_int=dims or 8,
+        window=int(max(r.lexical.top_k, r.dense.top_k)), limit=int(cfg.output.n), dims_int=int(dims or 8),
     )
     notes = ["a Python module: `from <file> import search`; `python <file>` runs a smoke test on a throwaway table"]
     if cfg.rerank.provider == "cross-encoder" and cfg.rerank.model and cfg.rerank.blend == "replace":

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .analysis import windows
 from .config import ExpansionConfig, RoutingConfig
 
 FEATURE_SCHEMA = {
@@ -126,12 +127,27 @@ def _keep(kind: str, tok: str) -> bool:
     return True
 
 
+# Longest text analysed for technical tokens: a query is analysed in windows of `analysis.WINDOW`
+# characters (cut at whitespace) up to this length, and the rest is not looked at. The patterns retry from
+# every start position inside a long run of characters ("a-a-a-..."), so one scan of 20,000 characters took
+# 15 s; windows make the time linear and the cap bounds it.
+TECHNICAL_MAX_CHARS = 10_000
+
+
 def technical_tokens(text: str) -> list[str]:
-    """The technical tokens of `text` in order of appearance (identifiers, codes, versions, files, URLs, paths)."""
+    """The technical tokens of `text` in order of appearance (identifiers, codes, versions, files, URLs, paths).
+
+    Bounded time: text longer than `analysis.WINDOW` (1,000) characters is scanned in windows of that size
+    cut at whitespace, and only its first `TECHNICAL_MAX_CHARS` (10,000) characters are looked at. Up to
+    1,000 characters the result is that of one scan over the whole text; beyond, a token that needs text
+    across a window cut (a version followed by a unit word, "error 404" with the number in the next window)
+    or that is longer than a window can come out differently, and tokens past the cap are not found."""
+    pieces = windows(text[:TECHNICAL_MAX_CHARS])
     spans: list[tuple[int, int, str]] = []
     for kind, pat in _PATTERNS:
-        for m in pat.finditer(text):
+        for m, off in ((m, off) for off, piece in pieces for m in pat.finditer(piece)):
             s, e = m.span()
+            s, e = s + off, e + off
             tok = m.group(0).rstrip(".,;:!?")
             if tok.endswith(")") and tok.count("(") < tok.count(")"):
                 tok = tok.rstrip(")")  # "(see config.py)" - a closing parenthesis of the sentence

@@ -28,7 +28,8 @@ FLAG = "exact_token_kept"
 def identifier_tokens(text: str) -> list[str]:
     """The technical tokens of a query that name one thing exactly: codes, versions, paths, file names,
     camelCase / snake_case identifiers, errno-style constants. Plain acronyms (JSON, HTTP, API) are topic
-    words, not identifiers, and do not trigger the guard."""
+    words, not identifiers, and do not trigger the guard. Bounded time on long queries: only the first
+    `features.TECHNICAL_MAX_CHARS` characters are analysed, in windows (see `features.technical_tokens`)."""
     out = []
     for t in technical_tokens(text):
         if t.upper() in TECH_ACRONYMS:

@@ -100,6 +100,9 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from e
+            except RecursionError:  # thousands of nested brackets: the decoder runs out of stack
+                raise InputError(f"{path}:{lineno}: metadata nested too deeply (more than {MAX_METADATA_DEPTH} "
+                                 "levels of lists or objects)") from None
             if not isinstance(obj, dict):
                 raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             yield lineno, obj
@@ -138,22 +141,35 @@ def _ident(value: Any, where: str, name: str) -> str | None:
     raise InputError(f"{where}: field `{name}` must be a string or an integer, got {type(value).__name__}")
 
 
-def _plain(value: Any, where: str, name: str) -> Any:
+# Lists and objects nested in one metadata value: deeper is refused with an error naming the record (a
+# few hundred levels crashed ingest with a RecursionError traceback). Real metadata is a few levels deep.
+MAX_METADATA_DEPTH = 64
+
+
+def _too_deep(where: str, name: str) -> InputError:
+    return InputError(f"{where}: field `{name}`: metadata nested too deeply (more than {MAX_METADATA_DEPTH} levels "
+                      "of lists or objects)")
+
+
+def _plain(value: Any, where: str, name: str, depth: int = 0) -> Any:
     """A metadata value as JSON data. Frames hand over dates, numpy numbers and arrays, which the store's
     JSON column cannot hold: a date becomes ISO 8601 text (read back as a date by `metatypes`), a number a
-    Python number; a value with no JSON form is an error naming the field."""
+    Python number; a value with no JSON form is an error naming the field, and so is one nested more than
+    `MAX_METADATA_DEPTH` levels."""
     if value is None or isinstance(value, str | bool | int | float):
         return value
     if isinstance(value, date | time):  # datetime and pandas' Timestamp are dates too
         return value.isoformat()
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_METADATA_DEPTH:
+        raise _too_deep(where, name)
     if isinstance(value, Mapping):
-        return {str(k): _plain(v, where, f"{name}.{k}") for k, v in value.items()}
+        return {str(k): _plain(v, where, f"{name}.{k}" if depth < 8 else name, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v, where, name) for v in value]
+        return [_plain(v, where, name, depth + 1) for v in value]
     if isinstance(value, Decimal):
         return float(value)
     if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
-        return _plain(value.tolist(), where, name)
+        return _plain(value.tolist(), where, name, depth)
     raise InputError(f"{where}: field `{name}`: a {type(value).__name__} value cannot be stored as metadata "
                      "(use a string, number, boolean, list or object)")
 
@@ -168,6 +184,8 @@ def _record_metadata(obj: Mapping[str, Any], where: str, text_key: str) -> dict[
             meta = json.loads(meta)
         except json.JSONDecodeError as e:
             raise InputError(f"{where}: field `metadata` is not valid JSON") from e
+        except RecursionError:
+            raise _too_deep(where, "metadata") from None
     if not isinstance(meta, Mapping):
         raise InputError(f"{where}: field `metadata` must be an object")
     meta = _plain(meta, where, "metadata")
@@ -388,16 +406,35 @@ def _sniff_text(head: bytes) -> str | None:
     return None
 
 
+def _outside(f: Path, real_root: Path) -> str | None:
+    """The real path of `f` when it is not under `real_root` (a symlink, or a file in a linked folder, that
+    leads out of the folder), else None."""
+    try:
+        real = f.resolve(strict=True)
+    except (OSError, RuntimeError):  # vanished, or a link loop: not readable, treat as outside
+        return str(f)
+    return None if real.is_relative_to(real_root) else str(real)
+
+
 def _folder_docs(
     root: Path, skipped: list[Skipped], include: tuple[str, ...] = (), files: Iterable[Path] | None = None
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Text files under `root` (or only `files`, each under `root`: a single note): known text extensions,
     files matching an `include` pattern, and files without an extension (README, NEWS, CHANGES, LICENSE)
-    recognised by content. Everything else goes to `skipped` with the reason."""
+    recognised by content. Everything else goes to `skipped` with the reason.
+
+    A folder's file whose real path (symlinks resolved) is outside the real folder is skipped, never read:
+    a notes folder from someone else may hold `notes.md -> ~/.aws/credentials`, and indexing it would
+    return the secret from a search. A symlink to another file inside the folder is read as usual. A file
+    named on its own (`files`) is the caller's choice and is read wherever it points."""
+    real_root = root.resolve()
     for f in sorted(x for x in root.rglob("*") if x.is_file()) if files is None else files:
         rel = f.relative_to(root).as_posix()
         if _hidden(f.relative_to(root)):
             skipped.append(Skipped(rel, "hidden file or folder"))
+            continue
+        if files is None and (outside := _outside(f, real_root)):
+            skipped.append(Skipped(rel, f"symlink to outside the folder (target: {outside})"))
             continue
         if rel == "corpus.jsonl":  # `_beir_corpus` found notes beside it and no queries or qrels
             skipped.append(Skipped(rel, "a collection's corpus file, not a note (no queries.jsonl or qrels/ beside "
