@@ -208,9 +208,6 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     (seconds per call, default 10) and HRT_RERANK_RETRIES (default 2) bound how long a hanging endpoint can
     stall a search, e.g. HRT_RERANK_TIMEOUT=2 HRT_RERANK_RETRIES=0.
     """
-    from dataclasses import replace
-
-    from .metatypes import query_values
     from .pipeline import prepare, rescore
     from .render import origins, render
     from .rerank_env import resolve_rerank
@@ -229,9 +226,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     with Store(store_path, read_only=True) as st:
         if cfg.retrieval.dense.enabled:
             _warn_dense_coverage(*st.embedding_coverage())
-        prep = prepare(st, q, cfg, one_shot=True)
-        # The stage cache is keyed by query text, not metadata: this query's date is its own, not a cached one.
-        prep = replace(prep, query_values=query_values(q))
+        prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
         top = res.final.filter(pl.col("rank") <= n).sort("rank")
         if scope is not None and not len(top):

@@ -774,11 +774,33 @@ _PATH_FIELDS = {
 }
 
 
-def _reads(path: str, section: dict[str, Any]) -> bool:
-    """Whether the config reads file field `path` (a missing file it does not read is no error yet)."""
+def _reads(path: str, section: dict[str, Any], d: Mapping[str, Any] | None = None) -> bool:
+    """Whether a config reads path field `path` of `section` (its section dict; `d`, the whole config as plain
+    data, for the dense model, which near-duplicate dedup reads too). A file it does not read is no error yet."""
     if path == "fusion.model":
         return section.get("method") == "learned" or section.get("router") is True
+    if path == "rerank.model":
+        return section.get("provider") == "cross-encoder"
+    if path == "retrieval.dense.model":
+        dedup = (d or {}).get("dedup") or {}
+        return section.get("provider") == "local" and (section.get("enabled") is not False or dedup.get("near_duplicate_enabled") is True)
     return section.get("provider") == "file"
+
+
+def read_paths(cfg: PipelineConfig) -> dict[str, str | None]:
+    """{field: value} of the path fields (`_PATH_FIELDS`) this config reads (None where unset: a default
+    applies): the files and folders whose content, not only their name, decides its results
+    (`pipeline.prepare_key` stamps them). A model field may hold a hub id instead of a path."""
+    d = cfg.to_dict()
+    out = {}
+    for path in _PATH_FIELDS:
+        *names, key = path.split(".")
+        section = d
+        for name in names:
+            section = section[name]
+        if _reads(path, section, d):
+            out[path] = section.get(key)
+    return out
 
 
 def _relative_paths(d: Any) -> Iterator[tuple[str, str, dict[str, Any], str]]:

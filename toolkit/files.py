@@ -7,6 +7,7 @@ once each leave a whole file, and a crash mid-write leaves the previous one.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -26,3 +27,14 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> P
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def path_stamp(p: Path) -> str:
+    """A short fingerprint of a file or folder (names, sizes, mtimes): a model retrained in place or a score file
+    rewritten must not be served from a cache keyed by its path (the reranker's score cache, the stage cache)."""
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    h = hashlib.sha1()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.relative_to(p) if f != p else f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:10]

@@ -108,25 +108,14 @@ class FusionModel:
         problem = booster_problem(doc["booster"], feats)
         if problem:
             raise InputError(f"{p}: {problem}")
-        cal = doc.get("calibration")
-        if cal is not None:
-            problem = calibration.problem(cal)
-            if problem:
-                raise InputError(f"{p}: field 'calibration' is invalid ({problem})")
-        prior = doc.get("prior")
-        if prior is not None:
-            problem = _prior_problem(prior)
-            if problem:
-                raise InputError(f"{p}: field 'prior' is invalid ({problem})")
+        # Optional sections, each checked by its own module's `problem` (None when sound).
+        for key, check in (("calibration", calibration.problem), ("prior", _prior_problem), ("router", router_mod.problem)):
+            if doc.get(key) is not None and (problem := check(doc[key])):
+                raise InputError(f"{p}: field {key!r} is invalid ({problem})")
         info = doc.get("info") or {}
         if not isinstance(info, dict):
             raise InputError(f"{p}: field 'info' must be an object")
-        router = doc.get("router")
-        if router is not None:
-            problem = router_mod.problem(router)
-            if problem:
-                raise InputError(f"{p}: field 'router' is invalid ({problem})")
-        model = cls(feats, doc["booster"], cal, router, info, prior)
+        model = cls(feats, doc["booster"], doc.get("calibration"), doc.get("router"), info, doc.get("prior"))
         lgb = _lightgbm()
         try:
             model._booster = lgb.Booster(model_str=model.booster_text)

@@ -27,8 +27,18 @@ from . import dedup as dedup_stage
 from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
 from . import guard as guard_stage
 from . import priors as priors_stage
-from .config import INPUT_FLAGS, FusionConfig, PipelineConfig, load_config, prepare_settings
+from .config import (
+    INPUT_FLAGS,
+    FusionConfig,
+    PipelineConfig,
+    Stage,
+    load_config,
+    prepare_settings,
+    read_paths,
+    stage_of,
+)
 from .errors import InputError, StoreError
+from .files import path_stamp
 from .metatypes import query_values
 from .retrieve import empty_candidates, retrieve
 from .runs import float32_strict
@@ -157,21 +167,14 @@ def _read_stamps(store: Store, cfg: PipelineConfig) -> dict[str, str]:
     """{field: absolute path + fingerprint (names, sizes, mtimes)} of each file or folder a prepare field
     names and prepare reads. The fields hold paths, not contents: a score or expansion file rewritten, a model
     retrained in place, or a relative path read from another folder must not get the old stages' frames."""
-    named: dict[str, str | None] = {}
-    if cfg.rerank.provider == "file":
-        named["rerank.path"] = cfg.rerank.path
-    elif cfg.rerank.provider == "cross-encoder":
-        named["rerank.model"] = cfg.rerank.model  # a hub id is no path: not stamped
-    if cfg.expansion.provider == "file":
-        named["expansion.path"] = cfg.expansion.path
-    dense = cfg.retrieval.dense
-    if (dense.enabled or cfg.dedup.near_duplicate_enabled) and dense.provider == "local":
-        named["retrieval.dense.model"] = dense.model or store.embedding_model  # queries use the store's model
+    named = {f: v for f, v in read_paths(cfg).items() if stage_of(f) is Stage.PREPARE}  # fusion.model: rescore reads it
+    if "retrieval.dense.model" in named:
+        named["retrieval.dense.model"] = named["retrieval.dense.model"] or store.embedding_model  # unset: the store's
     out = {}
     for field_, value in named.items():
-        p = Path(value).expanduser() if value else None
+        p = Path(value).expanduser() if value else None  # a hub id is no path: not stamped
         if p is not None and p.exists():
-            out[field_] = f"{p.resolve()}:{rerank.dir_stamp(p.resolve())}"
+            out[field_] = f"{p.resolve()}:{path_stamp(p.resolve())}"
     return out
 
 

@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 import polars as pl
 
 from .errors import InputError, ToolkitError
+from .files import path_stamp
 from .redact import header_secrets, redact_data, redact_values, scrub
 
 PAIR_COLUMNS = ("qid", "query", "doc_id", "chunk_id", "text")
@@ -288,19 +289,6 @@ class HttpReranker:
 # ---------------------------------------------------------------------------------------------- local model
 
 
-def _dir_stamp(p: Path) -> str:
-    """A short fingerprint of a model directory (file names, sizes, mtimes): retraining a model in place
-    (`hrt train-reranker`) must not reuse the old model's cached scores."""
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
-    h = hashlib.sha1()
-    for f in files:
-        st = f.stat()
-        h.update(f"{f.relative_to(p) if f != p else f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()[:10]
-
-
-# Public name: `pipeline.prepare_key` stamps the files and folders prepare reads with it.
-dir_stamp = _dir_stamp
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -340,7 +328,7 @@ class CrossEncoderReranker:
         self._local = p.exists()
         if self._local:
             p = p.resolve()
-            self._load_from, model_id = str(p), f"local:{p.name}:{_dir_stamp(p)}"
+            self._load_from, model_id = str(p), f"local:{p.name}:{path_stamp(p)}"
         else:
             self._load_from, model_id = model, model
         if max_length is None:  # a model from `hrt train-reranker` is served at the length it was trained at
