@@ -64,6 +64,15 @@ DOCS = [
 ]
 
 
+def docs_store(folder: Path, embedder) -> Store:
+    """A store of the six DOCS in `folder`, for module-scoped fixtures (the fixture closes it)."""
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    st = Store(folder / "s.duckdb", embedder=embedder)
+    st.ingest(load_corpus(corpus))
+    return st
+
+
 @pytest.fixture
 def corpus_file(tmp_path: Path) -> Path:
     p = tmp_path / "corpus.jsonl"

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import DOCS
+from conftest import docs_store
 
 from toolkit.config import load_config
-from toolkit.loaders import load_corpus
 from toolkit.pipeline import run_pipeline
 from toolkit.session import Session, bucket_added, bucket_removed
-from toolkit.store import Store
 
 QUERIES = pl.DataFrame({"qid": ["q1", "q3"], "text": ["deploy fails with ECONNREFUSED", "back off when the limit is hit"]})
 QRELS = pl.DataFrame({"qid": ["q1", "q3"], "doc_id": ["d1", "d6"], "rel": [1, 1]})
@@ -23,11 +20,7 @@ QRELS = pl.DataFrame({"qid": ["q1", "q3"], "doc_id": ["d1", "d6"], "rel": [1, 1]
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, embedder):
-    d = tmp_path_factory.mktemp("session")
-    corpus = d / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(x) + "\n" for x in DOCS))
-    st = Store(d / "s.duckdb", embedder=embedder)
-    st.ingest(load_corpus(corpus))
+    st = docs_store(tmp_path_factory.mktemp("session"), embedder)
     yield st
     st.close()
 

@@ -10,14 +10,12 @@ import re
 
 import polars as pl
 import pytest
-from conftest import DOCS
+from conftest import docs_store
 
 from toolkit import panels
 from toolkit.errors import InputError
 from toolkit.learned_fusion import SHIPPED_MODEL
-from toolkit.loaders import load_corpus
 from toolkit.session import Session
-from toolkit.store import Store
 
 QUERIES = pl.DataFrame({"qid": ["q1", "q3"], "text": ["deploy fails with ECONNREFUSED", "back off when the limit is hit"]})
 QRELS = pl.DataFrame({"qid": ["q1", "q3"], "doc_id": ["d1", "d6"], "rel": [1, 1]})
@@ -25,11 +23,7 @@ QRELS = pl.DataFrame({"qid": ["q1", "q3"], "doc_id": ["d1", "d6"], "rel": [1, 1]
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, embedder):
-    d = tmp_path_factory.mktemp("session_trial")
-    corpus = d / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(x) + "\n" for x in DOCS))
-    st = Store(d / "s.duckdb", embedder=embedder)
-    st.ingest(load_corpus(corpus))
+    st = docs_store(tmp_path_factory.mktemp("session_trial"), embedder)
     yield st
     st.close()
 
