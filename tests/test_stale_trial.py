@@ -127,6 +127,23 @@ def test_an_hnsw_file_left_by_a_store_moved_over_from_a_copy_is_not_searched(tmp
     assert "does not belong" not in caplog.text
 
 
+def test_an_index_built_through_one_store_object_is_searched_through_another(tmp_path):
+    """Building the HNSW index leaves the generation as it was, so a second object's memo said 'no vector
+    index' until the next ingest."""
+    rng = np.random.default_rng(1)
+    docs = [{"doc_id": f"d{i:02d}", "text": f"note {i}", "vector": rng.normal(size=8).tolist()} for i in range(30)]
+    a, b = Store(tmp_path / "v.duckdb"), Store(tmp_path / "v.duckdb")
+    a.ingest(docs, model="ext")
+    q = np.array([docs[7]["vector"]], dtype=np.float32)
+    assert b.vector_index is None  # memoised by b
+    a.build_vector_index()
+    got = b.dense_search(QUERIES, vectors=q, top_k=3, index="hnsw")
+    assert b.vector_index is not None and b.vector_index["kind"] == "hnsw"
+    assert got["doc_id"][0] == "d07"
+    a.close()
+    b.close()
+
+
 # 5. `hrt run` and documents deleted from the dataset --------------------------------------------------------
 
 def _dataset(root, docs):

@@ -198,3 +198,23 @@ def test_a_store_with_duckdbs_vss_index_drops_it_on_open(tmp_path, embedder, cor
         assert st.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0] == 0
         st.ingest(load_corpus(corpus_file))  # a write to `embeddings` without the extension loaded
         assert len(st.dense_search(QUERIES, top_k=3, scope_filter=False)) == 12
+
+
+def test_a_config_searches_the_index_the_ingest_built(store):
+    """`hrt ingest --vector-index hnsw` built an index no search path used: `retrieval.dense.index: hnsw` asks
+    for it, gives exact search's lists on a small corpus, and a rebuild with other settings is a new stage."""
+    from toolkit.config import load_config
+    from toolkit.pipeline import prepare_key, run_pipeline
+
+    exact = load_config("vector-only")
+    hnsw = exact.with_updates({"retrieval.dense.index": "hnsw", "retrieval.dense.ef_search": 64})
+    with pytest.raises(StoreError, match="no vector index"):
+        run_pipeline(store, QUERIES, hnsw)
+    store.build_vector_index(m=8, ef_construction=32)
+    cols = ["qid", "doc_id", "rank"]
+    want = run_pipeline(store, QUERIES, exact).final.select(cols)
+    assert run_pipeline(store, QUERIES, hnsw).final.select(cols).equals(want)
+    key = prepare_key(store, QUERIES, hnsw)
+    assert key != prepare_key(store, QUERIES, exact)
+    store.build_vector_index(m=16, ef_construction=64)
+    assert prepare_key(store, QUERIES, hnsw) != key

@@ -128,7 +128,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     if stale:  # a deleted or renamed file stays searchable until pruned: say so
         click.echo(f"note: {len(stale)} stored document(s) are not in {source} (e.g. {stale[0]!r}); --prune removes them",
                    err=True)
-    index_note = "; HNSW vector index built" if vector_index == "hnsw" else ""
+    index_note = "; HNSW vector index built (a config with retrieval.dense.index: hnsw searches it)" if vector_index == "hnsw" else ""
     click.echo(f"{rep.summary()}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
 
 

@@ -188,6 +188,11 @@ class LexicalConfig(_Model):
 class DenseConfig(_Endpoint):
     enabled: Prepare[bool] = True
     top_k: Prepare[int] = Field(100, ge=1, le=10_000)
+    # exact: every stored vector, one matrix product per block of queries. hnsw: the store's usearch index
+    # (`hrt ingest --vector-index hnsw`; approximate, for ~100k chunks and up; scoped or filtered queries
+    # still search exactly), with ef_search unset meaning the index's own (512 unless built otherwise).
+    index: Prepare[Literal["exact", "hnsw"]] = "exact"
+    ef_search: Prepare[int | None] = Field(None, ge=1, le=10_000)
     # Local: the store's embeddings fix the model, so unset (null) means the store's own; set, `prepare`
     # checks it against the store. http: the model name the endpoint serves (required).
     model: Prepare[str | None] = Field(None, min_length=1)

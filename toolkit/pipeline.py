@@ -139,7 +139,10 @@ def _with_copies(run: pl.DataFrame, copies: pl.DataFrame) -> pl.DataFrame:
 def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     r = cfg.retrieval
     lex = {"top_k": r.lexical.top_k, "k1": r.lexical.k1, "b": r.lexical.b} if r.lexical.enabled else None
-    den = {"top_k": r.dense.top_k, "embedding": r.dense.embedder_args()} if r.dense.enabled else None
+    den = None
+    if r.dense.enabled:
+        den = {"top_k": r.dense.top_k, "embedding": r.dense.embedder_args(), "index": r.dense.index,
+               "ef_search": r.dense.ef_search}
     return lex, den
 
 
@@ -160,6 +163,9 @@ def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank
         "pool": rerank_pool,
         "files": _read_stamps(store, cfg),
     }
+    if cfg.retrieval.dense.enabled and cfg.retrieval.dense.index == "hnsw":
+        # an index rebuilt with other settings answers differently (approximate): its record is part of the key
+        parts["vector_index"] = store.vector_index
     return "prepare:" + sha1(json.dumps(parts, sort_keys=True, default=str))
 
 

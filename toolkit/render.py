@@ -25,12 +25,17 @@ _WS = re.compile(r"\s+")
 # C0 controls (ESC, BEL, backspace, CR, ...), DEL and the C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI).
 # Whitespace among them (tab, newline, CR, VT, FF, 0x1c-0x1f, 0x85) is collapsed to a space first where
 # a field is made one line; what is left is shown as a visible escape (`\x1b`), never sent to the terminal.
-_CTRL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CTRL_NO_NL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+# The bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) are escaped too: an
+# override in a title or text reorders what the terminal shows ("Trojan Source"), so a result could read as
+# another id or score. Joiners (ZWJ/ZWNJ) stay: scripts and emoji need them, and they reorder nothing.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CTRL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
+_CTRL_NO_NL = re.compile(f"[\\x00-\\x09\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
 
 
 def _escape_ctrl(m: re.Match[str]) -> str:
-    return f"\\x{ord(m.group()):02x}"
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
 def clean(text: Any) -> str:
@@ -47,13 +52,14 @@ def _visible(text: str) -> str:
     return _CTRL_NO_NL.sub(_escape_ctrl, text)
 
 
-_C1 = re.compile(r"[\x7f-\x9f]")
+_C1 = re.compile(f"[\\x7f-\\x9f{_BIDI}]")
 
 
 def _json_c1(text: str) -> str:
-    """JSON output with DEL and the C1 controls escaped (`\u009b`): json.dumps escapes only C0, and
-    `ensure_ascii=False` keeps other non-ASCII text (accents, CJK) readable. Those characters can only
-    occur inside JSON strings, where the escape decodes to the same character."""
+    """JSON output with DEL, the C1 controls and the bidi controls written as JSON escapes (U+009B,
+    U+202E): json.dumps escapes only C0, and `ensure_ascii=False` keeps other non-ASCII text (accents, CJK)
+    readable. Those characters can only occur inside JSON strings, where the escape decodes to the same
+    character."""
     return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

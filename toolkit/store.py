@@ -449,7 +449,8 @@ class Store:
         self.path = Path(path)
         self.read_only = read_only
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
-        self._seen_generation: str | None = None  # the file's generation the memo belongs to (`generation`)
+        # the file's generation and vector index record the memo belongs to (`generation`)
+        self._seen_generation: tuple[str | None, str | None] | None = None
         self._session_rerank: dict[str, dict[tuple[str, str], float]] = {}  # read-only: scores kept in memory
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
@@ -637,16 +638,18 @@ class Store:
     def generation(self) -> str:
         """Changes whenever the corpus or an index changes: cache keys of derived data include it.
         Read from the file on every call, never memoised: another Store object on the same file may have
-        ingested since (one round trip). A generation this object has not seen also drops its memo."""
+        ingested since (one round trip). A generation this object has not seen also drops its memo, and so does
+        a vector index record it has not seen: building the index leaves the corpus, hence the generation, as it
+        was, but another object's memo would go on saying there is no index."""
         try:
-            row = self.con.execute("SELECT value FROM meta WHERE key = ?", ["generation"]).fetchone()
+            rows = dict(self.con.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'vector_index')").fetchall())
         except duckdb.CatalogException:
             return "0"
-        gen = row[0] if row else None
-        if gen != self._seen_generation:
+        seen = (rows.get("generation"), rows.get("vector_index"))
+        if seen != self._seen_generation:
             self._forget()
-            self._seen_generation = gen
-        return gen or "0"
+            self._seen_generation = seen
+        return seen[0] or "0"
 
     def stats(self) -> dict[str, Any]:
         n_docs, n_src, n_scope = self.con.execute(
@@ -1621,10 +1624,11 @@ class Store:
         """The usearch index of this generation, memory-mapped (read once per process; the OS shares pages).
         None, with a warning, when `<store>.hnsw` was built from another state of the store: searching it would
         return wrong documents, so the caller searches exactly."""
+        gen = self.generation()  # first: it drops a memo that predates another Store object's build
         vi = self.vector_index
         if not vi:
             raise StoreError(f"{self.path} has no vector index; build one with `hrt ingest SOURCE --store STORE --vector-index hnsw` (exact search needs none)")
-        if vi.get("generation") != self.generation():
+        if vi.get("generation") != gen:
             raise StoreError(f"{self.path}: the vector index is out of date (the chunks changed since it was built); "
                              "rebuild it with `Store.build_vector_index` or `hrt ingest --vector-index hnsw`")
         cached = getattr(self, "_ann_cache", None)
@@ -1657,7 +1661,8 @@ class Store:
         q = np.ascontiguousarray(qv, dtype=np.float32)
         found = index.search(q, fetch, threads=os.cpu_count() or 1)
         keys = np.asarray(found.keys).reshape(len(q), -1)
-        counts = np.asarray(found.counts).reshape(len(q))
+        # usearch answers a one-row batch with `Matches` (no `counts`; its keys are the found ones only)
+        counts = np.asarray(found.counts if hasattr(found, "counts") else [keys.shape[1]]).reshape(len(q))
         row, slot = np.nonzero(np.arange(keys.shape[1])[None, :] < counts[:, None])
         col = keys[row, slot].astype(np.int64)
         val = np.einsum("ij,ij->i", q[row], m["vecs"][col]).astype(np.float64)
