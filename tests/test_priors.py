@@ -54,7 +54,7 @@ def test_recency_factor_half_life_floor_and_reference():
     assert got[("q1", "old")] == pytest.approx(0.5)  # 30 days before now
     assert got[("q1", "new")] == pytest.approx(1.0)
     assert got[("q1", "undated")] == 1.0  # missing metadata is neutral
-    assert got[("q1", "future")] == 1.0  # after the reference: no penalty
+    assert got[("q1", "future")] == pytest.approx(0.5)  # 30 days after the reference: it did not exist yet
     assert got[("q2", "old")] == pytest.approx(1.0)  # q2's own date is the reference, not now
     assert f["prior_priority"].is_null().all() and f["prior_use"].is_null().all()  # priors that are off
     floor = prior_factors(ranked, dv, qv, cfg.model_copy(update={"recency_floor": 0.2}), now=NOW)
@@ -62,9 +62,13 @@ def test_recency_factor_half_life_floor_and_reference():
 
     out = apply_priors(ranked, dv, qv, cfg, now=NOW)
     q1 = out.filter(pl.col("qid") == "q1").sort("rank")
-    assert q1["doc_id"].to_list() == ["new", "undated", "future", "old"]  # old: 1.0 * 0.5 drops to last
+    assert q1["doc_id"].to_list() == ["new", "undated", "old", "future"]  # old: 1.0 * 0.5; future: 0.7 * 0.5
     assert q1.filter(pl.col("doc_id") == "undated")["score"][0] == 0.8  # neutral: score unchanged
-    assert q1["score_before_priors"].to_list() == [0.9, 0.8, 0.7, 1.0]
+    assert q1["score_before_priors"].to_list() == [0.9, 0.8, 1.0, 0.7]
+
+    # `fresh`: a document dated ahead (a deadline, a scheduled event) counts as the most recent
+    ahead = prior_factors(ranked, dv, qv, cfg.model_copy(update={"recency_future": "fresh"}), now=NOW)
+    assert ahead.filter(pl.col("doc_id") == "future")["prior_recency"][0] == 1.0
 
 
 def test_priority_and_use_factors_and_combine_modes():

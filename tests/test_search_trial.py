@@ -128,6 +128,17 @@ def test_as_of_dates_the_query_as_the_api_does(tmp_path):
     assert dated["new"] > undated["new"] and dated["old"] > undated["old"]  # younger against June 2024 than now
     assert dated == pytest.approx(factors("--as-of", "2024-06-01T00:00:00Z"))
 
+    # A memory written after the date asked about did not exist yet: it decays by how far ahead it is,
+    # instead of ranking as the freshest (the reorg of 2025 must not answer a question as of June 2024).
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(m) + "\n" for m in [
+        *mems, {"id": "later", "text": "Dave's manager is Grace after the 2025 reorg.", "metadata": {"date": "2025-03-01"}}]))
+    _ingest(tmp_path / "m.jsonl", store)
+    asked = factors("--as-of", "2024-06-01")
+    assert asked["later"] < asked["new"] and asked["later"] == pytest.approx(0.8 + 0.2 * 0.5 ** (273 / 1000), rel=1e-6)
+    top = json.loads(_search(store, "who is Dave's manager", "--config", "agent-memory", "--format", "json",
+                             "--as-of", "2024-06-01").stdout)["results"][0]
+    assert top["doc_id"] == "new"
+
     bad = CliRunner().invoke(main, ["search", "manager", "--store", str(store), "--as-of", "last week"])
     assert bad.exit_code == 2 and "Invalid value for '--as-of': 'last week' is not an ISO date" in bad.output
     plain = _search(store, "manager", "--as-of", "2024-06-01")  # default: no recency prior to date

@@ -431,6 +431,9 @@ class PriorsConfig(_Model):
     recency_half_life_days: Rescore[float] = Field(30.0, gt=0.0, le=1e6)
     recency_floor: Rescore[float] = Field(0.0, ge=0.0, le=1.0)  # factor = floor + (1 - floor) * 0.5 ** (age / half_life)
     recency_query_field: Rescore[str] = "date"  # the query's own date (reference time); now when it has none
+    # A document dated after the reference: decay by how far ahead it is (it did not exist yet), or fresh
+    # (factor 1: dates ahead on purpose, e.g. deadlines).
+    recency_future: Rescore[Literal["decay", "fresh"]] = "decay"
     priority_field: Rescore[str | None] = None
     priority_map: Rescore[dict[str, float]] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
     use_field: Rescore[str | None] = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)

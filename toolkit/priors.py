@@ -5,9 +5,12 @@ P0 matters more than small talk, and a memory recalled often is worth keeping on
 factor per (query, document) read from the documents' typed metadata (`store.doc_values`):
 
     recency   floor + (1 - floor) * 0.5 ** (age_days / half_life_days)
-              age = reference time - document date, clipped at 0; the reference time is the query's own
-              date (metadata field `recency_query_field`, as memory benchmarks date their questions), else
-              `now`. A document dated after its reference is not penalised (factor 1).
+              age = |reference time - document date|; the reference time is the query's own date
+              (metadata field `recency_query_field`, as memory benchmarks date their questions, or `hrt
+              search --as-of`), else `now`. A document dated after its reference decays by how far ahead
+              it is (`recency_future: decay`): asked as of June, a memory written in December did not
+              exist yet and must not outrank May's as "the most recent"; `fresh` gives it factor 1 instead
+              (documents dated ahead on purpose: deadlines, scheduled events).
     priority  priority_map[value of priority_field] (value as text: 0, "P1", "high")
     use       1 + use_weight * ln(1 + max(value, 0))    (a count, log-damped: 10 uses is not 10x one use)
 
@@ -69,7 +72,8 @@ def prior_factors(
         r = r.join(_field(doc_values, "doc_id", cfg.recency_field, "ts", "_doc_ts"), on="doc_id", how="left", maintain_order="left")
         r = r.join(_field(query_values, "qid", cfg.recency_query_field, "ts", "_ref_ts"), on="qid", how="left", maintain_order="left")
         ref = pl.coalesce(pl.col("_ref_ts"), pl.lit(now, pl.Datetime("us")))
-        age = ((ref - pl.col("_doc_ts")).dt.total_microseconds().cast(pl.Float64) / _US_PER_DAY).clip(lower_bound=0.0)
+        delta = (ref - pl.col("_doc_ts")).dt.total_microseconds().cast(pl.Float64) / _US_PER_DAY
+        age = delta.abs() if cfg.recency_future == "decay" else delta.clip(lower_bound=0.0)
         decay = pl.lit(0.5) ** (age / cfg.recency_half_life_days)
         rec = (cfg.recency_floor + (1.0 - cfg.recency_floor) * decay).fill_null(1.0)
         # The factor's logarithm, exact where the factor itself underflows (a floor of 0 and ~1,000 half-lives:
