@@ -6,10 +6,13 @@ tracebacks are for bugs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -21,10 +24,33 @@ MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "default"}
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
 
 
+@contextlib.contextmanager
+def _config_warnings() -> Iterator[None]:
+    """Config warnings (`config.ConfigWarning`: settings with no effect, a relative path found only in the
+    working directory) print as `warning: ...` on stderr, once each however often a command loads the config;
+    other warnings keep Python's display."""
+    seen: set[str] = set()
+    with warnings.catch_warnings():
+        python_display = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            from .config import ConfigWarning  # a config module only when something warned
+
+            if not issubclass(category, ConfigWarning):
+                python_display(message, category, filename, lineno, file, line)
+            elif str(message) not in seen:
+                seen.add(str(message))
+                click.echo(f"warning: {message}", err=True)
+
+        warnings.showwarning = show
+        yield
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context):  # noqa: D102 - turns expected errors into a message and exit 2
         try:
-            return super().invoke(ctx)
+            with _config_warnings():
+                return super().invoke(ctx)
         except ToolkitError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)

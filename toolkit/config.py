@@ -4,7 +4,9 @@ Configs are plain YAML/JSON files (presets ship in `toolkit/presets/`). Validati
 wrong types and out-of-range values are errors naming the file and the dotted field) because a typo in a
 tuning file silently falling back to a default is the worst kind of wrong result. Types are strict too:
 no coercion (`top_k: true` or `top_k: "50"` is an error; an int is accepted where a float is meant), and
-floats must be finite unless a field says otherwise (the last rerank bucket ends at `.inf`). Models are
+floats must be finite unless a field says otherwise (the last rerank bucket ends at `.inf`). A field the rest
+of the config switches off (`fusion.alpha` under rrf, the reranker's settings with no provider) is no error,
+but a file or mapping that sets one loads with an `InertSettingWarning` naming it (`_SWITCHED_OFF`). Models are
 frozen: change a config with `cfg.with_updates({"fusion.rrf_k": 30})`, which returns a new validated config.
 A file may not repeat a key (YAML and JSON would keep the last one silently).
 
@@ -33,15 +35,17 @@ whenever `a` and `b` differ only in rescore fields (tests/test_stage_boundary.py
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import functools
 import json
 import math
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import (
@@ -516,7 +520,7 @@ class PipelineConfig(_Model):
         for path, value in _leaf_updates(updates):
             node, key = _slot(d, path)
             node[key] = _plain(_unwrap(value))
-        return config_from_dict(d, origin="<updates>")
+        return _validate(d, origin="<updates>")  # no inert-settings warning: a slider may sit on a switched-off field
 
     def flat(self) -> dict[str, Any]:
         """Every field as `{dotted.path: value}` (for run logs, tuner records and diffs). The keys are the
@@ -588,6 +592,169 @@ def prepare_settings(cfg: PipelineConfig) -> dict[str, Any]:
         for p, s in FIELD_STAGES.items()
         if s is Stage.PREPARE and (p.rsplit(".", 1)[0] not in off or p.endswith(".provider"))
     }
+
+
+# ------------------------------------------------------------------ settings the rest of a config switches off
+class ConfigWarning(UserWarning):
+    """A config loads, but something in it deserves a word (`hrt` prints these as `warning: ...`)."""
+
+
+class InertSettingWarning(ConfigWarning):
+    """A config file or mapping sets fields that the rest of it switches off (`inert_settings`)."""
+
+
+class _Off(NamedTuple):
+    """While `off(*values of the switches)` holds, `fields` of the first switch's section do nothing: "*" is
+    every field of that section but the switches and `but`, "recency_*" the ones named so."""
+
+    switches: tuple[str, ...]
+    off: Callable[..., bool]
+    fields: tuple[str, ...] = ("*",)
+    but: tuple[str, ...] = ()
+    note: str = ""
+
+
+def _is(value: Any) -> Callable[..., bool]:
+    """Every switch holds `value` (strictly: False is not 0)."""
+    return lambda *vs: all(type(v) is type(value) and v == value for v in vs)
+
+
+def _is_not(value: Any) -> Callable[..., bool]:
+    return lambda v: v != value
+
+
+# A setting the rest of the config switches off does nothing, and a file that sets it (alpha tuned under
+# rrf, buckets with no reranker) would otherwise load in silence, as a mistyped key no longer does. Which
+# settings each switch silences is declared here, once; a field silenced by several rules is named with the
+# first. The fusion fields each method reads are `fusion.READ_BY` (`inert_settings` asks `fusion.reads`).
+_SWITCHED_OFF: tuple[_Off, ...] = (
+    _Off(("retrieval.lexical.enabled",), _is(False)),
+    # Near-duplicate dedup checks the store's vectors against the dense model (and backend) even so.
+    _Off(("retrieval.dense.enabled",), _is(False), but=("model", "backend")),
+    _Off(("retrieval.dense.enabled", "dedup.near_duplicate_enabled"), _is(False), ("model", "backend")),
+    _Off(("retrieval.dense.index",), _is_not("hnsw"), ("ef_search",)),
+    _Off(("retrieval.dense.provider",), _is("local"), ("url", "api_key_env", "dimensions", "timeout_s", "retries")),
+    _Off(("retrieval.dense.provider",), _is("http"), ("backend",)),
+    _Off(("routing.enabled",), _is(False)),
+    _Off(("expansion.provider",), _is("none")),
+    _Off(("rerank.provider",), _is("none"), note="unless HRT_RERANK_PROVIDER switches a reranker on in hrt search or hrt run"),
+    *(_Off((f"{s}.provider",), _is_not("http"), ("url", "api_key_env")) for s in ("expansion", "rerank")),
+    *(_Off((f"{s}.provider",), _is_not("file"), ("path",)) for s in ("expansion", "rerank")),
+    _Off(("rerank.blend",), _is_not("position"), ("buckets",)),
+    _Off(("rerank.blend",), _is("none"), ("top_n", "score_normalization")),
+    _Off(("fusion.method", "fusion.router"), lambda m, r: not _reads("fusion.model", {"method": m, "router": r}), ("model",)),
+    _Off(("adapt.dense_gap",), _is(False)),
+    _Off(("guard.exact_token",), _is(False)),
+    _Off(("dedup.source_enabled",), _is(False), ("max_per_source", "fill")),
+    _Off(("dedup.near_duplicate_enabled",), _is(False), ("near_duplicate_threshold",)),
+    _Off(("priors.recency_field", "priors.priority_field", "priors.use_field"), _is(None), ("combine", "top_n", "add_weight")),
+    _Off(("priors.recency_field",), _is(None), ("recency_*",)),
+    _Off(("priors.priority_field",), _is(None), ("priority_*",)),
+    _Off(("priors.use_field",), _is(None), ("use_*",)),
+    _Off(("priors.combine",), _is_not("add"), ("add_weight",)),
+)
+
+
+def _silenced(rule: _Off) -> tuple[str, ...]:
+    """The dotted paths a rule names; a switch or pattern that matches no field fails at import."""
+    section = rule.switches[0].rpartition(".")[0]
+    names = [p.rpartition(".")[2] for p in FIELD_STAGES if p.rpartition(".")[0] == section]
+    out: list[str] = []
+    if not set(rule.switches) <= FIELD_STAGES.keys():
+        raise TypeError(f"inert-settings rule: {', '.join(rule.switches)}: not all config fields")
+    for pattern in rule.fields:
+        hit = [n for n in names if fnmatch.fnmatchcase(n, pattern) and f"{section}.{n}" not in rule.switches and n not in rule.but]
+        if not hit:
+            raise TypeError(f"inert-settings rule on {', '.join(rule.switches)}: {pattern!r} names no field of {section}")
+        out += hit
+    return tuple(f"{section}.{n}" for n in out)
+
+
+_INERT_RULES = tuple((rule, _silenced(rule)) for rule in _SWITCHED_OFF)
+
+
+def _shown(v: Any) -> str:
+    return "unset" if v is None else str(v).lower() if isinstance(v, bool) else repr(v)
+
+
+def inert_settings(cfg: PipelineConfig, paths: Iterable[str] | None = None) -> dict[str, str]:
+    """{field: why it does nothing} for the fields (of `paths`; default all) that the rest of `cfg` switches
+    off, e.g. {"fusion.alpha": "fusion.method 'rrf' does not read it"}, in schema order."""
+    flat = cfg.flat()
+    todo = set(FIELD_STAGES if paths is None else paths)
+    why: dict[str, str] = {}
+    if any(p.startswith("fusion.") for p in todo):
+        from . import fusion  # imports this module (and polars): only when a fusion field is asked about
+
+        method = flat["fusion.method"]
+        why |= {p: f"fusion.method {method!r} does not read it" for p in todo if not fusion.reads(method, p)}
+    for rule, silenced in _INERT_RULES:
+        values = [flat[s] for s in rule.switches]
+        if any(p in todo for p in silenced) and rule.off(*values):
+            shown = [_shown(v) for v in values]
+            if len(rule.switches) > 1 and len(set(shown)) == 1:
+                state = f"{', '.join(rule.switches[:-1])} and {rule.switches[-1]} are {shown[0]}"
+            else:
+                state = " and ".join(f"{s} is {v}" for s, v in zip(rule.switches, shown, strict=True))
+            for p in silenced:
+                if p in todo:
+                    why.setdefault(p, state + (f" ({rule.note})" if rule.note else ""))
+    return {p: why[p] for p in FIELD_STAGES if p in why}
+
+
+@functools.cache
+def _default_flat() -> dict[str, Any]:
+    return PipelineConfig().flat()
+
+
+@functools.cache
+def _preset_dormant(name: str) -> dict[str, Any]:
+    """{field: value} of the settings a shipped preset sets and switches off itself (a reranker's blend,
+    ready for HRT_RERANK_PROVIDER; `rank_bonus: []` under convex): deliberate there, and in a copy of it."""
+    cfg = _validate(_read(PRESETS_DIR / f"{name}.yaml"), f"preset {name}")
+    flat = cfg.flat()
+    return {p: flat[p] for p in inert_settings(cfg)}
+
+
+def _written(d: Any, path: str) -> bool:
+    for part in path.split("."):
+        if not isinstance(d, Mapping) or part not in d:
+            return False
+        d = d[part]
+    return True
+
+
+def _from_data(d: Mapping[str, Any], origin: str) -> PipelineConfig:
+    """A config from a file's content or a mapping, with one `InertSettingWarning` naming each field `d` sets
+    that the rest of it switches off. Only what the writer chose counts: not a value equal to the default, nor
+    one a config named after a preset shares with it where the preset switches it off too (`_preset_dormant`).
+    A file with every section is a snapshot (what `save_config` writes: the lab's export, `hrt tune --out`), not
+    a list of choices, so it is not checked, as `with_updates`, which built it, is not."""
+    cfg = _validate(d, origin)
+    if set(PipelineConfig.model_fields) <= d.keys():
+        return cfg
+    flat, default = cfg.flat(), _default_flat()
+    inert = inert_settings(cfg, [p for p in FIELD_STAGES if _written(d, p) and flat[p] != default[p]])
+    if inert and flat["name"] in list_presets():
+        dormant = _preset_dormant(flat["name"])
+        inert = {p: why for p, why in inert.items() if p not in dormant or dormant[p] != flat[p]}
+    by_why: dict[str, list[str]] = {}
+    for p, why in inert.items():
+        by_why.setdefault(why, []).append(p)
+    said = []
+    for why, ps in by_why.items():
+        if len(ps) == 1:
+            said.append(f"{ps[0]} is set but {why}")
+        else:
+            them = why.removesuffix(" it") + " them" if why.endswith(" it") else why
+            said.append(f"{', '.join(ps[:-1])} and {ps[-1]} are set but {them}")
+    if said:
+        warnings.warn(
+            f"{origin}: settings with no effect: " + "; ".join(said),
+            InertSettingWarning,
+            stacklevel=3,  # the caller of config_from_dict or load_config
+        )
+    return cfg
 
 
 # ------------------------------------------------------------------ plumbing
@@ -688,7 +855,13 @@ def _known_fields(loc: tuple) -> list[str]:
 
 
 def config_from_dict(d: dict[str, Any], origin: str = "<file>") -> PipelineConfig:
-    """Validate a plain dict (parsed YAML/JSON) into a config; errors name `origin` and the dotted field."""
+    """Validate a plain dict (parsed YAML/JSON) into a config; errors name `origin` and the dotted field. Fields
+    it sets that the rest of it switches off get one `InertSettingWarning` (see `_from_data`)."""
+    return _from_data(d, origin)
+
+
+def _validate(d: Any, origin: str) -> PipelineConfig:
+    """`config_from_dict` without the warning (`with_updates`, presets)."""
     if not isinstance(d, dict):
         raise InputError(
             f"{origin}: a config must be a mapping of sections (retrieval, fusion, ...), got {type(d).__name__}"
@@ -839,7 +1012,7 @@ def _file_relative(d: Any, cfg_file: Path, origin: str) -> Any:
             warnings.warn(
                 f"{origin}: {path}: {value} is not in the config file's folder ({here}) but is in the working "
                 f"directory ({cwd}); using that one for now: relative paths are read from the config file's folder",
-                UserWarning,
+                ConfigWarning,
                 stacklevel=3,
             )
             section[key] = str(cwd)
@@ -859,18 +1032,18 @@ def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -
     if isinstance(path_or_name, PipelineConfig):
         return path_or_name
     if isinstance(path_or_name, Mapping):
-        return config_from_dict(dict(path_or_name), origin="<mapping>")
+        return _from_data(dict(path_or_name), origin="<mapping>")
     if not isinstance(path_or_name, str | Path):
         raise InputError(
             f"config: expected a preset name, a file path, a mapping or a PipelineConfig, got {type(path_or_name).__name__}"
         )
     p = Path(path_or_name)
     if p.is_file():
-        return config_from_dict(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name))
+        return _from_data(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name))
     name = str(path_or_name)
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.is_file() and "/" not in name and "\\" not in name:
-        return config_from_dict(_read(preset), origin=f"preset {name} ({preset.name})")
+        return _validate(_read(preset), origin=f"preset {name} ({preset.name})")  # unchecked: see `_preset_dormant`
     if p.suffix.lower() in (".yaml", ".yml", ".json"):
         raise InputError(f"{path_or_name}: config file not found")
     close = difflib.get_close_matches(name, list_presets(), n=1)
