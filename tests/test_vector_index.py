@@ -218,3 +218,25 @@ def test_a_config_searches_the_index_the_ingest_built(store):
     assert key != prepare_key(store, QUERIES, exact)
     store.build_vector_index(m=16, ef_construction=64)
     assert prepare_key(store, QUERIES, hnsw) != key
+
+
+def test_every_chunk_is_found_by_its_own_vector(tmp_path):
+    """HNSW strands nodes no search reaches, whatever ef_search: here 1-10 of 8,000 clustered vectors per
+    build (more with usearch's concurrent add, unum-cloud/USearch#735), and 5 CACM chunks were unfindable by
+    dense search. The stranded rows are listed at build time and scored exactly: each chunk finds itself."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(20, 32))
+    vecs = (centres[rng.integers(0, 20, 8000)] + 0.2 * rng.normal(size=(8000, 32))).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index, stranded = store_mod.hnsw_index(vecs, m=16, ef_construction=128, ef_search=512)
+    keys = np.asarray(index.search(vecs, 10).keys)
+    assert set(np.flatnonzero(~(keys == np.arange(8000)[:, None]).any(axis=1))) <= set(stranded.tolist())
+    with Store(tmp_path / "v.duckdb") as st:
+        st.ingest([{"doc_id": f"d{i:04d}", "text": f"note {i}", "vector": v.tolist()} for i, v in enumerate(vecs)],
+                  model="ext", embed=True)
+        st.build_vector_index()
+        assert json.loads(st._vector_index_stamp_path.read_text())["stranded"] is not None
+        qs = pl.DataFrame({"qid": [f"q{i}" for i in range(8000)], "text": [""] * 8000, "scope": [None] * 8000},
+                          schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
+        got = st.dense_search(qs, vectors=vecs, top_k=1, index="hnsw", scope_filter=False)
+    assert got.filter(pl.col("rank") == 1)["doc_id"].to_list() == [f"d{i:04d}" for i in range(8000)]

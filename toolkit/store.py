@@ -215,6 +215,26 @@ def _usearch() -> Any:
     return index
 
 
+def hnsw_index(vecs: np.ndarray, *, m: int, ef_construction: int, ef_search: int) -> tuple[Any, np.ndarray]:
+    """(usearch HNSW index over `vecs`, cosine, int8, keys = row numbers; the rows it does not find).
+
+    HNSW can strand nodes: a search from the entry point never reaches them, whatever ef_search. usearch's
+    concurrent `add` strands more (unum-cloud/USearch#735: 1-10 of 4,000-8,000 clustered vectors per 2-thread
+    build, a different set each time; 5 CACM chunks were never found again), but a one-thread build strands
+    some too. So after the build every vector is searched for itself (at ef_search 128, a quarter of the
+    build's time), and the rows not found among their own top 10 are returned: `_dense_hnsw` scores those
+    exactly for every query, so no chunk is lost to the graph."""
+    index = _usearch().Index(ndim=vecs.shape[1], metric="cos", dtype="i8", connectivity=m,
+                             expansion_add=ef_construction, expansion_search=128)
+    threads = os.cpu_count() or 1
+    index.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=threads)
+    found = index.search(vecs, min(10, len(vecs)), threads=threads)
+    keys = np.asarray(found.keys).reshape(len(vecs), -1)
+    stranded = np.flatnonzero(~(keys == np.arange(len(vecs))[:, None]).any(axis=1))
+    index.expansion_search = ef_search
+    return index, stranded
+
+
 @contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock on `path` between processes (fcntl; where that is missing, e.g. on Windows,
@@ -1573,7 +1593,8 @@ class Store:
             self._forget()
 
     def build_vector_index(self, *, m: int = 16, ef_construction: int = 128, ef_search: int = 512) -> None:
-        """(Re)build the HNSW index (usearch, cosine) over the chunk vectors, on all cores, into `<store>.hnsw`.
+        """(Re)build the HNSW index (usearch, cosine) over the chunk vectors, on all cores, into `<store>.hnsw`
+        (`hnsw_index`: the chunks the graph strands are listed beside it and always scored exactly).
 
         Exact search is the default and stays available; the index pays off past ~100k chunks
         (`benchmarks/scale.py`). The graph holds int8-quantised vectors (2.5x faster to build than float32, a
@@ -1590,15 +1611,13 @@ class Store:
         for name, v, lo, hi in (("m", m, 2, 128), ("ef_construction", ef_construction, 8, 4096), ("ef_search", ef_search, 1, 10_000)):
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise InputError(f"vector index {name} must be an integer in [{lo}, {hi}], got {v!r}")
-        usearch_index = _usearch()
         vecs = self._dense_matrix()["vecs"]
-        index = usearch_index.Index(ndim=vecs.shape[1], metric="cos", dtype="i8", connectivity=m,
-                                    expansion_add=ef_construction, expansion_search=ef_search)
-        index.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=os.cpu_count() or 1)
+        index, stranded = hnsw_index(vecs, m=m, ef_construction=ef_construction, ef_search=ef_search)
         tmp = Path(f"{self.vector_index_path}.tmp")
         index.save(str(tmp))
         stamp_tmp = Path(f"{self._vector_index_stamp_path}.tmp")
-        stamp_tmp.write_text(json.dumps({"generation": self.generation(), "count": len(vecs)}))
+        stamp_tmp.write_text(json.dumps({"generation": self.generation(), "count": len(vecs),
+                                         "stranded": stranded.tolist()}))
         os.replace(tmp, self.vector_index_path)  # a crash mid-save leaves the previous index whole
         os.replace(stamp_tmp, self._vector_index_stamp_path)  # (a crash between: a mismatch, exact search)
         self._ann_cache = None
@@ -1644,7 +1663,8 @@ class Store:
                 index = None
             else:
                 index = _usearch().Index.restore(str(self.vector_index_path), view=True)
-            self._ann_cache = cached = (vi["generation"], index)
+            stranded = np.asarray(json.loads(self._vector_index_stamp_path.read_text()).get("stranded", []) if index else [], dtype=np.int64)
+            self._ann_cache = cached = (vi["generation"], index, stranded)
         return cached[1]
 
     def _dense_hnsw(self, queries: pl.DataFrame, qv: np.ndarray, *, top_k: int, level: str, ef_search: int | None) -> pl.DataFrame:
@@ -1665,6 +1685,14 @@ class Store:
         counts = np.asarray(found.counts if hasattr(found, "counts") else [keys.shape[1]]).reshape(len(q))
         row, slot = np.nonzero(np.arange(keys.shape[1])[None, :] < counts[:, None])
         col = keys[row, slot].astype(np.int64)
+        stranded = self._ann_cache[2]  # rows the graph does not reach (`hnsw_index`): each query's best of them, exactly
+        if len(stranded):
+            take = min(fetch, len(stranded))
+            sims = q @ m["vecs"][stranded].T
+            best = np.argpartition(-sims, take - 1, axis=1)[:, :take] if take < len(stranded) else np.tile(np.arange(take), (len(q), 1))
+            n_cols = len(m["chunk_ids"])
+            pairs = np.unique(np.r_[row * n_cols + col, np.repeat(np.arange(len(q)), take) * n_cols + stranded[best.ravel()]])
+            row, col = pairs // n_cols, pairs % n_cols
         val = np.einsum("ij,ij->i", q[row], m["vecs"][col]).astype(np.float64)
         order = np.lexsort((col, row))  # by query, then layout (= document) order, as `_rank_flat` wants
         ranked = _rank_flat(m, row[order], col[order], val[order], level=level, top_k=top_k)
