@@ -10,11 +10,14 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
 - "partial": rerank answers only the even-indexed documents.
 - "nan": rerank scores the even-indexed documents NaN, every third +Infinity (JSON as Python writes it).
 - embeddings (`/v1/embeddings`): "good" answers `embed_fake(text, dim)` per input (dim = `dimensions` of the
-  request, else `embed_dim`), items in reverse order; "wrong_dim" answers one component more than asked.
+  request, else `embed_dim`), items in reverse order; "wrong_dim" answers one component more than asked;
+  "nan" makes the first vector's first component NaN.
 - "trickle": HTTP 200 with a long body sent a few bytes at a time (`trickle_bytes` every `trickle_every_s`,
   for at most `trickle_max_s`): never a gap long enough for a per-read timeout, so only a deadline stops it.
 - "tei": rerank wants TEI's `{"query", "texts"}` (HTTP 422 otherwise) and answers a bare list.
 - `fail_first = N`: the first N requests get HTTP 500, then the mode applies (tests retries).
+- `limit_first = N`: the first N requests get HTTP `limit_status` (429), with a `Retry-After: {retry_after}`
+  header when `retry_after` is set (seconds or an HTTP date), then the mode applies.
 - `fail_queries`: queries (or user messages) containing any of these words get HTTP 500.
 
 Every request is recorded in `server.requests` (path, JSON body, headers) so tests can count calls.
@@ -71,6 +74,8 @@ class FakeServer:
     def __init__(self) -> None:
         self.mode = "good"
         self.fail_first = 0
+        self.limit_first, self.limit_status = 0, 429
+        self.retry_after: str | None = None
         self.delay_s = 3.0
         self.trickle_bytes, self.trickle_every_s, self.trickle_max_s = 20, 0.1, 5.0
         self.fail_queries: set[str] = set()
@@ -125,6 +130,8 @@ class FakeServer:
             self.requests.append({"path": path, "body": body, "headers": headers})
         if n < self.fail_first:
             return 500, b'{"error": "warming up"}'
+        if n < self.limit_first:
+            return self.limit_status, b'{"error": "rate limited"}'
         text = json.dumps(body)
         if any(w in text for w in self.fail_queries):
             return 500, b'{"error": "boom"}'
@@ -175,6 +182,8 @@ class FakeServer:
             return 200, json.dumps({"embeddings": [[1.0]]}).encode()
         dim = int(body.get("dimensions") or self.embed_dim) + (1 if mode == "wrong_dim" else 0)
         data = [{"object": "embedding", "index": i, "embedding": embed_fake(t, dim)} for i, t in enumerate(body["input"])]
+        if mode == "nan":
+            data[0]["embedding"][0] = float("nan")
         return 200, json.dumps({"object": "list", "model": body.get("model"), "data": data[::-1]}).encode()
 
     def _chat(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
@@ -202,6 +211,8 @@ def _make_handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             try:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
+                if code in (429, 503) and server.retry_after is not None:
+                    self.send_header("Retry-After", server.retry_after)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)

@@ -41,9 +41,28 @@ _REASONS = [
 ]
 
 
+# A leading "<model or URL>: " of an error ("rr: ...", "http://host/v1/embeddings: ..."); not an exception's
+# class name ("ReadError: ..."), which is part of the cause.
+_LABEL = re.compile(r"(?!\w*(?:Error|Exception|Timeout|Warning): )(\S+): (?=\S)")
+# A result rejected for a NaN or infinite number (Python's JSON reads both): "... numeric 'relevance_score': {... nan}".
+_NON_FINITE = re.compile(r"numeric '(\w+)': .*?'\1': (-?inf|nan)\b")
+REASON_CHARS = 60
+
+
+def _cause_first(text: str) -> str:
+    """`rr: http://h/v1: embeddings contain NaN` -> `embeddings contain NaN; rr, http://h/v1`: a shortened
+    note then still says what went wrong; the model and URL follow."""
+    labels = []
+    while len(labels) < 3 and (m := _LABEL.match(text)):
+        labels.append(m.group(1))
+        text = text[m.end():]
+    return f"{text}; {', '.join(labels)}" if labels else text
+
+
 def reason(error: str | None) -> str:
     """A short reason for a provider error ("HTTP 500", "timed out after 2s", ...), for one-line notes.
-    When the error is a trip ("not called after N failures (last: HTTP 500 ...)"), the last cause counts."""
+    When the error is a trip ("not called after N failures (last: HTTP 500 ...)"), the last cause counts.
+    Any other error is shortened with its cause first and the model or URL it names after it."""
     if not error:
         return "no reason given"
     last = error.rsplit("(last: ", 1)[-1]
@@ -51,8 +70,10 @@ def reason(error: str | None) -> str:
         m = pat.search(last) or pat.search(error)
         if m:
             return m.group(0)
-    text = " ".join(error.split())
-    return text if len(text) <= 60 else text[:59] + "…"
+    text = _cause_first(" ".join(error.split()))
+    if m := _NON_FINITE.search(last):
+        text = f"non-finite {m.group(1)} ({m.group(2)}): {text}"
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
 
 def note(provider: str, error: str | None) -> str:

@@ -82,6 +82,7 @@ class _Answer:
         self.status: int | None = None
         self.text = ""
         self.error: BaseException | None = None
+        self.retry_after: str | None = None  # the answer's Retry-After header (429, 503)
         self.done = threading.Event()
 
 
@@ -97,6 +98,7 @@ def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, 
                     return
                 if len(body) > MAX_ANSWER_BYTES:
                     raise ProviderError(f"answer larger than {MAX_ANSWER_BYTES:,} bytes")
+            out.retry_after = r.headers.get("retry-after")
             out.status, out.text = r.status_code, body.decode(r.encoding or "utf-8", errors="replace")
     except BaseException as e:  # handed to the caller, which decides what it means
         out.error = e
@@ -104,8 +106,10 @@ def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, 
         out.done.set()
 
 
-def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict[str, str], timeout_s: float) -> tuple[int, str]:
+def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict[str, str], timeout_s: float,
+                answer_headers: dict[str, str] | None = None) -> tuple[int, str]:
     """(status, body) of one POST within a wall-clock deadline of `timeout_s` for connect and all reads.
+    `answer_headers`, when given, receives the answer's `retry-after` header (if it has one).
 
     httpx timeouts apply to each phase and each read, so a server trickling a few bytes a second is never
     cut off by them; the request runs in a daemon thread instead and is abandoned at the deadline (the
@@ -123,7 +127,40 @@ def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict
         raise httpx.TimeoutException(f"no complete answer within {timeout_s:g}s")
     if out.error is not None:
         raise out.error
+    if answer_headers is not None and out.retry_after is not None:
+        answer_headers["retry-after"] = out.retry_after
     return out.status, out.text
+
+
+RETRY_AFTER_MAX_S = 30.0  # a longer Retry-After is waited this long: a search must not stall for minutes
+
+
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds a `Retry-After` header asks to wait (delay-seconds or an HTTP date), capped at
+    `RETRY_AFTER_MAX_S`; None when absent or unreadable (the exponential backoff applies then)."""
+    if value is None or not value.strip():
+        return None
+    v = value.strip()
+    try:
+        secs = float(v)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(v)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when is None or when.tzinfo is None:
+            return None
+        secs = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(secs):
+        return None
+    return min(max(secs, 0.0), RETRY_AFTER_MAX_S)
+
+
+def _sleep(seconds: float) -> None:
+    """The wait between attempts (its own name, so tests can replace it without touching `time.sleep`)."""
+    time.sleep(seconds)
 
 
 def post_json(
@@ -140,7 +177,8 @@ def post_json(
     """POST `payload` and return the decoded JSON answer, or raise `ProviderError`.
 
     Each attempt has a wall-clock deadline of `timeout_s` (connect and all reads, see `post_within`).
-    Retries (with exponential backoff from `backoff_s`) on timeouts, connection errors, 5xx and 429;
+    Retries (with exponential backoff from `backoff_s`) on timeouts, connection errors, 5xx and 429; a 429 or
+    503 answer's `Retry-After` (seconds or an HTTP date; at most `RETRY_AFTER_MAX_S`) replaces the backoff;
     other 4xx and malformed JSON fail at once, since repeating the request cannot fix them. Answer
     bodies and exceptions quoted in errors are scrubbed (`redact.scrub`) of the key sent in `headers`,
     which a server may echo back, and of anything else that looks like a credential. `redact_answer`
@@ -152,11 +190,15 @@ def post_json(
 
     secrets = header_secrets(headers)
     last = ""
+    wait: float | None = None  # what the last answer's Retry-After asked for
     for attempt in range(retries + 1):
         if attempt:
-            time.sleep(backoff_s * 2 ** (attempt - 1))
+            _sleep(wait if wait is not None else backoff_s * 2 ** (attempt - 1))
+        wait = None
+        answer_headers: dict[str, str] = {}
         try:
-            status, text = post_within(client, url, payload, headers=headers, timeout_s=timeout_s)
+            status, text = post_within(client, url, payload, headers=headers, timeout_s=timeout_s,
+                                       answer_headers=answer_headers)
         except httpx.TimeoutException:
             last = f"timed out after {timeout_s:g}s"
             continue
@@ -167,6 +209,8 @@ def post_json(
             raise ProviderError(f"{url}: {type(e).__name__}: {scrub(str(e), secrets)}") from None
         if status >= 500 or status == 429:
             last = f"HTTP {status}: {scrub(text, secrets, limit=200)}"
+            if status in (429, 503):
+                wait = retry_after_seconds(answer_headers.get("retry-after"))
             continue
         if status >= 400:
             raise ProviderError(f"HTTP {status} from {url}: {scrub(text, secrets, limit=300)}")
