@@ -130,7 +130,6 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         given = read_vectors(vectors_path)
     elif embed_url:
         from .config import DenseConfig
-        from .embed import make_embedder
 
         try:
             dense = DenseConfig(provider="http", url=embed_url, model=model or "", api_key_env=api_key_env,
@@ -138,7 +137,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         except ValueError as e:  # the messages only: pydantic's text would echo the rejected value
             msgs = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in getattr(e, "errors", list)())
             raise ToolkitError(f"--embed-url/--api-key-env/--model: {msgs or 'invalid'}") from None
-        given = make_embedder(**dense.embedder_args())
+        given = _dense_embedder(dense)
     with Store(store_path, embedder=given) as st:
         base = st.settings or IndexSettings()
         over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords}.items() if v is not None}
@@ -156,6 +155,51 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
                    err=True)
     index_note = "; HNSW vector index built (a config with retrieval.dense.index: hnsw searches it)" if vector_index == "hnsw" else ""
     click.echo(f"{rep.summary()}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
+
+
+def _dense_embedder(dense):
+    """The embedder a `retrieval.dense` section describes (`hrt ingest --embed-url` builds one the same way)."""
+    from .embed import make_embedder
+
+    return make_embedder(**dense.embedder_args())
+
+
+def _auto_ingest_embedder(cfgs, store_path):
+    """The embedder the automatic ingest of `run`, `report` and `tune` uses: the http endpoint the configs'
+    `retrieval.dense` names (those with dense on; else those that embed for near-duplicate dedup), so a store
+    embedded through it is brought up to date by the same endpoint. None for a local model: the store's own
+    (or the default) is used, as before. Two configs naming different embedders for one store are refused."""
+    using = ([c for c in cfgs if c.retrieval.dense.enabled]
+             or [c for c in cfgs if c.dedup.near_duplicate_enabled])
+    described: dict[tuple, tuple[str, object]] = {}
+    for c in using:
+        d = c.retrieval.dense
+        key = ("http", d.url, d.model, d.dimensions) if d.provider == "http" else ("local",)
+        described.setdefault(key, (c.name or "config", d))
+
+    def what(key: tuple) -> str:
+        return (f"http endpoint {key[1]} model {key[2]!r}" + (f" ({key[3]} dimensions)" if key[3] else "")
+                if key[0] == "http" else "the local model (the store's own)")
+
+    if len(described) > 1:
+        names = "; ".join(f"{name!r}: {what(k)}" for k, (name, _) in described.items())
+        raise ToolkitError(f"the configs embed with different models for one store {store_path} ({names}): "
+                           "use one retrieval.dense embedder per store, or a store file per embedder")
+    if not described:
+        return None
+    (key, (_, dense)), = described.items()
+    return _dense_embedder(dense) if key[0] == "http" else None
+
+
+@contextlib.contextmanager
+def _closing_embedder(emb):
+    """Closes an http embedder's client when the command is done with it."""
+    try:
+        yield emb
+    finally:
+        close = getattr(emb, "close", None)
+        if close is not None:
+            close()
 
 
 def _echo_skipped(docs, verbose: bool = False) -> None:
@@ -382,7 +426,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
     check_trec_ids(queries["qid"], "query", ds.root / "queries.jsonl")  # a TREC file cannot hold them
     check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
     t0 = time.perf_counter()
-    with Store(store_path) as st:
+    with _closing_embedder(_auto_ingest_embedder([cfg], store_path)) as emb, Store(store_path, embedder=emb) as st:
         if not prune:  # never delete a user's documents unasked, nor retrieve them as the dataset's
             extra = sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in corpus})
             if extra:
@@ -546,10 +590,14 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     if base not in named:
         raise ToolkitError(f"--baseline {base!r} is not one of {list(named)}")
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
-    with Store(store_path) as st:
+    from .config import load_config
+
+    loaded = {label: load_config(src) for label, src in named.items()}
+    with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
+            Store(store_path, embedder=emb) as st:
         st.ingest(load_corpus(ds.root), progress=True)
         rep = build_report(
-            st, ds.queries(split), ds.qrels(split), named, baseline=base, dataset=ds.name, split=split,
+            st, ds.queries(split), ds.qrels(split), loaded, baseline=base, dataset=ds.name, split=split,
             group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
         )
     rep.write_html(out)
@@ -590,7 +638,8 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 
     ds = Dataset.open(dataset)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
-    with Store(store_path) as st:
+    with _closing_embedder(_auto_ingest_embedder([_load_cfg(base or DEFAULT_PRESET, None)], store_path)) as emb, \
+            Store(store_path, embedder=emb) as st:
         st.ingest(load_corpus(ds.root), progress=True)
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,
@@ -721,7 +770,7 @@ def export(config, engine, out) -> None:
     from .config import load_config
     from .export import write_export
 
-    res = write_export(load_config(config), engine, out)
+    res = write_export(load_config(config), engine, out, source=config)
     click.echo(f"{engine} -> {out}")
     if res.min_version:
         click.echo(f"  minimum version: {res.min_version}")
