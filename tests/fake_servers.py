@@ -19,6 +19,7 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
 - `limit_first = N`: the first N requests get HTTP `limit_status` (429), with a `Retry-After: {retry_after}`
   header when `retry_after` is set (seconds or an HTTP date), then the mode applies.
 - `fail_queries`: queries (or user messages) containing any of these words get HTTP 500.
+- `fail_after = N`: requests after the first N get HTTP 500 (an endpoint dying mid-way through an ingest).
 
 Every request is recorded in `server.requests` (path, JSON body, headers) so tests can count calls.
 """
@@ -75,6 +76,7 @@ class FakeServer:
         self.mode = "good"
         self.fail_first = 0
         self.limit_first, self.limit_status = 0, 429
+        self.fail_after: int | None = None
         self.retry_after: str | None = None
         self.delay_s = 3.0
         self.trickle_bytes, self.trickle_every_s, self.trickle_max_s = 20, 0.1, 5.0
@@ -130,6 +132,8 @@ class FakeServer:
             self.requests.append({"path": path, "body": body, "headers": headers})
         if n < self.fail_first:
             return 500, b'{"error": "warming up"}'
+        if self.fail_after is not None and n >= self.fail_after:
+            return 500, b'{"error": "died"}'
         if n < self.limit_first:
             return self.limit_status, b'{"error": "rate limited"}'
         text = json.dumps(body)

@@ -210,3 +210,16 @@ def test_eval_counts_grade_0_queries_like_trec_eval_and_prints_every_per_query_r
     table = r.stdout.split(str(run_file))[-1]
     assert "…" not in table and all(f"P@{k}" in table for k in range(1, 13))
     assert all(f"x{i:02d}" in table for i in range(14))
+
+
+def test_mode_given_with_a_config_is_said_to_be_ignored(tmp_path, beir):
+    """`hrt search --mode lexical --config hybrid.yaml` searched both lists without a word."""
+    cfg = tmp_path / "lex.yaml"
+    cfg.write_text("name: lex\nretrieval:\n  dense:\n    enabled: false\n")
+    store = str(tmp_path / "s.duckdb")
+    r = CliRunner().invoke(main, ["ingest", str(beir / "corpus.jsonl"), "--store", store, "--no-embed"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--config", str(cfg), "--mode", "dense"])
+    assert r.exit_code == 0, r.output
+    assert f"note: --mode dense is ignored: --config {cfg} decides which lists are searched" in r.stderr
+    assert "--mode" not in CliRunner().invoke(main, ["search", "deploy", "--store", store, "--config", str(cfg)]).stderr

@@ -142,3 +142,22 @@ def test_precomputed_vectors_of_the_packaged_model_are_still_searched_with_it(tm
     with Store(tmp_path / "m.duckdb", read_only=True) as st:  # no model named: the recorded one loads locally
         hits = st.dense_search(_query("team lunch moved to thursday"), top_k=1, scope_filter=False)
         assert hits["doc_id"][0] == "d4"
+
+
+def test_a_failed_http_ingest_keeps_the_batches_it_paid_for(tmp_path, fake_server):
+    """An endpoint that died after a few batches made the re-run embed everything again (192 of 349 vectors
+    thrown away): each http batch is cached as it arrives, the error says so, and the re-run sends the rest."""
+    docs = [{"_id": f"d{i}", "text": f"note number {i} about deploys"} for i in range(10)]
+    path = tmp_path / "paid.duckdb"
+    emb = _http(fake_server, retries=0, batch_size=2)
+    fake_server.fail_after = 3  # three batches of two, then HTTP 500
+    with Store(path, embedder=emb) as st, pytest.raises(ProviderError, match=r"6 of 10 embeddings were computed before this and are kept"):
+        st.ingest(docs)
+    assert path.exists()  # what was paid for is in the file
+    fake_server.fail_after, fake_server.requests = None, []
+    with Store(path, embedder=emb) as st:
+        rep = st.ingest(docs)
+        assert st.stats()["documents"] == 10
+    sent = [t for r in fake_server.requests for t in (r["body"].get("input") or [])]
+    assert len([t for t in sent if t.startswith("note number")]) == 4
+    assert "4 computed, 6 from cache" in rep.summary()

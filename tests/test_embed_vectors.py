@@ -76,6 +76,15 @@ def test_http_embedder_retries_then_fails_clearly(fake_server):
         emb.embed(["shape"])
 
 
+def test_http_embedder_refuses_components_that_are_not_numbers(fake_server):
+    """numpy turned ["0.5", "0.1"] into a vector: an endpoint answering strings is broken, and says so."""
+    emb = _http(fake_server)
+    for bad in (["0.5", "0.1"], [0.5, None], [[0.5], 0.1]):
+        with pytest.raises(ProviderError, match="embedding components must be JSON numbers"):
+            emb._parse({"data": [{"index": 0, "embedding": bad}]}, 1)
+    assert emb._parse({"data": [{"index": 0, "embedding": [3, 4.0]}]}, 1)[0].tolist() == pytest.approx([0.6, 0.8])
+
+
 def test_http_embedder_times_out(fake_server):
     fake_server.mode, fake_server.delay_s = "slow", 5.0
     emb = _http(fake_server, timeout_s=0.3, retries=1)

@@ -70,6 +70,8 @@ def _load_cfg(config: str | None, mode: str | None):
     from .config import load_config
 
     if config:
+        if mode:  # said, not silently dropped: the config's own retrievers decide
+            click.echo(f"note: --mode {mode} is ignored: --config {config} decides which lists are searched", err=True)
         return load_config(config)
     return load_config(MODES[mode or "hybrid"])
 

@@ -85,7 +85,14 @@ class HttpEmbedder:
                 f"{self.url}: model {self.model_id!r} returned {got}-d vectors, expected {want}"
                 + (" (retrieval.dense.dimensions)" if self.dimensions else " (as its earlier answers)")
             )
-        arr = np.asarray(rows, dtype=np.float32)
+        try:  # no dtype: numpy would turn "0.5" into 0.5, and a broken endpoint into vectors
+            raw = np.asarray(rows)
+        except ValueError:  # ragged: a component is itself a list
+            raw = np.asarray([], dtype=object)
+        if raw.dtype.kind not in "iuf":
+            bad = next(x for r in rows for x in r if not isinstance(x, int | float) or isinstance(x, bool))
+            raise ProviderError(f"{self.url}: embedding components must be JSON numbers, got {str(bad)[:40]!r}")
+        arr = raw.astype(np.float32)
         if not np.isfinite(arr).all():
             raise ProviderError(f"{self.url}: embeddings contain NaN or infinity")
         norms = np.linalg.norm(arr, axis=1, keepdims=True)

@@ -97,7 +97,7 @@ def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, 
                 if cancel.is_set() or time.monotonic() > deadline:
                     return
                 if len(body) > MAX_ANSWER_BYTES:
-                    raise ProviderError(f"answer larger than {MAX_ANSWER_BYTES:,} bytes")
+                    raise ProviderError(f"{url}: answer larger than {MAX_ANSWER_BYTES:,} bytes")
             out.retry_after = r.headers.get("retry-after")
             out.status, out.text = r.status_code, body.decode(r.encoding or "utf-8", errors="replace")
     except BaseException as e:  # handed to the caller, which decides what it means

@@ -35,7 +35,7 @@ from .analysis import FTS_IGNORE, lexical_text
 from .chunking import chunk_body, chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
-from .errors import InputError, StoreError
+from .errors import InputError, StoreError, ToolkitError
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 
 if TYPE_CHECKING:
@@ -102,6 +102,8 @@ class IngestReport:
     # After the ingest: chunks of the store with an embedding, and all its chunks (`Store.embedding_coverage`).
     embedded_chunks: int = 0
     total_chunks: int = 0
+    # What the ingest did to the HNSW index beside the store: "rebuilt", "removed" (no vectors left), or None.
+    vector_index: str | None = None
 
     @property
     def partly_embedded(self) -> bool:
@@ -120,6 +122,7 @@ class IngestReport:
             f"{self.removed} removed; {self.chunks_written} chunks written; embeddings: "
             f"{self.embeddings_computed} computed, {self.embeddings_from_cache} from cache; "
             f"BM25 index {'rebuilt' if self.fts_rebuilt else 'unchanged'}{partly}"
+            + (f"; HNSW vector index {self.vector_index}" if self.vector_index else "")
         )
 
 
@@ -871,19 +874,32 @@ class Store:
                 self.con.execute("DELETE FROM embedding_cache WHERE model = ? AND list_contains(?::VARCHAR[], text_hash)",
                                  [emb.model_id, replace])
                 missing += replace
-        if missing:
-            self._check_model(emb)
-        batch = 512
+        if missing:  # an endpoint's size is checked on its first answer below: no extra "probe" request
+            self._check_model(emb, dim_too=getattr(emb, "backend", None) != "http")
+        # Each batch is cached as it arrives (outside the ingest's transaction), so a failed ingest keeps what
+        # it computed. An endpoint is paid per request and fails mid-way more often: its own batches are cached
+        # one by one (a 500 at 95% of a paid ingest re-sent everything of its 512-text group before).
+        batch = min(512, emb.batch_size) if getattr(emb, "backend", None) == "http" else 512
         bar = tqdm(total=len(missing), desc="embedding", unit="text", disable=not progress or not missing)
-        for i in range(0, len(missing), batch):
-            part = missing[i : i + batch]
-            vecs = emb.embed([by_hash[h] for h in part])
-            df = pl.DataFrame({"text_hash": part, "vec": vecs.tolist()}, schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)})
-            self._register("newvec", df)
-            self.con.execute("INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM newvec", [emb.model_id])
-            self.con.unregister("newvec")
-            bar.update(len(part))
-        bar.close()
+        done = 0
+        try:
+            for i in range(0, len(missing), batch):
+                part = missing[i : i + batch]
+                vecs = emb.embed([by_hash[h] for h in part])
+                self._check_dim(emb, vecs.shape[1])  # never cache vectors of another size than the store's
+                df = pl.DataFrame({"text_hash": part, "vec": vecs.tolist()}, schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)})
+                self._register("newvec", df)
+                self.con.execute("INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM newvec", [emb.model_id])
+                self.con.unregister("newvec")
+                done += len(part)
+                bar.update(len(part))
+        except ToolkitError as e:
+            if not done:
+                raise
+            raise type(e)(f"{e} ({done} of {len(missing)} embeddings were computed before this and are kept in "
+                          f"{self.path.name}'s cache: running the ingest again sends only the other {len(missing) - done})") from e
+        finally:
+            bar.close()
         self.con.unregister("need")
         return len(missing), len(by_hash) - len(missing)
 
@@ -985,10 +1001,9 @@ class Store:
         )
         rebuild = bool(todo or removed or fts_changed or not self.has_lexical_index())
         if not rebuild and not need_embed:
-            if not self.read_only:
-                self._refresh_vector_index()  # `<store>.hnsw` moved in from elsewhere: rebuilt here
+            hnsw = self._refresh_vector_index() if not self.read_only else None  # `<store>.hnsw` moved in from elsewhere
             return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped),
-                                *self.embedding_coverage())
+                                *self.embedding_coverage(), vector_index=hnsw)
 
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -1045,7 +1060,7 @@ class Store:
         self._forget()
         self._dense_cache = None
         self.release_table_pages()  # the batches' pages: the next reads are the search matrices, from disk anyway
-        self._refresh_vector_index()
+        hnsw = self._refresh_vector_index()
         return IngestReport(
             documents=len(docs),
             added=added,
@@ -1059,6 +1074,7 @@ class Store:
             skipped=list(docs.skipped),
             embedded_chunks=(coverage := self.embedding_coverage())[0],
             total_chunks=coverage[1],
+            vector_index=hnsw,
         )
 
     def _embed_unchanged_chunks(self, emb: Embedder, *, progress: bool) -> tuple[int, int]:
@@ -1626,9 +1642,10 @@ class Store:
             "ef_search": ef_search, "generation": self.generation(), "count": len(vecs),
         }))
 
-    def _refresh_vector_index(self) -> None:
+    def _refresh_vector_index(self) -> str | None:
         """After an ingest: rebuild the index with its settings if the chunks changed or `<store>.hnsw` is not
-        the one built for this store (moved over from a copy): it would be stale."""
+        the one built for this store (moved over from a copy): it would be stale. Says what it did, for the
+        ingest's summary ("rebuilt", "removed"; None: nothing)."""
         vi = self.vector_index
         if vi and (vi.get("generation") != self.generation() or self._vector_index_mismatch(vi)):
             if self._count_embeddings() == 0:
@@ -1636,8 +1653,10 @@ class Store:
                 self._forget()
                 self.vector_index_path.unlink(missing_ok=True)
                 self._vector_index_stamp_path.unlink(missing_ok=True)
-                return
+                return "removed (no vectors left)"
             self.build_vector_index(m=vi["m"], ef_construction=vi["ef_construction"], ef_search=vi.get("ef_search", 512))
+            return "rebuilt"
+        return None
 
     def _ann(self) -> Any:
         """The usearch index of this generation, memory-mapped (read once per process; the OS shares pages).
