@@ -95,3 +95,20 @@ def browser_ready() -> None:
     from browser_lab import require_browser
 
     require_browser()
+
+
+def write_beir(root: Path, corpus_file: Path, *, scoped: bool = True) -> Path:
+    """A three-query BEIR folder over the six DOCS (q1 -> d1, q2 -> d2, q3 -> d5 in qrels/test.tsv); `scoped`
+    puts each query in its documents' scope."""
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(corpus_file.read_text())
+    qs = [
+        {"_id": "q1", "text": "deploy fails with ECONNREFUSED", "metadata": {"scope": "platform"}},
+        {"_id": "q2", "text": "what is the retry backoff?", "metadata": {"scope": "payments"}},
+        {"_id": "q3", "text": "which SDK version is pinned", "metadata": {"scope": "platform"}},
+    ]
+    if not scoped:
+        qs = [{k: v for k, v in q.items() if k != "metadata"} for q in qs]
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td5\t1\n")
+    return root

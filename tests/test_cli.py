@@ -7,23 +7,14 @@ import json
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import write_beir
 
 from toolkit.cli import main
 
 
 @pytest.fixture
 def beir(tmp_path, corpus_file):
-    root = tmp_path / "ds"
-    (root / "qrels").mkdir(parents=True)
-    (root / "corpus.jsonl").write_text(corpus_file.read_text())
-    qs = [
-        {"_id": "q1", "text": "deploy fails with ECONNREFUSED", "metadata": {"scope": "platform"}},
-        {"_id": "q2", "text": "what is the retry backoff?", "metadata": {"scope": "payments"}},
-        {"_id": "q3", "text": "which SDK version is pinned", "metadata": {"scope": "platform"}},
-    ]
-    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td5\t1\n")
-    return root
+    return write_beir(tmp_path / "ds", corpus_file)
 
 
 def test_help_explains_every_command():

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import write_beir
 from fake_servers import fake_server_fixture  # noqa: F401 - the fixture is used by name
 
 from toolkit.cli import main
@@ -15,17 +16,7 @@ from toolkit.store import Store
 
 @pytest.fixture
 def beir(tmp_path, corpus_file):
-    root = tmp_path / "ds"
-    (root / "qrels").mkdir(parents=True)
-    (root / "corpus.jsonl").write_text(corpus_file.read_text())
-    qs = [
-        {"_id": "q1", "text": "deploy fails with ECONNREFUSED"},
-        {"_id": "q2", "text": "what is the retry backoff?"},
-        {"_id": "q3", "text": "which SDK version is pinned"},
-    ]
-    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td5\t1\n")
-    return root
+    return write_beir(tmp_path / "ds", corpus_file, scoped=False)
 
 
 def _config(path, url, model="fake-embed", name="remote"):
