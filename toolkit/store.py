@@ -1039,7 +1039,10 @@ class Store:
                 bar.update(len(part))
             bar.close()
             if emb is not None and need_embed:
-                dim = int(emb.dim)  # an integer in the DDL (a type size cannot be a bound parameter)
+                # An integer in the DDL (a type size cannot be a bound parameter). The store's or the cached
+                # vectors' size first: asking an endpoint's `dim` sends it a request when nothing new was embedded.
+                cached_dim = self.con.execute("SELECT len(vec) FROM embedding_cache WHERE model = ? LIMIT 1", [emb.model_id]).fetchone()
+                dim = self.embedding_dim or (int(cached_dim[0]) if cached_dim else int(emb.dim))
                 self.con.execute(f"CREATE TABLE IF NOT EXISTS embeddings(chunk_id VARCHAR, model VARCHAR, vec FLOAT[{dim}])")
                 self.con.execute(
                     f"INSERT INTO embeddings SELECT c.chunk_id, ?, ec.vec::FLOAT[{dim}] FROM chunks c "
