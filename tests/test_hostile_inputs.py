@@ -244,7 +244,9 @@ def test_pathological_long_queries_finish_quickly(name):
     for f in (features.technical_tokens, identifier_tokens, analysis.lexical_text, analysis.compound_forms):
         t0 = time.perf_counter()
         f(text)
-        assert time.perf_counter() - t0 < 2.0, f.__name__
+        # Quadratic regexes took 30 s here; linear ones take 0.03-0.5 s alone. 5 s leaves room for a loaded
+        # machine (2.0 failed once with the test run and a second job sharing two cores).
+        assert time.perf_counter() - t0 < 5.0, f.__name__
 
 
 def test_technical_tokens_of_a_long_query_still_finds_tokens_in_later_windows():

@@ -141,20 +141,28 @@ def test_memory_limit_is_set_or_refused(tmp_path):
         Store(tmp_path / "m2.duckdb", memory_limit="1GB'; DROP TABLE meta; --")
 
 
-def test_a_stale_or_missing_index_file_is_refused_not_misread(store, tmp_path):
+def test_a_stale_or_missing_index_file_is_searched_exactly_not_misread(store, tmp_path, caplog):
     """The index's keys are positions in one generation's chunk layout: a file that does not belong to the
-    store's current generation must never be searched."""
+    store's current generation must never be searched. An ingest interrupted after its commit, before the
+    rebuild, left such an index, and every hnsw search failed until the next ingest: it searches exactly, and
+    says so."""
+    import logging
+
     qv = store.query_vectors(QUERIES["text"].to_list())
+    exact = store.dense_search(QUERIES, top_k=3, vectors=qv, scope_filter=False)
     store.build_vector_index()
     vi = store.vector_index
     store._set_meta("vector_index", json.dumps({**vi, "generation": "other"}))
-    with pytest.raises(StoreError, match="out of date"):
-        store.dense_search(QUERIES, top_k=3, vectors=qv, scope_filter=False, index="hnsw")
+    with caplog.at_level(logging.WARNING, logger="toolkit"):
+        got = store.dense_search(QUERIES, top_k=3, vectors=qv, scope_filter=False, index="hnsw")
+    assert got.equals(exact) and "built for an earlier state of the store" in caplog.text and "searching exactly" in caplog.text
     store._set_meta("vector_index", json.dumps(vi))
     store._ann_cache = None
     store.vector_index_path.unlink()
-    with pytest.raises(StoreError, match="missing"):
-        store.dense_search(QUERIES, top_k=3, vectors=qv, scope_filter=False, index="hnsw")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="toolkit"):
+        got = store.dense_search(QUERIES, top_k=3, vectors=qv, scope_filter=False, index="hnsw")
+    assert got.equals(exact) and "is missing" in caplog.text
 
 
 def test_hnsw_recall_against_exact_on_a_larger_random_corpus(tmp_path):

@@ -22,7 +22,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
@@ -507,6 +507,7 @@ class Store:
         # Literal SQL here and in the restore, not bound values: binding makes DuckDB import pandas (`_Connection`).
         stated = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         self._restore_limit = self._memory_limit or f"{_stated_limit_bytes(stated)}B"
+        self._check_is_store()
         if not read_only:
             had_values = self._has_table("doc_values")
             self.con.execute(_DDL)
@@ -524,6 +525,23 @@ class Store:
         vi = self._meta("vector_index")
         if vi and '"usearch"' not in vi and not read_only:
             self._drop_vss_index()
+
+    def _check_is_store(self) -> None:
+        """Refuse a DuckDB file that is not a toolkit store before anything is written to it (`hrt ingest
+        --store` naming someone else's database added eight tables to it, or crashed half-way on a `documents`
+        table of its own), and a store written by a newer toolkit (this one would write to it in silence)."""
+        tables = sorted(r[0] for r in self.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall())
+        if tables and not {"meta", "documents", "chunks"} <= set(tables):
+            shown = ", ".join(tables[:5]) + (f", ... ({len(tables)} tables)" if len(tables) > 5 else "")
+            self.close()
+            raise StoreError(f"{self.path}: not a toolkit store: a DuckDB database with other tables ({shown}); "
+                             "name a new file for the store")
+        version = self._meta("schema_version") if "meta" in tables else None
+        if version is not None and not (version.isdigit() and int(version) <= int(SCHEMA_VERSION)):
+            self.close()
+            raise StoreError(f"{self.path}: written by a newer toolkit (store schema version {version}; this one reads "
+                             f"up to {SCHEMA_VERSION}): upgrade hybrid-retrieval-toolkit to use it")
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier version up to date in place (nothing is rebuilt):
@@ -631,6 +649,12 @@ class Store:
             self._memo[("meta", key)] = row[0] if row else None
         return self._memo[("meta", key)]
 
+    def _rollback(self) -> None:
+        """Roll back after a failed write, keeping the failure's own error: when DuckDB has already ended the
+        transaction (a failed COMMIT on a full disk), ROLLBACK raises "no transaction is active", which hid it."""
+        with suppress(duckdb.Error):
+            self.con.execute("ROLLBACK")
+
     def _forget(self) -> None:
         """Drop memoised metadata (after a write, a rollback, or anything else that may have changed it)."""
         self._memo = {}
@@ -675,6 +699,19 @@ class Store:
             self._forget()
             self._seen_generation = seen
         return seen[0] or "0"
+
+    def ingest_roots(self) -> list[str]:
+        """The absolute paths of the folders and files `hrt ingest` has read into this store (oldest first):
+        document ids are paths relative to their folder, so two folders' `todo.md` share an id."""
+        v = self._meta("ingest_roots")
+        return json.loads(v) if v else []
+
+    def add_ingest_root(self, root: str | Path) -> None:
+        """Record `root` (made absolute) among `ingest_roots`."""
+        roots = self.ingest_roots()
+        r = str(Path(root).resolve())
+        if r not in roots:
+            self._set_meta("ingest_roots", json.dumps([*roots, r]))
 
     def stats(self) -> dict[str, Any]:
         n_docs, n_src, n_scope = self.con.execute(
@@ -731,6 +768,17 @@ class Store:
         if "fts" not in self._memo:
             self._memo["fts"] = self._has_table("dict", "fts_main_chunks")
         return self._memo["fts"]
+
+    def _lexical_index_whole(self) -> bool:
+        """The BM25 index holds exactly the stored chunks. A store file moved over another beside that one's
+        leftover WAL (a killed process's) got the old file's index replayed onto it: its new chunks were never
+        found by BM25, and every later ingest said "BM25 index unchanged". Checked at each ingest (one join)."""
+        if not self.has_lexical_index():
+            return False
+        strays = self.con.execute(
+            "SELECT (SELECT count(*) FROM chunks c ANTI JOIN fts_main_chunks.docs d ON d.name = c.chunk_id) + "
+            "(SELECT count(*) FROM fts_main_chunks.docs d ANTI JOIN chunks c ON d.name = c.chunk_id)").fetchone()[0]
+        return strays == 0
 
     # ------------------------------------------------------------------ embedding
     def embedder(self, model: str | None = None, **options: Any) -> Embedder:
@@ -974,6 +1022,14 @@ class Store:
         todo = [d for d in docs if rechunk_all or existing.get(d["doc_id"]) != content_hash[d["doc_id"]]]
         removed = sorted(set(existing) - incoming) if prune else []
         added = sum(1 for d in todo if d["doc_id"] not in existing)
+        if rechunk_all and not prune and (kept_old := sorted(set(existing) - incoming)):
+            # The documents left out would keep the old chunks while `index_settings` names the new size: one
+            # store with two chunkings (BM25 lengths and dense scores mixed), reported as one.
+            raise InputError(
+                f"changing the chunking ({old_settings.chunk_size}/{old_settings.chunk_overlap} -> "
+                f"{settings.chunk_size}/{settings.chunk_overlap}) re-chunks every document, but {len(kept_old):,} stored "
+                f"document(s) are not in this input (e.g. {kept_old[0]!r}): ingest the whole corpus, add --prune "
+                "(prune=True) to remove them, or use a new store file for the new chunking")
 
         # Everything is checked before anything is written: empty documents, then typed metadata (dates,
         # numbers; a bad date stops the ingest here).
@@ -1001,7 +1057,7 @@ class Store:
             settings.stemmer,
             settings.stopwords,
         )
-        rebuild = bool(todo or removed or fts_changed or not self.has_lexical_index())
+        rebuild = bool(todo or removed or fts_changed or not self._lexical_index_whole())
         if not rebuild and not need_embed:
             hnsw = self._refresh_vector_index() if not self.read_only else None  # `<store>.hnsw` moved in from elsewhere
             return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped),
@@ -1058,9 +1114,12 @@ class Store:
             self._set_meta("index_settings", json.dumps(asdict(settings)))
             self._set_meta("generation", sha1(self.generation() + os.urandom(8).hex())[:12])
             self.con.execute("COMMIT")
-        except BaseException:
-            self.con.execute("ROLLBACK")
+        except BaseException as e:
+            self._rollback()
             self._forget()
+            if isinstance(e, duckdb.IOException | duckdb.TransactionException):  # a full disk, an unwritable folder
+                raise StoreError(f"{self.path}: the ingest could not be written ({str(e).splitlines()[0]}); nothing of "
+                                 "it was stored: the store is as it was") from e
             raise
         self._forget()
         self._dense_cache = None
@@ -1247,7 +1306,7 @@ class Store:
                 self.con.execute("INSERT INTO stage_cache(key, name, data) VALUES (?, ?, ?)", [key, name, buf.getvalue()])
             self.con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            self._rollback()
             raise
 
     def get_frames(self, key: str) -> dict[str, pl.DataFrame] | None:
@@ -1671,14 +1730,15 @@ class Store:
         vi = self.vector_index
         if not vi:
             raise StoreError(f"{self.path} has no vector index; build one with `hrt ingest SOURCE --store STORE --vector-index hnsw` (exact search needs none)")
-        if vi.get("generation") != gen:
-            raise StoreError(f"{self.path}: the vector index is out of date (the chunks changed since it was built); "
-                             "rebuild it with `Store.build_vector_index` or `hrt ingest --vector-index hnsw`")
         cached = getattr(self, "_ann_cache", None)
-        if cached is None or cached[0] != vi["generation"]:
-            if not self.vector_index_path.exists():
-                raise StoreError(f"{self.vector_index_path}: the vector index file is missing; rebuild it (`hrt ingest --vector-index hnsw`)")
-            why = self._vector_index_mismatch(vi)
+        if cached is None or cached[0] != (vi["generation"], gen):
+            # An index that cannot serve this state of the store is never searched (its keys would name other
+            # chunks): exact search answers instead, and says why. An ingest interrupted after its commit but
+            # before the rebuild leaves one built for an earlier state; the next ingest rebuilds it.
+            why = ("it was built for an earlier state of the store (an ingest ended before rebuilding it)"
+                   if vi.get("generation") != gen
+                   else "the file is missing" if not self.vector_index_path.exists()
+                   else self._vector_index_mismatch(vi))
             if why:
                 logging.getLogger("toolkit").warning(
                     "warning: %s does not belong to this store (%s): searching exactly instead; rebuild it with "
@@ -1688,7 +1748,7 @@ class Store:
             else:
                 index = _usearch().Index.restore(str(self.vector_index_path), view=True)
             stranded = np.asarray(json.loads(self._vector_index_stamp_path.read_text()).get("stranded", []) if index else [], dtype=np.int64)
-            self._ann_cache = cached = (vi["generation"], index, stranded)
+            self._ann_cache = cached = ((vi["generation"], gen), index, stranded)
         return cached[1]
 
     def _dense_hnsw(self, queries: pl.DataFrame, qv: np.ndarray, *, top_k: int, level: str, ef_search: int | None) -> pl.DataFrame:
