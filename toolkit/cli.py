@@ -98,9 +98,12 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
 @click.option("--include", "include", multiple=True, metavar="GLOB",
               help="Also read files matching GLOB as text (repeatable; on the path relative to SOURCE): '*.py', 'docs/*.html'.")
+@click.option("--id-prefix", default=None, metavar="TEXT",
+              help="Put TEXT before every document id of this ingest (e.g. 'personal/'): ids are paths relative "
+                   "to SOURCE, so two folders sharing a store each need their own prefix to keep both todo.md.")
 @click.option("-v", "--verbose", is_flag=True, help="Name every file or record not indexed, with the reason.")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
-           api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, verbose) -> None:
+           api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, id_prefix, verbose) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
@@ -112,19 +115,26 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     reason. Re-ingesting unchanged documents computes
     nothing; a changed document replaces its chunks and embeddings; the whole update is one transaction.
 
+    A document's id is its path relative to SOURCE (a record's id for JSONL/Parquet): another folder's
+    todo.md has the same id and replaces the stored one. The store records the folders and files ingested
+    into it and warns when one replaces documents another put there; --id-prefix personal/ keeps both.
+
     Vectors made elsewhere: a corpus whose records carry a `vector` field (one chunk per document; name
     the model with --model), a vectors file from `hrt embed` (--vectors), or an http endpoint (--embed-url).
     A store keeps the vectors of one model: another model is refused, naming both.
     """
     from dataclasses import replace
 
-    from .loaders import load_corpus
+    from .loaders import check_id_prefix, load_corpus
     from .store import IndexSettings, Store
 
     t0 = time.perf_counter()
     # Checked before anything is read or opened: a bad --stemmer/--stopwords is one line, and no store is made.
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
-    docs = load_corpus(source, text_field=text_field, include=include)
+    if id_prefix is not None:
+        check_id_prefix(id_prefix, "--id-prefix")
+    docs = load_corpus(source, text_field=text_field, include=include, id_prefix=id_prefix)
+    root = Path(source).resolve()
     given = None
     if vectors_path:
         from .vectors import read_vectors
@@ -146,17 +156,76 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         settings = replace(base, **over)
         if settings.chunk_overlap >= settings.chunk_size:
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
+        roots = st.ingest_roots()
+        others = [r for r in roots if r != str(root)]
+        # Read before the ingest replaces them: the stored documents another folder or file put under this
+        # ingest's ids (a store from before roots were recorded has none, and is not warned about).
+        before = _clashing_documents(st, docs, root, others) if roots and str(root) not in roots else {}
         rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
                         prune=prune, progress=True)
         if vector_index == "hnsw" and not st.vector_index:  # an existing index was rebuilt by the ingest if needed
             st.build_vector_index()
+        replaced = sorted(i for i, row in _document_rows(st, list(before)).items() if row != before[i][0]) if before else []
+        origins = [r for r in others if any(r in before[i][1] for i in replaced)]
+        st.add_ingest_root(root)
         stale = [] if prune else sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in docs})
     _echo_skipped(docs, verbose)
+    if replaced:  # same id, other content, put there by another folder or file: the data loss users do not see
+        click.echo(_replaced_warning(replaced, root, origins), err=True)
     if stale:  # a deleted or renamed file stays searchable until pruned: say so
-        click.echo(f"note: {len(stale)} stored document(s) are not in {source} (e.g. {stale[0]!r}); --prune removes them",
-                   err=True)
+        also = (f"; the store also holds what was ingested from {_roots_text(others)}, which --prune would remove too"
+                if others else "; --prune removes them")
+        click.echo(f"note: {len(stale)} stored document(s) are not in {source} (e.g. {stale[0]!r}){also}", err=True)
     index_note = "; HNSW vector index built (a config with retrieval.dense.index: hnsw searches it)" if vector_index == "hnsw" else ""
-    click.echo(f"{rep.summary()}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
+    summary = rep.summary()
+    if replaced:  # "1 changed" alone reads as an edit of the same note
+        said = f"{rep.changed} changed"
+        what = f"{len(replaced)} of them replacing another source's document"
+        summary = summary.replace(said, f"{said} ({what})", 1) if said in summary else f"{summary}; {what}"
+    click.echo(f"{summary}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
+
+
+def _document_rows(st, doc_ids: list[str]) -> dict[str, tuple]:
+    """doc_id -> (source, scope, title, text, metadata) of the stored documents among `doc_ids`."""
+    df = st.documents(doc_ids)
+    return {r[0]: r[1:] for r in df.select("doc_id", "source", "scope", "title", "text", "metadata").iter_rows()}
+
+
+def _clashing_documents(st, docs, root: Path, others: list[str]) -> dict[str, tuple[tuple, list[str]]]:
+    """The stored documents that the ingest of `docs` from `root` would overwrite, each with the other
+    roots it may have come from (as `_document_rows`, origins): an id this ingest brings, except when the
+    stored document can only be the very file this ingest reads (`hrt ingest notes/`, then
+    `hrt ingest notes/todo.md` after an edit)."""
+    stored = _document_rows(st, [d["doc_id"] for d in docs])
+    # Where a note's file is: its source is the path relative to the folder (a lone file's, its parent).
+    here = root if root.is_dir() else root.parent
+    bases = [(r, Path(r) if Path(r).is_dir() else Path(r).parent) for r in others]
+    mine = {d["doc_id"]: here / str(d["source"]) for d in docs if d["doc_id"] in stored}
+    out = {}
+    for i, row in stored.items():
+        # The roots whose file of that name is still there (all of them when none is): a root the stored
+        # document cannot have come from (no such file) does not make it another folder's.
+        files = [(r, b / str(row[0])) for r, b in bases]
+        files = [(r, f) for r, f in files if f.is_file()] or files
+        origins = [r for r, f in files if f != mine[i]]
+        if origins:
+            out[i] = (row, origins)
+    return out
+
+
+def _roots_text(roots: list[str]) -> str:
+    return roots[0] if len(roots) == 1 else "one of " + ", ".join(roots[:3]) + (" ..." if len(roots) > 3 else "")
+
+
+def _replaced_warning(replaced: list[str], root: Path, others: list[str]) -> str:
+    """The warning for documents of `root` that replaced, under the same id, documents another folder or
+    file ingested into the store had put there."""
+    collection = root.is_file() and root.suffix in {".jsonl", ".json", ".parquet"}
+    ids = "ids are the records' ids" if collection else "ids are paths relative to the folder"
+    name = (root.stem if collection else root.name if root.is_dir() else root.parent.name) or "mine"
+    return (f"warning: {len(replaced)} document(s) of {root} replaced documents with the same id ingested from "
+            f"{_roots_text(others)} (e.g. {replaced[0]!r}): {ids}; give each folder its own --id-prefix "
+            f"(e.g. --id-prefix {name}/) to keep both")
 
 
 def _dense_embedder(dense):

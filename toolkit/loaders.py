@@ -39,6 +39,7 @@ import mimetypes
 import numbers
 import os
 import sys
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, time
@@ -262,11 +263,30 @@ def _check_unique(
     return out
 
 
+MAX_ID_PREFIX = 200  # characters
+
+
+def check_id_prefix(prefix: object, name: str = "id_prefix") -> str:
+    """`prefix` if it is a usable document-id prefix (a non-empty string of at most `MAX_ID_PREFIX`
+    characters, no control characters), else an `InputError` naming `name` (`--id-prefix` for the CLI)."""
+    if not isinstance(prefix, str):
+        raise InputError(f"{name}: must be a string, got {type(prefix).__name__}")
+    if not prefix.strip():
+        raise InputError(f"{name}: must not be empty or blank (e.g. 'personal/')")
+    if len(prefix) > MAX_ID_PREFIX:
+        raise InputError(f"{name}: at most {MAX_ID_PREFIX} characters, got {len(prefix)}")
+    bad = next((c for c in prefix if unicodedata.category(c) in {"Cc", "Cf", "Zl", "Zp"}), None)
+    if bad is not None:
+        raise InputError(f"{name}: must not contain control characters (found U+{ord(bad):04X})")
+    return prefix
+
+
 def load_corpus(
     path: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | pl.DataFrame | pl.LazyFrame,
     *,
     text_field: str | None = None,
     include: Iterable[str] = (),
+    id_prefix: str | None = None,
 ) -> Corpus:
     """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .txt, .rst, and
     files without an extension whose content is UTF-8 text), one such text file (read as it is in a folder:
@@ -289,7 +309,17 @@ def load_corpus(
     `contents`); a record without it is an error naming the file, the line and the keys it has.
     `include`: glob patterns (`fnmatch` on the path relative to the folder, `*` crossing folders: "*.py",
     "docs/*.html") of further files in a folder to read as text, e.g. source code for a code assistant's
-    memory; like .md files, they must be UTF-8."""
+    memory; like .md files, they must be UTF-8.
+
+    `id_prefix` is put before every document id (`"personal/"` makes `todo.md` `personal/todo.md`): a
+    folder's ids are paths relative to it, so two folders sharing a store each need their own prefix, else
+    the second's `todo.md` replaces the first's. Sources, scopes and `skipped` are left as they are."""
+    if id_prefix is not None:
+        prefix = check_id_prefix(id_prefix)
+        corpus = load_corpus(path, text_field=text_field, include=include)
+        for d in corpus:
+            d["doc_id"] = prefix + d["doc_id"]
+        return corpus
     include = tuple(include)
     if not isinstance(path, str | os.PathLike):
         if include:
