@@ -112,3 +112,18 @@ def test_a_full_disk_says_so_and_leaves_the_store_as_it_was(tmp_path):
     assert "the ingest could not be written" in r.stdout and "the store is as it was" in r.stdout
     with Store(path, read_only=True) as st:
         assert st.stats()["documents"] == len(DOCS)
+
+
+def test_a_damaged_store_file_is_one_line_not_a_traceback(tmp_path):
+    """DuckDB's checksums catch a damaged file; the user got a raw `_duckdb.IOException` traceback."""
+    path = tmp_path / "s.duckdb"
+    with Store(path) as st:
+        st.ingest([{"doc_id": f"d{i}", "text": f"walrus note {i} " * 50} for i in range(300)], embed=False)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        for off in range(size // 3, size - 4096, 16384):
+            f.seek(off)
+            f.write(b"\xff" * 64)
+    r = CliRunner().invoke(main, ["search", "walrus", "--store", str(path), "--mode", "lexical"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "error: a store file is damaged or cannot be read: IO Error: Corrupt database file" in r.output

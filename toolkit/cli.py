@@ -54,6 +54,16 @@ class _Group(click.Group):
         except ToolkitError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
+        except OSError as e:  # a folder without write permission, a full disk: the machine, not the input
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+        except Exception as e:
+            # A store file DuckDB finds damaged (a checksum that does not match, a truncated file): one line,
+            # not a traceback (duckdb is not imported here: `hrt --help` stays light).
+            if type(e).__name__ == "IOException" and type(e).__module__.lstrip("_").startswith("duckdb"):
+                click.echo(f"error: a store file is damaged or cannot be read: {str(e).splitlines()[0]}", err=True)
+                sys.exit(2)
+            raise
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
