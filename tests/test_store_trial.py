@@ -127,3 +127,18 @@ def test_a_damaged_store_file_is_one_line_not_a_traceback(tmp_path):
     r = CliRunner().invoke(main, ["search", "walrus", "--store", str(path), "--mode", "lexical"])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert "error: a store file is damaged or cannot be read: IO Error: Corrupt database file" in r.output
+
+
+def test_the_default_search_of_a_store_without_embeddings_is_bm25_said(tmp_path):
+    """`hrt search QUERY` (hybrid by default) on a store ingested with --no-embed failed with "has no
+    embeddings"; it searches with BM25 and says so. An explicit hybrid or dense request still fails, saying how
+    to search lexically."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(f'{{"_id": "{d["doc_id"]}", "text": "{d["text"]}"}}\n' for d in DOCS))
+    store = str(tmp_path / "s.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(corpus), "--store", store, "--no-embed"]).exit_code == 0
+    r = CliRunner().invoke(main, ["search", "walrus 2", "--store", store])
+    assert r.exit_code == 0 and r.stdout.startswith("1. score ") and "barely differ" not in r.stdout, r.output
+    assert "note: the store has no embeddings (ingested with --no-embed): searching with BM25 alone" in r.stderr
+    r = CliRunner().invoke(main, ["search", "walrus", "--store", store, "--mode", "hybrid"])
+    assert r.exit_code == 2 and "hrt search --mode lexical" in r.output

@@ -376,7 +376,13 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
                      schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
     with Store(store_path, read_only=True) as st:
         if cfg.retrieval.dense.enabled:
-            _warn_dense_coverage(*st.embedding_coverage())
+            embedded, chunks = st.embedding_coverage()
+            if not embedded and chunks and config is None and mode is None:
+                # The default (hybrid) on a store ingested with --no-embed: BM25 alone, said, not an error.
+                click.echo("note: the store has no embeddings (ingested with --no-embed): searching with BM25 alone "
+                           "(--mode lexical); `hrt ingest` without --no-embed adds dense search", err=True)
+                cfg, _ = resolve_rerank(_load_cfg(None, "lexical").with_updates({"output.n": n}))
+            _warn_dense_coverage(embedded, chunks)
         prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
         top = res.final.filter(pl.col("rank") <= n).sort("rank")

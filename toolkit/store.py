@@ -754,7 +754,8 @@ class Store:
     def _no_embeddings(self) -> NoReturn:
         """Dense search without vectors: an empty store says it is empty, a lexical-only one how to embed."""
         self._refuse_empty()
-        raise StoreError(f"{self.path} has no embeddings; ingest with embeddings (the default) to use dense search")
+        raise StoreError(f"{self.path} has no embeddings; ingest with embeddings (the default) to use dense search, "
+                         "or search with BM25 alone (hrt search --mode lexical; a config with retrieval.dense.enabled: false)")
 
     def _has_table(self, name: str, schema: str = "main") -> bool:
         return bool(
