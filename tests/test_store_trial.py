@@ -142,3 +142,20 @@ def test_the_default_search_of_a_store_without_embeddings_is_bm25_said(tmp_path)
     assert "note: the store has no embeddings (ingested with --no-embed): searching with BM25 alone" in r.stderr
     r = CliRunner().invoke(main, ["search", "walrus", "--store", store, "--mode", "hybrid"])
     assert r.exit_code == 2 and "hrt search --mode lexical" in r.output
+
+
+def test_an_unwritable_cache_folder_falls_back_to_torch_and_says_so(tmp_path, monkeypatch, caplog):
+    """With HOME or HRT_CACHE_DIR unwritable every default hybrid search and ingest crashed on the ONNX
+    export (PermissionError): `auto` embeds with torch (the same vectors) and says why."""
+    import logging
+
+    pytest.importorskip("onnxruntime")
+    from toolkit.embed import make_embedder
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("HRT_CACHE_DIR", str(blocker / "cache"))  # cannot be created, even by root
+    with caplog.at_level(logging.WARNING, logger="toolkit"):
+        emb = make_embedder(backend="auto")
+    assert emb.backend == "torch"
+    assert "the ONNX export cannot be written to" in caplog.text and "set HRT_CACHE_DIR to a writable folder" in caplog.text

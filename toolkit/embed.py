@@ -127,12 +127,35 @@ def make_embedder(
     if backend == "auto":
         from .embed_onnx import onnxruntime_available
 
-        backend = "onnx" if onnxruntime_available() and Path(resolve_model(model)[1]).is_dir() else "torch"
+        local = Path(resolve_model(model)[1])
+        backend = "onnx" if onnxruntime_available() and local.is_dir() and _onnx_export_usable(local) else "torch"
     if backend == "torch":
         return SentenceTransformerEmbedder(model, batch_size=batch_size)
     from .embed_onnx import OnnxEmbedder
 
     return OnnxEmbedder(model, quantize=backend == "onnx-int8", batch_size=batch_size)
+
+
+def _onnx_export_usable(model_dir: Path) -> bool:
+    """The ONNX export of `model_dir` exists, or the cache can take it. A cache folder that cannot be written
+    (a read-only HOME, an HRT_CACHE_DIR without permission) made every hybrid search and ingest fail on the
+    export; `auto` then uses torch (the same vectors), and says why once."""
+    import logging
+    import tempfile
+
+    from .embed_onnx import cache_dir, export_dir
+
+    if (export_dir(model_dir) / "manifest.json").exists():
+        return True
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache_dir()):
+            return True
+    except OSError as e:
+        logging.getLogger("toolkit").warning(
+            "warning: the ONNX export cannot be written to %s (%s): embedding with torch (the same vectors, slower "
+            "to start); set HRT_CACHE_DIR to a writable folder to use ONNX Runtime", cache_dir(), e.strerror or e)
+        return False
 
 
 def embedder_model_id(model: str | None, backend: str = "auto", provider: str = "local") -> str:
