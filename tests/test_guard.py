@@ -6,6 +6,8 @@ import json
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolkit.config import load_config
 from toolkit.guard import identifier_tokens
@@ -78,3 +80,16 @@ def test_default_preset_reports_the_route_of_every_query(store):
     pq = res.per_query.sort("qid")
     assert set(pq["route"].to_list()) <= {"dense-led", "balanced", "bm25-led"} and pq["route"].null_count() == 0
     assert pq["exact_token"].to_list()[0] in ("kept", "held") and pq["exact_token"].to_list()[1] is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="aAbB_-./: 1\n", max_size=40), tok=st.text(alphabet="aAbB_-./:1", min_size=1, max_size=5))
+def test_the_word_bounded_find_equals_the_regex_it_replaced(text, tok):
+    """`exact_matches` finds tokens with `str.find` and a neighbour check (a regex per token took 31 s for 100
+    identifier-like words against a 20 MB log): the same answers as `(?<!\\w)tok(?!\\w)` case-insensitive."""
+    import re
+
+    from toolkit.guard import _contains_word
+
+    want = re.search(rf"(?<![\w]){re.escape(tok)}(?![\w])", text, re.IGNORECASE) is not None
+    assert _contains_word(text.lower(), tok.lower()) == want
