@@ -56,7 +56,7 @@ def test_include_reads_other_text_files_and_the_skip_reason_says_how(tmp_path):
     (root / "data.csv").write_text("id,text\n1,avahi\n")
     corpus = load_corpus(root)
     reasons = {s.where: s.reason for s in corpus.skipped}
-    assert "--include '*.py' reads it as text" in reasons["pkg/daemon.py"]
+    assert reasons["pkg/daemon.py"] == "not indexed by default: add --include '*.py'"
     assert "--include" not in reasons["logo.png"] and "--include" not in reasons["pkg/changelog.Debian.gz"]
 
     corpus = load_corpus(root, include=["*.py"])

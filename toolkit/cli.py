@@ -108,17 +108,23 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
 @click.option("--include", "include", multiple=True, metavar="GLOB",
               help="Also read files matching GLOB as text (repeatable; on the path relative to SOURCE): '*.py', 'docs/*.html'.")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
+              help="Leave out files or folders matching GLOB (repeatable; on the path relative to SOURCE): "
+                   "'logs/*', 'node_modules', '*.log'.")
 @click.option("--id-prefix", default=None, metavar="TEXT",
               help="Put TEXT before every document id of this ingest (e.g. 'personal/'): ids are paths relative "
                    "to SOURCE, so two folders sharing a store each need their own prefix to keep both todo.md.")
 @click.option("-v", "--verbose", is_flag=True, help="Name every file or record not indexed, with the reason.")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
-           api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, id_prefix, verbose) -> None:
+           api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, exclude, id_prefix,
+           verbose) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
     files: .md, .txt, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
-    relative path, scope = top folder); --include adds other text files (source code, HTML as text). A JSONL
+    relative path, scope = top folder). Any other extension (.py, .yaml, .log) is skipped, the same on every
+    machine, until --include names it; --exclude leaves files or folders out; hidden folders (.git) are never
+    read. A text file over 5 MB is named before embedding starts. A JSONL
     or Parquet record's top-level fields other than the id, text, title, source, scope, metadata and vector are
     stored as metadata (checked like metadata: a bad date names the line and field). Files
     and records left out (other types, binary content, empty documents) are counted; -v names each with the
@@ -143,7 +149,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
     if id_prefix is not None:
         check_id_prefix(id_prefix, "--id-prefix")
-    docs = load_corpus(source, text_field=text_field, include=include, id_prefix=id_prefix)
+    docs = load_corpus(source, text_field=text_field, include=include, exclude=exclude, id_prefix=id_prefix)
     root = Path(source).resolve()
     given = None
     if vectors_path:
@@ -290,9 +296,17 @@ def _echo_skipped(docs, verbose: bool = False) -> None:
         return
     hint = "" if verbose else " (-v names them)"
     click.echo(f"warning: {docs.skipped_summary()}{hint}", err=True)
-    if verbose:
+    if verbose:  # a hidden or excluded folder is one line, not one per file (a copied .git is thousands)
+        folders: dict[tuple[str, str], int] = {}
         for s in skipped:
-            click.echo(f"  skipped {s.where}: {s.reason}", err=True)
+            if getattr(s, "folder", None):
+                folders[s.folder, s.reason] = folders.get((s.folder, s.reason), 0) + 1
+        for s in skipped:
+            if not getattr(s, "folder", None):
+                click.echo(f"  skipped {s.where}: {s.reason}", err=True)
+            elif (n := folders.pop((s.folder, s.reason), None)) is not None:
+                why = "hidden" if s.reason == "hidden file or folder" else s.reason
+                click.echo(f"  skipped folder {s.folder} ({why}): {n} file{'s' if n != 1 else ''}", err=True)
 
 
 @main.command()

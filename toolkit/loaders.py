@@ -53,6 +53,20 @@ from .errors import InputError
 from .metatypes import typed_values
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
+# File types by name from Python's own table only, never the host's /etc/mime.types (which made .go or .yaml
+# indexed on one machine and skipped on another): it names known binary formats (image/png, gzip) in a skip
+# reason and tells README.Debian (read by content) from a file type (see `_folder_docs`).
+_mime = functools.cache(mimetypes.MimeTypes)  # Python's defaults only: the host's files fill the module-level table
+# application/* types in that table that are text: any other extension of theirs is "not indexed by default".
+TEXT_APPLICATION_TYPES = frozenset({
+    "application/javascript", "application/json", "application/manifest+json", "application/n-quads",
+    "application/n-triples", "application/trig", "application/xml", "application/x-csh", "application/x-latex",
+    "application/x-sh", "application/x-tcl", "application/x-tex", "application/x-texinfo", "application/x-troff",
+    "application/x-troff-man", "application/x-troff-me", "application/x-troff-ms",
+})
+# A file read as text above this size gets a note before anything is embedded (a 20 MB log became 24k of an
+# ingest's 26k chunks, and most of its time, without a word).
+LARGE_FILE_BYTES = 5 * 1024 * 1024
 # Bytes read to decide whether a file without an extension (README, NEWS, CHANGES, LICENSE) is text.
 SNIFF_BYTES = 8192
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark (Windows editors write one): dropped, not read as text
@@ -64,6 +78,8 @@ class Skipped:
 
     where: str
     reason: str
+    # The hidden or excluded folder it was left out with (`hrt ingest -v` names the folder once), else None.
+    folder: str | None = None
 
 
 class Corpus(list):
@@ -286,10 +302,12 @@ def load_corpus(
     *,
     text_field: str | None = None,
     include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
     id_prefix: str | None = None,
 ) -> Corpus:
     """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .txt, .rst, and
-    files without an extension whose content is UTF-8 text), one such text file (read as it is in a folder:
+    files without an extension whose content is UTF-8 text; any other extension, .py, .yaml or .log alike, is
+    skipped as "not indexed by default" unless `include` names it), one such text file (read as it is in a folder:
     one document, id and source its file name, title its first line), or records given in Python (an
     iterable of dicts, a polars or pandas frame: each read as a JSONL line is, errors naming `record N` /
     `row N`). `.skipped` lists what was not indexed.
@@ -309,21 +327,25 @@ def load_corpus(
     `contents`); a record without it is an error naming the file, the line and the keys it has.
     `include`: glob patterns (`fnmatch` on the path relative to the folder, `*` crossing folders: "*.py",
     "docs/*.html") of further files in a folder to read as text, e.g. source code for a code assistant's
-    memory; like .md files, they must be UTF-8.
+    memory; like .md files, they must be UTF-8. `exclude`: glob patterns, matched the same way on files and
+    folders ("logs/*", "node_modules", "*.log"), of what a folder's reading leaves out (listed in `skipped`;
+    `exclude` wins over `include`). Hidden files and folders (.git) are never read. A file read as text that is
+    larger than 5 MB (`LARGE_FILE_BYTES`) is named in a warning on the "toolkit" logger as it is read.
 
     `id_prefix` is put before every document id (`"personal/"` makes `todo.md` `personal/todo.md`): a
     folder's ids are paths relative to it, so two folders sharing a store each need their own prefix, else
     the second's `todo.md` replaces the first's. Sources, scopes and `skipped` are left as they are."""
     if id_prefix is not None:
         prefix = check_id_prefix(id_prefix)
-        corpus = load_corpus(path, text_field=text_field, include=include)
+        corpus = load_corpus(path, text_field=text_field, include=include, exclude=exclude)
         for d in corpus:
             d["doc_id"] = prefix + d["doc_id"]
         return corpus
-    include = tuple(include)
+    include, exclude = tuple(include), tuple(exclude)
     if not isinstance(path, str | os.PathLike):
-        if include:
-            raise InputError(f"include patterns ({', '.join(include)}) apply to a folder of files, not to records")
+        if include or exclude:
+            raise InputError(f"include/exclude patterns ({', '.join(include + exclude)}) apply to a folder of files, "
+                             "not to records")
         hint = "load_corpus(..., text_field=...)"
         return _check_unique(((w, _doc_from_record(r, _named(w, r), text_field, hint)) for w, r in _record_rows(path)),
                              "the documents given")
@@ -334,6 +356,9 @@ def load_corpus(
     note = p.is_file() and _note_file(p, include)
     if include and not note and (not p.is_dir() or beir):
         raise InputError(f"{p}: include patterns ({', '.join(include)}) apply to a folder of files, not to a collection file")
+    if exclude and (not p.is_dir() or beir):
+        raise InputError(f"{p}: exclude patterns ({', '.join(exclude)}) apply to a folder of files, not to one file "
+                         "or a collection")
     if beir:
         p = beir
     if note:  # one note: read as it would be in its folder (id and source its file name, no scope)
@@ -349,20 +374,21 @@ def load_corpus(
         return _check_unique(((f"{p} row {i}", _doc_from_record(r, f"{p} row {i}", text_field)) for i, r in enumerate(rows)), p)
     if p.is_dir():
         skipped: list[Skipped] = []
-        return _check_unique(_folder_docs(p, skipped, include), p, skipped)
+        return _check_unique(_folder_docs(p, skipped, include, exclude=exclude), p, skipped)
+    hint = f"; --include '*{p.suffix}' reads it as text" if p.suffix and not _binary_type(p.name) else ""
     raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, a folder of text files, or one "
-                     "text file: .md, .txt, .rst)")
+                     f"text file: .md, .txt, .rst{hint})")
 
 
 def _note_file(p: Path, include: tuple[str, ...]) -> bool:
     """Whether a file given alone is a note: a name a folder would read as one (known text extension, an
-    `include` match), or, with no extension a registry knows (README, NEWS), text by content. A collection
-    file (.jsonl, .json, .parquet) never is."""
+    `include` match), or, without an extension (README, NEWS, README.Debian: `_extensionless`), text by
+    content. A collection file (.jsonl, .json, .parquet) never is."""
     if p.suffix in {".jsonl", ".json", ".parquet"}:
         return False
     if _named_note(p.name, include):
         return True
-    if any(mimetypes.guess_type(p.name, strict=False)):
+    if not _extensionless(p.name):
         return False
     with p.open("rb") as fh:
         return _sniff_text(fh.read(SNIFF_BYTES)) is None
@@ -392,6 +418,49 @@ def _record_rows(source: object) -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 def _hidden(rel: Path) -> bool:
     return any(part.startswith(".") for part in rel.parts)
+
+
+def _extensionless(name: str) -> bool:
+    """A name read by content: no extension (README, NEWS, Makefile), or an upper-case name whose suffix is no
+    file type (README.Debian, LICENSE.MIT). Python's own table decides, never the host's, so the same folder
+    indexes the same files everywhere."""
+    p = Path(name)
+    return not p.suffix or (p.stem.isupper() and not any(_mime().guess_type(name, strict=False)))
+
+
+def _binary_type(name: str) -> str | None:
+    """The known non-text file type of a name (image/png, gzip, application/pdf), else None."""
+    kind, encoding = _mime().guess_type(name, strict=False)
+    if encoding:
+        return encoding
+    if kind and not kind.startswith(("text/", "message/")) and kind not in TEXT_APPLICATION_TYPES:
+        return kind
+    return None
+
+
+def _excluded(rel: str, exclude: tuple[str, ...], folder: bool = False) -> str | None:
+    """The first `exclude` pattern matching a path relative to the folder (a folder also matches a pattern
+    for everything in it: "logs/huge/*" takes the folder logs/huge), else None."""
+    for pat in exclude:
+        if fnmatch.fnmatchcase(rel, pat) or folder and pat.endswith("*") and fnmatch.fnmatchcase(rel + "/", pat):
+            return pat
+    return None
+
+
+def _left_out(rel: Path, exclude: tuple[str, ...]) -> Skipped | None:
+    """Why a file is not read by its path alone: the first (outermost) hidden or excluded folder it is in,
+    else the file itself hidden or excluded; None if neither."""
+    for i in range(1, len(rel.parts)):
+        folder = "/".join(rel.parts[:i])
+        if pat := _excluded(folder, exclude, folder=True):
+            return Skipped(rel.as_posix(), f"excluded by --exclude '{pat}'", folder)
+        if rel.parts[i - 1].startswith("."):
+            return Skipped(rel.as_posix(), "hidden file or folder", folder)
+    if pat := _excluded(rel.as_posix(), exclude):
+        return Skipped(rel.as_posix(), f"excluded by --exclude '{pat}'")
+    if rel.name.startswith("."):
+        return Skipped(rel.as_posix(), "hidden file or folder")
+    return None
 
 
 def _named_note(rel: str, include: tuple[str, ...]) -> bool:
@@ -447,11 +516,14 @@ def _outside(f: Path, real_root: Path) -> str | None:
 
 
 def _folder_docs(
-    root: Path, skipped: list[Skipped], include: tuple[str, ...] = (), files: Iterable[Path] | None = None
+    root: Path, skipped: list[Skipped], include: tuple[str, ...] = (), files: Iterable[Path] | None = None,
+    exclude: tuple[str, ...] = (),
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Text files under `root` (or only `files`, each under `root`: a single note): known text extensions,
     files matching an `include` pattern, and files without an extension (README, NEWS, CHANGES, LICENSE)
-    recognised by content. Everything else goes to `skipped` with the reason.
+    recognised by content. Everything else goes to `skipped` with the reason: hidden or `exclude`d files and
+    folders, a known binary type by name (image/png, gzip), binary content, and any other extension (.py,
+    .yaml, .log) as "not indexed by default" with the --include that reads it; the same on every host.
 
     A folder's file whose real path (symlinks resolved) is outside the real folder is skipped, never read:
     a notes folder from someone else may hold `notes.md -> ~/.aws/credentials`, and indexing it would
@@ -460,8 +532,8 @@ def _folder_docs(
     real_root = root.resolve()
     for f in sorted(x for x in root.rglob("*") if x.is_file()) if files is None else files:
         rel = f.relative_to(root).as_posix()
-        if _hidden(f.relative_to(root)):
-            skipped.append(Skipped(rel, "hidden file or folder"))
+        if why_not := _left_out(f.relative_to(root), exclude):
+            skipped.append(why_not)
             continue
         if files is None and (outside := _outside(f, real_root)):
             skipped.append(Skipped(rel, f"symlink to outside the folder (target: {outside})"))
@@ -471,17 +543,18 @@ def _folder_docs(
                                         "it, so the folder is read as notes; ingest the file itself for its records)"))
             continue
         if not _named_note(rel, include):
-            # A known type that is not a document (image, archive, code) is skipped by name; no extension
-            # or one no registry knows ("README", "NEWS", "README.Debian") is decided by content.
-            kind, encoding = mimetypes.guess_type(f.name, strict=False)
-            if encoding or kind:
-                hint = f"; --include '*{f.suffix}' reads it as text" if not encoding and kind.startswith(("text/", "application/json")) else ""
-                skipped.append(Skipped(rel, f"file type {encoding or kind} ({f.suffix}: not a document format{hint})"))
+            # A known binary type (image, archive) is skipped by name; no extension ("README", "NEWS",
+            # "README.Debian") is decided by content; any other extension is text only when --include says so.
+            if not _extensionless(f.name) and (kind := _binary_type(f.name)):
+                skipped.append(Skipped(rel, f"file type {kind} ({f.suffix}: not a document format)"))
                 continue
             with f.open("rb") as fh:
                 why = _sniff_text(fh.read(SNIFF_BYTES))
             if why:
                 skipped.append(Skipped(rel, why))
+                continue
+            if not _extensionless(f.name):
+                skipped.append(Skipped(rel, f"not indexed by default: add --include '*{f.suffix}'"))
                 continue
         data = f.read_bytes()
         if b"\0" in data:  # whatever the name says: a NUL byte is never in a text note (UTF-16 is refused too)
@@ -494,6 +567,10 @@ def _folder_docs(
         except UnicodeDecodeError as e:
             line = body[: e.start].count(b"\n") + 1
             raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
+        if files is None and len(data) > LARGE_FILE_BYTES:
+            logging.getLogger("toolkit").warning(
+                "note: %s is %.1f MB of text, so it will be many chunks and much of the ingest's time; "
+                "--exclude '%s' leaves it out", rel, len(data) / 2**20, rel)
         # An empty file gets no title either, so it is skipped as an empty document (not indexed by name).
         title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "")
         top = rel.split("/")[0] if "/" in rel else None
