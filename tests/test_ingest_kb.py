@@ -143,3 +143,17 @@ def test_a_huge_text_file_is_named_while_loading_before_any_embedding(tmp_path, 
     r = CliRunner().invoke(main, ["ingest", str(root), "--store", str(tmp_path / "t.duckdb"), "--no-embed",
                                   "--exclude", "logs/huge/*"])
     assert r.exit_code == 0, r.output
+
+
+def test_hrt_embed_takes_the_same_exclude_as_the_ingest(tmp_path):
+    """`hrt embed` had --include only: files excluded at ingest were embedded into the vectors file anyway."""
+    import polars as pl
+
+    root = tmp_path / "kb"
+    (root / "logs").mkdir(parents=True)
+    (root / "a.md").write_text("the gateway runbook\n")
+    (root / "logs" / "noise.md").write_text("debug debug debug\n")
+    out = tmp_path / "v.parquet"
+    r = CliRunner().invoke(main, ["embed", str(root), "--exclude", "logs", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert pl.read_parquet(out).height == 1

@@ -323,8 +323,9 @@ def _echo_skipped(docs, verbose: bool = False) -> None:
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1))
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
 @click.option("--include", "include", multiple=True, metavar="GLOB", help="As `hrt ingest --include`.")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB", help="As `hrt ingest --exclude` (give both the same).")
 def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, chunk_overlap, batch_size, text_field,
-          include) -> None:
+          include, exclude) -> None:
     """Chunk SOURCE and embed its chunks into a vectors file for `hrt ingest SOURCE --vectors OUT`.
 
     With --engine ray the embedding runs as a Ray Data pipeline, so a cluster embeds and one machine keeps
@@ -338,7 +339,7 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
     if chunk_overlap >= chunk_size:
         raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
     t0 = time.perf_counter()
-    docs = load_corpus(source, text_field=text_field, include=include)
+    docs = load_corpus(source, text_field=text_field, include=include, exclude=exclude)
     path, frame = embed_corpus(docs, out, engine=engine, model=model, backend=backend, chunk_size=chunk_size,
                                chunk_overlap=chunk_overlap, batch_size=batch_size, actors=actors,
                                address=ray_address or os.environ.get("RAY_ADDRESS"))
