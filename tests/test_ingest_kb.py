@@ -157,3 +157,24 @@ def test_hrt_embed_takes_the_same_exclude_as_the_ingest(tmp_path):
     r = CliRunner().invoke(main, ["embed", str(root), "--exclude", "logs", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert pl.read_parquet(out).height == 1
+
+
+def test_prune_refuses_to_remove_documents_whose_files_are_still_there(tmp_path):
+    """A re-index with --prune but without the earlier --include removed every .py document though the files
+    were all still there (58 of 60 'removed'); only documents whose files are gone may be pruned."""
+    root = tmp_path / "kb"
+    root.mkdir()
+    (root / "a.md").write_text("the gateway runbook\n")
+    (root / "retry.py").write_text("def compute_retry_backoff():\n    return 250\n")
+    (root / "gone.md").write_text("an old note\n")
+    store = str(tmp_path / "s.duckdb")
+    run = CliRunner()
+    assert run.invoke(main, ["ingest", str(root), "--store", store, "--no-embed", "--include", "*.py"]).exit_code == 0
+    (root / "gone.md").unlink()
+    r = run.invoke(main, ["ingest", str(root), "--store", store, "--no-embed", "--prune"])
+    assert r.exit_code == 2 and "--prune would remove 1 stored document(s) whose files are still in" in r.output
+    assert "'retry.py'" in r.output and "nothing was changed" in r.output
+    r = run.invoke(main, ["ingest", str(root), "--store", store, "--no-embed", "--prune", "--include", "*.py"])
+    assert r.exit_code == 0 and "1 removed" in r.output  # only gone.md
+    r = run.invoke(main, ["search", "compute_retry_backoff", "--store", store, "--mode", "lexical"])
+    assert "retry.py" in r.output

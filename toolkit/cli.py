@@ -177,6 +177,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         # Read before the ingest replaces them: the stored documents another folder or file put under this
         # ingest's ids (a store from before roots were recorded has none, and is not warned about).
         before = _clashing_documents(st, docs, root, others) if roots and str(root) not in roots else {}
+        if prune and root.is_dir():
+            _refuse_pruning_files_on_disk(st, docs, root, id_prefix)
         rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
                         prune=prune, progress=True)
         if vector_index == "hnsw" and not st.vector_index:  # an existing index was rebuilt by the ingest if needed
@@ -199,6 +201,22 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         what = f"{len(replaced)} of them replacing another source's document"
         summary = summary.replace(said, f"{said} ({what})", 1) if said in summary else f"{summary}; {what}"
     click.echo(f"{summary}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
+
+
+def _refuse_pruning_files_on_disk(st, docs, root: Path, id_prefix: str | None) -> None:
+    """--prune removes stored documents this ingest did not read. A file still in the folder that was not
+    read this time (an earlier ingest's --include left out, an --exclude added, a file now skipped) is not a
+    deleted note: a re-index run without the old --include dropped all source code from search. Refused,
+    before anything is removed."""
+    read = {d["doc_id"] for d in docs}
+    prefix = id_prefix or ""
+    on_disk = [i for i in st.doc_sources()["doc_id"].to_list()
+               if i not in read and i.startswith(prefix) and (root / i[len(prefix):]).is_file()]
+    if on_disk:
+        raise ToolkitError(
+            f"--prune would remove {len(on_disk):,} stored document(s) whose files are still in {root} but were not "
+            f"read this time (e.g. {on_disk[0]!r}): give this ingest the --include (and --exclude) of the one that "
+            "added them, or delete those files first; nothing was changed")
 
 
 def _document_rows(st, doc_ids: list[str]) -> dict[str, tuple]:
