@@ -530,6 +530,18 @@ class Store:
         """Refuse a DuckDB file that is not a toolkit store before anything is written to it (`hrt ingest
         --store` naming someone else's database added eight tables to it, or crashed half-way on a `documents`
         table of its own), and a store written by a newer toolkit (this one would write to it in silence)."""
+        # The version first: a store has one, so the usual open (every `hrt search`) costs no table listing.
+        try:
+            row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except duckdb.Error:  # no meta table, or someone else's of another shape
+            row = None
+        version = row[0] if row else None
+        if version is not None and not (version.isdigit() and int(version) <= int(SCHEMA_VERSION)):
+            self.close()
+            raise StoreError(f"{self.path}: written by a newer toolkit (store schema version {version}; this one reads "
+                             f"up to {SCHEMA_VERSION}): upgrade hybrid-retrieval-toolkit to use it")
+        if version is not None:
+            return
         tables = sorted(r[0] for r in self.con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall())
         if tables and not {"meta", "documents", "chunks"} <= set(tables):
@@ -537,11 +549,6 @@ class Store:
             self.close()
             raise StoreError(f"{self.path}: not a toolkit store: a DuckDB database with other tables ({shown}); "
                              "name a new file for the store")
-        version = self._meta("schema_version") if "meta" in tables else None
-        if version is not None and not (version.isdigit() and int(version) <= int(SCHEMA_VERSION)):
-            self.close()
-            raise StoreError(f"{self.path}: written by a newer toolkit (store schema version {version}; this one reads "
-                             f"up to {SCHEMA_VERSION}): upgrade hybrid-retrieval-toolkit to use it")
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier version up to date in place (nothing is rebuilt):
