@@ -44,6 +44,8 @@ def test_rescore_from_cache_equals_full_run(store, preset):
     q2 = full.final.filter(pl.col("qid") == "q2")["doc_id"].to_list()
     assert set(q2) <= {"d2", "d6"}
     assert set(full.trace["stage"].unique()) >= {"fuse", "blend", "final"}
+    # The stages' integer codes (fusion's `_key`, `_q`, ...) never reach the reader.
+    assert not [c for c in (*full.final.columns, *cached.final.columns) if c.startswith("_")]
 
 
 @pytest.mark.parametrize("preset", ["bm25-only", "hybrid-rrf", "qmd", "default", "memoria", "cems-p0", "a0x-adaptive"])

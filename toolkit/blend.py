@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from .config import RerankConfig
-from .fusion import in_rank_order, lookup_values
+from .fusion import in_rank_order, lookup_values, query_groups
 
 BLEND_SCHEMA = {
     "qid": pl.Utf8,
@@ -93,7 +93,7 @@ def blend(
         pl.col("chunk_id").cast(pl.Utf8),
         pl.col("rank").cast(pl.Int64).alias("fused_rank"),
         pl.col("score").cast(pl.Float64).alias("fused_score"),
-        *(c for c in ("_n", "_key") if c in fused.columns),
+        *(c for c in ("_n", "_key", "_q") if c in fused.columns),
     )
     if lookup is not None and cfg.blend != "none" and "_key" in fused.columns and len(lookup[0]):
         keys, values, by_group = lookup
@@ -135,9 +135,10 @@ def blend(
 
 
 def _out_columns(b: pl.DataFrame) -> list[str]:
-    """BLEND_SCHEMA's columns, and fusion's (query, document) code `_key` when `b` has it: dedup then finds
-    each row's source by integer (`dedup.source_codes`), not by a string join."""
-    return [*BLEND_SCHEMA, *(["_key"] if "_key" in b.columns else [])]
+    """BLEND_SCHEMA's columns, and fusion's codes when `b` has them: the (query, document) code `_key` (dedup
+    then finds each row's source by integer, `dedup.source_codes`, not by a string join) and the query code
+    `_q` (`fusion.query_groups`)."""
+    return [*BLEND_SCHEMA, *(c for c in ("_key", "_q") if c in b.columns)]
 
 
 def _segments(g: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -164,9 +165,12 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
     query's number of fused documents) says `b` holds only the first places (`fuse(depth=)`).
     """
     # `fuse` returns rows by (qid, rank) with ranks 1..n per query; sort only when given anything else.
-    if not in_rank_order(b.select("qid", pl.col("fused_rank").alias("rank"))):
+    if not in_rank_order(b.select("qid", pl.col("fused_rank").alias("rank"), *(["_q"] if "_q" in b.columns else []))):
         b = b.sort("qid", "fused_rank")
-    g = b["qid"].rle_id().cast(pl.Int64).to_numpy()
+    g = query_groups(b)
+    step = np.diff(g)
+    if g[0] or (step > 1).any() or (step < 0).any():  # codes of some queries only: number the groups 0, 1, ...
+        g = np.r_[0, np.cumsum(step != 0)]
     fr = b["fused_rank"].to_numpy()
     ng = int(g[-1]) + 1
     frf = fr.astype(np.float64)

@@ -481,6 +481,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         if cfg.threshold.min_prob > 0 and len(kept) and kept["score_prob"].null_count() == len(kept):
             learned_fusion.check_min_prob(cfg.fusion.model, cfg.threshold.min_prob)  # the error names the file
     final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
+    final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
     if route is not None:
         per_query = per_query.join(route, on="qid", how="left")

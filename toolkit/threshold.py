@@ -7,11 +7,12 @@ A query is never left empty by the threshold: if nothing passes, its best result
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from .config import ThresholdConfig
 from .errors import InputError
-from .fusion import in_rank_order
+from .fusion import in_rank_order, query_groups
 
 PER_QUERY_SCHEMA = {
     "qid": pl.Utf8,
@@ -31,16 +32,22 @@ def strictly_decreasing(ranked: pl.DataFrame) -> pl.DataFrame:
     above its predecessor) get f_i = min_{j<=i}(s_j + j*d) - i*d with d = 1e-12 x the query's largest
     |score|: every step is at least d, the shown digits do not change, other queries are untouched.
     """
-    # Windows over an integer run id of the qid, not the string: half the time on a lab update.
-    g = pl.col("qid").rle_id()
-    bad = ((g == g.shift(1)) & (pl.col("score") >= pl.col("score").shift(1))).fill_null(False)
-    if not len(ranked) or not ranked.select(bad.any()).item():
+    # Windows over an integer query code (`query_groups`), not the string: half the time on a lab update.
+    if not len(ranked):
         return ranked
+    g = query_groups(ranked)
+    s = ranked["score"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        hit = (g[1:] == g[:-1]) & (s[1:] >= s[:-1])  # a null score (nan) is never a tie
+    if not hit.any():
+        return ranked
+    bad = pl.Series("_bad", np.r_[False, hit])
+    g = pl.Series("_g", g)
     step = (pl.col("score").abs().max().over("_g") * 1e-12).clip(lower_bound=1e-300)
     i = pl.col("rank").cast(pl.Float64)
     fixed = (pl.col("score") + i * step).cum_min().over("_g") - i * step
     return (
-        ranked.with_columns(g.alias("_g"), bad.alias("_bad"))
+        ranked.with_columns(g, bad)
         .with_columns(pl.when(pl.col("_bad").any().over("_g")).then(fixed).otherwise(pl.col("score")).alias("score"))
         .drop("_g", "_bad")
     )
