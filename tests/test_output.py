@@ -68,6 +68,20 @@ def test_compact_shows_where_each_score_came_from_and_the_exact_token_flag(store
     assert "raw" not in out
 
 
+def test_a_query_whose_words_no_document_holds_says_so_instead_of_scores_barely_differ(store):
+    """Trial: a nonsense query under the default said only "scores barely differ" over dense-only RRF scores
+    (1/(k + rank): their spread is the same for any list), and nothing that told an agent no document
+    matched a word of it."""
+    out = _search(store, "xyzzy plugh frobnicate")
+    assert "no document contains any of the query's words" in out and "barely differ" not in out
+    doc = json.loads(_search(store, "xyzzy plugh frobnicate", "--format", "json"))
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["notes"]["no_term_match"] is True and doc["notes"]["low_differentiation"] is False and doc["results"]
+    hit = json.loads(_search(store, "service discovery on the local network", "--format", "json"))
+    assert hit["notes"]["no_term_match"] is False
+    assert "query's words" not in _search(store, "xyzzy plugh frobnicate", "--mode", "dense")  # BM25 not asked
+
+
 def test_a_store_written_before_content_hashes_opens_and_is_migrated(store, tmp_path):
     old = tmp_path / "old.duckdb"
     shutil.copy(store, old)

@@ -7,7 +7,7 @@ import pytest
 
 from toolkit.config import ThresholdConfig
 from toolkit.errors import InputError
-from toolkit.threshold import PER_QUERY_SCHEMA, apply_threshold
+from toolkit.threshold import PER_QUERY_SCHEMA, apply_threshold, list_evidence
 
 
 def run(rows: dict[str, list[float]]) -> pl.DataFrame:
@@ -87,3 +87,23 @@ def test_min_prob_without_probabilities_is_an_error_not_a_silent_low_confidence(
             apply_threshold(frame, ThresholdConfig(min_prob=0.3))
     kept, _ = apply_threshold(r, ThresholdConfig(min_prob=0.0))  # min_prob 0: no probabilities needed
     assert len(kept) == 3
+
+
+def test_rank_only_scores_of_one_list_are_not_low_differentiation_and_no_term_match_is_reported():
+    cands = pl.DataFrame({"qid": ["both", "both", "dense", "routed"], "list_id": ["orig:lex", "orig:vec", "orig:vec", "orig:vec"],
+                          "retriever": ["lex", "vec", "vec", "vec"]})
+    feats = pl.DataFrame({"qid": ["both", "dense", "routed", "none"], "skip_lexical": [False, False, True, False]})
+    ev = {r["qid"]: r for r in list_evidence(cands, feats, lexical=True).to_dicts()}
+    assert [ev[q]["n_lists"] for q in ("both", "dense", "routed", "none")] == [2, 1, 1, 0]
+    # BM25 found nothing for "dense"; "routed" skipped BM25 by routing (not a miss); "none" has no candidates.
+    assert [ev[q]["no_term_match"] for q in ("both", "dense", "routed", "none")] == [False, True, False, True]
+    assert not list_evidence(cands, feats, lexical=False)["no_term_match"].any()
+    rrf = run({"both": [1 / 61 + 1 / 62, 1 / 61 + 1 / 63], "dense": [1 / 61, 1 / 62, 1 / 63]})
+    evidence = list_evidence(cands, feats, lexical=True)
+    _, pq = apply_threshold(rrf, ThresholdConfig(low_spread=0.01), evidence=evidence, rank_only=True)
+    rows = {r["qid"]: r for r in pq.to_dicts()}
+    assert rows["both"]["low_differentiation"] and not rows["dense"]["low_differentiation"]
+    assert rows["dense"]["no_term_match"] and not rows["both"]["no_term_match"]
+    _, pq = apply_threshold(rrf, ThresholdConfig(low_spread=0.01), evidence=evidence)  # scores with meaning: kept
+    assert pq.filter(pl.col("qid") == "dense")["low_differentiation"].item()
+    assert pq.schema == pl.Schema(PER_QUERY_SCHEMA)

@@ -480,7 +480,11 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         kept = learned_fusion.attach_prob(kept, prep, cfg.fusion.model)
         if cfg.threshold.min_prob > 0 and len(kept) and kept["score_prob"].null_count() == len(kept):
             learned_fusion.check_min_prob(cfg.fusion.model, cfg.threshold.min_prob)  # the error names the file
-    final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n)
+    lexical = cfg.retrieval.lexical.enabled
+    evidence = prep.derived(f"evidence:{lexical}", (cands, prep.features),
+                            lambda: threshold.list_evidence(cands, prep.features, lexical))
+    final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n, evidence=evidence,
+                                                 rank_only=cfg.fusion.method == "rrf")
     final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
     if route is not None:

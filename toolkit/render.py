@@ -253,6 +253,8 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
             "note: no result reached the threshold (threshold.min_score, or min_prob for a calibrated model); "
             "these are the closest matches (low confidence)"
         )
+    if notes.get("no_term_match"):
+        out.append("note: no document contains any of the query's words; these results are the closest by meaning only")
     if notes.get("low_differentiation"):
         spread = notes.get("spread")
         s = f" (spread {spread:.3g})" if isinstance(spread, int | float) else ""
@@ -402,7 +404,7 @@ def render(
     """Render one query's results. Rows carry rank, score (final), fused_score (before blending; else
     raw_score), rerank_score and reranked, prior_* factors and score_before_priors (when priors are on),
     origins (see `origins`), source, doc_id, title, text and/or excerpt, flags, also_in, metadata;
-    `notes` is the query's per-query row (low_confidence, low_differentiation, spread, exact_token)
+    `notes` is the query's per-query row (low_confidence, low_differentiation, no_term_match, spread, exact_token)
     plus optional `messages` (list of strings, e.g. a provider that fell back)."""
     rows = _rows(results)
     lines = provider_lines(notes) + note_lines(notes)

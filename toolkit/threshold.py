@@ -1,7 +1,9 @@
 """Stage 9: score thresholds and per-query confidence notes.
 
 An agent reading memory needs to know when to distrust the list: nothing cleared the minimum score
-("low_confidence"), or the scores barely differ so the order is close to arbitrary ("low_differentiation").
+("low_confidence"), the scores barely differ so the order is close to arbitrary ("low_differentiation"), or
+BM25 ran and no document holds any of the query's words, so every result is a nearest neighbour by meaning
+only ("no_term_match": a nonsense query, or one in words the memory never used).
 A query is never left empty by the threshold: if nothing passes, its best results stay, flagged.
 """
 
@@ -21,7 +23,30 @@ PER_QUERY_SCHEMA = {
     "spread": pl.Float64,
     "low_confidence": pl.Boolean,
     "low_differentiation": pl.Boolean,
+    "no_term_match": pl.Boolean,
 }
+
+EVIDENCE_SCHEMA = {"qid": pl.Utf8, "n_lists": pl.Int64, "no_term_match": pl.Boolean}
+
+
+def list_evidence(candidates: pl.DataFrame, features: pl.DataFrame | None, lexical: bool) -> pl.DataFrame:
+    """[qid, n_lists, no_term_match] per query of `features` (or of the candidates without them): how many
+    candidate lists returned anything, and whether BM25 was asked (`lexical`, and the query not routed past
+    it, `skip_lexical`) and returned nothing."""
+    if features is not None and len(features):
+        skip = pl.col("skip_lexical").fill_null(False) if "skip_lexical" in features.columns else pl.lit(False)
+        queries = features.select(pl.col("qid").cast(pl.Utf8), skip.alias("_skip"))
+    else:
+        queries = candidates.select(pl.col("qid").cast(pl.Utf8)).unique().with_columns(pl.lit(False).alias("_skip"))
+    per = candidates.group_by(pl.col("qid").cast(pl.Utf8)).agg(
+        pl.col("list_id").n_unique().cast(pl.Int64).alias("n_lists"),
+        (pl.col("retriever") == "lex").any().alias("_lex") if "retriever" in candidates.columns else pl.lit(False).alias("_lex"),
+    )
+    out = queries.join(per, on="qid", how="left").with_columns(
+        pl.col("n_lists").fill_null(0),
+        (pl.lit(lexical) & ~pl.col("_skip") & ~pl.col("_lex").fill_null(False)).alias("no_term_match"),
+    )
+    return out.select(list(EVIDENCE_SCHEMA)).cast(EVIDENCE_SCHEMA)
 
 
 def strictly_decreasing(ranked: pl.DataFrame) -> pl.DataFrame:
@@ -54,9 +79,11 @@ def strictly_decreasing(ranked: pl.DataFrame) -> pl.DataFrame:
 
 
 def apply_threshold(
-    ranked: pl.DataFrame, cfg: ThresholdConfig, *, n: int | None = None
+    ranked: pl.DataFrame, cfg: ThresholdConfig, *, n: int | None = None, evidence: pl.DataFrame | None = None,
+    rank_only: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(ranked with flags, per-query [qid, n_results, top_score, spread, low_confidence, low_differentiation]).
+    """(ranked with flags, per-query [qid, n_results, top_score, spread, low_confidence, low_differentiation,
+    no_term_match]).
 
     Results scoring below `min_score`, or with a calibrated `score_prob` below `min_prob` (learned fusion),
     are dropped (0 = keep everything); a query where nothing passes keeps
@@ -64,6 +91,9 @@ def apply_threshold(
     returned list, or of its first `n` results when given (what the user is shown); null with fewer than
     two results. low_differentiation = spread < low_spread. Scores come out strictly decreasing with rank
     (see `strictly_decreasing`), so evaluating the run by score gives exactly this order.
+    `evidence` (`list_evidence`) adds no_term_match; with `rank_only` (RRF: scores made from ranks alone) a
+    query whose candidates come from one list is never low_differentiation: its scores are 1/(k + rank)
+    whatever the list's own scores said, so their spread measures nothing.
     """
     r = ranked if in_rank_order(ranked) else ranked.sort("qid", "rank")
     if "flags" not in r.columns:
@@ -104,7 +134,13 @@ def apply_threshold(
         pl.when(pl.len() >= 2).then(pl.col("score").first() - pl.col("score").last()).alias("spread"),
         low_conf.alias("low_confidence"),
     )
+    low_diff = (pl.col("spread") < cfg.low_spread).fill_null(False)
+    if evidence is not None:
+        per_query = per_query.join(evidence, on="qid", how="left")
+        if rank_only:
+            low_diff = low_diff & (pl.col("n_lists").fill_null(0) != 1)
     per_query = per_query.with_columns(
-        (pl.col("spread") < cfg.low_spread).fill_null(False).alias("low_differentiation")
+        low_diff.alias("low_differentiation"),
+        (pl.col("no_term_match").fill_null(False) if evidence is not None else pl.lit(False)).alias("no_term_match"),
     )
     return r_out, per_query.select(list(PER_QUERY_SCHEMA)).cast(PER_QUERY_SCHEMA)
