@@ -66,16 +66,31 @@ def strictly_decreasing(ranked: pl.DataFrame) -> pl.DataFrame:
         hit = (g[1:] == g[:-1]) & (s[1:] >= s[:-1])  # a null score (nan) is never a tie
     if not hit.any():
         return ranked
-    bad = pl.Series("_bad", np.r_[False, hit])
-    g = pl.Series("_g", g)
-    step = (pl.col("score").abs().max().over("_g") * 1e-12).clip(lower_bound=1e-300)
-    i = pl.col("rank").cast(pl.Float64)
-    fixed = (pl.col("score") + i * step).cum_min().over("_g") - i * step
-    return (
-        ranked.with_columns(g, bad)
-        .with_columns(pl.when(pl.col("_bad").any().over("_g")).then(fixed).otherwise(pl.col("score")).alias("score"))
-        .drop("_g", "_bad")
-    )
+    # Per-query running minimum on a (queries x places) matrix, only for queries with a tie: a polars
+    # `cum_min().over(query)` cost ~6 ms per lab update with RRF's many ties; numpy has no segmented
+    # accumulate, hence the matrix (the same arithmetic in the same order, so the same floats).
+    new_q = np.r_[True, g[1:] != g[:-1]]
+    starts = np.flatnonzero(new_q)
+    gid = np.cumsum(new_q) - 1
+    fix = np.zeros(len(starts), dtype=bool)
+    fix[gid[1:][hit]] = True
+    rows = np.flatnonzero(fix[gid])  # the rows of the queries to fix, still grouped
+    step = np.maximum(np.fmax.reduceat(np.abs(s), starts) * 1e-12, 1e-300)[gid[rows]]
+    sub = np.cumsum(fix) - 1  # a query's row in the matrix
+    pos = rows - starts[gid[rows]]
+    i = ranked["rank"].to_numpy()[rows].astype(np.float64)
+    shape = (int(fix.sum()), int(pos.max()) + 1)
+    v = s[rows] + i * step
+    if len(v) == shape[0] * shape[1]:  # every query as long as the longest (n places each): a reshape
+        fixed = np.fmin.accumulate(v.reshape(shape), axis=1).ravel() - i * step  # fmin: a null does not spread
+    else:
+        mat = np.full(shape, np.inf)
+        mat[sub[gid[rows]], pos] = v
+        fixed = np.fmin.accumulate(mat, axis=1)[sub[gid[rows]], pos] - i * step
+    score = s.copy()
+    score[rows] = np.where(np.isnan(s[rows]), s[rows], fixed)
+    out = pl.Series("score", score, dtype=pl.Float64)
+    return ranked.with_columns(out.fill_nan(None) if np.isnan(s).any() else out)
 
 
 def apply_threshold(
