@@ -24,3 +24,13 @@ def test_compound_forms_keep_technical_tokens():
     assert {"v2_1_0", "deploy_helm_values_prod_yaml", "cve_2017_3156", "max", "pool", "size", "retry", "backoff", "ms"} <= set(forms)
     assert compound_forms("A plain sentence. Nothing here.") == []
     assert lexical_text("plain") == "plain"
+
+
+def test_cjk_text_is_also_indexed_as_characters_and_pairs():
+    from toolkit.analysis import cjk_terms, lexical_text
+
+    assert cjk_terms("数据库") == ["数", "据", "库", "数据", "据库"]
+    assert cjk_terms("猫 and 犬") == ["猫", "犬"]  # one-character runs: the character
+    assert cjk_terms("ラーメン、ラーメン") == ["ラ", "ー", "メ", "ン", "ラー", "ーメ", "メン"] * 2  # repeats kept: BM25 counts them
+    assert lexical_text("plain English, v2.1") == "plain English, v2.1\nv2_1"  # other text as before
+    assert lexical_text("한국어") .endswith("\n한 국 어 한국 국어")

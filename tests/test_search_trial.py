@@ -87,21 +87,50 @@ def test_a_partly_embedded_store_warns_that_dense_search_misses_chunks(tmp_path)
     assert "dense search covers" not in _search(store, "boathouse").stderr
 
 
-def test_a_cjk_query_bm25_cannot_match_says_why(sb, tmp_path):
-    """`hrt search "ラーメン" --mode lexical` said only "no results" though a note holds the word in a sentence."""
+def test_a_word_inside_unspaced_cjk_text_is_found_by_bm25(sb, tmp_path):
+    """`hrt search "ラーメン" --mode lexical` said only "no results" though a note holds the word in a sentence:
+    FTS saw the whole sentence as one token. CJK text is now also indexed as characters and character pairs."""
     r = _search(sb, "ラーメン", "--mode", "lexical")
+    assert r.stdout.startswith("1. score ") and "carol/ramen.md" in r.stdout and "BM25" not in r.stderr
+    assert "carol/ramen.md" in _search(sb, "美味しい", "--mode", "lexical", "-n", "1").stdout  # pairs 美味 味し
+    assert "carol/ramen.md" not in _search(sb, "boathouse party", "--mode", "lexical").stdout
+    (tmp_path / "zh").mkdir()
+    (tmp_path / "zh" / "db.md").write_text("上周数据库连接失败，因为连接池太小。\n")
+    (tmp_path / "zh" / "cat.md").write_text("我的猫喜欢睡觉。\n")
+    _ingest(tmp_path / "zh", tmp_path / "zh.duckdb", "--no-embed")
+    out = _search(tmp_path / "zh.duckdb", "数据库连接", "--mode", "lexical").stdout
+    assert out.startswith("1. score ") and "db.md" in out.splitlines()[0]
+    assert "cat.md" in _search(tmp_path / "zh.duckdb", "猫", "--mode", "lexical").stdout.splitlines()[0]  # one character
+
+
+def test_a_store_indexed_before_cjk_pairs_says_so_and_is_brought_up_to_date_by_ingest(tmp_path):
+    import duckdb
+
+    from toolkit.analysis import compound_forms
+    from toolkit.store import fts_extension_path
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "ramen.md").write_text("昨日はラーメンを食べました。\n")
+    (tmp_path / "notes" / "party.md").write_text(PARTY)
+    store = tmp_path / "old.duckdb"
+    _ingest(tmp_path / "notes", store, "--no-embed")
+    # As an earlier version wrote it: lex_text without CJK terms, no analysis version, the index built from that.
+    con = duckdb.connect(str(store))
+    for cid, text in con.execute("SELECT chunk_id, text FROM chunks").fetchall():
+        extra = compound_forms(text)
+        con.execute("UPDATE chunks SET lex_text = ? WHERE chunk_id = ?", [f"{text}\n{' '.join(extra)}" if extra else text, cid])
+    con.execute("DELETE FROM meta WHERE key = 'lexical_analysis'")
+    con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
+    con.execute("PRAGMA create_fts_index('chunks', 'chunk_id', 'lex_text', overwrite=1)")
+    con.close()
+    r = _search(store, "ラーメン", "--mode", "lexical")
     assert r.stdout.strip() == "no results"
-    assert "BM25 matched nothing: it splits text on spaces and punctuation, so a word inside unspaced Chinese, " \
-           "Japanese or Korean text cannot match" in r.stderr and "--mode hybrid or dense" in r.stderr
-    hybrid = _search(sb, "ラーメン", "-n", "1")
-    assert "carol/ramen.md" in hybrid.stdout and "the results come from dense search alone" in hybrid.stderr
-    assert "BM25" not in _search(sb, "zebra crossing", "--mode", "lexical").stderr  # not CJK: no note
-    # A CJK word BM25 can match (spaced) gets no note.
-    (tmp_path / "spaced").mkdir()
-    (tmp_path / "spaced" / "a.md").write_text("今日 ラーメン 食べた\n")
-    _ingest(tmp_path / "spaced", tmp_path / "sp.duckdb", "--no-embed")
-    ok = _search(tmp_path / "sp.duckdb", "ラーメン", "--mode", "lexical")
-    assert ok.stdout.startswith("1. score ") and "BM25" not in ok.stderr
+    assert "index was built before words inside unspaced Chinese, Japanese or Korean text were indexed" in r.stderr
+    assert "hrt ingest" in r.stderr
+    _ingest(tmp_path / "notes", store, "--no-embed")  # nothing changed in the folder: only the CJK chunk is redone
+    r = _search(store, "ラーメン", "--mode", "lexical")
+    assert "ramen.md" in r.stdout and "BM25" not in r.stderr
+    assert "party.md" in _search(store, "boathouse", "--mode", "lexical").stdout  # the rest still found
 
 
 def test_as_of_dates_the_query_as_the_api_does(tmp_path):

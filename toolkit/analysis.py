@@ -5,6 +5,11 @@ the query `config key` never matches. We index (and query) the text plus the *co
 `v2.1.0` also as `v2_1_0`, `CVE-2017-3156` as `cve_2017_3156`, `retryBackoffMs` also as `retry backoff ms`,
 `max_pool_size` also as `max pool size`. Exact matches then score on a rare compound term, and partial
 matches still score on the parts. No library does this pre-tokenisation for DuckDB FTS, hence hand-written.
+
+Chinese, Japanese and Korean text has no spaces between words, so FTS saw a whole sentence as one token and
+no word inside it could match. Each run of CJK characters is also indexed as its single characters and its
+overlapping character pairs (`cjk_terms`, as Lucene's CJK bigram analysis does): a query word of two or more
+characters matches through its pairs, and a one-character word through the character.
 """
 
 from __future__ import annotations
@@ -13,6 +18,16 @@ import re
 
 # Characters the FTS tokenizer treats as separators: anything but letters, digits and underscore.
 FTS_IGNORE = r"[^\p{L}\p{N}_]+"
+
+# What `lexical_text` adds, by version (a store records the one its BM25 index was built with and brings
+# older ones up to date, `Store._reanalyse`): 1 compound forms, 2 CJK characters and pairs.
+ANALYSIS_VERSION = "2"
+
+# Han, Hiragana, Katakana (and half-width), Hangul: scripts written without spaces between words.
+CJK_CHARS = ("\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+             "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0002fa1f")
+CJK = re.compile(f"[{CJK_CHARS}]")
+_CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
 
 # A run of alphanumerics joined by . - / : (versions, codes, paths, CVE ids).
 _JOINED = re.compile(r"[A-Za-z0-9]+(?:[._\-/:][A-Za-z0-9]+)+")
@@ -64,10 +79,22 @@ def compound_forms(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def cjk_terms(text: str) -> list[str]:
+    """Each CJK character of `text` and each pair of neighbours within a run of them, in order and with
+    repeats (BM25 counts them): "数据库" gives 数 据 库 数据 据库. A one-character run gives the character."""
+    out: list[str] = []
+    for m in _CJK_RUN.finditer(text):
+        run = m.group(0)
+        out.extend(run)
+        out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
 def lexical_text(text: str) -> str:
-    """The string given to the FTS index (and to queries): the text followed by its compound forms.
+    """The string given to the FTS index (and to queries): the text followed by its compound forms and
+    its CJK characters and pairs.
 
     Time is linear in the length (see `compound_forms`: text is analysed in windows of `WINDOW`
     characters); the output is unchanged by the windowing unless one word is longer than `WINDOW`."""
-    extra = compound_forms(text)
+    extra = compound_forms(text) + (cjk_terms(text) if CJK.search(text) else [])
     return f"{text}\n{' '.join(extra)}" if extra else text

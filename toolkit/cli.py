@@ -385,7 +385,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     Each result shows its final score and where it came from (each list's rank and score), the memory
     priors' factors when the config has priors, and flags in words (exact token kept, also in N sources,
     reranked). `--format json` is documented in docs/output.md. Warnings on stderr: a --scope no document
-    has, a store only partly embedded (dense search), a CJK query BM25 cannot match.
+    has, a store only partly embedded (dense search), a CJK query on a store indexed before CJK words were.
 
     With no reranker in the config, HRT_RERANK_PROVIDER / _MODEL / _BASE_URL / _API_KEY_ENV (or agent-memory's
     AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins. HRT_RERANK_TIMEOUT
@@ -422,7 +422,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         if scope is not None and not len(top):
             _note_unknown_scope(st.doc_sources(), scope)
         if cfg.retrieval.lexical.enabled:
-            _note_cjk(query, prep, lexical_only=not cfg.retrieval.dense.enabled)
+            _note_cjk(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
         docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
         chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", pl.col("text").alias("excerpt"))
     rows = (
@@ -490,21 +490,19 @@ def _note_unknown_scope(doc_sources: pl.DataFrame, scope: str) -> None:
                f"{'s' if len(counts) != 1 else ''}: {shown}{more}", err=True)
 
 
-# Han, Hiragana, Katakana (and half-width), Hangul: scripts written without spaces between words.
-_CJK = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
-                  "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0002fa1f]")
+def _note_cjk(query: str, prep, store, *, lexical_only: bool) -> None:
+    """A store indexed before CJK characters and pairs were (`analysis.cjk_terms`) cannot match a word inside
+    unspaced Chinese, Japanese or Korean text: say so and how to fix it, rather than a bare "no results"."""
+    from .analysis import ANALYSIS_VERSION, CJK
 
-
-def _note_cjk(query: str, prep, *, lexical_only: bool) -> None:
-    """BM25 (DuckDB FTS) tokenises on spaces and punctuation: a CJK word inside a sentence is part of one
-    long token, so a CJK query finds nothing there. Say why, rather than a bare "no results"."""
-    if not _CJK.search(query):
+    if not CJK.search(query) or store.lexical_analysis == ANALYSIS_VERSION:
         return
     if bool(prep.features["skip_lexical"].any()) or (prep.candidates["retriever"] == "lex").any():
         return  # BM25 was routed away, or it did match
     dense = "use --mode hybrid or dense, which match by meaning" if lexical_only else "the results come from dense search alone"
-    click.echo("note: BM25 matched nothing: it splits text on spaces and punctuation, so a word inside unspaced "
-               f"Chinese, Japanese or Korean text cannot match (only a whole space-separated token can); {dense}", err=True)
+    click.echo("note: BM25 matched nothing: this store's index was built before words inside unspaced Chinese, "
+               "Japanese or Korean text were indexed; run `hrt ingest` on its folder again to index them (only "
+               f"the CJK chunks are redone); {dense}", err=True)
 
 
 @main.command()

@@ -31,7 +31,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from .analysis import FTS_IGNORE, lexical_text
+from .analysis import ANALYSIS_VERSION, CJK_CHARS, FTS_IGNORE, lexical_text
 from .chunking import chunk_body, chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
@@ -1065,8 +1065,12 @@ class Store:
             settings.stemmer,
             settings.stopwords,
         )
-        rebuild = bool(todo or removed or fts_changed or not self._lexical_index_whole())
+        # A store indexed by an earlier `lexical_text` (no CJK characters and pairs) is brought up to date here.
+        reanalyse = self.lexical_analysis != ANALYSIS_VERSION
+        rebuild = bool(todo or removed or fts_changed or not self._lexical_index_whole() or (reanalyse and self._cjk_chunks()))
         if not rebuild and not need_embed:
+            if reanalyse and not self.read_only:
+                self._set_meta("lexical_analysis", ANALYSIS_VERSION)  # nothing it would change
             hnsw = self._refresh_vector_index() if not self.read_only else None  # `<store>.hnsw` moved in from elsewhere
             return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped),
                                 *self.embedding_coverage(), vector_index=hnsw)
@@ -1117,8 +1121,11 @@ class Store:
                 self._set_meta("embedding_model", emb.model_id)
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_backend", getattr(emb, "backend", "torch"))
+            if reanalyse:
+                self._reanalyse_cjk()
             if rebuild:
                 self._build_fts(settings)
+            self._set_meta("lexical_analysis", ANALYSIS_VERSION)
             self._set_meta("index_settings", json.dumps(asdict(settings)))
             self._set_meta("generation", sha1(self.generation() + os.urandom(8).hex())[:12])
             self.con.execute("COMMIT")
@@ -1171,6 +1178,31 @@ class Store:
         if not self._has_table("embeddings"):
             return self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
         return self.con.execute("SELECT count(*) FROM chunks ANTI JOIN embeddings USING (chunk_id)").fetchone()[0]
+
+    @property
+    def lexical_analysis(self) -> str:
+        """The `analysis.ANALYSIS_VERSION` the BM25 index's text was made with ("1" for a store from before
+        the version was recorded); `ingest` brings an older one up to date."""
+        return self._meta("lexical_analysis") or "1"
+
+    _CJK_BODY = "CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END"  # `chunk_body` in SQL
+
+    def _cjk_chunks(self) -> bool:
+        """Whether any stored chunk holds CJK text (what a change of analysis version re-indexes)."""
+        return self.con.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c JOIN documents d USING (doc_id) "
+                                f"WHERE regexp_matches({self._CJK_BODY}, ?))", [f"[{CJK_CHARS}]"]).fetchone()[0]
+
+    def _reanalyse_cjk(self) -> int:
+        """Recompute `lex_text` of the chunks holding CJK text (the only ones an older analysis indexed
+        differently); the caller rebuilds the BM25 index. Returns how many changed."""
+        rows = self.con.execute(f"SELECT c.chunk_id, {self._CJK_BODY}, c.lex_text FROM chunks c JOIN documents d USING (doc_id) "
+                                f"WHERE regexp_matches({self._CJK_BODY}, ?)", [f"[{CJK_CHARS}]"]).fetchall()
+        changed = [(cid, new) for cid, body, old in rows if (new := lexical_text(body)) != old]
+        if changed:
+            self._register("relex", pl.DataFrame(changed, schema={"chunk_id": pl.Utf8, "lex_text": pl.Utf8}, orient="row"))
+            self.con.execute("UPDATE chunks SET lex_text = r.lex_text FROM relex r WHERE chunks.chunk_id = r.chunk_id")
+            self.con.unregister("relex")
+        return len(changed)
 
     def _build_fts(self, s: IndexSettings) -> None:
         # The PRAGMA takes no bound parameters: the values are checked against the closed lists (again here,
