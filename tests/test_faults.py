@@ -341,7 +341,7 @@ def test_run_summary_report_and_search_show_the_fallback(tmp_path, beir_notes, f
     store = tmp_path / "s.duckdb"
     r = _invoke(["run", "--dataset", str(beir_notes), "--config", str(cfg), "--store", str(store), "--out", str(tmp_path / "r.trec")])
     assert r.exit_code == 0, r.output
-    assert "providers: reranker fallback 2/2 (HTTP 500)" in r.stdout
+    assert "providers: reranker fallback 2/2 (HTTP 500)" in r.stderr  # the summary line is on stderr, with the other notes
     r = _invoke(["search", "retry backoff", "--store", str(store), "--config", str(cfg)])
     assert r.exit_code == 0 and r.stdout.startswith("warning: reranker unavailable (HTTP 500): retrieval order kept\n")
     ds = Dataset.open(beir_notes)
@@ -600,6 +600,6 @@ def test_two_processes_on_one_store(lexical_store, tmp_path):
             [sys.executable, "-m", "toolkit.cli", "ingest", str(tmp_path / "notes"), "--store", str(lexical_store), "--no-embed"],
             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         )
-    assert p.returncode == 2 and p.stderr.startswith(f"error: {lexical_store}: cannot open the store"), p.stderr
+    assert p.returncode == 75 and p.stderr.startswith(f"error: {lexical_store}: the store is in use by another process"), p.stderr
     assert "Traceback" not in p.stderr
     assert _snapshot(lexical_store) == before

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sys
 import time
@@ -46,24 +47,67 @@ def _config_warnings() -> Iterator[None]:
         yield
 
 
+# Exit codes (README, "Exit codes"): scripts and agent harnesses branch on them.
+EXIT_ERROR = 2  # bad input, a missing or damaged file, a usage error (click's own code for those)
+EXIT_BUSY = 75  # the store is locked by another process (EX_TEMPFAIL): retry later
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as other Unix tools
+
+
 class _Group(click.Group):
-    def invoke(self, ctx: click.Context):  # noqa: D102 - turns expected errors into a message and exit 2
+    def invoke(self, ctx: click.Context):  # noqa: D102 - turns expected errors into a message and an exit code
+        from . import interrupts
+
+        interrupts.install()
         try:
             with _config_warnings():
-                return super().invoke(ctx)
+                out = super().invoke(ctx)
+            interrupts.check()  # a Ctrl-C a library swallowed still ends the command as one
+            return out
         except ToolkitError as e:
             click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            sys.exit(EXIT_BUSY if type(e).__name__ == "StoreBusyError" else EXIT_ERROR)
+        except BrokenPipeError:  # `hrt presets | head -1`: not an error, nothing more to say
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            sys.exit(EXIT_BROKEN_PIPE)
         except OSError as e:  # a folder without write permission, a full disk: the machine, not the input
             click.echo(f"error: {e}", err=True)
-            sys.exit(2)
-        except Exception as e:
+            sys.exit(EXIT_ERROR)
+        except (KeyboardInterrupt, Exception) as e:
+            if interrupts.is_interrupt(e):  # one line, never a traceback; a write in progress was rolled back
+                click.echo("interrupted", err=True)
+                sys.exit(EXIT_INTERRUPTED)
             # A store file DuckDB finds damaged (a checksum that does not match, a truncated file): one line,
             # not a traceback (duckdb is not imported here: `hrt --help` stays light).
             if type(e).__name__ == "IOException" and type(e).__module__.lstrip("_").startswith("duckdb"):
                 click.echo(f"error: a store file is damaged or cannot be read: {str(e).splitlines()[0]}", err=True)
-                sys.exit(2)
+                sys.exit(EXIT_ERROR)
             raise
+
+
+def _interrupted_ingest(e: BaseException, st, gen: str) -> None:
+    """Ctrl-C during `hrt ingest`: say whether anything was stored (the write is one transaction, rolled back
+    unless the interrupt came after its commit, e.g. while the HNSW index was rebuilt), then exit 130."""
+    from . import interrupts
+
+    if not interrupts.is_interrupt(e):
+        return
+    try:
+        stored = st.generation() != gen
+    except Exception:  # noqa: BLE001 - the store may be closing; then say only what is certain
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    click.echo("interrupted: " + ("the documents were stored, but what follows the write (the HNSW vector index) may "
+                                  "be incomplete: run the same `hrt ingest` again" if stored else
+                                  "nothing of this ingest was stored; the store is as it was"), err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _progress() -> bool:
+    """Progress bars only for a person at a terminal: in a CI log or a harness's capture they are lines of
+    carriage returns. TQDM_DISABLE (tqdm's own switch) turns them off at a terminal too."""
+    return sys.stderr.isatty() and os.environ.get("TQDM_DISABLE", "").lower() not in ("1", "true", "yes")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -179,8 +223,13 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         before = _clashing_documents(st, docs, root, others) if roots and str(root) not in roots else {}
         if prune and root.is_dir():
             _refuse_pruning_files_on_disk(st, docs, root, id_prefix)
-        rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
-                        prune=prune, progress=True)
+        gen = st.generation()
+        try:
+            rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
+                            prune=prune, progress=_progress())
+        except BaseException as e:
+            _interrupted_ingest(e, st, gen)
+            raise
         if vector_index == "hnsw" and not st.vector_index:  # an existing index was rebuilt by the ingest if needed
             st.build_vector_index()
         replaced = sorted(i for i, row in _document_rows(st, list(before)).items() if row != before[i][0]) if before else []
@@ -391,6 +440,10 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins. HRT_RERANK_TIMEOUT
     (seconds per call, default 10) and HRT_RERANK_RETRIES (default 2) bound how long a hanging endpoint can
     stall a search, e.g. HRT_RERANK_TIMEOUT=2 HRT_RERANK_RETRIES=0.
+
+    Text from a program (an agent's question, anything that may start with "-"): QUERY `-` reads it from
+    stdin (`printf %s "$Q" | hrt search - --store S`), or put it after `--` (`hrt search --store S -- "-v flag"`).
+    An empty --scope ("$SCOPE" unset) means no scope. Exit codes: README, "Exit codes".
     """
     from .pipeline import prepare, rescore
     from .render import origins, render
@@ -398,6 +451,9 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     from .store import Store, bind_without_pandas
 
     bind_without_pandas()
+    if query == "-":  # stdin: any text, whatever it starts with
+        query = click.get_text_stream("stdin").read().strip()
+    scope = scope or None  # --scope "" is an unset variable, not the scope ''
     if not query.strip():
         raise ToolkitError("the query is empty")
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode).with_updates({"output.n": n}))
@@ -434,6 +490,9 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
     out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
                  excerpt_chars=cfg.output.excerpt_chars, query=query)
+    from . import interrupts
+
+    interrupts.check()  # cancelled is cancelled: no results after a Ctrl-C a library swallowed
     click.echo(out)
 
 
@@ -514,8 +573,8 @@ def _note_cjk(query: str, prep, store, *, lexical_only: bool) -> None:
               help="Store file (default .hrt/<dataset>.duckdb, kept in step with the dataset); the corpus is ingested into it. "
                    "One holding documents the dataset lacks is refused unless --prune.")
 @click.option("--prune", is_flag=True, help="Remove documents the dataset lacks from the --store given (the default store always is).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="TREC run file to write.")
-@click.option("--depth", default=100, show_default=True, help="Results kept per query in the run.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="TREC run file to write (`-`: stdout).")
+@click.option("--depth", default=100, show_default=True, type=click.IntRange(1), help="Results kept per query in the run.")
 @click.option("--tag", default=None, help="Run tag (default: config name).")
 def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> None:
     """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
@@ -553,20 +612,27 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
                     "they would be retrieved and scored; add --prune to remove them from the store, or use a store of "
                     "the dataset's own (omit --store)")
         rep = st.ingest(corpus, embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, prune=prune,
-                        progress=True)
+                        progress=_progress())
         if rep.added or rep.changed or rep.removed:
             _echo_skipped(corpus)
             click.echo(rep.summary(), err=True)
-        res = run_pipeline(st, queries, cfg, progress=True)
+        res = run_pipeline(st, queries, cfg, progress=_progress())
     # `Result.run`, not `final`: the collapsed byte-identical copies are listed after their result, so the
     # file holds what `experiment`, the lab, the tuner and reports score (judgements are per document id).
     final = res.run(depth)
-    write_run(final, out, tag=tag)
+    if out == "-":  # the run on stdout, for a pipe; everything else stays on stderr
+        from . import interrupts
+        from .runs import run_text
+
+        interrupts.check()
+        click.echo(run_text(final, tag=tag), nl=False)
+    else:
+        write_run(final, out, tag=tag)
     took = time.perf_counter() - t0
     from .providers import summary
 
     click.echo(f"{cfg.name}: {final['qid'].n_unique()}/{len(queries)} queries, {len(final)} results in {took:.1f}s; "
-               f"providers: {summary(res.per_query)} -> {out}")
+               f"providers: {summary(res.per_query)} -> {'stdout' if out == '-' else out}", err=True)
 
 
 def _full_table(df: pl.DataFrame) -> str:
@@ -713,7 +779,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     loaded = {label: load_config(src) for label, src in named.items()}
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb) as st:
-        st.ingest(load_corpus(ds.root), progress=True)
+        st.ingest(load_corpus(ds.root), progress=_progress())
         rep = build_report(
             st, ds.queries(split), ds.qrels(split), loaded, baseline=base, dataset=ds.name, split=split,
             group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
@@ -758,7 +824,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
     with _closing_embedder(_auto_ingest_embedder([_load_cfg(base or DEFAULT_PRESET, None)], store_path)) as emb, \
             Store(store_path, embedder=emb) as st:
-        st.ingest(load_corpus(ds.root), progress=True)
+        st.ingest(load_corpus(ds.root), progress=_progress())
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,
             folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors, alpha=alpha,
@@ -817,7 +883,7 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
     ds = Dataset.open(dataset)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
     with Store(store_path) as st:
-        st.ingest(load_corpus(ds.root), progress=True)
+        st.ingest(load_corpus(ds.root), progress=_progress())
         rep = run_train(
             st, ds.root, split=split, out=out, base_model=base_model, epochs=epochs, negatives_per_query=negatives,
             depth=depth, loss=loss, lr=lr, max_length=max_length, freeze_layers=freeze_layers, holdout=holdout,
@@ -871,7 +937,7 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
         for i, d in enumerate(datasets):
             ds = Dataset.open(d)
             st = stack.enter_context(Store(stores[i] if stores else str(Path(".hrt") / f"{ds.name}.duckdb")))
-            st.ingest(load_corpus(ds.root), progress=True)
+            st.ingest(load_corpus(ds.root), progress=_progress())
             sources.append((st, ds.root, rel_thresholds[i] if rel_thresholds else 1))
         extra = [stack.enter_context(Store(p)) for p in pseudo_stores]
         rep = train_fusion(sources, out, split=split, config=config, seed=seed, holdout=holdout, rounds=rounds, prior=prior, force=force,

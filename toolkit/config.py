@@ -1044,6 +1044,8 @@ def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.is_file() and "/" not in name and "\\" not in name:
         return _validate(_read(preset), origin=f"preset {name} ({preset.name})")  # unchecked: see `_preset_dormant`
+    if p.is_dir():
+        raise InputError(f"{path_or_name}: a directory, not a config file (a YAML or JSON file, or a preset name)")
     if p.suffix.lower() in (".yaml", ".yml", ".json"):
         raise InputError(f"{path_or_name}: config file not found")
     close = difflib.get_close_matches(name, list_presets(), n=1)

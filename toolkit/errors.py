@@ -11,3 +11,7 @@ class InputError(ToolkitError):
 
 class StoreError(ToolkitError):
     """The store cannot do what was asked (wrong model, missing index, missing extension)."""
+
+
+class StoreBusyError(StoreError):
+    """Another process holds the store's write lock (an ingest running): worth retrying, unlike other errors."""

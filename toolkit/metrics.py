@@ -353,6 +353,8 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
     out: list[str] = []
     judged = qrels.select(pl.col("qid").cast(pl.Utf8)).unique()
     run_q = run.select(pl.col("qid").cast(pl.Utf8)).unique()
+    if not len(run_q) and len(judged):  # an empty file (a truncated write, a run cut to depth 0): not a result
+        return [f"the run holds no results, so every value is 0 ({len(judged)} judged queries in {where})"]
     if not len(judged) or not len(run_q):
         return out
     hit = run_q.join(judged, on="qid", how="semi")

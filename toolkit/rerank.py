@@ -384,8 +384,8 @@ class CrossEncoderReranker:
 
     def _fail(self, reason: str) -> ToolkitError:
         return ToolkitError(
-            f"could not load reranker model {self._load_from!r} ({reason}); give a local CrossEncoder directory "
-            "(rerank.model), or train one from your judgements with `hrt train-reranker`"
+            f"rerank.model: could not load reranker model {self._load_from!r} ({reason}); give a local CrossEncoder "
+            "directory, or train one from your judgements with `hrt train-reranker`"
         )
 
     def _get(self):

@@ -211,7 +211,12 @@ def check_trec_ids(ids: pl.Series, kind: str, where: Any) -> None:
 
 
 def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
-    """Write [qid, doc_id, (rank), score] as a TREC run, sorted by qid then rank, that every evaluator reads
+    """Write `run_text(run, tag)` to `path`, whole or not at all (`files.write_text_atomic`)."""
+    write_text_atomic(path, run_text(run, tag))
+
+
+def run_text(run: Any, tag: str = "hrt") -> str:
+    """[qid, doc_id, (rank), score] as the lines of a TREC run, sorted by qid then rank, that every evaluator reads
     in the written rank order. `run` is any shape `interop.run_frame` reads (polars or pandas frames with
     toolkit, PyTerrier or ir_measures names, {qid: {doc_id: score}} dicts, `ranx.Run`, `ScoredDoc`s).
 
@@ -263,7 +268,7 @@ def write_run(run: Any, path: str | Path, tag: str = "hrt") -> None:
         ).alias("l")
     )["l"]
     text = "\n".join(body.to_list())
-    write_text_atomic(path, text + "\n" if text else "")
+    return text + "\n" if text else ""
 
 
 def _warn_inversions(r: pl.DataFrame) -> None:

@@ -31,11 +31,12 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from . import interrupts
 from .analysis import ANALYSIS_VERSION, CJK_CHARS, FTS_IGNORE, lexical_text
 from .chunking import chunk_body, chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
-from .errors import InputError, StoreError, ToolkitError
+from .errors import InputError, StoreBusyError, StoreError, ToolkitError
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 
 if TYPE_CHECKING:
@@ -491,6 +492,9 @@ class Store:
         try:
             self.con = _Connection(duckdb.connect(str(self.path), read_only=read_only))
         except duckdb.Error as e:
+            if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
+                raise StoreBusyError(f"{self.path}: the store is in use by another process, which holds its lock "
+                                     f"(an ingest running?); try again when it is done ({str(e).splitlines()[0]})") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
@@ -1128,6 +1132,7 @@ class Store:
             self._set_meta("lexical_analysis", ANALYSIS_VERSION)
             self._set_meta("index_settings", json.dumps(asdict(settings)))
             self._set_meta("generation", sha1(self.generation() + os.urandom(8).hex())[:12])
+            interrupts.check()  # a Ctrl-C that a library swallowed (`interrupts`) must not commit the ingest
             self.con.execute("COMMIT")
         except BaseException as e:
             self._rollback()

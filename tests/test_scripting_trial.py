@@ -1,0 +1,154 @@
+"""User trial K: `hrt` driven by scripts, CI jobs and an agent's tool harness, which parse its output and branch
+on its exit code. Each test is a defect as the trial met it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from conftest import write_beir
+
+from toolkit import interrupts
+from toolkit.cli import EXIT_BROKEN_PIPE, EXIT_BUSY, EXIT_INTERRUPTED, main
+from toolkit.store import Store
+
+HRT = str(Path(sys.executable).with_name("hrt"))
+
+
+@pytest.fixture
+def notes(tmp_path):
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(3):
+        (root / f"n{i}.md").write_text(f"# Note {i}\n\nThe deploy of service {i} failed with ECONNREFUSED.\n")
+    return root
+
+
+def _cli(*args: str, input: str | None = None):
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def _count(store: Path) -> int:
+    with Store(store, read_only=True) as st:
+        return len(st.doc_sources())
+
+
+def test_a_ctrl_c_a_library_swallowed_still_cancels_the_ingest_and_nothing_is_stored(tmp_path, notes, monkeypatch):
+    """A SIGINT landing while DuckDB imported pandas was swallowed: `hrt ingest` stored all 600 documents and
+    exited 0. The interrupt is now recorded and checked before the commit."""
+    store = tmp_path / "s.duckdb"
+    assert _cli("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    (notes / "new.md").write_text("A new note about quokkas.\n")
+    real_install = interrupts.install
+
+    def install_then_lose_a_ctrl_c():
+        real_install()
+        with pytest.raises(KeyboardInterrupt):
+            interrupts._on_sigint(2, None)  # recorded, then swallowed here as DuckDB's import did
+
+    monkeypatch.setattr(interrupts, "install", install_then_lose_a_ctrl_c)
+    r = _cli("ingest", str(notes), "--store", str(store), "--no-embed")
+    assert r.exit_code == EXIT_INTERRUPTED == 130
+    assert "interrupted: nothing of this ingest was stored; the store is as it was" in r.output
+    assert "Traceback" not in r.output and _count(store) == 3
+
+
+def test_duckdbs_query_interrupted_is_one_line_and_exit_130(tmp_path, notes, monkeypatch):
+    """Ctrl-C during a DuckDB statement surfaced as `RuntimeError: Query interrupted` with a 40-line traceback."""
+    store = tmp_path / "s.duckdb"
+    assert _cli("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+
+    def cut_short(*a, **k):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(Store, "search", cut_short, raising=False)
+    monkeypatch.setattr("toolkit.pipeline.prepare", cut_short)
+    r = _cli("search", "deploy", "--store", str(store), "--mode", "lexical")
+    assert r.exit_code == EXIT_INTERRUPTED and r.output.strip() == "interrupted" and r.exception.__class__ is SystemExit
+
+
+def test_a_real_sigint_while_waiting_for_input_exits_130_without_a_traceback(tmp_path, notes):
+    store = tmp_path / "s.duckdb"
+    assert _cli("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    p = subprocess.Popen([HRT, "search", "-", "--store", str(store), "--mode", "lexical"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Signal only once the CLI sits in its stdin read (asleep for a while), not while it imports.
+    deadline, asleep_since = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        asleep_since = (asleep_since or time.monotonic()) if state == "S" else None
+        if asleep_since and time.monotonic() - asleep_since > 1.0:
+            break
+        time.sleep(0.05)
+    p.send_signal(2)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == EXIT_INTERRUPTED, (p.returncode, err)
+    assert err.strip() == "interrupted" and out == ""
+
+
+def test_a_closed_stdout_ends_quietly_with_141(tmp_path):
+    """`hrt presets | head -1` printed `error: [Errno 32] Broken pipe` and exited 2, like a real failure."""
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)  # the reader is gone before anything is written
+    p = subprocess.run([HRT, "presets"], stdout=w_fd, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(w_fd)
+    assert p.returncode == EXIT_BROKEN_PIPE == 141 and p.stderr == ""
+
+
+def test_a_locked_store_exits_75_so_a_script_can_retry(tmp_path, notes):
+    store = tmp_path / "s.duckdb"
+    assert _cli("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    holder = duckdb.connect(str(store))  # another process writing (an ingest running)
+    try:
+        p = subprocess.run([HRT, "search", "deploy", "--store", str(store), "--mode", "lexical"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        holder.close()
+    assert p.returncode == EXIT_BUSY == 75, p.stderr
+    assert "in use by another process" in p.stderr and "try again" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_queries_from_a_program_stdin_dash_dashes_and_an_empty_scope(tmp_path, notes):
+    store = tmp_path / "s.duckdb"
+    assert _cli("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    doc = json.loads(_cli("search", "-", "--store", str(store), "--mode", "lexical", "--format", "json",
+                          input="--force deploy ECONNREFUSED\n").stdout)
+    assert doc["query"] == "--force deploy ECONNREFUSED" and doc["results"]
+    r = _cli("search", "--store", str(store), "--mode", "lexical", "--format", "json", "--", "-v deploy")
+    assert r.exit_code == 0 and json.loads(r.stdout)["query"] == "-v deploy"
+    # --scope "$SCOPE" with SCOPE unset: no scope, not the scope '' (which returned nothing).
+    assert len(json.loads(_cli("search", "deploy", "--store", str(store), "--mode", "lexical", "--format", "json",
+                               "--scope", "").stdout)["results"]) == 3
+    assert "--" in _cli("search", "--help").output and "stdin" in _cli("search", "--help").output
+
+
+def test_run_depth_is_checked_an_empty_run_is_warned_and_out_dash_streams_the_run(tmp_path, corpus_file):
+    beir = write_beir(tmp_path / "ds", corpus_file)
+    store = str(tmp_path / "s.duckdb")
+    base = ["run", "--dataset", str(beir), "--split", "test", "--mode", "lexical", "--store", store]
+    r = _cli(*base, "--out", str(tmp_path / "d0.trec"), "--depth", "0")
+    assert r.exit_code == 2 and "--depth" in r.output and not (tmp_path / "d0.trec").exists()
+    r = CliRunner().invoke(main, [*base, "--out", "-"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines and all(len(ln.split()) == 6 for ln in lines)  # only the run on stdout
+    assert "-> stdout" in r.stderr and "\r" not in r.stderr  # the summary on stderr; no progress bars in a pipe
+    assert not (Path.cwd() / "-").exists()
+    (tmp_path / "empty.trec").write_text("")
+    r = _cli("eval", "--dataset", str(beir), "--split", "test", "--run", str(tmp_path / "empty.trec"))
+    assert r.exit_code == 0 and "warning:" in r.stderr and "holds no results" in r.stderr
+
+
+def test_a_directory_given_as_config_is_named_as_one(tmp_path, notes):
+    store = tmp_path / "s.duckdb"
+    assert _cli("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    (tmp_path / "cfgdir").mkdir()
+    r = _cli("search", "deploy", "--store", str(store), "--config", str(tmp_path / "cfgdir"))
+    assert r.exit_code == 2 and "a directory, not a config file" in r.output
