@@ -77,6 +77,7 @@ def test_a_query_whose_words_no_document_holds_says_so_instead_of_scores_barely_
     doc = json.loads(_search(store, "xyzzy plugh frobnicate", "--format", "json"))
     jsonschema.validate(doc, SCHEMA)
     assert doc["notes"]["no_term_match"] is True and doc["notes"]["low_differentiation"] is False and doc["results"]
+    assert doc["notes"]["route"] == "dense-only"  # the dense-gap rule's "bm25-led" said of a query BM25 found nothing for
     hit = json.loads(_search(store, "service discovery on the local network", "--format", "json"))
     assert hit["notes"]["no_term_match"] is False
     assert "query's words" not in _search(store, "xyzzy plugh frobnicate", "--mode", "dense")  # BM25 not asked

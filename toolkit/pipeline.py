@@ -487,8 +487,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
                                                  rank_only=cfg.fusion.method == "rrf")
     final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
-    if route is not None:
-        per_query = per_query.join(route, on="qid", how="left")
+    if route is not None:  # "bm25-led" said of a query BM25 found nothing for would mislead: it went by dense alone
+        per_query = per_query.join(route, on="qid", how="left").with_columns(
+            pl.when(pl.col("no_term_match")).then(pl.lit("dense-only")).otherwise(pl.col("route")).alias("route"))
     t["threshold"] = time.perf_counter() - t0
     # Provider status (reranker / expander fallbacks) travels with the result: per-query columns and flags.
     dense = cfg.retrieval.dense.enabled
