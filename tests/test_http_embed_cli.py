@@ -184,3 +184,18 @@ def test_the_reranker_honours_retry_after_too(fake_server, monkeypatch):
     rr = HttpReranker(fake_server.rerank_url, retries=1)
     assert len(rr.score("deploy", ["deploy server", "lunch"])) == 2
     assert waits == [3.0]
+
+
+def test_lexical_only_report_and_tune_on_a_store_the_endpoint_embedded(tmp_path, beir, fake_server):
+    """`hrt report --config bm25-only` on such a store was refused ("this ingest would embed with the local
+    model"): the automatic ingest embedded although no config reads a vector."""
+    store = tmp_path / "s.duckdb"
+    _ingest(beir, store, fake_server)
+    before = len(fake_server.requests)
+    r = CliRunner().invoke(main, ["report", "--dataset", str(beir), "--split", "test", "--config", "bm25-only",
+                                  "--store", str(store), "--out", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["tune", "--dataset", str(beir), "--split", "test", "--force", "--base", "bm25-only",
+                                  "--store", str(store), "--out", str(tmp_path / "t.yaml"), "--budget", "3", "--folds", "2"])
+    assert r.exit_code == 0, r.output
+    assert len(fake_server.requests) == before  # nothing was embedded, locally or remotely

@@ -345,6 +345,13 @@ def _auto_ingest_embedder(cfgs, store_path):
     return _dense_embedder(dense) if key[0] == "http" else None
 
 
+def _needs_vectors(cfgs) -> bool:
+    """Whether any config reads chunk vectors (dense search, near-duplicate dedup): the automatic ingest of
+    `run`, `report` and `tune` embeds only then. A lexical-only report on a store embedded by an http endpoint
+    was refused, because embedding new chunks there would have used the local model."""
+    return any(c.retrieval.dense.enabled or c.dedup.near_duplicate_enabled for c in cfgs)
+
+
 @contextlib.contextmanager
 def _closing_embedder(emb):
     """Closes an http embedder's client when the command is done with it."""
@@ -611,7 +618,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
                     f"{store_path} holds {len(extra)} document(s) not in {ds.root} (e.g. {', '.join(map(repr, extra[:3]))}): "
                     "they would be retrieved and scored; add --prune to remove them from the store, or use a store of "
                     "the dataset's own (omit --store)")
-        rep = st.ingest(corpus, embed=cfg.retrieval.dense.enabled or cfg.dedup.near_duplicate_enabled, prune=prune,
+        rep = st.ingest(corpus, embed=_needs_vectors([cfg]), prune=prune,
                         progress=_progress())
         if rep.added or rep.changed or rep.removed:
             _echo_skipped(corpus)
@@ -779,7 +786,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     loaded = {label: load_config(src) for label, src in named.items()}
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb) as st:
-        st.ingest(load_corpus(ds.root), progress=_progress())
+        st.ingest(load_corpus(ds.root), embed=_needs_vectors(loaded.values()), progress=_progress())
         rep = build_report(
             st, ds.queries(split), ds.qrels(split), loaded, baseline=base, dataset=ds.name, split=split,
             group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
@@ -822,9 +829,9 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 
     ds = Dataset.open(dataset)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
-    with _closing_embedder(_auto_ingest_embedder([_load_cfg(base or DEFAULT_PRESET, None)], store_path)) as emb, \
-            Store(store_path, embedder=emb) as st:
-        st.ingest(load_corpus(ds.root), progress=_progress())
+    base_cfg = _load_cfg(base or DEFAULT_PRESET, None)
+    with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, Store(store_path, embedder=emb) as st:
+        st.ingest(load_corpus(ds.root), embed=_needs_vectors([base_cfg]), progress=_progress())
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,
             folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors, alpha=alpha,
