@@ -1,3 +1,5 @@
+import unicodedata
+
 from toolkit.analysis import compound_forms, lexical_text
 from toolkit.chunking import chunk_text
 
@@ -33,4 +35,19 @@ def test_cjk_text_is_also_indexed_as_characters_and_pairs():
     assert cjk_terms("猫 and 犬") == ["猫", "犬"]  # one-character runs: the character
     assert cjk_terms("ラーメン、ラーメン") == ["ラ", "ー", "メ", "ン", "ラー", "ーメ", "メン"] * 2  # repeats kept: BM25 counts them
     assert lexical_text("plain English, v2.1") == "plain English, v2.1\nv2_1"  # other text as before
-    assert lexical_text("한국어") .endswith("\n한 국 어 한국 국어")
+    assert unicodedata.normalize("NFC", lexical_text("한국어")).endswith("\n한 국 어 한국 국어")
+
+
+def test_analysis_folds_forms_keeps_kana_voicing_and_splits_latin_from_cjk():
+    from toolkit.analysis import lexical_text
+
+    terms = lambda t: set(lexical_text(t).split())  # noqa: E731
+    assert terms("ガス") != terms("カス") and "カ\uff9eス" in terms("ガス")  # voicing survives FTS accent stripping
+    assert lexical_text("ｻｰﾊﾞｰ") == lexical_text("サーバー")  # half-width katakana
+    assert lexical_text("ＥＣＯＮＮＲＥＦＵＳＥＤ １２３４") == "ECONNREFUSED 1234"  # full-width Latin and digits
+    nfd = unicodedata.normalize("NFD", "일정은 월요일 Zoë")
+    assert lexical_text(nfd) == lexical_text("일정은 월요일 Zoë")  # decomposed (macOS) text
+    assert "econnrefused" in terms("ECONNREFUSEDエラーが発生") and "python" in terms("用Python写")
+    assert {"strasse", "café", "id", "strassen", "name"} <= terms("Straße café_id straßenName")
+    assert "en" not in terms("straßenName")  # no stray part from a split at ß
+    assert "人々" in terms("人々は")  # the iteration mark is CJK

@@ -8,6 +8,7 @@ import random
 import re
 import sys
 import time
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -184,8 +185,13 @@ def _old_compound_forms(text: str) -> list[str]:
 
 
 def _old_lexical_text(text: str) -> str:
-    extra = _old_compound_forms(text)
-    return f"{text}\n{' '.join(extra)}" if extra else text
+    """lexical_text with one scan over the whole text (analysis version 3: NFKC and case folding of non-ASCII
+    text, CJK characters and pairs)."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    extra = _old_compound_forms(text) + (analysis.cjk_terms(text) if analysis.CJK.search(text) else [])
+    out = f"{text}\n{' '.join(extra)}" if extra else text
+    return out if out.isascii() else out.casefold()
 
 
 _WORDS = ["v2.1.0", "CVE-2017-3156", "retryBackoffMs", "max_pool_size", "ECONNREFUSED", "config.py", "~/a/b",

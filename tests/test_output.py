@@ -73,14 +73,18 @@ def test_a_query_whose_words_no_document_holds_says_so_instead_of_scores_barely_
     (1/(k + rank): their spread is the same for any list), and nothing that told an agent no document
     matched a word of it."""
     out = _search(store, "xyzzy plugh frobnicate")
-    assert "no document contains any of the query's words" in out and "barely differ" not in out
+    assert "BM25 found no document holding any of the query's indexed words" in out and "barely differ" not in out
     doc = json.loads(_search(store, "xyzzy plugh frobnicate", "--format", "json"))
     jsonschema.validate(doc, SCHEMA)
     assert doc["notes"]["no_term_match"] is True and doc["notes"]["low_differentiation"] is False and doc["results"]
     assert doc["notes"]["route"] == "dense-only"  # the dense-gap rule's "bm25-led" said of a query BM25 found nothing for
     hit = json.loads(_search(store, "service discovery on the local network", "--format", "json"))
     assert hit["notes"]["no_term_match"] is False
-    assert "query's words" not in _search(store, "xyzzy plugh frobnicate", "--mode", "dense")  # BM25 not asked
+    assert "indexed words" not in _search(store, "xyzzy plugh frobnicate", "--mode", "dense")  # BM25 not asked
+    # BM25 alone, nothing found: the JSON still has the query's notes (a harness reads notes.no_term_match).
+    lex = json.loads(_search(store, "xyzzy plugh frobnicate", "--mode", "lexical", "--format", "json"))
+    jsonschema.validate(lex, SCHEMA)
+    assert lex["results"] == [] and lex["notes"]["no_term_match"] is True and lex["n_results"] == 0
 
 
 def test_a_store_written_before_content_hashes_opens_and_is_migrated(store, tmp_path):

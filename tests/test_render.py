@@ -181,3 +181,22 @@ def test_compact_with_priors_stays_within_2000_chars():
     out = render(rows, max_chars=2000)
     assert len(out) <= 2000 and len(blocks(out)) == 5
     assert all("priors: priority x3.00 · recency x0.83 · use x1.17, before priors" in b[0] for b in blocks(out))
+
+
+def test_snippets_find_cjk_words_and_never_split_a_character_cluster():
+    """Trial L: a two-character Chinese query (饺子) got the note's head instead of the hit; a Turkish İ (two
+    characters once lower-cased) moved the window past the hit; cuts left a lone skin tone or half a flag."""
+    import unicodedata
+
+    from toolkit.render import shorten, snippet
+
+    text = "今天天气很好。" * 30 + "我们晚上吃饺子吧。" + "明天见。" * 20
+    assert "饺子" in snippet(text, 60, "饺子")
+    assert "zzkeyword" in snippet("İİİİ " * 60 + "zzkeyword here " + "x " * 100, 60, "zzkeyword")
+    # Each cluster with the places inside it where a cut is allowed (between two flags, not inside one).
+    for base, cluster, ok in (("x" * 30, "👍🏽", {0, 2}), ("x" * 30, "🇩🇪🇫🇷", {0, 2, 4}),
+                              ("x" * 30, "👨\u200d👩\u200d👧", {0, 5}), ("x" * 20, unicodedata.normalize("NFD", "é"), {0, 2})):
+        text = base + cluster + "y" * 10
+        for n in range(len(base) + 1, len(base) + len(cluster) + 2):
+            cut = shorten(text, n).rstrip("…")
+            assert text.startswith(cut) and (len(cut) <= len(base) or len(cut) - len(base) in ok or len(cut) > len(base) + len(cluster)), (cluster, n, cut)

@@ -125,7 +125,7 @@ def test_a_store_indexed_before_cjk_pairs_says_so_and_is_brought_up_to_date_by_i
     con.close()
     r = _search(store, "ラーメン", "--mode", "lexical")
     assert r.stdout.strip() == "no results"
-    assert "index was built before words inside unspaced Chinese, Japanese or Korean text were indexed" in r.stderr
+    assert "indexed before words inside unspaced Chinese, Japanese or Korean text" in r.stderr
     assert "hrt ingest" in r.stderr
     _ingest(tmp_path / "notes", store, "--no-embed")  # nothing changed in the folder: only the CJK chunk is redone
     r = _search(store, "ラーメン", "--mode", "lexical")
@@ -185,3 +185,38 @@ def test_preset_descriptions_do_not_claim_a_reranker_that_is_off():
             assert re.search(r"(off until|once) (a provider is|providers are) set", line), line
             assert "HRT_RERANK_" in line, line
     assert "off until a provider is set" in next(x for x in out.splitlines() if x.startswith("ace "))
+
+
+def test_multilingual_notes_are_found_by_the_words_people_type(tmp_path):
+    """Trial L (a multilingual agent memory): a Latin word written against Japanese text, kana that differ only
+    by their voicing mark (ガス gas, カス dregs), half-width katakana, Korean as macOS writes it (NFD), ß, and an
+    identifier with an accent were each missed or matched the wrong note by BM25."""
+    import unicodedata
+
+    root = tmp_path / "ml"
+    root.mkdir()
+    notes = {
+        "err.md": "本番でECONNREFUSEDエラーが発生しました。",
+        "gas.md": "ガスの検針は明日です。",
+        "kasu.md": "カスタードとカスのレシピ。",
+        "server.md": "ｻｰﾊﾞｰの再起動は金曜日。",
+        "meeting.md": unicodedata.normalize("NFD", "회의 일정은 월요일입니다."),
+        "street.md": "Die Lieferadresse ist Hauptstraße 5.",
+        "cafe.md": "The café_id column is the primary key.",
+        "other.md": "Unrelated note about lunch and a cafe key.",
+    }
+    for name, text in notes.items():
+        (root / name).write_text(text + "\n")
+    store = tmp_path / "ml.duckdb"
+    _ingest(root, store, "--no-embed")
+
+    def first(q: str) -> str:
+        out = _search(store, q, "--mode", "lexical", "-n", "1").stdout
+        return out.splitlines()[0] if out.strip() != "no results" else out
+
+    assert "err.md" in first("ECONNREFUSED")
+    assert "gas.md" in first("ガス") and "gas.md" not in first("カスタード")
+    assert "server.md" in first("サーバー")
+    assert "meeting.md" in first("월요일")
+    assert "street.md" in first("Hauptstrasse") and "street.md" in first("Hauptstraße")
+    assert "cafe.md" in first("café id")

@@ -9,30 +9,41 @@ matches still score on the parts. No library does this pre-tokenisation for Duck
 Chinese, Japanese and Korean text has no spaces between words, so FTS saw a whole sentence as one token and
 no word inside it could match. Each run of CJK characters is also indexed as its single characters and its
 overlapping character pairs (`cjk_terms`, as Lucene's CJK bigram analysis does): a query word of two or more
-characters matches through its pairs, and a one-character word through the character.
+characters matches through its pairs, and a one-character word through the character. A Latin word written
+against CJK text (`ECONNREFUSEDエラー`, `用Python写`) is indexed on its own too.
+
+Everything is NFKC-normalised and case-folded first, so full-width `ＥＣＯＮＮ` is `econn`, half-width `ｻｰﾊﾞｰ`
+is `サーバー`, decomposed (NFD, as macOS writes) Korean or accents equal the composed forms, and `Straße` is
+`strasse`. FTS strips accents (`José` = `jose`), which would also strip the voicing marks of kana (ガス = カス):
+in CJK terms those marks are written as the half-width marks (ﾞ ﾟ), letters that survive it.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # Characters the FTS tokenizer treats as separators: anything but letters, digits and underscore.
 FTS_IGNORE = r"[^\p{L}\p{N}_]+"
 
 # What `lexical_text` adds, by version (a store records the one its BM25 index was built with and brings
-# older ones up to date, `Store._reanalyse`): 1 compound forms, 2 CJK characters and pairs.
-ANALYSIS_VERSION = "2"
+# older ones up to date, `Store._reanalyse_text`): 1 compound forms, 2 CJK characters and pairs, 3 NFKC and
+# case folding, kana voicing kept, Latin words next to CJK, non-ASCII words in compound forms. Versions 2-3
+# change only text with non-ASCII characters, so only those chunks are redone.
+ANALYSIS_VERSION = "3"
 
-# Han, Hiragana, Katakana (and half-width), Hangul: scripts written without spaces between words.
-CJK_CHARS = ("\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
-             "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0002fa1f")
+# Han, Hiragana, Katakana (and half-width), Hangul, and the ideographic marks 々 〆 〇 〻: scripts written
+# without spaces between words.
+CJK_CHARS = ("\u3005-\u3007\u303b\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+             "\uff66-\uff9f\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0002fa1f")
 CJK = re.compile(f"[{CJK_CHARS}]")
 _CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
 
-# A run of alphanumerics joined by . - / : (versions, codes, paths, CVE ids).
-_JOINED = re.compile(r"[A-Za-z0-9]+(?:[._\-/:][A-Za-z0-9]+)+")
+# A run of letters or digits joined by . - / : (versions, codes, paths, CVE ids).
+_JOINED = re.compile(r"[^\W_]+(?:[._\-/:][^\W_]+)+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_WORD = re.compile(r"[A-Za-z0-9_]+")
+_WORD = re.compile(r"\w+")
+_KANA_MARKS = str.maketrans({"\u3099": "\uff9e", "\u309a": "\uff9f"})  # voiced / semi-voiced: as letters
 
 
 # Regexes like _JOINED retry from every start position inside a long run of characters, so their time
@@ -81,20 +92,29 @@ def compound_forms(text: str) -> list[str]:
 
 def cjk_terms(text: str) -> list[str]:
     """Each CJK character of `text` and each pair of neighbours within a run of them, in order and with
-    repeats (BM25 counts them): "数据库" gives 数 据 库 数据 据库. A one-character run gives the character."""
+    repeats (BM25 counts them): "数据库" gives 数 据 库 数据 据库. A one-character run gives the character.
+    Then the Latin (or other) parts of words that touch CJK text: "ECONNREFUSEDエラー" also gives ECONNREFUSED.
+    Kana voicing marks are written as half-width marks (`_KANA_MARKS`), which FTS's accent stripping keeps."""
     out: list[str] = []
     for m in _CJK_RUN.finditer(text):
         run = m.group(0)
         out.extend(run)
         out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    out = [unicodedata.normalize("NFD", t).translate(_KANA_MARKS) for t in out]
+    for m in _WORD.finditer(text):
+        if CJK.search(w := m.group(0)) and (rest := [p for p in _CJK_RUN.split(w) if p.strip("_")]):
+            out.extend(rest)
     return out
 
 
 def lexical_text(text: str) -> str:
     """The string given to the FTS index (and to queries): the text followed by its compound forms and
-    its CJK characters and pairs.
+    its CJK characters and pairs, NFKC-normalised and case-folded (see the module docstring).
 
     Time is linear in the length (see `compound_forms`: text is analysed in windows of `WINDOW`
     characters); the output is unchanged by the windowing unless one word is longer than `WINDOW`."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
     extra = compound_forms(text) + (cjk_terms(text) if CJK.search(text) else [])
-    return f"{text}\n{' '.join(extra)}" if extra else text
+    out = f"{text}\n{' '.join(extra)}" if extra else text
+    return out if out.isascii() else out.casefold()

@@ -557,18 +557,19 @@ def _note_unknown_scope(doc_sources: pl.DataFrame, scope: str) -> None:
 
 
 def _note_cjk(query: str, prep, store, *, lexical_only: bool) -> None:
-    """A store indexed before CJK characters and pairs were (`analysis.cjk_terms`) cannot match a word inside
-    unspaced Chinese, Japanese or Korean text: say so and how to fix it, rather than a bare "no results"."""
-    from .analysis import ANALYSIS_VERSION, CJK
+    """A store indexed by an earlier text analysis (before CJK characters and pairs, NFKC and kana voicing,
+    `analysis.ANALYSIS_VERSION`) can miss a non-ASCII query that the current one finds: when BM25 matched
+    nothing, say so and how to fix it, rather than a bare "no results"."""
+    from .analysis import ANALYSIS_VERSION
 
-    if not CJK.search(query) or store.lexical_analysis == ANALYSIS_VERSION:
+    if query.isascii() or store.lexical_analysis == ANALYSIS_VERSION:
         return
     if bool(prep.features["skip_lexical"].any()) or (prep.candidates["retriever"] == "lex").any():
         return  # BM25 was routed away, or it did match
     dense = "use --mode hybrid or dense, which match by meaning" if lexical_only else "the results come from dense search alone"
-    click.echo("note: BM25 matched nothing: this store's index was built before words inside unspaced Chinese, "
-               "Japanese or Korean text were indexed; run `hrt ingest` on its folder again to index them (only "
-               f"the CJK chunks are redone); {dense}", err=True)
+    click.echo("note: BM25 matched nothing: this store was indexed before words inside unspaced Chinese, Japanese "
+               "or Korean text (and full-width or decomposed forms) were; run `hrt ingest` on its folder again to "
+               f"re-index them (only chunks with non-ASCII text are redone); {dense}", err=True)
 
 
 @main.command()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -188,20 +189,63 @@ def _shown_body(r: Mapping[str, Any]) -> str:
 
 
 def shorten(text: str, limit: int) -> str:
-    """One line of at most `limit` characters, cut at a word boundary with an ellipsis."""
+    """One line of at most `limit` characters, cut at a word boundary with an ellipsis, never inside a
+    character cluster (an accent, an emoji with its skin tone or joiners, a flag)."""
     t = _WS.sub(" ", text).strip()
     if len(t) <= limit:
         return t
     if limit <= 1:
         return "…"[:limit]
-    cut = t[: limit - 1]
+    cut = t[: _cluster_start(t, limit - 1)]
     space = cut.rfind(" ")
     if space >= limit // 2:
         cut = cut[:space]
     return cut.rstrip(" ,;:.") + "…"
 
 
+_JOINERS = {"\u200d", "\ufe0e", "\ufe0f", "\u20e3"}  # zero-width joiner, variation selectors, keycap
+
+
+def _cluster_start(t: str, i: int) -> int:
+    """The largest cut point <= i that does not split a character cluster of `t`: not before a combining
+    mark, joiner, variation selector or skin tone, not after a joiner, not between a flag's two regional
+    indicators. Python has no grapheme segmentation in its standard library, and these are the cases that
+    left a lone accent, skin tone or half a flag in a snippet (user trial L)."""
+    def part_of_previous(j: int) -> bool:
+        c = t[j]
+        return (unicodedata.combining(c) > 0 or c in _JOINERS or "\U0001f3fb" <= c <= "\U0001f3ff"
+                or t[j - 1] == "\u200d" or (_regional(c) and _regional(t[j - 1]) and _ri_run(t, j) % 2 == 1))
+
+    while 0 < i < len(t) and part_of_previous(i):
+        i -= 1
+    return i
+
+
+def _regional(c: str) -> bool:
+    return "\U0001f1e6" <= c <= "\U0001f1ff"
+
+
+def _ri_run(t: str, j: int) -> int:
+    """How many regional indicators stand right before position j (a flag is a pair of them)."""
+    n = 0
+    while j - n - 1 >= 0 and _regional(t[j - n - 1]):
+        n += 1
+    return n
+
+
 _TERM = re.compile(r"\w[\w.\-/:]*\w|\w")
+
+
+def _snippet_terms(query: str) -> set[str]:
+    """What `snippet` looks for: the query's words of 3+ characters that are not stopwords, and for Chinese,
+    Japanese or Korean text (no spaces between words) its character pairs, as BM25 matches them."""
+    from .analysis import CJK, CJK_CHARS
+    from .features import _is_stopword  # the query router's stop list; render stays light to import
+
+    out = {w.lower() for w in _TERM.findall(query) if len(w) >= 3 and not _is_stopword(w.lower()) and not CJK.search(w)}
+    for run in re.findall(f"[{CJK_CHARS}]+", unicodedata.normalize("NFKC", query)):
+        out |= {run[i : i + 2] for i in range(len(run) - 1)} or {run}
+    return out
 
 
 def snippet(text: str, limit: int, query: str | None = None) -> str:
@@ -212,11 +256,11 @@ def snippet(text: str, limit: int, query: str | None = None) -> str:
     t = _WS.sub(" ", text).strip()
     if not query or len(t) <= limit or limit < 40:
         return shorten(t, limit)
-    from .features import _is_stopword  # the query router's stop list; render stays light to import
-
     low = t.lower()
+    if len(low) != len(t):  # "İ".lower() is two characters: offsets in `low` must be offsets in `t`
+        low = "".join(c if len(c.lower()) != 1 else c.lower() for c in t)
     hits: list[tuple[int, str]] = []
-    for term in {w.lower() for w in _TERM.findall(query) if len(w) >= 3 and not _is_stopword(w.lower())}:
+    for term in _snippet_terms(query):
         at = low.find(term)
         if at < 0 and len(term) >= 6:  # "failures" in the query, "failed" in the text: a crude stem
             term = term[:5]
@@ -254,7 +298,8 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
             "these are the closest matches (low confidence)"
         )
     if notes.get("no_term_match"):
-        out.append("note: no document contains any of the query's words; these results are the closest by meaning only")
+        out.append("note: BM25 found no document holding any of the query's indexed words (stopwords and symbols are not "
+                   "indexed): any result here comes from dense search alone, by meaning")
     if notes.get("low_differentiation"):
         spread = notes.get("spread")
         s = f" (spread {spread:.3g})" if isinstance(spread, int | float) else ""
@@ -407,7 +452,8 @@ def render(
     `notes` is the query's per-query row (low_confidence, low_differentiation, no_term_match, spread, exact_token)
     plus optional `messages` (list of strings, e.g. a provider that fell back)."""
     rows = _rows(results)
-    lines = provider_lines(notes) + note_lines(notes)
+    # "no results" says all that no_term_match would (its note is about results found by meaning alone).
+    lines = provider_lines(notes) + note_lines(notes if rows else {**(notes or {}), "no_term_match": False})
     if fmt == "json":
         out = [_json_result(r, excerpt_chars, query) for r in rows]
         skip = {"qid", "messages", "n_results", "reranker", "expander", "embedder", "provider_notes"}

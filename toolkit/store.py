@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from . import interrupts
-from .analysis import ANALYSIS_VERSION, CJK_CHARS, FTS_IGNORE, lexical_text
+from .analysis import ANALYSIS_VERSION, FTS_IGNORE, lexical_text
 from .chunking import chunk_body, chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
@@ -1069,9 +1069,9 @@ class Store:
             settings.stemmer,
             settings.stopwords,
         )
-        # A store indexed by an earlier `lexical_text` (no CJK characters and pairs) is brought up to date here.
+        # A store indexed by an earlier `lexical_text` (analysis versions 1-2) is brought up to date here.
         reanalyse = self.lexical_analysis != ANALYSIS_VERSION
-        rebuild = bool(todo or removed or fts_changed or not self._lexical_index_whole() or (reanalyse and self._cjk_chunks()))
+        rebuild = bool(todo or removed or fts_changed or not self._lexical_index_whole() or (reanalyse and self._non_ascii_chunks()))
         if not rebuild and not need_embed:
             if reanalyse and not self.read_only:
                 self._set_meta("lexical_analysis", ANALYSIS_VERSION)  # nothing it would change
@@ -1126,7 +1126,7 @@ class Store:
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_backend", getattr(emb, "backend", "torch"))
             if reanalyse:
-                self._reanalyse_cjk()
+                self._reanalyse_text()
             if rebuild:
                 self._build_fts(settings)
             self._set_meta("lexical_analysis", ANALYSIS_VERSION)
@@ -1190,18 +1190,20 @@ class Store:
         the version was recorded); `ingest` brings an older one up to date."""
         return self._meta("lexical_analysis") or "1"
 
-    _CJK_BODY = "CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END"  # `chunk_body` in SQL
+    _BODY = "CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END"  # `chunk_body` in SQL
+    _NON_ASCII = r"[^\x{00}-\x{7f}]"  # RE2
 
-    def _cjk_chunks(self) -> bool:
-        """Whether any stored chunk holds CJK text (what a change of analysis version re-indexes)."""
+    def _non_ascii_chunks(self) -> bool:
+        """Whether any stored chunk holds a non-ASCII character: the only text a change of analysis version
+        (2 and 3) indexes differently, hence what `_reanalyse_text` redoes."""
         return self.con.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c JOIN documents d USING (doc_id) "
-                                f"WHERE regexp_matches({self._CJK_BODY}, ?))", [f"[{CJK_CHARS}]"]).fetchone()[0]
+                                f"WHERE regexp_matches({self._BODY}, ?))", [self._NON_ASCII]).fetchone()[0]
 
-    def _reanalyse_cjk(self) -> int:
-        """Recompute `lex_text` of the chunks holding CJK text (the only ones an older analysis indexed
+    def _reanalyse_text(self) -> int:
+        """Recompute `lex_text` of the chunks holding non-ASCII text (the only ones an older analysis indexed
         differently); the caller rebuilds the BM25 index. Returns how many changed."""
-        rows = self.con.execute(f"SELECT c.chunk_id, {self._CJK_BODY}, c.lex_text FROM chunks c JOIN documents d USING (doc_id) "
-                                f"WHERE regexp_matches({self._CJK_BODY}, ?)", [f"[{CJK_CHARS}]"]).fetchall()
+        rows = self.con.execute(f"SELECT c.chunk_id, {self._BODY}, c.lex_text FROM chunks c JOIN documents d USING (doc_id) "
+                                f"WHERE regexp_matches({self._BODY}, ?)", [self._NON_ASCII]).fetchall()
         changed = [(cid, new) for cid, body, old in rows if (new := lexical_text(body)) != old]
         if changed:
             self._register("relex", pl.DataFrame(changed, schema={"chunk_id": pl.Utf8, "lex_text": pl.Utf8}, orient="row"))

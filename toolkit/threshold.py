@@ -106,15 +106,22 @@ def apply_threshold(
     returned list, or of its first `n` results when given (what the user is shown); null with fewer than
     two results. low_differentiation = spread < low_spread. Scores come out strictly decreasing with rank
     (see `strictly_decreasing`), so evaluating the run by score gives exactly this order.
-    `evidence` (`list_evidence`) adds no_term_match; with `rank_only` (RRF: scores made from ranks alone) a
+    `evidence` (`list_evidence`) adds no_term_match and a row for each of its queries that has no result
+    (n_results 0); with `rank_only` (RRF: scores made from ranks alone) a
     query whose candidates come from one list is never low_differentiation: its scores are 1/(k + rank)
     whatever the list's own scores said, so their spread measures nothing.
     """
     r = ranked if in_rank_order(ranked) else ranked.sort("qid", "rank")
     if "flags" not in r.columns:
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
-    if not len(r):
-        return r, pl.DataFrame(schema=PER_QUERY_SCHEMA)
+    if not len(r):  # no query has a result; with `evidence`, each still gets its row (n_results 0)
+        empty = {k: v for k, v in PER_QUERY_SCHEMA.items() if k != "no_term_match"}
+        none = pl.DataFrame(schema=empty)
+        if evidence is None:
+            return r, none.with_columns(pl.lit(False).alias("no_term_match")).cast(PER_QUERY_SCHEMA)
+        pq = evidence.join(none, on="qid", how="left").with_columns(
+            pl.lit(0, pl.Int64).alias("n_results"), pl.lit(False).alias("low_confidence"), pl.lit(False).alias("low_differentiation"))
+        return r, pq.select(list(PER_QUERY_SCHEMA)).cast(PER_QUERY_SCHEMA)
     use_prob = cfg.min_prob > 0
     if use_prob and ("score_prob" not in r.columns or r["score_prob"].null_count() == len(r)):
         # Without calibrated probabilities every row would fail and be flagged low confidence.
@@ -150,8 +157,9 @@ def apply_threshold(
         low_conf.alias("low_confidence"),
     )
     low_diff = (pl.col("spread") < cfg.low_spread).fill_null(False)
-    if evidence is not None:
-        per_query = per_query.join(evidence, on="qid", how="left")
+    if evidence is not None:  # every query evidence knows, those left without results too (n_results 0)
+        per_query = evidence.join(per_query, on="qid", how="left").with_columns(
+            pl.col("n_results").fill_null(0), pl.col("low_confidence").fill_null(False))
         if rank_only:
             low_diff = low_diff & (pl.col("n_lists").fill_null(0) != 1)
     per_query = per_query.with_columns(
