@@ -40,6 +40,7 @@ _EXPORTS = {
     "experiment": "experiment",
     "tune": "tune",
     "tune_dataset": "tune",
+    "train_fusion": "train_fusion",
     "Session": "session",
     "Lab": "lab",
     "export_config": "export",
@@ -58,7 +59,7 @@ _EXPORTS = {
 __all__ = [  # the same names as _EXPORTS (a test checks)
     "__version__", "Store", "Dataset", "load_corpus", "load_queries", "PipelineConfig", "load_config",
     "save_config", "prepare", "rescore", "run_pipeline", "evaluate", "compare", "experiment", "tune",
-    "tune_dataset", "Session", "Lab", "export_config", "write_export", "read_run", "write_run", "read_qrels",
+    "tune_dataset", "train_fusion", "Session", "Lab", "export_config", "write_export", "read_run", "write_run", "read_qrels",
     "queries_frame", "qrels_frame", "run_frame", "to_pandas", "to_ir_measures", "to_ranx", "from_ir_datasets",
 ]
 

@@ -27,9 +27,9 @@ DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
 
 @contextlib.contextmanager
 def _config_warnings() -> Iterator[None]:
-    """Config warnings (`config.ConfigWarning`: settings with no effect, a relative path found only in the
-    working directory) print as `warning: ...` on stderr, once each however often a command loads the config;
-    other warnings keep Python's display."""
+    """User warnings (`config.ConfigWarning`: settings with no effect; a learned model on other settings; tuning
+    on test) print as `warning: ...` on stderr, once each however often a command raises them; other
+    categories (deprecations) keep Python's display, with its source line."""
     seen: set[str] = set()
     with warnings.catch_warnings():
         python_display = warnings.showwarning
@@ -37,9 +37,9 @@ def _config_warnings() -> Iterator[None]:
         def show(message, category, filename, lineno, file=None, line=None):
             from .config import ConfigWarning  # a config module only when something warned
 
-            if not issubclass(category, ConfigWarning):
+            if not issubclass(category, ConfigWarning | UserWarning):  # e.g. a DeprecationWarning: Python's display
                 python_display(message, category, filename, lineno, file, line)
-            elif str(message) not in seen:
+            elif str(message) not in seen:  # ours (and a library's user-facing ones): one line, no source line
                 seen.add(str(message))
                 click.echo(f"warning: {message}", err=True)
 
@@ -345,6 +345,40 @@ def _auto_ingest_embedder(cfgs, store_path):
     return _dense_embedder(dense) if key[0] == "http" else None
 
 
+def _check_out(out: str, *keep: str | None) -> None:
+    """`--out` must not name a store: `hrt run --out s.duckdb` and `hrt train-fusion --out s.duckdb` replaced the
+    store with a TREC file or a model, exit 0 (user trial M). Refused before any work: the store given
+    (`keep`), or any existing DuckDB database."""
+    if out == "-":
+        return
+    o = Path(out)
+    for k in keep:
+        if k and Path(k).exists() and (o.resolve() == Path(k).resolve() or (o.exists() and o.samefile(k))):
+            raise ToolkitError(f"--out {out} is the store file {k}: writing there would replace the store; name another file")
+    if o.is_file():
+        from .store import DUCKDB_MAGIC
+
+        at, magic = DUCKDB_MAGIC
+        with o.open("rb") as f:
+            if f.read(at + len(magic))[at:] == magic:
+                raise ToolkitError(f"--out {out} is a DuckDB database (a store?): writing there would replace it; "
+                                   "name another file")
+
+
+def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str]) -> None:
+    """A learned config run on queries its model was trained on: its scores there are not results. Said on
+    stderr per config (`learned_fusion.training_overlap` reads what the model file recorded)."""
+    from .learned_fusion import training_overlap
+
+    for label, cfg in cfgs.items():
+        if cfg.fusion.method != "learned":
+            continue
+        n, where = training_overlap(cfg.fusion.model, ds.name, split, qids)
+        if n:
+            click.echo(f"warning: {label}: its fusion.model was trained on {n} of these {len(qids)} queries ({where}): "
+                       "its scores on them are in-sample, not results", err=True)
+
+
 def _needs_vectors(cfgs) -> bool:
     """Whether any config reads chunk vectors (dense search, near-duplicate dedup): the automatic ingest of
     `run`, `report` and `tune` embeds only then. A lexical-only report on a store embedded by an http endpoint
@@ -408,6 +442,8 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
     import os
 
     from .embed_corpus import embed_corpus
+
+    _check_out(out)
     from .loaders import load_corpus
 
     if chunk_overlap >= chunk_size:
@@ -599,6 +635,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
     from .store import Store
 
     ds = Dataset.open(dataset)
+    _check_out(out, store_path or str(Path(".hrt") / f"{ds.name}.duckdb"))
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
     # Before any work: a bad name must not cost a whole run. A config name with spaces gives a dashed tag.
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
@@ -607,6 +644,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
     prune = prune or store_path is None  # the default store is the tool's cache of the dataset: kept in step
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
     queries = ds.queries(split)
+    _in_sample_note({cfg.name or "config": cfg}, ds, split, queries["qid"].to_list())
     corpus = load_corpus(ds.root)
     check_trec_ids(queries["qid"], "query", ds.root / "queries.jsonl")  # a TREC file cannot hold them
     check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
@@ -785,6 +823,8 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     from .config import load_config
 
     loaded = {label: load_config(src) for label, src in named.items()}
+    _check_out(out, store_path)
+    _in_sample_note(loaded, ds, split, ds.queries(split)["qid"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb) as st:
         st.ingest(load_corpus(ds.root), embed=_needs_vectors(loaded.values()), progress=_progress())
@@ -830,6 +870,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 
     ds = Dataset.open(dataset)
     store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    _check_out(out, store_path)
     base_cfg = _load_cfg(base or DEFAULT_PRESET, None)
     with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, Store(store_path, embedder=emb) as st:
         st.ingest(load_corpus(ds.root), embed=_needs_vectors([base_cfg]), progress=_progress())
@@ -940,6 +981,7 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
     for opt, vals in (("--store", stores), ("--rel-threshold", rel_thresholds)):
         if vals and len(vals) != len(datasets):
             raise click.BadParameter(f"give {opt} once per --dataset ({len(datasets)}), or not at all")
+    _check_out(out, *(stores or [str(Path(".hrt") / f"{Dataset.open(d).name}.duckdb") for d in datasets]), *pseudo_stores)
     with ExitStack() as stack:
         sources = []
         for i, d in enumerate(datasets):
@@ -949,7 +991,7 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
             sources.append((st, ds.root, rel_thresholds[i] if rel_thresholds else 1))
         extra = [stack.enter_context(Store(p)) for p in pseudo_stores]
         rep = train_fusion(sources, out, split=split, config=config, seed=seed, holdout=holdout, rounds=rounds, prior=prior, force=force,
-                           pseudo_stores=extra, pseudo=pseudo)  # fmt: skip
+                           pseudo_stores=extra, pseudo=pseudo, progress=_progress())  # fmt: skip
     click.echo(rep.summary())
 
 

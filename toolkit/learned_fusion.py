@@ -209,7 +209,12 @@ def _prior_problem(prior: Any) -> str | None:
     scale = prior.get("scale")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)):
         return f"scale {scale!r} is not a finite number"
+    if scale is not None and not 0 <= scale <= MAX_PRIOR_SCALE:  # 1e308 passed, then every score was NaN at run time
+        return f"scale {scale!r} is outside [0, {MAX_PRIOR_SCALE:g}]"
     return None
+
+
+MAX_PRIOR_SCALE = 1e6  # trained models use 0-2; far larger overflows the scores
 
 
 def check_min_prob(model_path: str | None, min_prob: float) -> None:
@@ -248,7 +253,12 @@ def score(feats: pl.DataFrame, model: FusionModel) -> pl.DataFrame:
     s = s.sort(["qid", "score", "best_rr", "doc_id"], descending=[False, True, True, False])
     s = s.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
     prob = calibration.apply(model.calibration, calibration.inputs(s)) if model.calibration else np.full(len(s), np.nan)
-    return s.with_columns(pl.Series("score_prob", prob).fill_nan(None)).select(list(SCORED_SCHEMA))
+    # A probability never rises down the model's own ranking: a calibrator fitted with collinear inputs (score,
+    # gap to the top, log rank) could give rank 2 more than rank 1, and threshold.min_prob then dropped rank 1
+    # and kept rank 2. Each row gets at most the probability of every row ranked above it in its query.
+    s = s.with_columns(pl.Series("score_prob", prob).fill_nan(None))
+    s = s.with_columns(pl.col("score_prob").cum_min().over("qid"))
+    return s.select(list(SCORED_SCHEMA))
 
 
 # The lists a model's features come from: (setting that switches the list off, feature name prefixes).
@@ -283,6 +293,40 @@ def warn_disabled_lists(model: FusionModel, path: Path, settings: dict[str, Any]
     )  # fmt: skip
 
 
+def training_overlap(model_path: str | None, dataset: str, split: str | None, qids: list[str]) -> tuple[int, str]:
+    """(how many of `qids` the model was trained on, "dataset/split" it recorded) for a run of `dataset`'s
+    queries: its scores on those are in-sample. A model file that lists its query ids is matched on them; an
+    older one (the shipped model lists collections and splits only) on the dataset's name and split."""
+    model = FusionModel.load(model_path)
+    rec = (model.info.get("trained_on") or {}).get(dataset)
+    if not isinstance(rec, dict):
+        return 0, ""
+    where = f"{dataset}/{rec.get('split', 'dev')}"
+    if isinstance(rec.get("qids"), list):
+        return len(set(map(str, qids)) & set(map(str, rec["qids"]))), where
+    return (len(qids) if split == rec.get("split", "dev") else 0), where
+
+
+_WARNED_SETTINGS: set[str] = set()
+
+
+def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any] | None) -> None:
+    """UserWarning (once per model file) when the features are made with other retrieval settings than the
+    model was trained on (list depths, level chunk/document, expansion): its trees and score_prob read ranks
+    and scores from lists of another shape. Models from before the settings were recorded are not checked."""
+    trained = model.info.get("settings")
+    if not isinstance(trained, dict) or not settings or str(path) in _WARNED_SETTINGS:
+        return
+    now = json.loads(json.dumps({k: v for k, v in settings.items() if k.startswith(("retrieval.", "expansion."))}, default=str))
+    diff = [f"{k} {trained.get(k)!r} in training, {now.get(k)!r} here" for k in sorted(set(trained) | set(now))
+            if trained.get(k) != now.get(k) and not k.endswith(".enabled")]  # a switched-off list: warn_disabled_lists
+    if diff:
+        _WARNED_SETTINGS.add(str(path))
+        warnings.warn(f"learned fusion model {path} was trained on features from other retrieval settings ("
+                      + "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+                      + "): its ranking and score_prob may not hold here", UserWarning, stacklevel=3)
+
+
 def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     """`score` of `prep`'s cached features under the model file, cached on `prep` until the features or the
     file change (a slider change then costs nothing here)."""
@@ -293,6 +337,7 @@ def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     def build() -> pl.DataFrame:
         model = FusionModel.load(p)
         warn_disabled_lists(model, p, getattr(prep, "settings", None))
+        warn_other_settings(model, p, getattr(prep, "settings", None))
         return score(feats, model)
 
     return prep.derived(stamp, (feats,), build)

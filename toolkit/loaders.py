@@ -626,6 +626,14 @@ def _ids_cached(path: str, size: int, mtime: int, keys: tuple[str, ...]) -> froz
     return frozenset(out)
 
 
+def check_split(split: str) -> str:
+    """A split is a file name in qrels/ (dev, test): a path (`./test`, `../x/test`) would reach the test
+    judgements under another name, past every "not on test" guard."""
+    if not split or any(c in split for c in "/\\") or split in (".", "..") or split != split.strip():
+        raise InputError(f"split {split!r}: a split is the name of a file in qrels/ without .tsv (dev, test)")
+    return split
+
+
 @dataclass(frozen=True)
 class Dataset:
     """A BEIR-layout directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv."""
@@ -646,12 +654,27 @@ class Dataset:
     def splits(self) -> list[str]:
         return sorted(f.stem for f in (self.root / "qrels").glob("*.tsv"))
 
+    def check_apart_from_test(self, split: str, doing: str = "tuning") -> None:
+        """InputError when `split` shares judged queries with the test split: the split's name is not the whole
+        guard, a dev file holding test queries tunes (or trains) on test."""
+        if split == "test" or "test" not in self.splits():
+            return
+        qids = self.qrels(split)["qid"].unique().to_list()
+        shared = sorted(set(qids) & set(self.qrels("test")["qid"].to_list()))
+        if shared:
+            raise InputError(
+                f"{self.root / 'qrels'}: {len(shared)} of the {len(qids)} judged {split} queries are also judged in "
+                f"test (e.g. {', '.join(shared[:3])}), so {doing} on {split} is {doing} on test; split them, or pass "
+                "--force (force=True)"
+            )
+
     def qrels(self, split: str, *, strict: bool = False) -> pl.DataFrame:
         """Judgements of `split` for the queries of the query file only: a judged query that is never asked
         would be averaged in as a zero. Judgements naming query ids missing from queries.jsonl or document
         ids missing from the corpus are reported once, with counts (a logged warning; an error if `strict`)."""
         from .runs import read_qrels
 
+        check_split(split)
         f = self.root / "qrels" / f"{split}.tsv"
         if not f.exists():
             raise InputError(f"{f}: no qrels for split {split!r} (available: {', '.join(self.splits()) or 'none'})")

@@ -21,8 +21,10 @@ queries) does not drown the small ones: per-query weight (largest / own size) **
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -34,11 +36,11 @@ import polars as pl
 
 from . import calibration, ltr_features, router
 from .compare import MIN_QUERIES
-from .config import PipelineConfig, load_config
+from .config import PipelineConfig, load_config, prepare_settings
 from .errors import InputError
 from .files import write_text_atomic
 from .learned_fusion import FusionModel, _lightgbm, prior_score
-from .loaders import Dataset
+from .loaders import Dataset, check_split
 from .metrics import evaluate
 from .pipeline import prepare
 
@@ -78,6 +80,16 @@ NO_CALIBRATION = (
     "the model has no calibration (it needs held-out queries with relevant and non-relevant candidates: "
     "--holdout > 0): it gives no score_prob and threshold.min_prob cannot be used with it"
 )
+MIN_TRAIN_QUERIES = 3  # judged queries with a relevant and a non-relevant candidate, below which nothing is learned
+
+
+def _no_calibration(holdout: float, n_held: int) -> str:
+    """NO_CALIBRATION with the reason that applies (a one-query split blamed `--holdout > 0` at 0.2)."""
+    if holdout <= 0:
+        return NO_CALIBRATION
+    return ("the model has no calibration: its " + (f"{n_held} held-out queries" if n_held else "held-out share")
+            + " gave no relevant and non-relevant candidates to fit one on (judge more queries): it gives no "
+            "score_prob and threshold.min_prob cannot be used with it")
 ECE_UNMEASURED = "too few held-out queries to fit a calibrator on one half and measure it on the other"
 
 
@@ -93,6 +105,8 @@ class FusionTrainReport:
     params: dict[str, Any] = field(default_factory=dict)
     out: str | None = None
     calibrated: bool = False  # the model has a calibrator (score_prob); its ECE may still be unmeasured
+    no_calibration: str = ""  # why not, when not
+    held_out_queries: dict[str, list[str]] = field(default_factory=dict)  # collection -> held-out query ids
     early_stopped: bool = False  # the held-out queries chose the number of trees: their nDCG is optimistic
     # What the numbers are and are not (also in the report JSON): see `_notes`.
     notes: list[str] = field(default_factory=list)
@@ -107,8 +121,14 @@ class FusionTrainReport:
                 f"lexical {h['lexical']:.4f}, dense {h['dense']:.4f}"
                 + (f", routed RRF {h['routed_rrf']:.4f}" if "routed_rrf" in h else "")
             )
-        if not self.calibrated:
-            lines.append(f"  warning: {NO_CALIBRATION}")
+        for name, h in self.held_out.items():  # a plain verdict: the numbers above, said
+            base = {k: h[k] for k in ("rrf", "lexical", "dense") if k in h}
+            best = max(base, key=lambda k: base[k]) if base else None
+            if best is not None and h["learned"] < base[best]:
+                lines.append(f"  verdict {name}: learned is below {best} alone on the held-out queries "
+                             f"({h['learned']:.4f} < {base[best]:.4f}): on this collection, prefer {best}")
+        if not self.calibrated:  # `fit` warned (once: the CLI prints warnings as `warning:` lines)
+            lines.append("  calibration: none: no score_prob, threshold.min_prob cannot be used with this model")
         elif self.calibration_ece_held_out is not None:
             lines.append(f"  calibration ECE (cross-fitted: held-out rows scored by a calibrator fitted on the other "
                          f"held-out queries): {self.calibration_ece_held_out:.4f}")  # fmt: skip
@@ -248,6 +268,10 @@ def fit(
     sizes = {c: n for c, n in data.group_by("collection").agg(pl.col("qid").n_unique()).iter_rows()}
     data = _split_queries(data, holdout, seed)
     t0 = time.perf_counter()
+    n_useful = _useful(data).select("collection", "qid").n_unique()
+    if n_useful < MIN_TRAIN_QUERIES:
+        raise InputError(f"only {n_useful} judged queries have both a relevant and a non-relevant candidate: a ranking "
+                         f"model needs at least {MIN_TRAIN_QUERIES} (judge more queries, or use fusion.method rrf)")
     train_d = _useful(data.filter(~pl.col("held_out")))
     if not len(train_d):
         raise InputError("no training query has a judged-relevant candidate: nothing to learn from")
@@ -257,13 +281,15 @@ def fit(
     held = data.filter(pl.col("held_out"))
     held_useful = _useful(held)
     best_iter = rounds
-    if len(held_useful):
-        dvalid = _dataset(lgb, held_useful, features, balance, sizes, prior_d, reference=dtrain)
-        booster = lgb.train(p, dtrain, rounds, valid_sets=[dvalid], valid_names=["held-out"],
-                            callbacks=[*callbacks, lgb.early_stopping(40, verbose=progress)])  # fmt: skip
-        best_iter = max(int(booster.best_iteration or rounds), 10)
-    else:
-        booster = lgb.train(p, dtrain, rounds, callbacks=callbacks)
+    # LightGBM's Python callbacks print to stdout; the CLI's stdout carries the summary only.
+    with contextlib.redirect_stdout(sys.stderr):
+        if len(held_useful):
+            dvalid = _dataset(lgb, held_useful, features, balance, sizes, prior_d, reference=dtrain)
+            booster = lgb.train(p, dtrain, rounds, valid_sets=[dvalid], valid_names=["held-out"],
+                                callbacks=[*callbacks, lgb.early_stopping(40, verbose=progress)])  # fmt: skip
+            best_iter = max(int(booster.best_iteration or rounds), 10)
+        else:
+            booster = lgb.train(p, dtrain, rounds, callbacks=callbacks)
     t_first = time.perf_counter() - t0
 
     held_out: dict[str, dict[str, float]] = {}
@@ -287,8 +313,9 @@ def fit(
         if len(np.unique(yv_bin)) == 2:
             cal = calibration.fit_platt(x_cal, yv_bin, seed=seed)
             ece = _cross_fitted_ece(x_cal, yv_bin, (lab["collection"] + "\x1f" + lab["qid"]).to_numpy(), seed)
+
     if cal is None:
-        warnings.warn(NO_CALIBRATION, stacklevel=2)
+        warnings.warn(_no_calibration(holdout, held.select("collection", "qid").n_unique()), UserWarning, stacklevel=2)
 
     # Router (router.py): fitted on the training queries, judged on the held-out ones, then refitted on all.
     rt = _fit_router(data.filter(~pl.col("held_out")), qrels, rel_threshold, balance, sizes, seed)
@@ -319,6 +346,8 @@ def fit(
         best_iteration=best_iter, seconds={"train": t_first + t_final}, calibration_ece_held_out=ece,
         params={k: v for k, v in p.items() if k != "monotone_constraints"}, calibrated=cal is not None,
         early_stopped=early_stopped, notes=_notes(held_out, early_stopped, cal is not None, ece),
+        no_calibration="" if cal is not None else _no_calibration(holdout, held.select("collection", "qid").n_unique()),
+        held_out_queries={c: sorted(g["qid"].unique().to_list()) for (c,), g in held.group_by("collection")},
     )  # fmt: skip
     return model, report
 
@@ -368,26 +397,39 @@ def train_fusion(
 
     `pseudo_stores`: stores of collections without judgements (the one the model is meant for) whose
     corpus gives `pseudo` pseudo-queries each as extra training data (`collect_pseudo`)."""
+    check_split(split)
     if split == "test" and not force:
         raise InputError("refusing to train on the test split (train on dev, report on test); pass --force (force=True) to override")
+    if split == "test":
+        warnings.warn("training on the test split: the model's scores on it are not results (the model file says so)",
+                      UserWarning, stacklevel=2)
     t0 = time.perf_counter()
     frames, qrels, thresholds = [], [], {}
     names: set[str] = set()
+    provenance: dict[str, dict[str, Any]] = {}
     for store, ds_dir, rel_t in sources:
-        name = Dataset.open(ds_dir).name
+        ds = Dataset.open(ds_dir)
+        name = ds.name
         if name in names:
             raise InputError(f"{ds_dir}: collection {name!r} given twice")
         names.add(name)
+        if not force:
+            ds.check_apart_from_test(split, "training")
         if progress:
-            print(f"features: {name} ({split})", flush=True)
+            print(f"features: {name} ({split})", file=sys.stderr, flush=True)
         d, q = collect(store, ds_dir, split=split, config=config, name=name, progress=progress)
         frames.append(d)
         qrels.append(q)
         thresholds[name] = rel_t
+        # What the model learned from, so a later run on the same queries is said to be in-sample
+        # (`learned_fusion.training_overlap`), and which index its features came from.
+        provenance[name] = {"dataset": str(ds.root.resolve()), "split": split, "qids": sorted(q["qid"].unique().to_list()),
+                            "store": {"embedding_model": store.embedding_model,
+                                      **({k: v for k, v in asdict(store.settings).items()} if store.settings else {})}}
     for i, store in enumerate(pseudo_stores or []):
         name = f"{Path(store.path).stem}~pseudo{i}"
         if progress:
-            print(f"features: {name} ({pseudo} pseudo-queries)", flush=True)
+            print(f"features: {name} ({pseudo} pseudo-queries)", file=sys.stderr, flush=True)
         d, q = collect_pseudo(store, pseudo, config=config, name=name, seed=seed)
         frames.append(d.select(frames[0].columns) if frames else d)
         qrels.append(q.select(qrels[0].columns) if qrels else q)
@@ -395,6 +437,10 @@ def train_fusion(
     model, rep = fit(pl.concat(frames), pl.concat(qrels), seed=seed, holdout=holdout, rounds=rounds, balance=balance, prior=prior,
                      rel_threshold=thresholds, progress=progress)  # fmt: skip
     rep.seconds["features"] = t_feat
+    for name, prov in provenance.items():
+        model.info.setdefault("trained_on", {}).setdefault(name, {}).update(prov)
+    model.info["settings"] = json.loads(json.dumps({k: v for k, v in prepare_settings(load_config(config)).items()
+                                                   if k.startswith(("retrieval.", "expansion."))}, default=str))
     rep.out = str(model.save(out))
     write_text_atomic(Path(out).with_suffix(".report.json"), json.dumps(_json_safe(asdict(rep)), indent=1) + "\n")
     return rep

@@ -279,21 +279,8 @@ def tune_dataset(store: Store, dataset_dir: str | Path, split: str = "dev", **kw
     ds = Dataset.open(dataset_dir)
     qrels = ds.qrels(split)
     if not kw.get("force"):
-        _check_apart_from_test(ds, split, qrels)
+        ds.check_apart_from_test(split)
     return tune(store, ds.queries(split), qrels, split=split, source=ds.name, **kw)
-
-
-def _check_apart_from_test(ds: Dataset, split: str, qrels: pl.DataFrame) -> None:
-    """The split's name is not the whole guard: a dev file that shares judged queries with test tunes on test."""
-    if split == "test" or "test" not in ds.splits():
-        return
-    shared = sorted(set(qrels["qid"].to_list()) & set(ds.qrels("test")["qid"].to_list()))
-    if shared:
-        raise InputError(
-            f"{ds.root / 'qrels'}: {len(shared)} of the {qrels['qid'].n_unique()} judged {split} queries are also "
-            f"judged in test (e.g. {', '.join(shared[:3])}), so tuning on {split} tunes on test; split them, or "
-            "pass force=True (hrt tune: --force)"
-        )
 
 
 def tune(
@@ -351,8 +338,16 @@ def tune(
         ds = Dataset.open(queries)
         queries, qrels, source = ds.queries(split), ds.qrels(split), ds.name
         if not force:
-            _check_apart_from_test(ds, split, qrels)
+            ds.check_apart_from_test(split)
     queries, qrels = queries_frame(queries), qrels_frame(qrels)
+    if base_cfg.fusion.method == "learned" and source:
+        from .learned_fusion import training_overlap
+
+        n, where = training_overlap(base_cfg.fusion.model, source, split, queries["qid"].to_list())
+        if n and not force:  # its cross-validated scores would be in-sample, and "win" against honest trials
+            raise InputError(f"the base's fusion.model was trained on {n} of the {len(queries)} {split} queries "
+                             f"({where}): its held-out scores would be in-sample; tune on queries it did not see, "
+                             "or pass force=True (hrt tune: --force)")
     t0 = time.perf_counter()
     prep = prepare(store, queries, base_cfg, progress=progress) if prepared is None else _check_prepared(prepared, queries)
     t_prep = time.perf_counter() - t0
