@@ -1190,20 +1190,21 @@ class Store:
         the version was recorded); `ingest` brings an older one up to date."""
         return self._meta("lexical_analysis") or "1"
 
-    _BODY = "CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END"  # `chunk_body` in SQL
-    _NON_ASCII = r"[^\x{00}-\x{7f}]"  # RE2
+    # `chunk_body` in SQL, and the chunks whose body holds a non-ASCII character (RE2 pattern bound as `?`).
+    _BODY = "CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END"
+    _NON_ASCII_SQL = f"FROM chunks c JOIN documents d USING (doc_id) WHERE regexp_matches({_BODY}, ?)"
+    _NON_ASCII = r"[^\x{00}-\x{7f}]"
 
     def _non_ascii_chunks(self) -> bool:
         """Whether any stored chunk holds a non-ASCII character: the only text a change of analysis version
         (2 and 3) indexes differently, hence what `_reanalyse_text` redoes."""
-        return self.con.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c JOIN documents d USING (doc_id) "
-                                f"WHERE regexp_matches({self._BODY}, ?))", [self._NON_ASCII]).fetchone()[0]
+        return self.con.execute("SELECT EXISTS (SELECT 1 " + self._NON_ASCII_SQL + ")", [self._NON_ASCII]).fetchone()[0]
 
     def _reanalyse_text(self) -> int:
         """Recompute `lex_text` of the chunks holding non-ASCII text (the only ones an older analysis indexed
         differently); the caller rebuilds the BM25 index. Returns how many changed."""
-        rows = self.con.execute(f"SELECT c.chunk_id, {self._BODY}, c.lex_text FROM chunks c JOIN documents d USING (doc_id) "
-                                f"WHERE regexp_matches({self._BODY}, ?)", [self._NON_ASCII]).fetchall()
+        rows = self.con.execute("SELECT c.chunk_id, " + self._BODY + ", c.lex_text " + self._NON_ASCII_SQL,
+                                [self._NON_ASCII]).fetchall()
         changed = [(cid, new) for cid, body, old in rows if (new := lexical_text(body)) != old]
         if changed:
             self._register("relex", pl.DataFrame(changed, schema={"chunk_id": pl.Utf8, "lex_text": pl.Utf8}, orient="row"))
