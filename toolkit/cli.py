@@ -442,9 +442,9 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
     import os
 
     from .embed_corpus import embed_corpus
+    from .loaders import load_corpus
 
     _check_out(out)
-    from .loaders import load_corpus
 
     if chunk_overlap >= chunk_size:
         raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
@@ -521,7 +521,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         if scope is not None and not len(top):
             _note_unknown_scope(st.doc_sources(), scope)
         if cfg.retrieval.lexical.enabled:
-            _note_cjk(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
+            _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
         docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
         chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", pl.col("text").alias("excerpt"))
     rows = (
@@ -592,7 +592,7 @@ def _note_unknown_scope(doc_sources: pl.DataFrame, scope: str) -> None:
                f"{'s' if len(counts) != 1 else ''}: {shown}{more}", err=True)
 
 
-def _note_cjk(query: str, prep, store, *, lexical_only: bool) -> None:
+def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
     """A store indexed by an earlier text analysis (before CJK characters and pairs, NFKC and kana voicing,
     `analysis.ANALYSIS_VERSION`) can miss a non-ASCII query that the current one finds: when BM25 matched
     nothing, say so and how to fix it, rather than a bare "no results"."""

@@ -10,6 +10,7 @@ is too; without `install()` (library use) `check()` never raises.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 _pending = False
@@ -25,7 +26,8 @@ def install() -> None:
     """Record every SIGINT from now on (the CLI, once per command; a notebook keeps its own handler)."""
     global _pending
     _pending = False
-    signal.signal(signal.SIGINT, _on_sigint)
+    with contextlib.suppress(ValueError):  # not the main thread (the CLI called from a worker): Python's handler stays
+        signal.signal(signal.SIGINT, _on_sigint)
 
 
 def check() -> None:
