@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
@@ -382,6 +383,27 @@ class _Connection:
                 del sys.modules["pandas"]
 
 
+def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """`duckdb.connect`, and the way out of a WAL DuckDB cannot replay. A write killed between its COMMIT and
+    its checkpoint (`Store._checkpoint`) leaves a WAL whose re-creation of the BM25 index's schema fails to
+    replay ("Cannot drop entry fts_main_chunks"), and then the store never opened again (user trial N). Every
+    write the caller was told about has been checkpointed into the file, so the WAL holds at most the one that
+    was cut short: it is moved aside (kept, renamed, for inspection) and the store opens as of its last
+    completed write, with a warning."""
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as e:
+        wal = Path(f"{path}.wal")
+        if "replaying WAL" not in str(e) or "fts_main" not in str(e) or not wal.exists():
+            raise
+        kept = wal.with_name(f"{wal.name}.unreplayable-{int(time.time())}")
+        os.replace(wal, kept)
+        logging.getLogger("toolkit").warning(
+            "warning: %s: its write-ahead log could not be replayed (a write cut short by a crash); it was moved to %s "
+            "and the store opened as of its last completed write", path, kept)
+        return duckdb.connect(str(path), read_only=read_only)
+
+
 def bind_without_pandas() -> None:
     """For a short single-threaded process (the `hrt` command): bound parameters do not import pandas (`_Connection`)."""
     _Connection.refuse_pandas = True
@@ -490,7 +512,7 @@ class Store:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.con = _Connection(duckdb.connect(str(self.path), read_only=read_only))
+            self.con = _Connection(_connect_replaying(self.path, read_only))
         except duckdb.Error as e:
             if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
                 raise StoreBusyError(f"{self.path}: the store is in use by another process, which holds its lock "
@@ -1141,6 +1163,7 @@ class Store:
                 raise StoreError(f"{self.path}: the ingest could not be written ({str(e).splitlines()[0]}); nothing of "
                                  "it was stored: the store is as it was") from e
             raise
+        self._checkpoint()
         self._forget()
         self._dense_cache = None
         self.release_table_pages()  # the batches' pages: the next reads are the search matrices, from disk anyway
@@ -1211,6 +1234,15 @@ class Store:
             self.con.execute("UPDATE chunks SET lex_text = r.lex_text FROM relex r WHERE chunks.chunk_id = r.chunk_id")
             self.con.unregister("relex")
         return len(changed)
+
+    def _checkpoint(self) -> None:
+        """Fold the WAL into the file after a committed write. Each write drops and recreates the BM25 index's
+        schema; once DuckDB had checkpointed by itself in a long-running writer (after ~130 single writes), a
+        WAL holding later writes could not be replayed ("Cannot drop entry fts_main_chunks"): after a kill -9
+        the store did not open at all (user trial N). A checkpoint per write leaves no WAL to replay. Best
+        effort: another open transaction in this process can make it fail, and the write is committed anyway."""
+        with suppress(duckdb.Error):
+            self.con.execute("CHECKPOINT")
 
     def _build_fts(self, s: IndexSettings) -> None:
         # The PRAGMA takes no bound parameters: the values are checked against the closed lists (again here,
