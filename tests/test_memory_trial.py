@@ -62,3 +62,46 @@ def test_a_wal_cut_short_between_commit_and_checkpoint_is_moved_aside_and_the_st
     assert len(ids) >= 50 and all(f"m{i}" in ids for i in range(50))  # every completed write is there
     assert "could not be replayed" in caplog.text and "moved to" in caplog.text
     assert list(tmp_path.glob("mem.duckdb.wal.unreplayable-*"))  # kept for inspection, not deleted
+
+
+def test_one_store_shared_by_threads_searching_and_writing(tmp_path):
+    """An agent serving two users from one Store deadlocked the whole process (0% CPU, no error): a DuckDB
+    connection is not for two threads at once. Each thread now gets its own cursor of the store's database."""
+    import threading
+
+    import polars as pl
+
+    from toolkit.config import load_config
+    from toolkit.pipeline import run_pipeline
+
+    st = Store(tmp_path / "mem.duckdb")
+    st.ingest(_docs(300), embed=False)
+    cfg = load_config("bm25-only")
+    want = {k: run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": [f"deploy freeze m{k}x"]}), cfg).final["doc_id"][0]
+            for k in range(4)}
+    got, errors = [], []
+
+    def search(k: int) -> None:
+        try:
+            for _ in range(10):
+                got.append(run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": [f"deploy freeze m{k}x"]}), cfg).final["doc_id"][0] == want[k])
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(e))
+
+    def write() -> None:
+        try:
+            for i in range(5):
+                st.ingest(_docs(300) + [{"doc_id": f"w{i}", "text": f"written while others search w{i}x"}], embed=False)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=search, args=(k,), daemon=True) for k in range(4)]
+    threads.append(threading.Thread(target=write, daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors and len(got) == 40 and all(got)
+    assert "w4" in st.doc_sources()["doc_id"].to_list()
+    st.close()

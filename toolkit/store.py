@@ -348,9 +348,37 @@ class _Connection:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con: duckdb.DuckDBPyConnection | _Closed = con
         self.small = True  # the store's whole-table reads are small (set by `Store` where it matters)
+        # A DuckDB connection used by two threads at once deadlocked the process (user trial N: an agent
+        # serving two users from one Store): each other thread gets its own cursor on the same database,
+        # as DuckDB's documentation asks, with its own transactions and registered frames.
+        self._owner = threading.get_ident()
+        self._cursors: dict[int, duckdb.DuckDBPyConnection] = {}
+        self._cursor_lock = threading.Lock()
+
+    @property
+    def _active(self) -> duckdb.DuckDBPyConnection | _Closed:
+        """The connection of the calling thread: the one opened, or a cursor of it made for this thread."""
+        con = self._con
+        tid = threading.get_ident()
+        if tid == self._owner or isinstance(con, _Closed):
+            return con
+        cur = self._cursors.get(tid)
+        if cur is None:
+            with self._cursor_lock:
+                cur = self._cursors[tid] = con.cursor()
+            cur.execute("SET enable_progress_bar = false")
+        return cur
+
+    def close_cursors(self) -> None:
+        """Close the other threads' cursors (before the connection itself)."""
+        with self._cursor_lock:
+            for cur in self._cursors.values():
+                with suppress(duckdb.Error):
+                    cur.close()
+            self._cursors.clear()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._con, name)
+        return getattr(self._active, name)
 
     @property
     def lean(self) -> bool:
@@ -374,10 +402,10 @@ class _Connection:
 
     def execute(self, query: str, parameters: Any = None) -> duckdb.DuckDBPyConnection:
         if parameters is None or not self.refuse_pandas or "pandas" in sys.modules or threading.active_count() > 1:
-            return self._con.execute(query, parameters)
+            return self._active.execute(query, parameters)
         sys.modules["pandas"] = None  # type: ignore[assignment]  # refuses `import pandas` (ImportError)
         try:
-            return self._con.execute(query, parameters)
+            return self._active.execute(query, parameters)
         finally:
             if "pandas" in sys.modules and sys.modules["pandas"] is None:
                 del sys.modules["pandas"]
@@ -618,6 +646,7 @@ class Store:
         file this object created and nothing was stored in (a failed first ingest, a mistyped path) is removed."""
         if not isinstance(self.con._con, _Closed):
             drop = self._drop_if_empty and self._is_empty()
+            self.con.close_cursors()
             self.con._con.close()
             self.con._con = _Closed(self.path)
             if drop and self._unused():
