@@ -411,13 +411,17 @@ class _Connection:
                 del sys.modules["pandas"]
 
 
+def _quoted(name: str) -> str:
+    """A SQL identifier, double-quoted (DuckDB's catalog names for DROP statements, which take no parameters)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """`duckdb.connect`, and the way out of a WAL DuckDB cannot replay. A write killed between its COMMIT and
-    its checkpoint (`Store._checkpoint`) leaves a WAL whose re-creation of the BM25 index's schema fails to
-    replay ("Cannot drop entry fts_main_chunks"), and then the store never opened again (user trial N). Every
-    write the caller was told about has been checkpointed into the file, so the WAL holds at most the one that
-    was cut short: it is moved aside (kept, renamed, for inspection) and the store opens as of its last
-    completed write, with a warning."""
+    """`duckdb.connect`, and the way out of a WAL DuckDB cannot replay: one written by a toolkit before
+    `Store._drop_fts` (its re-creation of the BM25 index's schema fails to replay, "Cannot drop entry
+    fts_main_chunks"), after which the store never opened again (user trial N). The WAL is moved aside (kept,
+    renamed, for inspection) and the store opens as of its last checkpoint, with a warning that says so:
+    writes after that checkpoint are in the moved file, not in the store. Without this, nothing opens it."""
     try:
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as e:
@@ -427,8 +431,9 @@ def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection
         kept = wal.with_name(f"{wal.name}.unreplayable-{int(time.time())}")
         os.replace(wal, kept)
         logging.getLogger("toolkit").warning(
-            "warning: %s: its write-ahead log could not be replayed (a write cut short by a crash); it was moved to %s "
-            "and the store opened as of its last completed write", path, kept)
+            "warning: %s: its write-ahead log (written by an earlier version) could not be replayed; it was moved to %s "
+            "and the store opened as of its last checkpoint: writes made after it are not in the store (ingest them "
+            "again)", path, kept)
         return duckdb.connect(str(path), read_only=read_only)
 
 
@@ -1183,6 +1188,10 @@ class Store:
             self._set_meta("lexical_analysis", ANALYSIS_VERSION)
             self._set_meta("index_settings", json.dumps(asdict(settings)))
             self._set_meta("generation", sha1(self.generation() + os.urandom(8).hex())[:12])
+            # Every cached stage frame is keyed by the old generation (`pipeline.prepare_key`): none can be read
+            # again. Kept, they grew the file without bound under an agent's write-search loop (61.9 MB for
+            # 800 memories after 500 cycles against 2.6 MB fresh, user trial N).
+            self.con.execute("DELETE FROM stage_cache")
             interrupts.check()  # a Ctrl-C that a library swallowed (`interrupts`) must not commit the ingest
             self.con.execute("COMMIT")
         except BaseException as e:
@@ -1192,7 +1201,6 @@ class Store:
                 raise StoreError(f"{self.path}: the ingest could not be written ({str(e).splitlines()[0]}); nothing of "
                                  "it was stored: the store is as it was") from e
             raise
-        self._checkpoint()
         self._forget()
         self._dense_cache = None
         self.release_table_pages()  # the batches' pages: the next reads are the search matrices, from disk anyway
@@ -1264,24 +1272,37 @@ class Store:
             self.con.unregister("relex")
         return len(changed)
 
-    def _checkpoint(self) -> None:
-        """Fold the WAL into the file after a committed write. Each write drops and recreates the BM25 index's
-        schema; once DuckDB had checkpointed by itself in a long-running writer (after ~130 single writes), a
-        WAL holding later writes could not be replayed ("Cannot drop entry fts_main_chunks"): after a kill -9
-        the store did not open at all (user trial N). A checkpoint per write leaves no WAL to replay. Best
-        effort: another open transaction in this process can make it fail, and the write is committed anyway."""
-        with suppress(duckdb.Error):
-            self.con.execute("CHECKPOINT")
+    _FTS_SCHEMA = "fts_main_chunks"
+
+    def _drop_fts(self) -> None:
+        """Drop the BM25 index's schema one object at a time: macros, then tables, then the empty schema.
+        DuckDB 1.5.5 cannot replay its own `DROP SCHEMA ... CASCADE` of an FTS schema from a WAL ("Cannot drop
+        entry fts_main_chunks because there are entries that depend on it"), which is what
+        `create_fts_index(overwrite=1)` logs: once DuckDB had checkpointed by itself in a long-running writer,
+        a kill -9 after one more write left a store that never opened again (user trial N). Dropped in this
+        order, every statement replays."""
+        sch = self._FTS_SCHEMA
+        if not self.con.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", [sch]).fetchone()[0]:
+            return
+        # Names from DuckDB's own catalog of this one schema, quoted: nothing of the user's reaches this SQL.
+        for name, kind in self.con.execute("SELECT function_name, function_type FROM duckdb_functions() WHERE schema_name = ? "
+                                           "AND function_type IN ('macro', 'table_macro')", [sch]).fetchall():
+            self.con.execute("DROP " + ("MACRO TABLE" if kind == "table_macro" else "MACRO") + " IF EXISTS "
+                             + sch + "." + _quoted(name))
+        for (name,) in self.con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = ?", [sch]).fetchall():
+            self.con.execute("DROP TABLE IF EXISTS " + sch + "." + _quoted(name))
+        self.con.execute("DROP SCHEMA IF EXISTS " + sch)
 
     def _build_fts(self, s: IndexSettings) -> None:
         # The PRAGMA takes no bound parameters: the values are checked against the closed lists (again here,
         # so no path around `IndexSettings` can put anything else into this SQL text).
         if s.stemmer not in STEMMERS or s.stopwords not in STOPWORDS or "'" in FTS_IGNORE:
             raise InputError(f"FTS settings outside the known lists: stemmer {s.stemmer!r}, stopwords {s.stopwords!r}")
+        self._drop_fts()
         self.con.execute(
             "PRAGMA create_fts_index('chunks', 'chunk_id', 'lex_text', "
             f"stemmer='{s.stemmer}', stopwords='{s.stopwords}', ignore='{FTS_IGNORE}', "
-            "strip_accents=1, lower=1, overwrite=1)"
+            "strip_accents=1, lower=1)"
         )
 
     # ------------------------------------------------------------------ reads
