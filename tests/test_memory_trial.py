@@ -108,3 +108,17 @@ def test_one_store_shared_by_threads_searching_and_writing(tmp_path):
     assert not errors and len(got) == 40 and all(got)
     assert "w4" in st.doc_sources()["doc_id"].to_list()
     st.close()
+
+
+def test_writing_through_a_read_only_store_is_a_store_error_naming_it(tmp_path):
+    import pytest
+
+    from toolkit.errors import StoreError
+
+    store = tmp_path / "mem.duckdb"
+    with Store(store) as st:
+        st.ingest(_docs(3), embed=False)
+    with Store(store, read_only=True) as st, pytest.raises(StoreError, match=r"mem\.duckdb: this Store was opened read-only"):
+        st.ingest(_docs(4), embed=False)
+    with Store(store, read_only=True) as st:
+        assert len(st.doc_sources()) == 3

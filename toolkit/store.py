@@ -1039,6 +1039,9 @@ class Store:
         `docs` is a `Corpus` from `load_corpus`, or dicts / a polars or pandas frame, which go through
         `load_corpus` first: the same defaults and checks as a JSONL line, errors naming `record N`, all
         before anything is written; empty records are skipped (logged, and listed in the report's `skipped`)."""
+        if self.read_only and not isinstance(self.con._con, _Closed):  # DuckDB's "read-only mode" escaped raw
+            raise StoreError(f"{self.path}: this Store was opened read-only (read_only=True): open it with "
+                             "Store(path) to write to it")
         # A failed first ingest into a file this object created leaves it empty: `close` removes it.
         return self._ingest(docs, settings=settings, embed=embed, model=model, backend=backend, prune=prune,
                             progress=progress)
