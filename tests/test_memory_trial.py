@@ -122,3 +122,4 @@ def test_writing_through_a_read_only_store_is_a_store_error_naming_it(tmp_path):
         st.ingest(_docs(4), embed=False)
     with Store(store, read_only=True) as st:
         assert len(st.doc_sources()) == 3
+        assert st.ingest(_docs(3), embed=False).unchanged == 3  # nothing to write: still a no-op, no error

@@ -345,6 +345,11 @@ def _auto_ingest_embedder(cfgs, store_path):
     return _dense_embedder(dense) if key[0] == "http" else None
 
 
+def _default_store(ds) -> str:
+    """The store a dataset command uses without --store: the tool's cache of the dataset, .hrt/<name>.duckdb."""
+    return str(Path(".hrt") / f"{ds.name}.duckdb")
+
+
 def _check_out(out: str, *keep: str | None) -> None:
     """`--out` must not name a store: `hrt run --out s.duckdb` and `hrt train-fusion --out s.duckdb` replaced the
     store with a TREC file or a model, exit 0 (user trial M). Refused before any work: the store given
@@ -635,14 +640,14 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
     from .store import Store
 
     ds = Dataset.open(dataset)
-    _check_out(out, store_path or str(Path(".hrt") / f"{ds.name}.duckdb"))
+    _check_out(out, store_path or _default_store(ds))
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
     # Before any work: a bad name must not cost a whole run. A config name with spaces gives a dashed tag.
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
     if rr_source.source == "environment":
         click.echo(rr_source.describe(cfg), err=True)
     prune = prune or store_path is None  # the default store is the tool's cache of the dataset: kept in step
-    store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    store_path = store_path or _default_store(ds)
     queries = ds.queries(split)
     _in_sample_note({cfg.name or "config": cfg}, ds, split, queries["qid"].to_list())
     corpus = load_corpus(ds.root)
@@ -819,7 +824,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     base = baseline or next(iter(named))
     if base not in named:
         raise ToolkitError(f"--baseline {base!r} is not one of {list(named)}")
-    store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    store_path = store_path or _default_store(ds)
     from .config import load_config
 
     loaded = {label: load_config(src) for label, src in named.items()}
@@ -869,7 +874,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     from .tune import tune as run_tune
 
     ds = Dataset.open(dataset)
-    store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    store_path = store_path or _default_store(ds)
     _check_out(out, store_path)
     base_cfg = _load_cfg(base or DEFAULT_PRESET, None)
     with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, Store(store_path, embedder=emb) as st:
@@ -930,7 +935,7 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
     except ValueError as e:
         raise click.BadParameter(f"--holdout/--pseudo: a number or 'auto' ({e})") from None
     ds = Dataset.open(dataset)
-    store_path = store_path or str(Path(".hrt") / f"{ds.name}.duckdb")
+    store_path = store_path or _default_store(ds)
     with Store(store_path) as st:
         st.ingest(load_corpus(ds.root), progress=_progress())
         rep = run_train(
@@ -981,12 +986,12 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
     for opt, vals in (("--store", stores), ("--rel-threshold", rel_thresholds)):
         if vals and len(vals) != len(datasets):
             raise click.BadParameter(f"give {opt} once per --dataset ({len(datasets)}), or not at all")
-    _check_out(out, *(stores or [str(Path(".hrt") / f"{Dataset.open(d).name}.duckdb") for d in datasets]), *pseudo_stores)
+    _check_out(out, *(stores or [_default_store(Dataset.open(d)) for d in datasets]), *pseudo_stores)
     with ExitStack() as stack:
         sources = []
         for i, d in enumerate(datasets):
             ds = Dataset.open(d)
-            st = stack.enter_context(Store(stores[i] if stores else str(Path(".hrt") / f"{ds.name}.duckdb")))
+            st = stack.enter_context(Store(stores[i] if stores else _default_store(ds)))
             st.ingest(load_corpus(ds.root), progress=_progress())
             sources.append((st, ds.root, rel_thresholds[i] if rel_thresholds else 1))
         extra = [stack.enter_context(Store(p)) for p in pseudo_stores]

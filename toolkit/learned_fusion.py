@@ -307,6 +307,12 @@ def training_overlap(model_path: str | None, dataset: str, split: str | None, qi
     return (len(qids) if split == rec.get("split", "dev") else 0), where
 
 
+def feature_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The prepare settings a model's features depend on (`config.prepare_settings`' retrieval and expansion
+    fields), JSON-safe: what training records in the model file and `warn_other_settings` compares."""
+    return json.loads(json.dumps({k: v for k, v in settings.items() if k.startswith(("retrieval.", "expansion."))}, default=str))
+
+
 _WARNED_SETTINGS: set[str] = set()
 
 
@@ -317,7 +323,7 @@ def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any]
     trained = model.info.get("settings")
     if not isinstance(trained, dict) or not settings or str(path) in _WARNED_SETTINGS:
         return
-    now = json.loads(json.dumps({k: v for k, v in settings.items() if k.startswith(("retrieval.", "expansion."))}, default=str))
+    now = feature_settings(settings)
     diff = [f"{k} {trained.get(k)!r} in training, {now.get(k)!r} here" for k in sorted(set(trained) | set(now))
             if trained.get(k) != now.get(k) and not k.endswith(".enabled")]  # a switched-off list: warn_disabled_lists
     if diff:

@@ -175,11 +175,7 @@ def float32_strict(run: pl.DataFrame) -> pl.DataFrame:
             f"run frame: query {big['qid'][0]!r}, document {big['doc_id'][0]!r}: score {big['score'][0]} "
             "is outside the float32 range that trec_eval reads"
         )
-    # Imported here, not at the top: `hrt eval` reads runs without the config's models.
-    from .fusion import in_rank_order
-
-    # A pipeline's list (qids sorted, ranks 1..n in order) is already in this order: the sort would keep it.
-    r = run if len(run) and run["qid"].is_sorted() and in_rank_order(run) else run.sort("qid", "rank")
+    r = run.sort("qid", "rank")
     if not len(r):
         return r
     g = r["qid"].rle_id().cast(pl.Int64).to_numpy()  # rows of a query are together after the sort

@@ -1039,12 +1039,17 @@ class Store:
         `docs` is a `Corpus` from `load_corpus`, or dicts / a polars or pandas frame, which go through
         `load_corpus` first: the same defaults and checks as a JSONL line, errors naming `record N`, all
         before anything is written; empty records are skipped (logged, and listed in the report's `skipped`)."""
-        if self.read_only and not isinstance(self.con._con, _Closed):  # DuckDB's "read-only mode" escaped raw
-            raise StoreError(f"{self.path}: this Store was opened read-only (read_only=True): open it with "
-                             "Store(path) to write to it")
         # A failed first ingest into a file this object created leaves it empty: `close` removes it.
         return self._ingest(docs, settings=settings, embed=embed, model=model, backend=backend, prune=prune,
                             progress=progress)
+
+    def _check_writable(self) -> None:
+        """StoreError when an ingest that has something to write meets a read-only Store: DuckDB's own
+        "attached in read-only mode" escaped as a raw InvalidInputException (user trial N). An ingest with
+        nothing to write stays a no-op on a read-only store."""
+        if self.read_only:
+            raise StoreError(f"{self.path}: this Store was opened read-only (read_only=True) and the ingest has "
+                             "something to write: open it with Store(path) to write to it")
 
     def _ingest(
         self,
@@ -1115,6 +1120,8 @@ class Store:
         only_rows = None  # a single batch's rows, chunked once and kept for the insert
         computed = cached = 0
         need_embed = emb is not None and bool(todo or self._chunks_without_embeddings())
+        if todo or removed or need_embed:  # refused before any embedding work is spent on it
+            self._check_writable()
         if emb is not None and need_embed:
             for part in batches:
                 rows = _chunk_rows(part, settings)
@@ -1138,6 +1145,7 @@ class Store:
             return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped),
                                 *self.embedding_coverage(), vector_index=hnsw)
 
+        self._check_writable()  # a rebuild for other settings or an older analysis writes too
         self.con.execute("BEGIN TRANSACTION")
         try:
             gone = [d["doc_id"] for d in todo] + removed

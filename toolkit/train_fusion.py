@@ -39,7 +39,7 @@ from .compare import MIN_QUERIES
 from .config import PipelineConfig, load_config, prepare_settings
 from .errors import InputError
 from .files import write_text_atomic
-from .learned_fusion import FusionModel, _lightgbm, prior_score
+from .learned_fusion import FusionModel, _lightgbm, feature_settings, prior_score
 from .loaders import Dataset, check_split
 from .metrics import evaluate
 from .pipeline import prepare
@@ -314,8 +314,9 @@ def fit(
             cal = calibration.fit_platt(x_cal, yv_bin, seed=seed)
             ece = _cross_fitted_ece(x_cal, yv_bin, (lab["collection"] + "\x1f" + lab["qid"]).to_numpy(), seed)
 
-    if cal is None:
-        warnings.warn(_no_calibration(holdout, held.select("collection", "qid").n_unique()), UserWarning, stacklevel=2)
+    why_uncalibrated = "" if cal is not None else _no_calibration(holdout, held.select("collection", "qid").n_unique())
+    if why_uncalibrated:
+        warnings.warn(why_uncalibrated, UserWarning, stacklevel=2)
 
     # Router (router.py): fitted on the training queries, judged on the held-out ones, then refitted on all.
     rt = _fit_router(data.filter(~pl.col("held_out")), qrels, rel_threshold, balance, sizes, seed)
@@ -346,7 +347,7 @@ def fit(
         best_iteration=best_iter, seconds={"train": t_first + t_final}, calibration_ece_held_out=ece,
         params={k: v for k, v in p.items() if k != "monotone_constraints"}, calibrated=cal is not None,
         early_stopped=early_stopped, notes=_notes(held_out, early_stopped, cal is not None, ece),
-        no_calibration="" if cal is not None else _no_calibration(holdout, held.select("collection", "qid").n_unique()),
+        no_calibration=why_uncalibrated,
         held_out_queries={c: sorted(g["qid"].unique().to_list()) for (c,), g in held.group_by("collection")},
     )  # fmt: skip
     return model, report
@@ -424,8 +425,7 @@ def train_fusion(
         # What the model learned from, so a later run on the same queries is said to be in-sample
         # (`learned_fusion.training_overlap`), and which index its features came from.
         provenance[name] = {"dataset": str(ds.root.resolve()), "split": split, "qids": sorted(q["qid"].unique().to_list()),
-                            "store": {"embedding_model": store.embedding_model,
-                                      **({k: v for k, v in asdict(store.settings).items()} if store.settings else {})}}
+                            "store": {"embedding_model": store.embedding_model, **(asdict(store.settings) if store.settings else {})}}
     for i, store in enumerate(pseudo_stores or []):
         name = f"{Path(store.path).stem}~pseudo{i}"
         if progress:
@@ -439,8 +439,7 @@ def train_fusion(
     rep.seconds["features"] = t_feat
     for name, prov in provenance.items():
         model.info.setdefault("trained_on", {}).setdefault(name, {}).update(prov)
-    model.info["settings"] = json.loads(json.dumps({k: v for k, v in prepare_settings(load_config(config)).items()
-                                                   if k.startswith(("retrieval.", "expansion."))}, default=str))
+    model.info["settings"] = feature_settings(prepare_settings(load_config(config)))
     rep.out = str(model.save(out))
     write_text_atomic(Path(out).with_suffix(".report.json"), json.dumps(_json_safe(asdict(rep)), indent=1) + "\n")
     return rep
