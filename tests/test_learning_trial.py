@@ -157,3 +157,24 @@ def test_a_model_used_with_other_retrieval_settings_warns(tmp_path, dataset, cor
         warnings.simplefilter("always")
         rescore(prepare(st, q, cfg), cfg)
     assert any("other retrieval settings (retrieval.lexical.top_k 100 in training, 20 here" in str(w.message) for w in got)
+
+
+def test_a_model_used_on_a_store_built_otherwise_warns(tmp_path, corpus_file):
+    """Trial M, left undone then: a model records the stores it learned from (embedding model, chunking,
+    stemmer) but nothing compared them with the store it scores. The shipped model learned from default stores."""
+    from toolkit.loaders import load_corpus
+    from toolkit.pipeline import prepare, rescore
+    from toolkit.store import IndexSettings
+
+    cfg = load_config("learned").with_updates({"retrieval.dense.enabled": False})
+    q = pl.DataFrame({"qid": ["x"], "text": ["deploy fails"]})
+    said = {}
+    for name, settings in (("default", IndexSettings()), ("other", IndexSettings(chunk_size=300, stemmer="none"))):
+        with Store(tmp_path / f"{name}.duckdb") as st, warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            st.ingest(load_corpus(corpus_file), settings=settings, embed=False)
+            rescore(prepare(st, q, cfg, use_cache=False), cfg)
+        said[name] = [str(w.message) for w in got if "learned from stores built otherwise" in str(w.message)]
+    assert said["default"] == []
+    assert len(said["other"]) == 1 and "chunk_size 300 here, ['1000'] in training" in said["other"][0]
+    assert "stemmer 'none' here" in said["other"][0] and "embedding_model" not in said["other"][0]  # no vectors: not compared

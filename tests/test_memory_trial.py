@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from toolkit.store import Store
 
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -53,6 +55,7 @@ def test_an_unreplayable_wal_of_an_earlier_version_is_moved_aside_and_the_store_
     # replay), killed after DuckDB's own checkpoint and a few more writes.
     _child("""
         Store._drop_fts = lambda self: self.con.execute("PRAGMA drop_fts_index('chunks')") if self.has_lexical_index() else None
+        Store._update_fts = lambda self, ids, s: self._build_fts(s)  # that version rebuilt on every write
         st = Store(STORE)
         for i in range(5):  # DuckDB's own checkpoint after the second write, as it came after ~130 in the trial
             st.ingest([{"doc_id": f"k{i}", "text": f"remember kx{i}"}], embed=False)
@@ -111,8 +114,6 @@ def test_one_store_shared_by_threads_searching_and_writing(tmp_path):
 
 
 def test_writing_through_a_read_only_store_is_a_store_error_naming_it(tmp_path):
-    import pytest
-
     from toolkit.errors import StoreError
 
     store = tmp_path / "mem.duckdb"
@@ -123,3 +124,103 @@ def test_writing_through_a_read_only_store_is_a_store_error_naming_it(tmp_path):
     with Store(store, read_only=True) as st:
         assert len(st.doc_sources()) == 3
         assert st.ingest(_docs(3), embed=False).unchanged == 3  # nothing to write: still a no-op, no error
+
+
+def test_priority_values_match_without_case_and_unmapped_ones_are_named(tmp_path):
+    """Trial N: "p0" got x1 while "P0" got x4, and "high" under the P0-P3 map silently counted as the lowest
+    tier. Values now match without case or surrounding space; values the map lacks are named in a warning."""
+    import warnings
+
+    import polars as pl
+
+    from toolkit.config import load_config
+    from toolkit.pipeline import prepare, rescore
+
+    docs = [{"doc_id": d, "text": "the tls certificate for api example com expires in march", "metadata": {"priority": p}}
+            for d, p in (("upper", "P0"), ("lower", "p0"), ("spaced", " P0 "), ("high", "high"), ("urgent", "urgent"), ("low", "P3"))]
+    store = tmp_path / "mem.duckdb"
+    cfg = load_config("agent-memory").with_updates({"retrieval.dense.enabled": False})
+    with Store(store) as st:
+        st.ingest(docs, embed=False)
+        queries = pl.DataFrame({"qid": ["q"], "text": ["when does the tls certificate expire"]})
+        prep = prepare(st, queries, cfg)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = rescore(prep, cfg, trace=False)
+    factor = dict(res.final.select("doc_id", "prior_priority").iter_rows())
+    assert factor["upper"] == factor["lower"] == factor["spaced"] == 4.0 and factor["low"] == 1.0
+    said = [str(w.message) for w in caught if "priority_map" in str(w.message)]
+    assert len(said) == 1 and "'high', 'urgent'" in said[0] and "count as factor 1" in said[0], said
+
+
+def test_an_undated_memory_can_count_as_old_instead_of_new(tmp_path):
+    """Trial N: an undated memory outranked one dated today (recency 1.0 forever). `recency_missing: floor`
+    gives it the floor's factor; the default (`fresh`) is unchanged and documented."""
+    from datetime import datetime
+
+    import polars as pl
+
+    from toolkit.config import PriorsConfig
+    from toolkit.metatypes import typed_values, values_frame
+    from toolkit.priors import apply_priors
+
+    ranked = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["undated", "today", "old"], "score": [1.0, 0.99, 0.98],
+                           "rank": [1, 2, 3], "flags": [[], [], []]}, schema_overrides={"flags": pl.List(pl.Utf8)})
+    meta = {"today": {"date": "2024-06-01"}, "old": {"date": "2021-12-01"}}
+    dv = values_frame([(d, *v) for d, m in meta.items() for v in typed_values(m, d)], "doc_id")
+    now = datetime(2024, 6, 1)
+    base = PriorsConfig(recency_field="date", recency_half_life_days=1000, recency_floor=0.8)
+    fresh = apply_priors(ranked, dv, None, base, now=now)
+    assert fresh["doc_id"].to_list()[0] == "undated"
+    floor = apply_priors(ranked, dv, None, base.model_copy(update={"recency_missing": "floor"}), now=now)
+    assert floor["doc_id"].to_list() == ["today", "old", "undated"]
+    assert dict(floor.select("doc_id", "prior_recency").iter_rows())["undated"] == pytest.approx(0.8)
+    zero = apply_priors(ranked, dv, None, base.model_copy(update={"recency_missing": "floor", "recency_floor": 0.0}), now=now)
+    assert zero["doc_id"].to_list()[-1] == "undated" and zero["score"].is_finite().all()
+
+
+def test_the_lock_message_names_a_long_running_holder(tmp_path):
+    """Trial N: `hrt search` against a store an agent keeps open said "try again when it is done", which a
+    holder that never finishes makes useless advice."""
+    store = tmp_path / "mem.duckdb"
+    with Store(store) as st:
+        st.ingest(_docs(3), embed=False)
+        p = subprocess.run([sys.executable, "-m", "toolkit.cli", "search", "deploy", "--store", str(store), "--mode", "lexical"],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 75, p.stderr
+    assert "agent that keeps the store open" in p.stderr and "copy the file" in p.stderr
+
+
+def test_delete_by_id_removes_one_memory_and_refuses_ids_it_does_not_hold(tmp_path):
+    """Trial N: deleting one memory meant re-ingesting all the others with prune=True (and a mistake deleted
+    everything not passed in). `Store.delete` removes just these ids, everywhere they are stored."""
+    import polars as pl
+
+    from toolkit.errors import InputError
+
+    store = tmp_path / "mem.duckdb"
+    with Store(store) as st:
+        st.ingest(_docs(5) + [{"doc_id": "secret", "text": "the root password is hunter2", "metadata": {"priority": "P0"}}], embed=False)
+        def hits(text: str) -> list[str]:
+            return st.lexical_search(pl.DataFrame({"qid": ["q"], "text": [text]}), top_k=5)["doc_id"].to_list()
+
+        assert hits("hunter2") == ["secret"]
+        gen = st.generation()
+        with pytest.raises(InputError, match=r"no document with id 'nope'.*nothing was deleted"):
+            st.delete(["secret", "nope"])
+        assert st.generation() == gen and len(st.doc_sources()) == 6  # refused whole
+        assert st.delete("secret") == 1
+        assert hits("hunter2") == [] and hits("deploy freeze") and st.generation() != gen
+        counts = st.con.execute("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks), "
+                                "(SELECT count(*) FROM doc_values WHERE doc_id = 'secret'), "
+                                "(SELECT num_docs FROM fts_main_chunks.stats)").fetchone()
+        assert counts == (5, 5, 0, 5)
+        assert st.delete(["secret", "m1"], missing_ok=True) == 1 and st.delete([]) == 0
+    p = subprocess.run([sys.executable, "-m", "toolkit.cli", "delete", "m2", "m3", "--store", str(store)],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 0 and "deleted 2 document(s)" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "toolkit.cli", "delete", "m0", "ghost", "--store", str(store)],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode != 0 and "no document with id 'ghost'" in p.stderr and "Traceback" not in p.stderr
+    with Store(store, read_only=True) as st:
+        assert sorted(st.doc_sources()["doc_id"]) == ["m0", "m4"]

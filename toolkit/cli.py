@@ -500,7 +500,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
 
     bind_without_pandas()
     if query == "-":  # stdin: any text, whatever it starts with
-        query = click.get_text_stream("stdin").read().strip()
+        query = sys.stdin.read().strip()
     scope = scope or None  # --scope "" is an unset variable, not the scope ''
     if not query.strip():
         raise ToolkitError("the query is empty")
@@ -1028,6 +1028,24 @@ def info(store_path) -> None:
 
     with Store(store_path, read_only=True) as st:
         click.echo(json.dumps(st.stats(), indent=2))
+
+
+@main.command()
+@click.argument("doc_ids", nargs=-1, required=True)
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
+@click.option("--missing-ok", is_flag=True, help="Skip ids the store does not hold (default: an error, nothing deleted).")
+def delete(doc_ids, store_path, missing_ok) -> None:
+    """Delete documents by id (DOC_ID... or - to read ids from stdin, one per line), with their chunks, vectors
+    and index entries, in one transaction. An id the store does not hold stops it before anything is deleted."""
+    from .store import Store
+
+    if doc_ids == ("-",):
+        doc_ids = tuple(line.strip() for line in sys.stdin if line.strip())
+    if not Path(store_path).exists():  # opened for writing, a missing path would become an empty store
+        raise ToolkitError(f"{store_path}: no such store (create it with `hrt ingest SOURCE --store {store_path}`)")
+    with Store(store_path) as st:
+        gone = st.delete(doc_ids, missing_ok=missing_ok)
+    click.echo(f"deleted {gone} document(s) of {len(set(doc_ids))} asked", err=True)
 
 
 @main.command()

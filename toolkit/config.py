@@ -438,6 +438,8 @@ class PriorsConfig(_Model):
     # A document dated after the reference: decay by how far ahead it is (it did not exist yet), or fresh
     # (factor 1: dates ahead on purpose, e.g. deadlines).
     recency_future: Rescore[Literal["decay", "fresh"]] = "decay"
+    # A document without a date: as new as can be (factor 1, "fresh") or as old as the floor allows ("floor").
+    recency_missing: Rescore[Literal["fresh", "floor"]] = "fresh"
     priority_field: Rescore[str | None] = None
     priority_map: Rescore[dict[str, float]] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
     use_field: Rescore[str | None] = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)

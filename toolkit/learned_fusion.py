@@ -333,6 +333,24 @@ def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any]
                       + "): its ranking and score_prob may not hold here", UserWarning, stacklevel=3)
 
 
+def warn_other_store(model: FusionModel, path: Path, index: dict[str, Any] | None) -> None:
+    """UserWarning (once per model file and store setting) when the store's embedding model or index settings
+    (chunking, stemmer, stopwords) are none the model learned from: its dense-score and BM25 features then come
+    from another scale. Models that recorded no store (before provenance) are not checked."""
+    seen = [rec["store"] for rec in (model.info.get("trained_on") or {}).values()
+            if isinstance(rec, dict) and isinstance(rec.get("store"), dict)]
+    if not seen or not index:
+        return
+    diff = [f"{k} {index[k]!r} here, {sorted({str(s.get(k)) for s in seen})} in training" for k in sorted(index)
+            if index[k] is not None and all(s.get(k) != index[k] for s in seen)]
+    key = f"{path}:{sorted(diff)}"
+    if diff and key not in _WARNED_SETTINGS:
+        _WARNED_SETTINGS.add(key)
+        warnings.warn(f"learned fusion model {path} learned from stores built otherwise ({'; '.join(diff)}): its features "
+                      "here come from another scale, so its ranking and score_prob may not hold (re-train it with "
+                      "`hrt train-fusion` on stores like this one)", UserWarning, stacklevel=3)
+
+
 def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     """`score` of `prep`'s cached features under the model file, cached on `prep` until the features or the
     file change (a slider change then costs nothing here)."""
@@ -344,6 +362,7 @@ def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
         model = FusionModel.load(p)
         warn_disabled_lists(model, p, getattr(prep, "settings", None))
         warn_other_settings(model, p, getattr(prep, "settings", None))
+        warn_other_store(model, p, getattr(prep, "index", None))
         return score(feats, model)
 
     return prep.derived(stamp, (feats,), build)

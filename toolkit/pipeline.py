@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -83,6 +84,8 @@ class Prepared:
     # The prepare fields (`config.prepare_settings`) these frames were built with; `rescore` refuses a config
     # whose prepare fields differ, which would silently re-score stale candidates. None: built by hand.
     settings: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # The store's embedding model and index settings (`Store.index_record`): a learned model compares them.
+    index: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def derived(self, name: str, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """`build()` cached until one of `sources` (frames, which are immutable) is replaced: the config-free
@@ -275,11 +278,11 @@ def prepare(
                 stale = True
             if stale and not store.read_only:
                 store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
-            prep.settings = prepare_settings(cfg)
+            prep.settings, prep.index = prepare_settings(cfg), store.index_record()
             return prep
     ltr = not one_shot or cfg.fusion.method == "learned" or cfg.fusion.router
     prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr)
-    prep.settings = prepare_settings(cfg)
+    prep.settings, prep.index = prepare_settings(cfg), store.index_record()
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
     if use_cache and not one_shot and not store.read_only and not providers.degraded(prep):
         store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
@@ -462,6 +465,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     if with_priors:
         t0 = time.perf_counter()
         ranked = prior = priors_stage.apply_priors(blended, prep.doc_values, prep.query_values, cfg.priors, now=now)
+        _warn_unmapped(prep, cfg)
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -504,6 +508,20 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     else:
         tr = pl.DataFrame(schema=TRACE_SCHEMA)
     return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t)
+
+
+def _warn_unmapped(prep: Prepared, cfg: PipelineConfig) -> None:
+    """Warn when the candidates carry priority values the map lacks: they count as
+    factor 1, the lowest tier under agent-memory's map ("high", "urgent" next to P0-P3; user trial N)."""
+    p = cfg.priors
+    if p.priority_field is None:
+        return
+    key = f"unmapped:{p.priority_field}:{sorted(p.priority_map)}"
+    odd = prep.derived(key, (prep.doc_values,), lambda: priors_stage.unmapped_priorities(prep.doc_values, p))
+    if odd:  # Python's warning registry shows each distinct message once per place
+        shown = ", ".join(repr(v) for v in odd[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
+        warnings.warn(f"priors: {p.priority_field} values {shown} are not in priors.priority_map "
+                      f"({', '.join(p.priority_map)}): they count as factor 1", UserWarning, stacklevel=3)
 
 
 def _blend_keep(cfg: PipelineConfig, n: int) -> int | None:

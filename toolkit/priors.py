@@ -14,7 +14,11 @@ factor per (query, document) read from the documents' typed metadata (`store.doc
     priority  priority_map[value of priority_field] (value as text: 0, "P1", "high")
     use       1 + use_weight * ln(1 + max(value, 0))    (a count, log-damped: 10 uses is not 10x one use)
 
-A document without the field, or with a value the mapping lacks, gets factor 1 (neutral). `combine`:
+A document without the field, or with a value the mapping lacks, gets factor 1 (neutral); priority values
+are matched without case or surrounding space ("p0" is "P0"), and values the mapping lacks are listed by
+`unmapped_priorities` (the pipeline warns: "high" under a P0-P3 map would otherwise count as the lowest tier
+without a word). A document without a date counts as new (`recency_missing: fresh`, factor 1) or as old as
+the floor allows (`floor`). `combine`:
 "multiply" scales the score by the product of the factors (a negative score is divided instead, so a
 larger factor always ranks higher), "add" adds `add_weight * sum(factor - 1)`. The documents are then
 re-ranked by the new score (ties keep their blended order); with `top_n`, only the blended top_n are
@@ -75,17 +79,19 @@ def prior_factors(
         delta = (ref - pl.col("_doc_ts")).dt.total_microseconds().cast(pl.Float64) / _US_PER_DAY
         age = delta.abs() if cfg.recency_future == "decay" else delta.clip(lower_bound=0.0)
         decay = pl.lit(0.5) ** (age / cfg.recency_half_life_days)
-        rec = (cfg.recency_floor + (1.0 - cfg.recency_floor) * decay).fill_null(1.0)
+        undated = 1.0 if cfg.recency_missing == "fresh" else cfg.recency_floor
+        rec = (cfg.recency_floor + (1.0 - cfg.recency_floor) * decay).fill_null(undated)
         # The factor's logarithm, exact where the factor itself underflows (a floor of 0 and ~1,000 half-lives:
         # a 5-day half-life over 14 years); `apply_priors` ranks by it (`_LN_RECENCY`, dropped there).
         ln_rec = (-(age / cfg.recency_half_life_days) * math.log(2.0)) if cfg.recency_floor == 0 else rec.log()
-        r = r.with_columns(rec.alias("prior_recency"), ln_rec.fill_null(0.0).alias(_LN_RECENCY)).drop("_doc_ts", "_ref_ts")
+        ln_undated = math.log(undated) if undated > 0 else -math.inf
+        r = r.with_columns(rec.alias("prior_recency"), ln_rec.fill_null(ln_undated).alias(_LN_RECENCY)).drop("_doc_ts", "_ref_ts")
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_recency"))
     if cfg.priority_field is not None:
         r = r.join(_field(doc_values, "doc_id", cfg.priority_field, "text", "_prio"), on="doc_id", how="left", maintain_order="left")
-        mapping = cfg.priority_map
-        pri = pl.col("_prio").replace_strict(list(mapping), list(mapping.values()), default=1.0, return_dtype=pl.Float64)
+        mapping = _folded(cfg.priority_map)
+        pri = _fold(pl.col("_prio")).replace_strict(list(mapping), list(mapping.values()), default=1.0, return_dtype=pl.Float64)
         r = r.with_columns(pri.fill_null(1.0).alias("prior_priority")).drop("_prio")
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_priority"))
@@ -96,6 +102,29 @@ def prior_factors(
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_use"))
     return r
+
+
+def _folded(mapping: dict[str, float]) -> dict[str, float]:
+    """The priority map keyed as values are compared: without case or surrounding space (the first key wins)."""
+    out: dict[str, float] = {}
+    for k, f in mapping.items():
+        out.setdefault(k.strip().lower(), f)
+    return out
+
+
+def _fold(e: pl.Expr) -> pl.Expr:
+    # Lower case as Python's str.lower (polars has no casefold): P0 and p0, High and high are one tier.
+    return e.str.strip_chars().str.to_lowercase()
+
+
+def unmapped_priorities(doc_values: pl.DataFrame | None, cfg: PriorsConfig) -> list[str]:
+    """The distinct priority values of `doc_values` the map does not name (sorted; [] when the prior is off).
+    They get the neutral factor 1, which under agent-memory's map is the lowest tier: a caller says so."""
+    if cfg.priority_field is None or doc_values is None or not len(doc_values):
+        return []
+    vals = _field(doc_values, "doc_id", cfg.priority_field, "text", "_prio")["_prio"].unique()
+    known = set(_folded(cfg.priority_map))
+    return sorted(v for v in vals.to_list() if v.strip().lower() not in known)
 
 
 def apply_priors(

@@ -425,7 +425,7 @@ def train_fusion(
         # What the model learned from, so a later run on the same queries is said to be in-sample
         # (`learned_fusion.training_overlap`), and which index its features came from.
         provenance[name] = {"dataset": str(ds.root.resolve()), "split": split, "qids": sorted(q["qid"].unique().to_list()),
-                            "store": {"embedding_model": store.embedding_model, **(asdict(store.settings) if store.settings else {})}}
+                            "store": store.index_record()}
     for i, store in enumerate(pseudo_stores or []):
         name = f"{Path(store.path).stem}~pseudo{i}"
         if progress:
