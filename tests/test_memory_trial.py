@@ -224,3 +224,22 @@ def test_delete_by_id_removes_one_memory_and_refuses_ids_it_does_not_hold(tmp_pa
     assert p.returncode != 0 and "no document with id 'ghost'" in p.stderr and "Traceback" not in p.stderr
     with Store(store, read_only=True) as st:
         assert sorted(st.doc_sources()["doc_id"]) == ["m0", "m4"]
+
+
+def test_a_store_whose_memories_were_all_deleted_finds_nothing(store):
+    """Trial O: deleting every memory, then searching, raised DuckDB's raw BinderException (BM25 over an index
+    with no documents formatted avgdl NULL into its SQL). A cleared memory now answers with no results, by every
+    path, where a store never ingested into still says it is empty."""
+    import polars as pl
+
+    from toolkit.errors import StoreError
+    from toolkit.pipeline import run_pipeline
+
+    q = pl.DataFrame({"qid": [f"q{i}" for i in range(20)], "text": ["deploy failed ECONNREFUSED"] * 20})
+    assert store.delete(store.doc_sources()["doc_id"].to_list()) == 6
+    assert store.lexical_search(q).is_empty() and store.lexical_search(q[:1]).is_empty()
+    assert store.lexical_search_sql(q[:1]).is_empty() and store.dense_search(q[:1]).is_empty()
+    for cfg in ("default", "bm25-only", "vector-only", "agent-memory"):
+        assert run_pipeline(store, q[:1], cfg).final.is_empty(), cfg
+    with Store(store.path.parent / "never.duckdb") as never, pytest.raises(StoreError, match="is empty"):
+        never.lexical_search(q)

@@ -822,6 +822,14 @@ class Store:
         when 0 < embedded < all. (Ingest deletes a chunk's embedding with the chunk, so every row counts.)"""
         return self._count_embeddings(), self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
+    def _emptied(self) -> bool:
+        """Every document was deleted from a store that held some (`delete`): searches find nothing, as an
+        agent whose memory was cleared expects, where a store never ingested into is an error (`_refuse_empty`)."""
+        if "emptied" not in self._memo:
+            self._memo["emptied"] = (self.settings is not None and self._has_table("documents")
+                                     and not self.con.execute("SELECT count(*) FROM documents").fetchone()[0])
+        return self._memo["emptied"]
+
     def _refuse_empty(self) -> None:
         """A store with no documents says so (a new path opened by mistake, an ingest never run): "no BM25
         index" sent users looking for an index option."""
@@ -1588,6 +1596,8 @@ class Store:
         if not self.has_lexical_index():
             self._refuse_empty()
             raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
+        if self._emptied():
+            return pl.DataFrame(schema=CAND_SCHEMA)
         if len(queries) <= _SQL_PATH_MAX_QUERIES and getattr(self, "_lex_cache", None) is None:
             # A few queries in a fresh process (`hrt search`): one SQL join over the postings of their terms
             # beats reading every posting into a matrix (and importing scipy) for them.
@@ -1671,6 +1681,8 @@ class Store:
         if not self.has_lexical_index():
             self._refuse_empty()
             raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
+        if self._emptied():
+            return pl.DataFrame(schema=CAND_SCHEMA)
         settings = self.settings or IndexSettings()
         q = queries.select(
             "qid",
@@ -1837,6 +1849,8 @@ class Store:
         `_dense_hnsw`); scoped queries and metadata filters always use the exact path.
         """
         if self._dense_cache is None and self._count_embeddings() == 0:
+            if self._emptied():
+                return pl.DataFrame(schema=CAND_SCHEMA)
             self._no_embeddings()  # before the query vectors: no model loaded, nothing cached in an empty store
         qv = vectors if vectors is not None else self.query_vectors(
             queries["text"].to_list(), embedding=embedding, progress=progress
