@@ -243,3 +243,25 @@ def test_a_store_whose_memories_were_all_deleted_finds_nothing(store):
         assert run_pipeline(store, q[:1], cfg).final.is_empty(), cfg
     with Store(store.path.parent / "never.duckdb") as never, pytest.raises(StoreError, match="is empty"):
         never.lexical_search(q)
+
+
+def test_delete_works_in_a_process_that_searched_through_the_cli_first(tmp_path):
+    """Trial O: after `hrt search` ran in-process (it binds parameters without pandas), `Store.delete` failed
+    with "internal frame name 'asked' not allowed" and deleted nothing."""
+    store = tmp_path / "mem.duckdb"
+    with Store(store) as st:
+        st.ingest(_docs(3), embed=False)
+    code = """
+        from toolkit.cli import main
+        try:
+            main(["search", "deploy", "--store", STORE, "--mode", "lexical"], standalone_mode=False)
+        except SystemExit:
+            pass
+        with Store(STORE) as st:
+            assert st.delete(["m1"]) == 1 and st.delete(["m9"], missing_ok=True) == 0
+            print("OK", sorted(st.doc_sources()["doc_id"].to_list()))
+    """
+    src = "import sys\nfrom toolkit.store import Store\nSTORE = sys.argv[1]\n" + textwrap.dedent(code)
+    p = subprocess.run([sys.executable, "-c", src, str(store)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 0 and "OK ['m0', 'm2']" in p.stdout, p.stderr

@@ -1242,9 +1242,8 @@ class Store:
         ids = [doc_ids] if isinstance(doc_ids, str) else list(dict.fromkeys(doc_ids))
         if not ids:
             return 0
-        self._register("asked", pl.DataFrame({"doc_id": ids}, schema={"doc_id": pl.Utf8}))
-        held = {r[0] for r in self.con.execute("SELECT doc_id FROM documents SEMI JOIN asked USING (doc_id)").fetchall()}
-        self.con.unregister("asked")
+        held = {r[0] for r in self.con.execute("SELECT doc_id FROM documents WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))",
+                                               [ids]).fetchall()}
         if (absent := [i for i in ids if i not in held]) and not missing_ok:
             more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
             raise InputError(f"{self.path}: no document with id {', '.join(map(repr, absent[:3]))}{more}: nothing was "
