@@ -1693,7 +1693,8 @@ class Store:
         # - postings carry their document's scope and BM25 term weight, so the query join is an equality
         #   join on (term, scope) (an OR in the join condition made DuckDB build a cross product);
         # - queries and chunks are integers while grouping; strings are joined back for the top-k only;
-        # - the order uses the score rounded to 1e-9, so float summation order cannot flip exact ties.
+        # - the order (of documents, and of a document's chunks) uses the score rounded to 1e-9, so float
+        #   summation order cannot flip exact ties (two chunks with the same postings, trial O).
         n_docs, avgdl = self.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
         k1, b = float(k1), float(b)  # numbers only into the SQL text below (values from the config)
         # The queries are bound as lists and the rows fetched as tuples (this path serves a handful of queries):
@@ -1719,7 +1720,7 @@ class Store:
                  UNION ALL
                  SELECT q.qi, p.docid, q.idf * p.w AS s FROM qterm q JOIN post p ON p.termid = q.termid WHERE q.scope IS NULL),
         sc AS (SELECT qi, docid, sum(s) AS score FROM hits GROUP BY qi, docid),
-        best AS (SELECT sc.qi, {key} AS key, first(sc.docid ORDER BY sc.score DESC, m.chunk_i) AS docid, max(sc.score) AS score
+        best AS (SELECT sc.qi, {key} AS key, first(sc.docid ORDER BY round(sc.score, 9) DESC, m.chunk_i) AS docid, max(sc.score) AS score
                  FROM sc JOIN meta m ON m.docid = sc.docid GROUP BY sc.qi, {key}),
         top AS (SELECT qi, docid, score, row_number() OVER (PARTITION BY qi ORDER BY round(score, 9) DESC, key) AS rank
                 FROM best QUALIFY rank <= {int(top_k)})
