@@ -86,9 +86,10 @@ class _Group(click.Group):
             raise
 
 
-def _interrupted_ingest(e: BaseException, st, gen: str) -> None:
-    """Ctrl-C during `hrt ingest`: say whether anything was stored (the write is one transaction, rolled back
-    unless the interrupt came after its commit, e.g. while the HNSW index was rebuilt), then exit 130."""
+def _interrupted_ingest(e: BaseException, st, gen: str, what: str = "ingest") -> None:
+    """Ctrl-C during `hrt ingest` (or `hrt delete`): say whether anything was stored (the write is one
+    transaction, rolled back unless the interrupt came after its commit, e.g. while the HNSW index was
+    rebuilt), then exit 130."""
     from . import interrupts
 
     if not interrupts.is_interrupt(e):
@@ -98,9 +99,10 @@ def _interrupted_ingest(e: BaseException, st, gen: str) -> None:
     except Exception:  # noqa: BLE001 - the store may be closing; then say only what is certain
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    click.echo("interrupted: " + ("the documents were stored, but what follows the write (the HNSW vector index) may "
-                                  "be incomplete: run the same `hrt ingest` again" if stored else
-                                  "nothing of this ingest was stored; the store is as it was"), err=True)
+    done = "the documents were stored" if what == "ingest" else "the documents were deleted"
+    click.echo("interrupted: " + (f"{done}, but what follows the write (the HNSW vector index) may be incomplete: run "
+                                  f"the same `hrt {what}` again" + (" with --missing-ok" if what == "delete" else "")
+                                  if stored else f"nothing of this {what} was stored; the store is as it was"), err=True)
     sys.exit(EXIT_INTERRUPTED)
 
 
@@ -1040,11 +1042,17 @@ def delete(doc_ids, store_path, missing_ok) -> None:
     from .store import Store
 
     if doc_ids == ("-",):
-        doc_ids = tuple(line.strip() for line in sys.stdin if line.strip())
+        # One id per line, as written (an id may have spaces at its ends); blank lines are skipped.
+        doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
     if not Path(store_path).exists():  # opened for writing, a missing path would become an empty store
         raise ToolkitError(f"{store_path}: no such store (create it with `hrt ingest SOURCE --store {store_path}`)")
     with Store(store_path) as st:
-        gone = st.delete(doc_ids, missing_ok=missing_ok)
+        gen = st.generation()
+        try:
+            gone = st.delete(doc_ids, missing_ok=missing_ok)
+        except BaseException as e:
+            _interrupted_ingest(e, st, gen, "delete")
+            raise
     click.echo(f"deleted {gone} document(s) of {len(set(doc_ids))} asked", err=True)
 
 

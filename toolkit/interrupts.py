@@ -37,5 +37,7 @@ def check() -> None:
 
 
 def is_interrupt(e: BaseException) -> bool:
-    """KeyboardInterrupt, or DuckDB's form of it (a statement cut short raises "Query interrupted")."""
-    return isinstance(e, KeyboardInterrupt) or (isinstance(e, RuntimeError) and str(e).startswith("Query interrupted"))
+    """KeyboardInterrupt, or a library's form of it: DuckDB's "Query interrupted", or any RuntimeError raised
+    while a SIGINT is pending (usearch's "Operation has been terminated" in an HNSW rebuild, user trial O)."""
+    return isinstance(e, KeyboardInterrupt) or (
+        isinstance(e, RuntimeError) and (str(e).startswith("Query interrupted") or _pending))

@@ -107,13 +107,14 @@ def prior_factors(
 def _folded(mapping: dict[str, float]) -> dict[str, float]:
     """The priority map keyed as values are compared: without case or surrounding space (the first key wins)."""
     out: dict[str, float] = {}
-    for k, f in mapping.items():
-        out.setdefault(k.strip().lower(), f)
+    folded = pl.Series(list(mapping), dtype=pl.Utf8).to_frame("k").select(_fold(pl.col("k")))["k"].to_list()
+    for k, f in zip(folded, mapping.values(), strict=True):
+        out.setdefault(k, f)
     return out
 
 
 def _fold(e: pl.Expr) -> pl.Expr:
-    # Lower case as Python's str.lower (polars has no casefold): P0 and p0, High and high are one tier.
+    # Surrounding whitespace off and lower case (polars has no casefold), for map keys and values alike: P0 and p0 are one tier.
     return e.str.strip_chars().str.to_lowercase()
 
 
@@ -122,9 +123,10 @@ def unmapped_priorities(doc_values: pl.DataFrame | None, cfg: PriorsConfig) -> l
     They get the neutral factor 1, which under agent-memory's map is the lowest tier: a caller says so."""
     if cfg.priority_field is None or doc_values is None or not len(doc_values):
         return []
-    vals = _field(doc_values, "doc_id", cfg.priority_field, "text", "_prio")["_prio"].unique()
+    vals = _field(doc_values, "doc_id", cfg.priority_field, "text", "_prio").select(
+        pl.col("_prio"), _fold(pl.col("_prio")).alias("_key")).unique()  # folded as `prior_factors` folds them
     known = set(_folded(cfg.priority_map))
-    return sorted(v for v in vals.to_list() if v.strip().lower() not in known)
+    return sorted(v for v, k in vals.iter_rows() if k not in known)
 
 
 def apply_priors(

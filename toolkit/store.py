@@ -521,6 +521,21 @@ def _docs_frame(docs: list[dict[str, Any]], content_hash: Mapping[str, str]) -> 
     )
 
 
+_WRITE_LOCKS: dict[str, threading.RLock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock(path: Path) -> threading.RLock:
+    """One lock per store file in this process: every write takes it. DuckDB refuses the second of two
+    overlapping write transactions ("Conflict on update": each write updates the index statistics and the
+    store's meta rows), so two threads writing through one Store (or two Stores on one file) lost about half
+    their writes to a StoreError (user trial O); they now queue. Other processes cannot write at all (DuckDB's
+    file lock)."""
+    key = str(path.resolve())
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, threading.RLock())
+
+
 class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
@@ -551,11 +566,13 @@ class Store:
         except duckdb.Error as e:
             if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
                 # A long-running holder (an agent keeping its memory open) never lets go: say so (user trial N).
+                # A copy serves a search; a write to a copy would be lost to the holder (user trial O).
+                instead = ("search through that process, or copy the file and open the copy" if read_only else
+                           "write through that process, or stop it first: a change made to a copy is not in this file")
                 raise StoreBusyError(f"{self.path}: the store is in use by another process, which holds its lock: an "
                                      "ingest running (try again when it is done), or a long-running process such as an "
-                                     "agent that keeps the store open (DuckDB lets one process open a file for writing: "
-                                     "search through that process, or copy the file and open the copy) "
-                                     f"({str(e).splitlines()[0]})") from e
+                                     f"agent that keeps the store open (DuckDB lets one process open a file for writing: "
+                                     f"{instead}) ({str(e).splitlines()[0]})") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
@@ -1059,15 +1076,16 @@ class Store:
         `load_corpus` first: the same defaults and checks as a JSONL line, errors naming `record N`, all
         before anything is written; empty records are skipped (logged, and listed in the report's `skipped`)."""
         # A failed first ingest into a file this object created leaves it empty: `close` removes it.
-        return self._ingest(docs, settings=settings, embed=embed, model=model, backend=backend, prune=prune,
-                            progress=progress)
+        with _write_lock(self.path):
+            return self._ingest(docs, settings=settings, embed=embed, model=model, backend=backend, prune=prune,
+                                progress=progress)
 
-    def _check_writable(self) -> None:
-        """StoreError when an ingest that has something to write meets a read-only Store: DuckDB's own
-        "attached in read-only mode" escaped as a raw InvalidInputException (user trial N). An ingest with
+    def _check_writable(self, what: str = "the ingest") -> None:
+        """StoreError when an ingest (or a deletion) that has something to write meets a read-only Store: DuckDB's
+        own "attached in read-only mode" escaped as a raw InvalidInputException (user trial N). An ingest with
         nothing to write stays a no-op on a read-only store."""
         if self.read_only:
-            raise StoreError(f"{self.path}: this Store was opened read-only (read_only=True) and the ingest has "
+            raise StoreError(f"{self.path}: this Store was opened read-only (read_only=True) and {what} has "
                              "something to write: open it with Store(path) to write to it")
 
     def _ingest(
@@ -1239,19 +1257,26 @@ class Store:
         returns how many were removed. An id the store does not hold is an InputError naming it, before anything
         is removed, unless `missing_ok` (as `Path.unlink`): a typo must not pass as a deletion. Deleting one
         memory used to mean re-ingesting every other one with `prune=True` (user trial N)."""
-        ids = [doc_ids] if isinstance(doc_ids, str) else list(dict.fromkeys(doc_ids))
+        # Ids are text in the store (an ingested integer id 1 is "1"): compared as such.
+        ids = [doc_ids] if isinstance(doc_ids, str) else list(dict.fromkeys(map(str, doc_ids)))
         if not ids:
             return 0
+        with _write_lock(self.path):
+            return self._delete(ids, missing_ok)
+
+    def _delete(self, ids: list[str], missing_ok: bool) -> int:
         held = {r[0] for r in self.con.execute("SELECT doc_id FROM documents WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))",
                                                [ids]).fetchall()}
         if (absent := [i for i in ids if i not in held]) and not missing_ok:
             more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
             raise InputError(f"{self.path}: no document with id {', '.join(map(repr, absent[:3]))}{more}: nothing was "
-                             "deleted (missing_ok=True skips ids the store does not hold)")
+                             "deleted (missing_ok=True, or --missing-ok, skips ids the store does not hold)")
         gone = [i for i in ids if i in held]
         if not gone:
+            if not self.read_only:
+                self._refresh_vector_index()  # an HNSW rebuild a Ctrl-C cut short after the last deletion: redone
             return 0
-        self._check_writable()
+        self._check_writable("the deletion")
         settings = self.settings or IndexSettings()
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -1292,6 +1317,7 @@ class Store:
         A rebuild per write cost 45 ms at 300 memories and 0.6 s at 30,000 (user trial N). True: in place."""
         from . import fts_update
 
+        chunk_ids = list(dict.fromkeys(chunk_ids))  # a changed chunk is named as old and new: counted once
         total = self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
         if (self._has_table("dict", self._FTS_SCHEMA) and len(chunk_ids) <= max(1, self._IN_PLACE_SHARE * total)
                 and fts_update.update_fts(self.con, removed=chunk_ids, added=chunk_ids, stemmer=settings.stemmer)):
@@ -1527,6 +1553,10 @@ class Store:
     # ------------------------------------------------------------------ stage cache
     def put_frames(self, key: str, frames: dict[str, pl.DataFrame | None]) -> None:
         """Keep the outputs of expensive stages under `key` (Parquet bytes: exact types, compact)."""
+        with _write_lock(self.path):
+            self._put_frames(key, frames)
+
+    def _put_frames(self, key: str, frames: dict[str, pl.DataFrame | None]) -> None:
         import io
 
         self.con.execute("BEGIN TRANSACTION")
@@ -1605,16 +1635,17 @@ class Store:
         import scipy.sparse as sp
 
         settings = self.settings or IndexSettings()
-        m = self._lexical_matrix(k1, b)
         # The query texts go in as one list parameter (no frame registration: a fixed ~2 ms per call).
         lex = [lexical_text(t) for t in queries["text"].to_list()]
-        qt = self.con.execute(
-            f"""SELECT DISTINCT q.qi, d.termid, ln((({m["n_docs"]} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
-            FROM (SELECT qi, stem(unnest(fts_main_chunks.tokenize(lex)), $2) AS t
-                  FROM (SELECT generate_subscripts($1, 1) - 1 AS qi, unnest($1) AS lex)) q
-            JOIN fts_main_chunks.dict d ON d.term = q.t""",
-            [lex, settings.stemmer],
-        ).fetchnumpy()
+        with self._snapshot():  # the matrix and the query terms' ids and df from one state of the index
+            m = self._lexical_matrix(k1, b)
+            qt = self.con.execute(
+                f"""SELECT DISTINCT q.qi, d.termid, ln((({m["n_docs"]} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
+                FROM (SELECT qi, stem(unnest(fts_main_chunks.tokenize(lex)), $2) AS t
+                      FROM (SELECT generate_subscripts($1, 1) - 1 AS qi, unnest($1) AS lex)) q
+                JOIN fts_main_chunks.dict d ON d.term = q.t""",
+                [lex, settings.stemmer],
+            ).fetchnumpy()
         qmat = sp.csr_matrix((qt["idf"], (qt["qi"], qt["termid"])), shape=(len(queries), m["wt"].shape[0]))
         allowed = self._allowed_docs(m, filters)
         if len(m["chunk_ids"]) >= SPARSE_TOPK_MIN_CHUNKS:
@@ -1695,41 +1726,58 @@ class Store:
         # - queries and chunks are integers while grouping; strings are joined back for the top-k only;
         # - the order (of documents, and of a document's chunks) uses the score rounded to 1e-9, so float
         #   summation order cannot flip exact ties (two chunks with the same postings, trial O).
-        n_docs, avgdl = self.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
-        k1, b = float(k1), float(b)  # numbers only into the SQL text below (values from the config)
-        # The queries are bound as lists and the rows fetched as tuples (this path serves a handful of queries):
-        # a registered frame or an Arrow result would import pyarrow, a fifth of a cold `hrt search`.
-        key = "m.doc_i" if level == "document" else "m.chunk_i"
-        sql = f"""
-        WITH qin AS (SELECT generate_subscripts(?::VARCHAR[], 1) - 1 AS qi, unnest(?::VARCHAR[]) AS qid,
-                 unnest(?::VARCHAR[]) AS lex, unnest(?::VARCHAR[]) AS scope),
-        meta AS MATERIALIZED (SELECT fd.docid, fd.len, c.chunk_id, c.doc_id, d.scope,
-                 dense_rank() OVER (ORDER BY c.doc_id) AS doc_i, row_number() OVER (ORDER BY c.doc_id, c.ord) AS chunk_i
-               FROM fts_main_chunks.docs fd JOIN chunks c ON c.chunk_id = fd.name
-               JOIN documents d ON d.doc_id = c.doc_id WHERE true {fsql}),
-        qt AS MATERIALIZED (SELECT DISTINCT qi, scope, stem(tok, ?) AS t
-               FROM (SELECT qi, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE tok <> ''),
-        qterm AS MATERIALIZED (SELECT qt.qi, qt.scope, d.termid,
-                 ln((({n_docs} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
-               FROM qt JOIN fts_main_chunks.dict d ON d.term = qt.t),
-        post AS MATERIALIZED (SELECT t.termid, t.docid, any_value(m.scope) AS scope,
-                 count(*) * ({k1} + 1) / (count(*) + {k1} * (1 - {b} + {b} * any_value(m.len) / {avgdl})) AS w
-               FROM fts_main_chunks.terms t JOIN meta m ON m.docid = t.docid
-               WHERE t.termid IN (SELECT termid FROM qterm) GROUP BY t.termid, t.docid),
-        hits AS (SELECT q.qi, p.docid, q.idf * p.w AS s FROM qterm q JOIN post p ON p.termid = q.termid AND p.scope = q.scope
-                 UNION ALL
-                 SELECT q.qi, p.docid, q.idf * p.w AS s FROM qterm q JOIN post p ON p.termid = q.termid WHERE q.scope IS NULL),
-        sc AS (SELECT qi, docid, sum(s) AS score FROM hits GROUP BY qi, docid),
-        best AS (SELECT sc.qi, {key} AS key, first(sc.docid ORDER BY round(sc.score, 9) DESC, m.chunk_i) AS docid, max(sc.score) AS score
-                 FROM sc JOIN meta m ON m.docid = sc.docid GROUP BY sc.qi, {key}),
-        top AS (SELECT qi, docid, score, row_number() OVER (PARTITION BY qi ORDER BY round(score, 9) DESC, key) AS rank
-                FROM best QUALIFY rank <= {int(top_k)})
-        SELECT qin.qid, m.doc_id, m.chunk_id, top.rank, top.score
-        FROM top JOIN meta m ON m.docid = top.docid JOIN qin ON qin.qi = top.qi ORDER BY qin.qid, top.rank
-        """
-        lex, qids, scopes = q["lex"].to_list(), q["qid"].to_list(), q["scope"].to_list()
-        rows = self.con.execute(sql, [lex, qids, lex, scopes, *fparams, settings.stemmer]).fetchall()
+        with self._snapshot():  # the statistics formatted into the SQL and the postings from one state
+            n_docs, avgdl = self.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
+            k1, b = float(k1), float(b)  # numbers only into the SQL text below (values from the config)
+            # The queries are bound as lists and the rows fetched as tuples (this path serves a handful of queries):
+            # a registered frame or an Arrow result would import pyarrow, a fifth of a cold `hrt search`.
+            key = "m.doc_i" if level == "document" else "m.chunk_i"
+            sql = f"""
+            WITH qin AS (SELECT generate_subscripts(?::VARCHAR[], 1) - 1 AS qi, unnest(?::VARCHAR[]) AS qid,
+                     unnest(?::VARCHAR[]) AS lex, unnest(?::VARCHAR[]) AS scope),
+            meta AS MATERIALIZED (SELECT fd.docid, fd.len, c.chunk_id, c.doc_id, d.scope,
+                     dense_rank() OVER (ORDER BY c.doc_id) AS doc_i, row_number() OVER (ORDER BY c.doc_id, c.ord) AS chunk_i
+                   FROM fts_main_chunks.docs fd JOIN chunks c ON c.chunk_id = fd.name
+                   JOIN documents d ON d.doc_id = c.doc_id WHERE true {fsql}),
+            qt AS MATERIALIZED (SELECT DISTINCT qi, scope, stem(tok, ?) AS t
+                   FROM (SELECT qi, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE tok <> ''),
+            qterm AS MATERIALIZED (SELECT qt.qi, qt.scope, d.termid,
+                     ln((({n_docs} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
+                   FROM qt JOIN fts_main_chunks.dict d ON d.term = qt.t),
+            post AS MATERIALIZED (SELECT t.termid, t.docid, any_value(m.scope) AS scope,
+                     count(*) * ({k1} + 1) / (count(*) + {k1} * (1 - {b} + {b} * any_value(m.len) / {avgdl})) AS w
+                   FROM fts_main_chunks.terms t JOIN meta m ON m.docid = t.docid
+                   WHERE t.termid IN (SELECT termid FROM qterm) GROUP BY t.termid, t.docid),
+            hits AS (SELECT q.qi, p.docid, q.idf * p.w AS s FROM qterm q JOIN post p ON p.termid = q.termid AND p.scope = q.scope
+                     UNION ALL
+                     SELECT q.qi, p.docid, q.idf * p.w AS s FROM qterm q JOIN post p ON p.termid = q.termid WHERE q.scope IS NULL),
+            sc AS (SELECT qi, docid, sum(s) AS score FROM hits GROUP BY qi, docid),
+            best AS (SELECT sc.qi, {key} AS key, first(sc.docid ORDER BY round(sc.score, 9) DESC, m.chunk_i) AS docid, max(sc.score) AS score
+                     FROM sc JOIN meta m ON m.docid = sc.docid GROUP BY sc.qi, {key}),
+            top AS (SELECT qi, docid, score, row_number() OVER (PARTITION BY qi ORDER BY round(score, 9) DESC, key) AS rank
+                    FROM best QUALIFY rank <= {int(top_k)})
+            SELECT qin.qid, m.doc_id, m.chunk_id, top.rank, top.score
+            FROM top JOIN meta m ON m.docid = top.docid JOIN qin ON qin.qi = top.qi ORDER BY qin.qid, top.rank
+            """
+            lex, qids, scopes = q["lex"].to_list(), q["qid"].to_list(), q["scope"].to_list()
+            rows = self.con.execute(sql, [lex, qids, lex, scopes, *fparams, settings.stemmer]).fetchall()
         return pl.DataFrame(rows, schema=CAND_SCHEMA, orient="row")
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Several reads as one snapshot (a read transaction on this thread's cursor): a write committed by
+        another thread between them made the batched BM25 read postings with doc and term ids its layout lacked
+        ("index 336 exceeds matrix dimension 334", user trial O). Inside a transaction already: that one."""
+        try:
+            self.con.execute("BEGIN TRANSACTION")
+        except duckdb.TransactionException:
+            yield
+            return
+        try:
+            yield
+        finally:
+            with suppress(duckdb.Error):
+                self.con.execute("COMMIT")
 
     def _lexical_matrix(self, k1: float, b: float) -> dict[str, Any]:
         """BM25 term weights of every chunk as a sparse (chunks x terms) matrix, read once per store generation
