@@ -86,7 +86,7 @@ class _Group(click.Group):
             raise
 
 
-def _interrupted_ingest(e: BaseException, st, gen: str, what: str = "ingest") -> None:
+def _interrupted_write(e: BaseException, st, gen: str, what: str = "ingest") -> None:
     """Ctrl-C during `hrt ingest` (or `hrt delete`): say whether anything was stored (the write is one
     transaction, rolled back unless the interrupt came after its commit, e.g. while the HNSW index was
     rebuilt), then exit 130."""
@@ -230,7 +230,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
             rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
                             prune=prune, progress=_progress())
         except BaseException as e:
-            _interrupted_ingest(e, st, gen)
+            _interrupted_write(e, st, gen)
             raise
         if vector_index == "hnsw" and not st.vector_index:  # an existing index was rebuilt by the ingest if needed
             st.build_vector_index()
@@ -1051,7 +1051,7 @@ def delete(doc_ids, store_path, missing_ok) -> None:
         try:
             gone = st.delete(doc_ids, missing_ok=missing_ok)
         except BaseException as e:
-            _interrupted_ingest(e, st, gen, "delete")
+            _interrupted_write(e, st, gen, "delete")
             raise
     click.echo(f"deleted {gone} document(s) of {len(set(doc_ids))} asked", err=True)
 
