@@ -336,3 +336,35 @@ def test_delete_messages_ids_and_the_in_place_threshold(tmp_path):
     assert p.returncode == 2 and "--missing-ok" in p.stderr, p.stderr
     p = subprocess.run([sys.executable, "-m", "toolkit.cli", "delete", "-", "--store", str(store)], input=" padded \n\n", **run)
     assert p.returncode == 0 and "deleted 1 document(s)" in p.stderr, p.stderr
+
+
+def test_a_search_does_not_wait_for_a_long_write_to_cache_its_stages(tmp_path):
+    """Writes queue on a per-file lock (trial O); caching a search's stages must not queue behind a long ingest
+    (minutes of embedding): it is skipped, as that write's commit empties the cache anyway."""
+    import threading
+
+    import polars as pl
+
+    from toolkit.pipeline import run_pipeline
+    from toolkit.store import _write_lock
+
+    store = tmp_path / "mem.duckdb"
+    with Store(store) as st:
+        st.ingest(_docs(20), embed=False)
+        holding, release = threading.Event(), threading.Event()
+
+        def long_write() -> None:
+            with _write_lock(store):
+                holding.set()
+                release.wait(60)
+
+        writer = threading.Thread(target=long_write)
+        writer.start()
+        holding.wait(10)
+        result: list = []
+        search = threading.Thread(target=lambda: result.append(run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": ["deploy"]}), "bm25-only")))
+        search.start()
+        search.join(30)
+        release.set()
+        writer.join(10)
+        assert result and not result[0].final.is_empty()

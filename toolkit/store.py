@@ -1552,9 +1552,16 @@ class Store:
 
     # ------------------------------------------------------------------ stage cache
     def put_frames(self, key: str, frames: dict[str, pl.DataFrame | None]) -> None:
-        """Keep the outputs of expensive stages under `key` (Parquet bytes: exact types, compact)."""
-        with _write_lock(self.path):
+        """Keep the outputs of expensive stages under `key` (Parquet bytes: exact types, compact). Skipped while
+        another thread writes: that write's commit empties the cache anyway, and a search must not wait for a
+        long ingest to cache what it already computed."""
+        lock = _write_lock(self.path)
+        if not lock.acquire(blocking=False):
+            return
+        try:
             self._put_frames(key, frames)
+        finally:
+            lock.release()
 
     def _put_frames(self, key: str, frames: dict[str, pl.DataFrame | None]) -> None:
         import io
