@@ -137,7 +137,8 @@ def test_priority_values_match_without_case_and_unmapped_ones_are_named(tmp_path
     from toolkit.pipeline import prepare, rescore
 
     docs = [{"doc_id": d, "text": "the tls certificate for api example com expires in march", "metadata": {"priority": p}}
-            for d, p in (("upper", "P0"), ("lower", "p0"), ("spaced", " P0 "), ("high", "high"), ("urgent", "urgent"), ("low", "P3"))]
+            for d, p in (("upper", "P0"), ("lower", "p0"), ("spaced", " P0 "), ("high", "high"), ("urgent", "urgent"), ("low", "P3"),
+                         ("unit_sep", "P0\x1f"))]
     store = tmp_path / "mem.duckdb"
     cfg = load_config("agent-memory").with_updates({"retrieval.dense.enabled": False})
     with Store(store) as st:
@@ -151,6 +152,8 @@ def test_priority_values_match_without_case_and_unmapped_ones_are_named(tmp_path
     assert factor["upper"] == factor["lower"] == factor["spaced"] == 4.0 and factor["low"] == 1.0
     said = [str(w.message) for w in caught if "priority_map" in str(w.message)]
     assert len(said) == 1 and "'high', 'urgent'" in said[0] and "count as factor 1" in said[0], said
+    # Trial O: one folding for values and for the warning ("P0\x1f" got factor 1 and no warning).
+    assert factor["unit_sep"] == 1.0 and "'P0\\x1f'" in said[0], said
 
 
 def test_an_undated_memory_can_count_as_old_instead_of_new(tmp_path):
@@ -187,8 +190,12 @@ def test_the_lock_message_names_a_long_running_holder(tmp_path):
         st.ingest(_docs(3), embed=False)
         p = subprocess.run([sys.executable, "-m", "toolkit.cli", "search", "deploy", "--store", str(store), "--mode", "lexical"],
                            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+        w = subprocess.run([sys.executable, "-m", "toolkit.cli", "delete", "m1", "--store", str(store)],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert p.returncode == 75, p.stderr
     assert "agent that keeps the store open" in p.stderr and "copy the file" in p.stderr
+    # Trial O: a writer told to "copy the file and open the copy" deletes from the copy; the holder keeps it.
+    assert w.returncode == 75 and "write through that process" in w.stderr and "copy the file" not in w.stderr, w.stderr
 
 
 def test_delete_by_id_removes_one_memory_and_refuses_ids_it_does_not_hold(tmp_path):
