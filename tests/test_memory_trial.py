@@ -375,3 +375,41 @@ def test_a_search_does_not_wait_for_a_long_write_to_cache_its_stages(tmp_path):
         release.set()
         writer.join(10)
         assert result and not result[0].final.is_empty()
+
+
+def test_a_search_inside_the_callers_transaction_keeps_that_transaction(tmp_path):
+    """Review: the snapshot a BM25 search reads in began its own transaction; inside a caller's BEGIN, DuckDB
+    refused that BEGIN and aborted the caller's transaction, whose COMMIT then stored nothing, silently."""
+    import polars as pl
+
+    store = tmp_path / "mem.duckdb"
+    with Store(store) as st:
+        st.ingest(_docs(20), embed=False)
+        for n in (1, 12):  # the SQL path (a few queries) and the batched path
+            st.con.execute("BEGIN TRANSACTION")
+            st.con.execute("INSERT INTO meta VALUES (?, 'x')", [f"user_key{n}"])
+            hits = st.lexical_search(pl.DataFrame({"qid": [f"q{i}" for i in range(n)], "text": ["deploy freeze"] * n}), top_k=3)
+            st.con.execute("COMMIT")
+            assert len(hits) == 3 * n
+            assert st.con.execute("SELECT count(*) FROM meta WHERE key = ?", [f"user_key{n}"]).fetchone()[0] == 1
+
+
+def test_a_store_object_sees_another_ones_deletions_and_additions(tmp_path):
+    """Review: whether the store was emptied was remembered per object, so after another Store object on the
+    same file deleted everything a search raised DuckDB's BinderException, and after it re-ingested a search
+    found nothing."""
+    import polars as pl
+
+    q = pl.DataFrame({"qid": ["q"], "text": ["deploy freeze"]})
+    store = tmp_path / "mem.duckdb"
+    with Store(store) as b:
+        b.ingest(_docs(3), embed=False)
+        a = Store(store)
+        try:
+            assert len(a.lexical_search(q)) == 3
+            b.delete(["m0", "m1", "m2"])
+            assert a.lexical_search(q).is_empty() and a.lexical_search_sql(q).is_empty()
+            b.ingest(_docs(2), embed=False)
+            assert len(a.lexical_search(q)) == 2
+        finally:
+            a.close()

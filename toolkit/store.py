@@ -842,6 +842,7 @@ class Store:
     def _emptied(self) -> bool:
         """Every document was deleted from a store that held some (`delete`): searches find nothing, as an
         agent whose memory was cleared expects, where a store never ingested into is an error (`_refuse_empty`)."""
+        self.generation()  # drops the memo when another Store object on this file wrote since
         if "emptied" not in self._memo:
             self._memo["emptied"] = (self.settings is not None and self._has_table("documents")
                                      and not self.con.execute("SELECT count(*) FROM documents").fetchone()[0])
@@ -1774,12 +1775,14 @@ class Store:
     def _snapshot(self) -> Iterator[None]:
         """Several reads as one snapshot (a read transaction on this thread's cursor): a write committed by
         another thread between them made the batched BM25 read postings with doc and term ids its layout lacked
-        ("index 336 exceeds matrix dimension 334", user trial O). Inside a transaction already: that one."""
-        try:
-            self.con.execute("BEGIN TRANSACTION")
-        except duckdb.TransactionException:
+        ("index 336 exceeds matrix dimension 334", user trial O). Inside a transaction already (the caller's
+        own BEGIN): that one. Detected before any BEGIN, because a refused BEGIN aborts the open transaction and
+        the caller's later COMMIT silently stores nothing: two statements outside a transaction get two
+        transaction ids, inside one the same."""
+        if len({self.con.execute("SELECT txid_current()").fetchone()[0] for _ in range(2)}) == 1:
             yield
             return
+        self.con.execute("BEGIN TRANSACTION")
         try:
             yield
         finally:
