@@ -9,6 +9,7 @@ compares what BM25 reads: `stats`, docs lengths, (term, df), postings by name an
 from __future__ import annotations
 
 import random
+import re
 import uuid
 
 import duckdb
@@ -18,11 +19,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit.analysis import FTS_IGNORE, lexical_text
-from toolkit.fts_update import index_layout_supported, indexed_stemmer, update_fts
+from toolkit.fts_update import index_layout_supported, update_fts
 from toolkit.store import IndexSettings, Store, fts_extension_path
 
 S = "fts_main_chunks"
 TOL = 1e-9
+
+
+def indexed_stemmer(con) -> str | None:
+    """The stemmer baked into the index's `match_bm25` macro: the one postings must be stemmed with."""
+    row = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE schema_name = ? AND function_name = 'match_bm25'",
+                      [S]).fetchone()
+    m = re.search(r"stem\(unnest\(" + S + r"\.tokenize\(query_string\)\), '([^']*)'\)", row[0]) if row else None
+    return m.group(1) if m else None
 
 # Words that exercise the tokenizer: stopwords, accents, case, punctuation, numbers, stems, CJK, underscores.
 WORDS = [

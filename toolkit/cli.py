@@ -1039,13 +1039,13 @@ def info(store_path) -> None:
 def delete(doc_ids, store_path, missing_ok) -> None:
     """Delete documents by id (DOC_ID... or - to read ids from stdin, one per line), with their chunks, vectors
     and index entries, in one transaction. An id the store does not hold stops it before anything is deleted."""
-    from .store import Store
+    from .store import Store, no_such_store
 
     if doc_ids == ("-",):
         # One id per line, as written (an id may have spaces at its ends); blank lines are skipped.
         doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
-    if not Path(store_path).exists():  # opened for writing, a missing path would become an empty store
-        raise ToolkitError(f"{store_path}: no such store (create it with `hrt ingest SOURCE --store {store_path}`)")
+    if not Path(store_path).exists():
+        raise no_such_store(store_path)
     with Store(store_path) as st:
         gen = st.generation()
         try:

@@ -23,7 +23,7 @@ a rebuild's up to float summation order. All of it is DML on the index tables pl
 the caller's transaction: nothing a WAL replay can trip on (the rebuild's DROP SCHEMA was, `Store._drop_fts`).
 
 Not detected here, so the caller must rebuild instead: a change of the stopword list (the kernel reuses the
-stored `stopwords` table) or of the stemmer (checkable with `indexed_stemmer`, ~20 ms), and chunks changed
+stored `stopwords` table) or of the stemmer (the store's `index_settings` record which one built the index), and chunks changed
 but not named in `removed`/`added`. An index of another layout (another extension version, several
 columns) is refused: `update_fts` returns False and writes nothing.
 """
@@ -72,22 +72,6 @@ def index_layout_supported(con: duckdb.DuckDBPyConnection, schema: str = "fts_ma
     return fields == [_TEXT] and stats == 1
 
 
-def indexed_stemmer(con: duckdb.DuckDBPyConnection, schema: str = "fts_main_chunks") -> str | None:
-    """The stemmer baked into the index's `match_bm25` macro (None if not found): the index tables do not
-    record it, and postings stemmed with another one would never match the macro's query terms."""
-    s = _schema(schema)
-    row = con.execute(
-        "SELECT macro_definition FROM duckdb_functions() WHERE schema_name = ? AND function_name = 'match_bm25'",
-        [s],
-    ).fetchone()
-    m = (
-        re.search(r"stem\(unnest\(" + s + r"\.tokenize\(query_string\)\), '([^']*)'\)", row[0])
-        if row
-        else None
-    )
-    return m.group(1) if m else None
-
-
 def update_fts(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -103,7 +87,7 @@ def update_fts(
     and removed again in one transaction ends up absent. Runs in the caller's transaction (no BEGIN/COMMIT).
     Returns False, having written nothing, when the index layout is not the one this kernel keeps equivalent
     to a rebuild (`index_layout_supported`); the caller rebuilds then. `stemmer` must be the index's own
-    (`indexed_stemmer`); it is bound, never formatted into SQL, and so are the ids.
+    (the store's `IndexSettings.stemmer`); it is bound, never formatted into SQL, and so are the ids.
     """
     s = _schema(schema)
     if isinstance(removed, str) or isinstance(added, str):

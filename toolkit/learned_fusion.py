@@ -266,7 +266,14 @@ LIST_FEATURES = {
     "lexical": ("retrieval.lexical.enabled", ("lex_", "q_lex_")),
     "dense": ("retrieval.dense.enabled", ("vec_", "q_vec_")),
 }
-_WARNED: set[tuple[str, tuple[str, ...]]] = set()  # (model file, disabled lists) already warned about
+_WARNED: set[str] = set()  # the warnings below already given in this process (model file + what was found)
+
+
+def _warn_once(key: str, message: str) -> None:
+    """A UserWarning the first time `key` is seen: a lab re-scores the same model many times a minute."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, UserWarning, stacklevel=4)
 
 
 def warn_disabled_lists(model: FusionModel, path: Path, settings: dict[str, Any] | None) -> None:
@@ -279,18 +286,16 @@ def warn_disabled_lists(model: FusionModel, path: Path, settings: dict[str, Any]
     read = {name: [f for f in model.features if f.startswith(prefixes)] for name, (key, prefixes) in LIST_FEATURES.items()
             if settings.get(key) is False}  # fmt: skip
     read = {name: feats for name, feats in read.items() if feats}
-    key = (str(path), tuple(sorted(read)))
-    if not read or key in _WARNED:
+    if not read:
         return
-    _WARNED.add(key)
     what = "; ".join(f"the {name} list ({LIST_FEATURES[name][0]} is false) through {', '.join(feats[:4])}"
                      + (f" and {len(feats) - 4} more" if len(feats) > 4 else "") for name, feats in read.items())  # fmt: skip
-    warnings.warn(
+    _warn_once(
+        f"lists:{path}:{sorted(read)}",
         f"learned fusion model {path} reads features of {what}: it scores every candidate as not retrieved by that "
         "list, which it was not trained on, so its ranking may be worse than the lists alone and score_prob is not "
         "calibrated for this setting (switch the list back on, or use fusion.method rrf)",
-        UserWarning, stacklevel=3,
-    )  # fmt: skip
+    )
 
 
 def training_overlap(model_path: str | None, dataset: str, split: str | None, qids: list[str]) -> tuple[int, str]:
@@ -313,24 +318,21 @@ def feature_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in settings.items() if k.startswith(("retrieval.", "expansion."))}, default=str))
 
 
-_WARNED_SETTINGS: set[str] = set()
-
-
 def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any] | None) -> None:
-    """UserWarning (once per model file) when the features are made with other retrieval settings than the
+    """UserWarning (once per model file and difference) when the features are made with other retrieval settings than the
     model was trained on (list depths, level chunk/document, expansion): its trees and score_prob read ranks
     and scores from lists of another shape. Models from before the settings were recorded are not checked."""
     trained = model.info.get("settings")
-    if not isinstance(trained, dict) or not settings or str(path) in _WARNED_SETTINGS:
+    if not isinstance(trained, dict) or not settings:
         return
     now = feature_settings(settings)
     diff = [f"{k} {trained.get(k)!r} in training, {now.get(k)!r} here" for k in sorted(set(trained) | set(now))
             if trained.get(k) != now.get(k) and not k.endswith(".enabled")]  # a switched-off list: warn_disabled_lists
     if diff:
-        _WARNED_SETTINGS.add(str(path))
-        warnings.warn(f"learned fusion model {path} was trained on features from other retrieval settings ("
-                      + "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
-                      + "): its ranking and score_prob may not hold here", UserWarning, stacklevel=3)
+        _warn_once(f"settings:{path}:{diff}",
+                   f"learned fusion model {path} was trained on features from other retrieval settings ("
+                   + "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+                   + "): its ranking and score_prob may not hold here")
 
 
 def warn_other_store(model: FusionModel, path: Path, index: dict[str, Any] | None) -> None:
@@ -343,12 +345,11 @@ def warn_other_store(model: FusionModel, path: Path, index: dict[str, Any] | Non
         return
     diff = [f"{k} {index[k]!r} here, {sorted({str(s.get(k)) for s in seen})} in training" for k in sorted(index)
             if index[k] is not None and all(s.get(k) != index[k] for s in seen)]
-    key = f"{path}:{sorted(diff)}"
-    if diff and key not in _WARNED_SETTINGS:
-        _WARNED_SETTINGS.add(key)
-        warnings.warn(f"learned fusion model {path} learned from stores built otherwise ({'; '.join(diff)}): its features "
-                      "here come from another scale, so its ranking and score_prob may not hold (re-train it with "
-                      "`hrt train-fusion` on stores like this one)", UserWarning, stacklevel=3)
+    if diff:
+        _warn_once(f"store:{path}:{diff}",
+                   f"learned fusion model {path} learned from stores built otherwise ({'; '.join(diff)}): its features "
+                   "here come from another scale, so its ranking and score_prob may not hold (re-train it with "
+                   "`hrt train-fusion` on stores like this one)")
 
 
 def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:

@@ -521,6 +521,12 @@ def _docs_frame(docs: list[dict[str, Any]], content_hash: Mapping[str, str]) -> 
     )
 
 
+def no_such_store(path: str | Path) -> StoreError:
+    """The error for a store path with no file: a search opens it read-only, `hrt delete` checks first (opened
+    for writing, a missing path would become an empty store)."""
+    return StoreError(f"{path}: no such store (create it with `hrt ingest SOURCE --store {path}`)")
+
+
 _WRITE_LOCKS: dict[str, threading.RLock] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
 
@@ -551,7 +557,7 @@ class Store:
         self._seen_generation: tuple[str | None, str | None] | None = None
         self._session_rerank: dict[str, dict[tuple[str, str], float]] = {}  # read-only: scores kept in memory
         if read_only and not self.path.exists():
-            raise StoreError(f"{self.path}: no such store (create it with `hrt ingest SOURCE --store {self.path}`)")
+            raise no_such_store(self.path)
         if self.path.exists():
             _check_store_file(self.path)
         # A store file this object creates is removed again at `close` while it is still empty (`_drop_if_empty`):
