@@ -34,17 +34,19 @@ def tutorials_in_jupyterlab(browser_ready: None) -> dict[str, tuple[PanelShots, 
     (one server, one browser and one kernel per tutorial serve both tests)."""
     out: dict[str, tuple[PanelShots, LabRun | None]] = {}
     with jupyterlab(ROOT, ARTIFACTS / "jupyterlab.log") as url, chromium() as browser:
-        for name in TUTORIALS:
-            page = browser.new_page(viewport={"width": 1200, "height": 1400})
-            errors: list[str] = []
-            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+        # One page: each tutorial after the first opens in the same JupyterLab app (its front end loads once).
+        page = browser.new_page(viewport={"width": 1200, "height": 1400})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        for i, name in enumerate(TUTORIALS):
+            errors.clear()
             nb = f"notebooks/{name}.ipynb"
-            run_notebook_page(page, url, nb, min_plots=3 if name == SLIDER_TUTORIAL else 1)
+            run_notebook_page(page, url, nb, min_plots=3 if name == SLIDER_TUTORIAL else 1, reuse=i > 0)
             shots = shoot_page(page, nb, ARTIFACTS)
             run = move_slider(page, ARTIFACTS, slider="lexical weight", values=("3",), prefix="02-fusion") if name == SLIDER_TUTORIAL else None
             shots.errors += errors
             out[name] = (shots, run)
-            page.close()
+        page.close()
     return out
 
 
