@@ -83,10 +83,12 @@ def build_queries(docs: list[dict], n_queries: int, max_df: int, seed: int) -> p
     return pl.DataFrame(rows)
 
 
-def kept_top3(prep, cfg, queries: pl.DataFrame) -> pl.DataFrame:
-    """Per query with a guardable hit: is BM25's verbatim top document in the final top 3?"""
-    top = prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1)).select("qid", "doc_id")
-    exact = top.join(prep.exact.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
+def kept_top3(prep, cfg, queries: pl.DataFrame, depth: int = 1) -> pl.DataFrame:
+    """Per query with a guardable hit: is the best-ranked of BM25's first `depth` documents that holds a query
+    identifier verbatim in the final top 3? (`depth` 1: BM25's top document, the issue's rule.)"""
+    top = prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") <= depth)).select("qid", "doc_id", "rank")
+    exact = (top.join(prep.exact.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
+             .sort("qid", "rank").unique("qid", keep="first").select("qid", "doc_id"))
     final = rescore(prep, cfg).final.select("qid", "doc_id", "rank")
     return exact.join(final, on=["qid", "doc_id"], how="left").select(
         "qid", (pl.col("rank").fill_null(10_000) <= 3).alias("top3"), pl.col("rank")
@@ -106,7 +108,9 @@ def main() -> None:
     work = Path(args.work)
     corpus_dir = work / "corpus"
     n = build_corpus(Path(args.src), corpus_dir, args.files, args.max_chars, args.seed)
-    docs = load_corpus(corpus_dir)
+    # Every file copied is text (the changelogs were decompressed): index them all, whatever their extension
+    # (`changelog.Debian`, `*.amd64` are not indexed by default, as `hrt ingest` says).
+    docs = load_corpus(corpus_dir, include=["*"])
     print(f"corpus: {n} files copied from {args.src}; {len(docs)} documents, {docs.skipped_summary() or 'none skipped'}")
     queries = build_queries(list(docs), args.queries, args.max_df, args.seed)
     print(f"queries: {len(queries)} (identifier in <= {args.max_df} files), e.g. {queries['text'].head(3).to_list()}")
@@ -124,12 +128,14 @@ def main() -> None:
         q = queries.select("qid", "text")
         rows = []
         for label, cfg in configs.items():
-            k = kept_top3(prepare(st, q, cfg), cfg, queries)
-            rows.append((label, len(k), int(k["top3"].sum())))
-    print("\n| pipeline | queries where BM25's top hit has the identifier | kept in top 3 | share |")
-    print("|---|---:|---:|---:|")
-    for label, total, kept in rows:
-        print(f"| {label} | {total} | {kept} | {kept / max(total, 1):.1%} |")
+            prep = prepare(st, q, cfg)
+            k1, k10 = kept_top3(prep, cfg, queries), kept_top3(prep, cfg, queries, depth=10)
+            rows.append((label, len(k1), int(k1["top3"].sum()), len(k10), int(k10["top3"].sum())))
+    print("\n| pipeline | BM25's top hit has the identifier | kept in top 3 | share | a BM25 top-10 hit has it "
+          "(the best-ranked such) | kept in top 3 | share |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, total, kept, total10, kept10 in rows:
+        print(f"| {label} | {total} | {kept} | {kept / max(total, 1):.1%} | {total10} | {kept10} | {kept10 / max(total10, 1):.1%} |")
 
 
 if __name__ == "__main__":

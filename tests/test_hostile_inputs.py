@@ -153,6 +153,7 @@ def test_deep_metadata_as_json_text_or_python_is_an_input_error():
 def _old_technical_tokens(text: str) -> list[str]:
     """technical_tokens before windowing: one scan of each pattern over the whole text."""
     spans: list[tuple[int, int, str]] = []
+    shouting = features.shouted(text)
     for kind, pat in features._PATTERNS:
         for m in pat.finditer(text):
             s, e = m.span()
@@ -160,7 +161,7 @@ def _old_technical_tokens(text: str) -> list[str]:
             if tok.endswith(")") and tok.count("(") < tok.count(")"):
                 tok = tok.rstrip(")")
             e = s + len(tok)
-            if not tok or not features._keep(kind, tok):
+            if not tok or not features._keep(kind, tok, shouting):
                 continue
             if any(s >= a and e <= b for a, b, _ in spans):
                 continue

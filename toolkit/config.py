@@ -379,10 +379,11 @@ class AdaptConfig(_Model):
 
 # ------------------------------------------------------------------ guard
 class GuardConfig(_Model):
-    # BM25's top document, when it contains a query identifier verbatim, ends in the top max_rank (guard.py).
-    # Live: prepare finds every query's exact-token hits whatever these say.
+    # The best-ranked of BM25's first `depth` documents that contains a query identifier verbatim ends in the
+    # top max_rank (guard.py). Live: prepare finds every query's exact-token hits whatever these say.
     exact_token: Rescore[bool] = False
     max_rank: Rescore[int] = Field(3, ge=1, le=100)
+    depth: Rescore[int] = Field(10, ge=1, le=100)
 
 
 # ------------------------------------------------------------------ dedup, threshold, output

@@ -54,8 +54,22 @@ _FILE_EXT = (
 )
 _UNITS = r"(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x\b)"
 
+# A version's pre-release or build suffix: "-rc.1", "-beta", "-alpha.2" (a letter first, so that a range
+# "2.14.3-2.15.0" is two versions, not one).
+_VERSION_SUFFIX = r"(?:-[A-Za-z][0-9A-Za-z]*(?:\.[0-9A-Za-z]+)*)?"
+
 # (kind, pattern). Longer/more specific patterns first: overlapping shorter matches are dropped.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
+    ("digest", re.compile(r"\b(?:md5|sha1|sha224|sha256|sha384|sha512):[0-9a-fA-F]{8,}\b", re.I)),
+    # An IPv4 address with its port or CIDR mask, and host:port ("10.0.3.17:5432", "10.0.0.0/8",
+    # "localhost:8080", "db.internal:5432"): the port or mask is part of what names the thing.
+    (
+        "address",
+        re.compile(
+            r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5}\b|/\d{1,2}\b)?(?![.\d])|(?<![\w.-])(?:[A-Za-z][\w-]*(?:\.[\w-]+)+|[A-Za-z][\w-]{2,}):\d{2,5}\b(?![.:]\d)"
+        ),
+    ),
     (
         "url",
         re.compile(
@@ -71,14 +85,15 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "file",
         re.compile(
-            rf"(?<![\w/])[\w\-]*\w\.(?:{_FILE_EXT})\b|(?<![\w/])\.(?:env|bashrc|zshrc|profile|gitignore|npmrc|dockerignore|editorconfig)\b",
+            rf"(?<![\w/])[\w\-]*\w\.(?:{_FILE_EXT})(?:\.\d+)*\b|(?<![\w/])\.(?:env|bashrc|zshrc|profile|gitignore|npmrc|dockerignore|editorconfig)\b",
             re.I,
         ),
     ),
     (
         "version",
         re.compile(
-            rf"(?<![\w$€£.])v\d+(?:\.\d+)*\b|(?<![\w$€£.])\d+\.\d+(?:\.\d+)+\b|(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?!\.\d)",
+            rf"(?<![\w$€£.])v\d+(?:\.\d+)*\b{_VERSION_SUFFIX}|(?<![\w$€£.])\d+\.\d+(?:\.\d+)+\b{_VERSION_SUFFIX}"
+            rf"|(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?!\.\d)|\b[A-Za-z]+\d+(?:\.\d+)+\b",
             re.I,
         ),
     ),
@@ -90,14 +105,29 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             re.I,
         ),
     ),
-    ("flag", re.compile(r"(?<![\w-])--[a-z][\w-]+")),
+    # A flag with its value ("--max-old-space-size=4096": the value is what differs between two runbooks).
+    ("flag", re.compile(r"(?<![\w-])--[a-z][\w-]+(?:=[^\s\"'`,;]+)?")),
     ("call", re.compile(r"\b[A-Za-z_][\w.]*\(\)")),
+    # Environment variables ($HOME, ${PATH}, %APPDATA%), scoped packages (@acme/retry), issue numbers (#4521),
+    # Rust/C++ paths (foo::bar::Baz).
+    ("envvar", re.compile(r"(?<![\w$])\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|(?<![\w%])%[A-Za-z_][A-Za-z0-9_]*%(?!\w)")),
+    ("package", re.compile(r"(?<![\w@])@[\w-]+/[\w.-]*\w")),
+    ("issue", re.compile(r"(?<![\w#&])#\d{2,}\b")),
+    ("scope", re.compile(r"\b[A-Za-z_]\w*(?:::[A-Za-z_]\w*)+\b")),
+    # Dotted names (os.path.join, java.lang.NullPointerException, pool.max_connections); not abbreviations
+    # ("e.g.", "i.e.", "U.S."): at least two parts of two or more characters.
+    ("dotted", re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\b")),
     ("snake", re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b|\b_[A-Za-z]\w*")),
     ("camel", re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")),
     # PascalCase with an inner capital (PostgreSQL, TypeError); not Mc/Mac names (McDonald, MacArthur).
     ("pascal", re.compile(r"\b(?!Mc[A-Z][a-z]+\b)(?!Mac[A-Z][a-z]+\b)[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*\b")),
+    # PascalCase that starts with an acronym (HTTPError, OOMKilled, JSONDecodeError, XMLHttpRequest); two
+    # lower-case letters at least, so a plural acronym ("URLs", "CEOs") is not one.
+    ("acronym_pascal", re.compile(r"\b[A-Z]{2,}[a-z]{2,}[A-Za-z0-9]*\b")),
     ("alnum", re.compile(r"\b(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z\d]{2,}\b")),
     ("caps", re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")),
+    # errno and signal names typed in lower case (econnrefused, sigterm): see _keep.
+    ("system", re.compile(r"\b[a-z]{5,}\b")),
 ]
 # Letters+digits words that are ordinary English: ordinals, decades, times, quantities ("2nd", "1990s", "5pm").
 _ORDINARY_ALNUM = re.compile(
@@ -105,19 +135,39 @@ _ORDINARY_ALNUM = re.compile(
 )
 _CAPS_TECH = re.compile(r"^(?:[A-Z]{8,}|[A-Z]+\d[A-Z\d]*)$")
 # errno and signal names from the standard library (ENOENT, ECONNREFUSED, SIGTERM, ...).
-_SYSTEM_NAMES = frozenset(errno.errorcode.values()) | frozenset(s.name for s in signal.Signals)
+SYSTEM_NAMES = frozenset(errno.errorcode.values()) | frozenset(s.name for s in signal.Signals)
 # Hyphenated words with digits that are ordinary English ("mid-2020", "covid-19", "top-10").
 _ORDINARY_PREFIX = frozenset(["mid", "pre", "post", "late", "early", "circa", "covid", "top", "over", "under", "age", "class", "grade", "size"])  # fmt: skip
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
 
 
-def _keep(kind: str, tok: str) -> bool:
+def shouted(text: str) -> bool:
+    """Whether `text` is written mostly in capitals ("PRODUCTION DATABASE IS DOWN"): then a long all-caps word
+    is an ordinary word typed in capitals, not a constant (see `_keep`)."""
+    words = _CAPS_WORD.findall(text[:TECHNICAL_MAX_CHARS])
+    caps = sum(w.isupper() for w in words)
+    return caps >= 2 and caps >= 0.6 * len(words)
+
+
+_CAPS_WORD = re.compile(r"\b[A-Za-z]{2,}\b")
+
+
+def _keep(kind: str, tok: str, shouting: bool = False) -> bool:
     if kind == "alnum":
         return not _ORDINARY_ALNUM.match(tok)
     if kind == "caps":
         # All caps counts if it is a known technical acronym or looks like an errno/signal name
-        # (ECONNREFUSED, ENOENT, SIGTERM), a long constant (NXDOMAIN), or carries digits (S3, K8S).
-        return tok in TECH_ACRONYMS or tok in _SYSTEM_NAMES or bool(_CAPS_TECH.match(tok))
+        # (ECONNREFUSED, ENOENT, SIGTERM), a long constant (NXDOMAIN), or carries digits (S3, K8S). In a
+        # query typed in capitals a long all-caps word is just a word (PRODUCTION, DATABASE).
+        if tok in TECH_ACRONYMS or tok in SYSTEM_NAMES:
+            return True
+        return bool(_CAPS_TECH.match(tok)) and not (shouting and tok.isalpha())
+    if kind == "system":
+        return tok.upper() in SYSTEM_NAMES
+    if kind == "dotted":
+        return sum(len(part) >= 2 for part in tok.split(".")) >= 2
+    if kind == "acronym_pascal":
+        return tok.upper() not in TECH_ACRONYMS
     if kind == "code":
         # A code carries letters and digits (PG-40001, CVE-2017-3156, utf-8), and is not an ordinary
         # hyphenated word ("mid-2020", "COVID-19", "3-year-old" never matches: codes start with letters).
@@ -143,6 +193,7 @@ def technical_tokens(text: str) -> list[str]:
     across a window cut (a version followed by a unit word, "error 404" with the number in the next window)
     or that is longer than a window can come out differently, and tokens past the cap are not found."""
     pieces = windows(text[:TECHNICAL_MAX_CHARS])
+    shouting = shouted(text)
     spans: list[tuple[int, int, str]] = []
     for kind, pat in _PATTERNS:
         for m, off in ((m, off) for off, piece in pieces for m in pat.finditer(piece)):
@@ -152,7 +203,7 @@ def technical_tokens(text: str) -> list[str]:
             if tok.endswith(")") and tok.count("(") < tok.count(")"):
                 tok = tok.rstrip(")")  # "(see config.py)" - a closing parenthesis of the sentence
             e = s + len(tok)
-            if not tok or not _keep(kind, tok):
+            if not tok or not _keep(kind, tok, shouting):
                 continue
             if any(s >= a and e <= b for a, b, _ in spans):
                 continue  # inside a longer match already kept

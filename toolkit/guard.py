@@ -3,9 +3,12 @@
 A query that carries an exact identifier (`CVE-2022-41903`, `ECONNREFUSED`, `v2.14.3`, `retryBackoffMs`,
 `max_pool_size`, `/etc/hosts`) is the case dense search blurs and fusion dilutes: measured on a corpus of
 release notes, plain hybrid RRF put the only file naming a CVE at rank 6 while BM25 ranked it first. The
-rule: when BM25's top document for the original query contains one of the query's identifier tokens
-verbatim, it ends in the top `guard.max_rank` of the final list (moved up just above the result at that
-place, flag `exact_token_kept`); nothing else moves.
+rule: the best-ranked of BM25's first `guard.depth` documents for the original query that contains one of
+the query's identifier tokens verbatim ends in the top `guard.max_rank` of the final list (moved up just
+above the result at that place, flag `exact_token_kept`); nothing else moves. Not only BM25's first
+document: stemming ranks a near-miss (`ERR_STREAM_PREMATURE_CLOSED` for `..._CLOSE`, `enable_cache` for
+`enable_caching`) and a stopword inside a flag (`--no-cache` searched as `cache`) blurs BM25 too, and then
+its first document does not hold the identifier (user trial Q).
 
 Its input is computed once in `prepare` (`exact_matches`: which candidates contain which query token,
 word-bounded and case-insensitive, in the document's title or text), so switching the guard on or off, or
@@ -17,7 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from .config import GuardConfig
-from .features import TECH_ACRONYMS, technical_tokens
+from .features import SYSTEM_NAMES, TECH_ACRONYMS, technical_tokens
 
 EXACT_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "tokens": pl.List(pl.Utf8)}
 FLAG = "exact_token_kept"
@@ -32,10 +35,10 @@ def identifier_tokens(text: str) -> list[str]:
     for t in technical_tokens(text):
         if t.upper() in TECH_ACRONYMS:
             continue
-        structured = any(c.isdigit() for c in t) or any(c in "_-./:\\" for c in t)
+        structured = any(c.isdigit() for c in t) or any(c in "_-./:\\$%@#" for c in t)
         mixed_case = any(c.islower() for c in t) and any(c.isupper() for c in t[1:])
         constant = t.isupper() and len(t) >= 5
-        if structured or mixed_case or constant:
+        if structured or mixed_case or constant or t.upper() in SYSTEM_NAMES:
             out.append(t)
     return out
 
@@ -44,12 +47,21 @@ def _is_word_char(c: str) -> bool:
     return c.isalnum() or c == "_"
 
 
+def _ends_here(text: str, j: int) -> bool:
+    """Whether an identifier found just before `text[j]` ends there: no word character follows, and no "-" or
+    "." that continues it (`--no-cache` is not in `--no-cache-dir`, nor `v2.14` in `v2.14.30`; a sentence's
+    full stop still ends it)."""
+    if j == len(text) or not _is_word_char(text[j]):
+        return not (j + 1 < len(text) and text[j] in "-." and text[j + 1].isalnum())
+    return False
+
+
 def _contains_word(text: str, tok: str) -> bool:
-    r"""Whether `tok` occurs in `text` with no word character just before or after it (both lowercased):
-    the word-bounded match of `(?<!\w)tok(?!\w)`, by `str.find`, which skips ahead in C."""
+    r"""Whether `tok` occurs in `text` as a whole identifier (both lowercased): no word character just before
+    it, and `_ends_here` after it. By `str.find`, which skips ahead in C."""
     i, n = text.find(tok), len(tok)
     while i != -1:
-        if (i == 0 or not _is_word_char(text[i - 1])) and (i + n == len(text) or not _is_word_char(text[i + n])):
+        if (i == 0 or not _is_word_char(text[i - 1])) and _ends_here(text, i + n):
             return True
         i = text.find(tok, i + 1)
     return False
@@ -87,37 +99,41 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
     return out.filter(pl.col("tokens").list.len() > 0).sort("qid", "doc_id")
 
 
-def guarded(candidates: pl.DataFrame, exact: pl.DataFrame | None) -> pl.DataFrame:
-    """[qid, doc_id]: BM25's top document of each query when it contains a query identifier verbatim."""
+def guarded(candidates: pl.DataFrame, exact: pl.DataFrame | None, depth: int = 1) -> pl.DataFrame:
+    """[qid, doc_id, tokens]: per query, the best-ranked of BM25's first `depth` documents that contains a query
+    identifier verbatim, and the identifiers it contains."""
     if exact is None or not len(exact) or not len(candidates):
-        return pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8})
-    top = candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1)).select(
-        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)
+        return pl.DataFrame(schema=EXACT_SCHEMA)
+    top = candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") <= depth)).select(
+        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "rank"
     )
-    return top.join(exact.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
+    hits = top.join(exact.select("qid", "doc_id", "tokens"), on=["qid", "doc_id"], how="inner")
+    return hits.sort("qid", "rank").unique("qid", keep="first", maintain_order=True).select(*EXACT_SCHEMA)
 
 
 def keep_exact(
     ranked: pl.DataFrame, candidates: pl.DataFrame, exact: pl.DataFrame | None, cfg: GuardConfig
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(ranked with guarded documents moved into the top `max_rank`, [qid, exact_token] per query:
-    "kept" = moved up, "held" = already there, absent = no exact hit to guard).
+    """(ranked with guarded documents moved into the top `max_rank`, [qid, exact_token, exact_tokens] per
+    query: "kept" = moved up, "held" = already there, absent = no exact hit to guard; `exact_tokens` = the
+    query identifiers the guarded document holds, so the output can say which).
 
     `ranked` is sorted by (qid, rank) with ranks 1..n. A moved document takes the place `max_rank` with a
     score between its new neighbours', so the order stays the order of the scores."""
-    status = pl.DataFrame(schema={"qid": pl.Utf8, "exact_token": pl.Utf8})
+    status = pl.DataFrame(schema={"qid": pl.Utf8, "exact_token": pl.Utf8, "exact_tokens": pl.List(pl.Utf8)})
     if not cfg.exact_token:
         return ranked, status
-    g = guarded(candidates, exact)
+    g = guarded(candidates, exact, cfg.depth)
     if not len(g) or not len(ranked):
         return ranked, status
+    tokens, g = g.select("qid", pl.col("tokens").alias("exact_tokens")), g.drop("tokens")
     m = cfg.max_rank
     hit = ranked.join(g.with_columns(pl.lit(True).alias("_g")), on=["qid", "doc_id"], how="left").with_columns(
         pl.col("_g").fill_null(False)
     )
     status = hit.filter(pl.col("_g")).select(
         "qid", pl.when(pl.col("rank") > m).then(pl.lit("kept")).otherwise(pl.lit("held")).alias("exact_token")
-    )
+    ).join(tokens, on="qid", how="left")
     move = pl.col("_g") & (pl.col("rank") > m)
     if not hit.select(move.any()).item():
         return ranked, status

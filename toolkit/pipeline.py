@@ -152,14 +152,22 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
 _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status", "exact", "chunk_copies")
 
 
+# What `prepare` computes from the same store, queries and settings, by version: bump it when a change to the
+# stages' code changes their frames (e.g. technical tokens and exact-token hits, LTR features), so that frames
+# cached in a store by an older toolkit are computed again instead of served. 2: trial Q's identifiers.
+PREPARE_VERSION = 2
+
+
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
-    """Cache key of the expensive stages: the store's generation, the queries and the prepare fields."""
+    """Cache key of the expensive stages: the code's `PREPARE_VERSION`, the store's generation, the queries and
+    the prepare fields."""
     # The queries' metadata is part of them: their dates are the recency priors' reference (`query_values`),
     # so the same text asked on another date must not get the cached date.
     q = queries.select("qid", "text", *(c for c in ("scope", "metadata") if c in queries.columns))
     if "metadata" in q.columns and q.schema["metadata"] != pl.Utf8:  # structs/dicts: hashed as sorted JSON
         q = q.with_columns(pl.col("metadata").map_elements(lambda v: json.dumps(v, sort_keys=True, default=str), return_dtype=pl.Utf8))
     parts = {
+        "version": PREPARE_VERSION,
         "generation": store.generation(),
         "queries": sha1(q.write_csv()),
         "config": prepare_settings(cfg),

@@ -300,6 +300,10 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
     if notes.get("no_term_match"):
         out.append("note: BM25 found no document holding any of the query's indexed words (stopwords and symbols are not "
                    "indexed): any result here comes from dense search alone, by meaning")
+    if notes.get("exact_token") == "kept" and notes.get("exact_tokens"):  # which token the flag is about
+        toks = ", ".join(clean(str(t)) for t in notes["exact_tokens"])
+        out.append(f"note: exact token {toks}: BM25's best-ranked document holding it verbatim was moved up (flag "
+                   "'exact token kept')")
     if notes.get("low_differentiation"):
         spread = notes.get("spread")
         s = f" (spread {spread:.3g})" if isinstance(spread, int | float) else ""
