@@ -111,6 +111,11 @@ def test_train_reranker_command(tmp_path, beir):
     store, out = str(tmp_path / "s.duckdb"), tmp_path / "rr"
     r = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--split", "test", "--out", str(out), "--store", store])
     assert r.exit_code == 2 and "refusing to train on the 'test' split" in r.output
+    # A dev file holding test queries is training on test too (user trial P: tune and train-fusion refused it,
+    # train-reranker trained); this fixture's dev queries are its test queries.
+    r = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--out", str(out), "--store", store])
+    assert r.exit_code == 2 and "3 of the 3 judged dev queries are also judged in test" in r.output, r.output
+    (beir / "qrels" / "test.tsv").unlink()
     r = run.invoke(main, ["train-reranker", "--dataset", str(beir), "--out", str(out), "--store", store, "--epochs", "1",
                           "--negatives", "2", "--max-length", "32", "--holdout", "0.34", "--eval-depth", "5",
                           "--freeze-layers", "3", "--export-data", str(tmp_path / "pairs.csv")])

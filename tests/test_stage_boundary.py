@@ -131,6 +131,7 @@ SPECIAL = {
     "schema_version": st.just(1),
     "name": st.text("abcdefgh-", min_size=1, max_size=12),
     "description": st.text(max_size=20),
+    "tuned_on": st.one_of(st.none(), st.builds(lambda qs: {"dataset": "d", "split": "dev", "qids": qs}, st.lists(st.sampled_from(["q1", "q2", "q3"])))),
     "fusion.rank_bonus": _bands(),
     # A learned-fusion model file: the shipped one, by default (None) or by path.
     "fusion.model": st.sampled_from([None, str(Path(toolkit.__file__).parent / "models" / "learned-fusion.json")]),

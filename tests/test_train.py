@@ -32,10 +32,11 @@ QUERIES = [
     ("q4", "which SDK version is pinned", "platform"),
     ("q5", "rate limit HTTP 429 back off", "payments"),
     ("q6", "when is the team lunch", "platform"),
+    ("q7", "which node version is pinned for the sdk", "platform"),
 ]
 DEV = [("q1", "d1", 1), ("q2", "d2", 1), ("q3", "d3", 1), ("q4", "d5", 1), ("q4", "d1", 0), ("q5", "d6", 1),
        ("q6", "d4", 1), ("q6", "d2", 1)]  # q6 -> d2 crosses scopes: the pipeline could never retrieve it
-TEST = [("q1", "d5", 1)]
+TEST = [("q7", "d5", 1)]  # apart from dev: training on dev must not train on test
 
 
 def write_dataset(root: Path) -> Path:

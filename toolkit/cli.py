@@ -372,18 +372,25 @@ def _check_out(out: str, *keep: str | None) -> None:
                                    "name another file")
 
 
-def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str]) -> None:
-    """A learned config run on queries its model was trained on: its scores there are not results. Said on
-    stderr per config (`learned_fusion.training_overlap` reads what the model file recorded)."""
+def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str]) -> list[str]:
+    """A config run on queries that chose it (`hrt tune`: `tuned_on`) or a learned config run on queries its
+    model was trained on: its scores there are not results. Said on stderr per config (`learned_fusion.
+    training_overlap` reads what the model file recorded). Returns what it said (for the HTML report)."""
     from .learned_fusion import training_overlap
 
+    said = []
     for label, cfg in cfgs.items():
-        if cfg.fusion.method != "learned":
-            continue
-        n, where = training_overlap(cfg.fusion.model, ds.name, split, qids)
-        if n:
-            click.echo(f"warning: {label}: its fusion.model was trained on {n} of these {len(qids)} queries ({where}): "
-                       "its scores on them are in-sample, not results", err=True)
+        if cfg.tuned_on and (n := len(set(map(str, qids)) & set(cfg.tuned_on["qids"]))):
+            said.append(f"{label}: its settings were tuned on {n} of these {len(qids)} queries ({cfg.tuned_on['dataset']}/"
+                        f"{cfg.tuned_on['split']}): its scores on them are in-sample, not results")
+        if cfg.fusion.method == "learned":
+            n, where = training_overlap(cfg.fusion.model, ds.name, split, qids)
+            if n:
+                said.append(f"{label}: its fusion.model was trained on {n} of these {len(qids)} queries ({where}): "
+                            "its scores on them are in-sample, not results")
+    for line in said:
+        click.echo(f"warning: {line}", err=True)
+    return said
 
 
 def _needs_vectors(cfgs) -> bool:
@@ -752,7 +759,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     sig = None
     sig_notes: list[str] = []
     if len(run_path) > 1:
-        from .compare import SmallSampleWarning, compare
+        from .compare import TEST_WORDS, SmallSampleWarning, compare
 
         base = baseline or run_path[0]
         if base not in per:
@@ -767,6 +774,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         doc["rank_conflicts"] = conflicts
         if sig is not None:
             doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
+            doc["significance_test"] = TEST_WORDS
             doc["significance_notes"] = sig_notes
         if per_query:
             doc["per_query"] = {rp: pq.to_dicts() for rp, pq in per.items()}
@@ -831,7 +839,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 
     loaded = {label: load_config(src) for label, src in named.items()}
     _check_out(out, store_path)
-    _in_sample_note(loaded, ds, split, ds.queries(split)["qid"].to_list())
+    in_sample = _in_sample_note(loaded, ds, split, ds.queries(split)["qid"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb) as st:
         st.ingest(load_corpus(ds.root), embed=_needs_vectors(loaded.values()), progress=_progress())
@@ -839,6 +847,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
             st, ds.queries(split), ds.qrels(split), loaded, baseline=base, dataset=ds.name, split=split,
             group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
         )
+    rep.notes[:0] = in_sample  # the HTML says it too, not only this terminal
     rep.write_html(out)
     click.echo(_full_table(rep.ab))
     click.echo(f"report -> {out}")

@@ -460,6 +460,11 @@ class PriorsConfig(_Model):
         return v
 
 
+# Fields that only label a config (what it is called, where it was tuned): no stage reads them, and a diff
+# of two configs' settings leaves them out.
+LABELS = ("schema_version", "name", "description", "tuned_on")
+
+
 class PipelineConfig(_Model):
     """Every setting of one retrieval pipeline, validated and frozen (see `toolkit.config`).
 
@@ -471,6 +476,9 @@ class PipelineConfig(_Model):
     schema_version: Rescore[int] = SCHEMA_VERSION
     name: Rescore[str] = "custom"
     description: Rescore[str] = ""
+    # Where `hrt tune` chose these settings: {"dataset", "split", "qids"}. A run or report on those queries
+    # says its numbers are in-sample (`cli._in_sample_note`), whatever the dataset folder is called.
+    tuned_on: Rescore[dict[str, Any] | None] = None
     retrieval: RetrievalConfig = RetrievalConfig()
     routing: RoutingConfig = RoutingConfig()
     expansion: ExpansionConfig = ExpansionConfig()
@@ -489,6 +497,16 @@ class PipelineConfig(_Model):
         if v != SCHEMA_VERSION:
             raise ValueError(f"unsupported schema_version {v}: this toolkit reads version {SCHEMA_VERSION}")
         return v
+
+    @field_validator("tuned_on")
+    @classmethod
+    def _tuned_on(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        if not (isinstance(v.get("dataset"), str) and isinstance(v.get("split"), str)
+                and isinstance(v.get("qids"), list) and all(isinstance(q, str) for q in v["qids"])):
+            raise ValueError("tuned_on: expected {dataset: name, split: name, qids: [query ids]} (written by hrt tune)")
+        return {"dataset": v["dataset"], "split": v["split"], "qids": list(v["qids"])}
 
     @model_validator(mode="after")
     def _coherent(self) -> PipelineConfig:

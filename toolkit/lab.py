@@ -28,6 +28,7 @@ import math
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Mapping
 from html import escape
 from pathlib import Path
@@ -40,7 +41,7 @@ import polars as pl
 
 from . import panels
 from .config import PipelineConfig
-from .errors import ToolkitError
+from .errors import InputError, ToolkitError
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removed
 from .store import Store
 
@@ -419,6 +420,7 @@ class Lab:
         from .loaders import Dataset, load_corpus
 
         ds = Dataset.open(dataset_dir)
+        _warn_if_test(ds, split)
         store = Store(store_path, embedder=embedder)
         try:
             if ingest:
@@ -808,3 +810,19 @@ class Lab:
             if c.rerank.provider == "none"
             else ""
         )
+
+
+def _warn_if_test(ds: Any, split: str) -> None:
+    """A lab on the test split (or on a split holding test queries) is tuning on test: every slider move shows
+    a fresh, uncorrected p-value on the queries that are meant to measure the result. Said once, as `hrt tune`
+    refuses it (a lab is for looking, so it is a warning here)."""
+    if split == "test":
+        why = "the test split"
+    else:
+        try:
+            ds.check_apart_from_test(split, "tuning")
+            return
+        except InputError as e:
+            why = str(e).split(": ", 1)[-1]
+    warnings.warn(f"lab on {why}: settings chosen by watching these queries are tuned on test, and their metrics "
+                  "there are not results (tune on dev, report on test)", UserWarning, stacklevel=3)

@@ -28,6 +28,7 @@ import polars as pl
 from pydantic import BaseModel
 
 from .compare import MIN_QUERIES, small_sample_note, ttest
+from .config import LABELS
 from .fusion import in_rank_order
 
 LATER_STAGES = ("fuse", "blend", "final")
@@ -893,7 +894,7 @@ def config_changes(base, cfg) -> list[tuple[str, object]]:
     description are not settings and are left out."""
     a = _fields(base, base.model_dump(mode="json"))
     b = _fields(cfg, cfg.model_dump(mode="json"))
-    return [(k, b.get(k)) for k in b if k not in ("name", "description") and a.get(k) != b.get(k)]
+    return [(k, b.get(k)) for k in b if k not in LABELS and a.get(k) != b.get(k)]
 
 
 def short_field(path: str, paths: Iterable[str]) -> str:

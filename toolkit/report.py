@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,8 +21,8 @@ import polars as pl
 import yaml
 
 from . import providers
-from .compare import compare
-from .config import PipelineConfig, load_config
+from .compare import TEST_WORDS, SmallSampleWarning, compare
+from .config import LABELS, PipelineConfig, load_config
 from .files import write_text_atomic
 from .metrics import evaluate
 from .pipeline import prepare, rescore
@@ -45,6 +46,7 @@ class Report:
     latency: pl.DataFrame  # [system, stage, p50_ms, p95_ms]
     figures: dict[str, go.Figure] = field(default_factory=dict)
     configs: dict[str, PipelineConfig] = field(default_factory=dict)  # name -> the config compared
+    notes: list[str] = field(default_factory=list)  # caveats on the significance (too few queries, ...)
 
     def config_diff(self) -> pl.DataFrame:
         """[field, <baseline>, <other systems>...]: every config field where a system differs from the baseline."""
@@ -52,7 +54,7 @@ class Report:
             return pl.DataFrame()
         base = self.configs[self.baseline]
         others = [n for n in self.configs if n != self.baseline]
-        fields = sorted({k for n in others for k in base.diff(self.configs[n]) if k not in ("name", "description")})
+        fields = sorted({k for n in others for k in base.diff(self.configs[n]) if k not in LABELS})
         flat = {n: c.flat() for n, c in self.configs.items()}
         return pl.DataFrame(
             {"field": fields, **{n: [_show(flat[n].get(f)) for f in fields] for n in [self.baseline, *others]}},
@@ -74,8 +76,9 @@ class Report:
     def to_html(self) -> str:
         parts = [
             f"<h1>Retrieval report: {html.escape(self.dataset)} ({html.escape(self.split)})</h1>",
-            f"<p>Baseline: <b>{html.escape(self.baseline)}</b>. Significance: paired randomisation test, "
-            "Holm-corrected across systems; * marks p &lt; 0.05.</p>",
+            f"<p>Baseline: <b>{html.escape(self.baseline)}</b>. Significance: {html.escape(TEST_WORDS)}; "
+            "significant = p (Holm) &lt;= 0.05, in either direction (read delta for which).</p>",
+            *(f"<p><b>Note:</b> {html.escape(n)}</p>" for n in self.notes),
         ]
         if self.configs:
             diff = self.config_diff()
@@ -228,9 +231,14 @@ def build_report(
     ab = ab.with_columns(pl.col("system").replace_strict(prov, return_dtype=pl.Utf8).alias("providers"))
     order = {n: i for i, n in enumerate(configs)}
     ab = ab.sort(pl.col("system").replace_strict(order, return_dtype=pl.Int64))
-    sig = pl.concat(
-        [compare(per_query.filter(pl.col("measure") == m), baseline).with_columns(pl.lit(m).alias("measure")) for m in AB_MEASURES]
-    )
+    with warnings.catch_warnings(record=True) as caught:  # kept for the HTML too, not only the terminal
+        warnings.simplefilter("always", SmallSampleWarning)
+        sig = pl.concat(
+            [compare(per_query.filter(pl.col("measure") == m), baseline).with_columns(pl.lit(m).alias("measure")) for m in AB_MEASURES]
+        )
+    notes = list(dict.fromkeys(str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)))
+    for n in notes:
+        warnings.warn(f"compare: {n}", SmallSampleWarning, stacklevel=2)
     breakdown = _breakdown(per_query, queries, group_by or [])
     figs = {
         "nDCG@10 per system": _bar(ab, "nDCG@10"),
@@ -239,7 +247,7 @@ def build_report(
     if len(latency):
         figs["Latency per stage (p50, ms)"] = _latency_fig(latency)
     return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, figs,
-                  configs={name: load_config(src) for name, src in configs.items()})
+                  configs={name: load_config(src) for name, src in configs.items()}, notes=notes)
 
 
 def _breakdown(per_query: pl.DataFrame, queries: pl.DataFrame, fields: list[str]) -> pl.DataFrame:

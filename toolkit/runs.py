@@ -187,7 +187,16 @@ def float32_strict(run: pl.DataFrame) -> pl.DataFrame:
     # carries over from the query before.
     shift = g * (1 << 34)
     low = np.minimum.accumulate(key - shift) + shift
-    return r.with_columns(pl.Series("score", _f32_from_key(low - pos)).cast(pl.Float64))
+    out = _f32_from_key(low - pos)
+    bad = np.flatnonzero(~np.isfinite(out))
+    if len(bad):  # lowered past float32's lowest value: -inf, then NaN (user trial P)
+        i = int(bad[0])
+        raise InputError(
+            f"run frame: query {r['qid'][i]!r}: scores at the bottom of the float32 range ({r['score'][i]:.7g} and "
+            "below) leave no room to keep tied documents in rank order as trec_eval reads them; rescale the scores "
+            "(or give unscored documents no row)"
+        )
+    return r.with_columns(pl.Series("score", out).cast(pl.Float64))
 
 
 def check_tag(tag: str) -> str:

@@ -448,8 +448,10 @@ class Session:
             path = path.with_suffix(suffixes[kind][0])
         label = self.label
         cfg = self.config
-        if label != cfg.name:  # the file says what it is: the base config plus the lab's changes
-            cfg = cfg.model_copy(update={"description": f"{label} (from the lab; base: {cfg.description or cfg.name})"})
+        if label != cfg.name:  # the file says what it is: the base config plus the lab's changes, under a name
+            # of its own (a run of it is tagged by name: `default` would pass for the shipped preset)
+            cfg = cfg.model_copy(update={"name": f"{cfg.name}-lab",
+                                         "description": f"{label} (from the lab; base: {cfg.description or cfg.name})"})
         if kind in suffixes:
             written = save_config(cfg, path)
             msg = f"wrote {label} to {written}"

@@ -602,10 +602,13 @@ def train_reranker(
         raise InputError(f"max_length must be at least 16, got {max_length}")
     if loss not in LOSSES:
         raise InputError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
+    ds = Dataset.open(dataset_dir)
+    if not force:  # a dev file holding test queries trains on test too, as `tune` and `train-fusion` refuse
+        ds.check_apart_from_test(split, "training")
     own_store = not hasattr(store, "lexical_search")
     store = Store(store) if own_store else store
     try:
-        return _train(store, Dataset.open(dataset_dir), split=split, out=Path(out), base_model=base_model,
+        return _train(store, ds, split=split, out=Path(out), base_model=base_model,
                       epochs=epochs, negatives_per_query=negatives_per_query, depth=depth, loss=loss, lr=lr,
                       head_lr=head_lr, batch_queries=batch_queries, max_length=max_length,
                       freeze_layers=freeze_layers, eval_depth=eval_depth, first_stage=first_stage,
