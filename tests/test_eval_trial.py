@@ -167,3 +167,32 @@ def test_a_run_at_the_bottom_of_float32_is_refused_not_written_as_nan(tmp_path):
     with pytest.raises(InputError, match="bottom of the float32 range"):
         write_run(run, tmp_path / "r.trec", tag="t")
     assert not (tmp_path / "r.trec").exists()
+
+
+def test_the_shipped_models_training_queries_are_recognised_in_a_renamed_copy(tmp_path):
+    """The shipped `learned` model recorded collection names only: `hrt run --config learned --split dev` on
+    data/demo warned "trained on 32 of these 32 queries", on a copy named `mydemo` it said nothing."""
+    from pathlib import Path
+
+    from toolkit.learned_fusion import training_overlap
+    from toolkit.loaders import Dataset
+
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    copy = Dataset.open(shutil.copytree(demo, tmp_path / "mydemo"))
+    q = copy.queries("dev").join(copy.qrels("dev").select("qid").unique(), on="qid", how="semi")
+    n, where = training_overlap(None, copy.name, "dev", q["qid"].to_list(), q["text"].to_list())
+    assert (n, where) == (32, "demo/dev")
+    # Another collection's query ids with other words are not mistaken for them.
+    assert training_overlap(None, "mine", "dev", q["qid"].to_list(), ["something else"] * len(q))[0] == 0
+    # Test queries of the demo were never trained on.
+    t = copy.queries("test")
+    assert training_overlap(None, copy.name, "test", t["qid"].to_list(), t["text"].to_list())[0] == 0
+
+
+def test_trec_eval_measure_names_as_its_m_option_spells_them(tmp_path):
+    from toolkit.metrics import aggregate, evaluate
+
+    run = pl.DataFrame({"qid": ["q1", "q1", "q2"], "doc_id": ["d1", "d2", "d3"], "rank": [1, 2, 1], "score": [2.0, 1.0, 1.0]})
+    qrels = pl.DataFrame({"qid": ["q1", "q2"], "doc_id": ["d2", "d3"], "rel": [1, 1]})
+    got = aggregate(evaluate(run, qrels, ["ndcg_cut.10", "P.5", "recall.100", "recip_rank", "nDCG@10", "P@5"]))
+    assert got["ndcg_cut.10"] == got["nDCG@10"] and got["P.5"] == got["P@5"] and got["recip_rank"] == 0.75

@@ -372,7 +372,7 @@ def _check_out(out: str, *keep: str | None) -> None:
                                    "name another file")
 
 
-def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str]) -> list[str]:
+def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str], texts: list[str] | None = None) -> list[str]:
     """A config run on queries that chose it (`hrt tune`: `tuned_on`) or a learned config run on queries its
     model was trained on: its scores there are not results. Said on stderr per config (`learned_fusion.
     training_overlap` reads what the model file recorded). Returns what it said (for the HTML report)."""
@@ -384,7 +384,7 @@ def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str]) -> list[str]:
             said.append(f"{label}: its settings were tuned on {n} of these {len(qids)} queries ({cfg.tuned_on['dataset']}/"
                         f"{cfg.tuned_on['split']}): its scores on them are in-sample, not results")
         if cfg.fusion.method == "learned":
-            n, where = training_overlap(cfg.fusion.model, ds.name, split, qids)
+            n, where = training_overlap(cfg.fusion.model, ds.name, split, qids, texts)
             if n:
                 said.append(f"{label}: its fusion.model was trained on {n} of these {len(qids)} queries ({where}): "
                             "its scores on them are in-sample, not results")
@@ -658,7 +658,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
     prune = prune or store_path is None  # the default store is the tool's cache of the dataset: kept in step
     store_path = store_path or _default_store(ds)
     queries = ds.queries(split)
-    _in_sample_note({cfg.name or "config": cfg}, ds, split, queries["qid"].to_list())
+    _in_sample_note({cfg.name or "config": cfg}, ds, split, queries["qid"].to_list(), queries["text"].to_list())
     corpus = load_corpus(ds.root)
     check_trec_ids(queries["qid"], "query", ds.root / "queries.jsonl")  # a TREC file cannot hold them
     check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
@@ -839,7 +839,8 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 
     loaded = {label: load_config(src) for label, src in named.items()}
     _check_out(out, store_path)
-    in_sample = _in_sample_note(loaded, ds, split, ds.queries(split)["qid"].to_list())
+    asked = ds.queries(split)
+    in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb) as st:
         st.ingest(load_corpus(ds.root), embed=_needs_vectors(loaded.values()), progress=_progress())

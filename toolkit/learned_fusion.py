@@ -12,6 +12,7 @@ dedup and thresholds still apply after it. List weights, RRF k and the rank bonu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -298,12 +299,28 @@ def warn_disabled_lists(model: FusionModel, path: Path, settings: dict[str, Any]
     )
 
 
-def training_overlap(model_path: str | None, dataset: str, split: str | None, qids: list[str]) -> tuple[int, str]:
+def query_keys(qids: list[str], texts: list[str]) -> list[str]:
+    """One short hash per (query id, query text): what a model file records of its training queries, so that a
+    run of them is recognised wherever the dataset folder lies and whatever it is called, while another
+    collection's query "1" with other words is not mistaken for one."""
+    return sorted({hashlib.sha1(f"{q}\x1f{t}".encode()).hexdigest()[:16] for q, t in zip(qids, texts, strict=True)})
+
+
+def training_overlap(model_path: str | None, dataset: str, split: str | None, qids: list[str],
+                     texts: list[str] | None = None) -> tuple[int, str]:
     """(how many of `qids` the model was trained on, "dataset/split" it recorded) for a run of `dataset`'s
     queries: its scores on those are in-sample. A model file that lists its query ids is matched on them; an
-    older one (the shipped model lists collections and splits only) on the dataset's name and split."""
+    older one on the dataset's name and split. Given `texts`, a collection the model recorded `query_keys` of
+    is found under any name (user trial P: a copy of the demo in another folder was never flagged)."""
     model = FusionModel.load(model_path)
-    rec = (model.info.get("trained_on") or {}).get(dataset)
+    trained = model.info.get("trained_on") or {}
+    rec = trained.get(dataset)
+    if not isinstance(rec, dict) and texts is not None:
+        keys = set(query_keys(list(map(str, qids)), list(texts)))
+        for name, r in trained.items():
+            if isinstance(r, dict) and isinstance(r.get("query_keys"), list) and (n := len(keys & set(r["query_keys"]))):
+                return n, f"{name}/{r.get('split', 'dev')}"
+        return 0, ""
     if not isinstance(rec, dict):
         return 0, ""
     where = f"{dataset}/{rec.get('split', 'dev')}"

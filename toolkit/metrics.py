@@ -74,7 +74,8 @@ _MEASURE_RE = re.compile(r"^\s*([A-Za-z]+)\s*(?:@\s*(\d+))?\s*$")
 _TREC_NAMES = {"ndcg_cut": "ndcg", "ndcg": "ndcg", "p": "precision", "recall": "recall", "map_cut": "ap",
                "recip_rank": "rr", "success": "success", "rprec": "rprec"}
 _PARAMS_RE = re.compile(r"^\s*([A-Za-z]+)\((.*)\)\s*(@\s*\d+)?\s*$")  # ir_measures P(rel=2)@5
-_TREC_RE = re.compile(r"^\s*(ndcg_cut|ndcg|P|recall|map_cut|recip_rank|success|Rprec)(?:_(\d+))?\s*$", re.IGNORECASE)
+# trec_eval's names: as its output spells them (ndcg_cut_10, P_5) and as its -m option takes them (ndcg_cut.10, P.5).
+_TREC_RE = re.compile(r"^\s*(ndcg_cut|ndcg|P|recall|map_cut|recip_rank|success|Rprec)(?:[_.](\d+))?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def parse_measure(text: Any) -> Measure:
             f"measure {text!r}: per-measure parameters are not supported; write {p.group(1)}{p.group(3) or ''} and "
             "pass rel_threshold= (for rel=) or gain='exp' (for an exponential nDCG gain) to evaluate"
         )
-    t = _TREC_RE.match(text) if isinstance(text, str) and "_" in text else None
+    t = _TREC_RE.match(text) if isinstance(text, str) and ("_" in text or "." in text) else None
     if t is not None and (t.group(2) is not None) == (t.group(1).lower() in ("ndcg_cut", "p", "recall", "map_cut", "success")):
         # A trec_eval name: the label keeps the caller's spelling, the cutoff comes after the underscore.
         k = int(t.group(2)) if t.group(2) is not None else None

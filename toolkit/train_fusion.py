@@ -39,7 +39,7 @@ from .compare import MIN_QUERIES
 from .config import PipelineConfig, load_config, prepare_settings
 from .errors import InputError
 from .files import write_text_atomic
-from .learned_fusion import FusionModel, _lightgbm, feature_settings, prior_score
+from .learned_fusion import FusionModel, _lightgbm, feature_settings, prior_score, query_keys
 from .loaders import Dataset, check_split
 from .metrics import evaluate
 from .pipeline import prepare
@@ -424,7 +424,9 @@ def train_fusion(
         thresholds[name] = rel_t
         # What the model learned from, so a later run on the same queries is said to be in-sample
         # (`learned_fusion.training_overlap`), and which index its features came from.
+        asked = ds.queries(split).join(q.select("qid").unique(), on="qid", how="semi")
         provenance[name] = {"dataset": str(ds.root.resolve()), "split": split, "qids": sorted(q["qid"].unique().to_list()),
+                            "query_keys": query_keys(asked["qid"].to_list(), asked["text"].to_list()),
                             "store": store.index_record()}
     for i, store in enumerate(pseudo_stores or []):
         name = f"{Path(store.path).stem}~pseudo{i}"

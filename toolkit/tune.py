@@ -361,7 +361,7 @@ def tune(
     if base_cfg.fusion.method == "learned" and source:
         from .learned_fusion import training_overlap
 
-        n, where = training_overlap(base_cfg.fusion.model, source, split, queries["qid"].to_list())
+        n, where = training_overlap(base_cfg.fusion.model, source, split, queries["qid"].to_list(), queries["text"].to_list())
         if n and not force:  # its cross-validated scores would be in-sample, and "win" against honest trials
             raise InputError(f"the base's fusion.model was trained on {n} of the {len(queries)} {split} queries "
                              f"({where}): its held-out scores would be in-sample; tune on queries it did not see, "
