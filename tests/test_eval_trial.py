@@ -196,3 +196,18 @@ def test_trec_eval_measure_names_as_its_m_option_spells_them(tmp_path):
     qrels = pl.DataFrame({"qid": ["q1", "q2"], "doc_id": ["d2", "d3"], "rel": [1, 1]})
     got = aggregate(evaluate(run, qrels, ["ndcg_cut.10", "P.5", "recall.100", "recip_rank", "nDCG@10", "P@5"]))
     assert got["ndcg_cut.10"] == got["nDCG@10"] and got["P.5"] == got["P@5"] and got["recip_rank"] == 0.75
+
+
+def test_frames_with_repeated_documents_or_conflicting_grades_are_said(recwarn):
+    """The file readers refuse a run repeating a document and qrels judging a pair twice; frames given to
+    `evaluate` were reduced silently (best place, highest grade). Now they are evaluated the same way, with a
+    warning."""
+    from toolkit.metrics import evaluate
+
+    run = pl.DataFrame({"qid": ["q1", "q1", "q1"], "doc_id": ["d1", "d2", "d1"], "score": [3.0, 2.0, 1.0]})
+    qrels = pl.DataFrame({"qid": ["q1", "q1", "q1"], "doc_id": ["d2", "d2", "d9"], "rel": [0, 1, 1]})
+    with pytest.warns(UserWarning) as got:
+        v = evaluate(run, qrels, ["P@2"])
+    said = " ".join(str(w.message) for w in got)
+    assert "1 repeated (query, document) row" in said and "judged with different grades" in said
+    assert v["value"].to_list() == [0.5]

@@ -316,6 +316,10 @@ def _judged(
     q = qrels.select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
     )
+    conflict = q.group_by("qid", "doc_id").agg(pl.col("rel").n_unique().alias("n")).filter(pl.col("n") > 1)
+    if len(conflict):  # `runs.read_qrels` refuses them in a file; a frame is evaluated with the highest grade, but said
+        warnings.warn(f"qrels: {len(conflict)} (query, document) pair(s) judged with different grades, e.g. query "
+                      f"{conflict['qid'][0]!r} document {conflict['doc_id'][0]!r}: the highest grade is used", UserWarning, stacklevel=3)
     if doc_source is not None:
         q = _to_source(q, doc_source)
     q = q.group_by("qid", "doc_id").agg(pl.col("rel").max())
@@ -410,7 +414,14 @@ def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None, by_rank: bool 
     if doc_source is not None:
         r = _to_source(r, doc_source)
     if r.select(pl.struct("qid", "doc_id").hash().is_duplicated().any()).item():
-        r = r.filter(pl.struct("qid", "doc_id").is_first_distinct())
+        first = pl.struct("qid", "doc_id").is_first_distinct()
+        if doc_source is None:  # (by source, many documents of one source are expected)
+            rep = r.filter(~first)
+            if len(rep):  # trec_eval refuses such a run, as `runs.read_run` does; a frame is evaluated, but said
+                warnings.warn(f"run: {len(rep)} repeated (query, document) row(s), e.g. query {rep['qid'][0]!r} document "
+                              f"{rep['doc_id'][0]!r}: each counts once, at its best place (trec_eval refuses such a run)",
+                              UserWarning, stacklevel=3)
+        r = r.filter(first)
     return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("h").alias("pos"))
 
 
