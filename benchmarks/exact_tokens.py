@@ -84,14 +84,13 @@ def build_queries(docs: list[dict], n_queries: int, max_df: int, seed: int) -> p
 
 
 def kept_top3(prep, cfg, queries: pl.DataFrame, depth: int = 1) -> pl.DataFrame:
-    """Per query with a guardable hit: is the best-ranked of BM25's first `depth` documents that holds a query
-    identifier verbatim in the final top 3? (`depth` 1: BM25's top document, the issue's rule.)"""
-    top = prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") <= depth)).select("qid", "doc_id", "rank")
-    exact = (top.join(prep.exact.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
-             .sort("qid", "rank").unique("qid", keep="first").select("qid", "doc_id"))
+    """Per query with a guardable hit: is a document of BM25's first `depth` that holds a query identifier
+    verbatim in the final top 3? (`depth` 1: BM25's top document, the issue's rule.)"""
+    top = prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") <= depth)).select("qid", "doc_id")
+    exact = top.join(prep.exact.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi")
     final = rescore(prep, cfg).final.select("qid", "doc_id", "rank")
-    return exact.join(final, on=["qid", "doc_id"], how="left").select(
-        "qid", (pl.col("rank").fill_null(10_000) <= 3).alias("top3"), pl.col("rank")
+    return exact.join(final, on=["qid", "doc_id"], how="left").group_by("qid").agg(
+        (pl.col("rank").fill_null(10_000) <= 3).any().alias("top3"), pl.col("rank").min()
     )
 
 
@@ -132,7 +131,7 @@ def main() -> None:
             k1, k10 = kept_top3(prep, cfg, queries), kept_top3(prep, cfg, queries, depth=10)
             rows.append((label, len(k1), int(k1["top3"].sum()), len(k10), int(k10["top3"].sum())))
     print("\n| pipeline | BM25's top hit has the identifier | kept in top 3 | share | a BM25 top-10 hit has it "
-          "(the best-ranked such) | kept in top 3 | share |")
+          "| one of them in top 3 | share |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for label, total, kept, total10, kept10 in rows:
         print(f"| {label} | {total} | {kept} | {kept / max(total, 1):.1%} | {total10} | {kept10} | {kept10 / max(total10, 1):.1%} |")

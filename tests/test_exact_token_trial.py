@@ -133,3 +133,71 @@ def test_the_guard_searches_bm25s_first_places_not_only_its_first(store):
     q = pl.DataFrame({"qid": ["q"], "text": ["ERR_STREAM_PREMATURE_CLOSE"]})
     old = run_pipeline(store, q, load_config("default").with_updates({"guard.depth": 1}))
     assert old.per_query["exact_token"].to_list() == [None]
+
+
+# -- the session's review of the guard: what it must not do --------------------------------------------------
+def _ranked(docs: list[str]) -> pl.DataFrame:
+    return pl.DataFrame({"qid": ["q"] * len(docs), "doc_id": docs, "rank": list(range(1, len(docs) + 1)),
+                         "score": [1.0 - i / 10 for i in range(len(docs))], "flags": [[] for _ in docs]},
+                        schema_overrides={"flags": pl.List(pl.Utf8)})
+
+
+BM25 = pl.DataFrame({"qid": ["q"] * 7, "list_id": ["orig:lex"] * 7, "doc_id": list("abcdefg"), "rank": list(range(1, 8))})
+
+
+def test_nothing_moves_when_a_document_holding_the_token_is_in_the_top_places_already():
+    from toolkit.config import GuardConfig
+    from toolkit.guard import keep_exact
+
+    exact = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["d", "g"], "tokens": [["ERR_X"], ["ERR_X"]]})
+    out, status = keep_exact(_ranked(["x", "g", "y", "z", "d"]), BM25, exact, GuardConfig(exact_token=True, depth=10))
+    assert out["doc_id"].to_list() == ["x", "g", "y", "z", "d"] and status["exact_token"].to_list() == ["held"]
+    # The best BM25-ranked hit gone from the list (deduplicated): the next one present is moved up.
+    out, status = keep_exact(_ranked(["x", "y", "z", "w", "g"]), BM25, exact, GuardConfig(exact_token=True, depth=10))
+    assert out["doc_id"].to_list()[:3] == ["x", "y", "g"] and status["exact_token"].to_list() == ["kept"]
+
+
+def test_a_bare_short_version_deeper_in_bm25_carries_nothing_up():
+    """"python 3.11" matched a billing note ("plan 3.11") at BM25 place 5: beyond BM25's first document only
+    identifiers that name one thing count."""
+    from toolkit.config import GuardConfig
+    from toolkit.guard import keep_exact
+
+    exact = pl.DataFrame({"qid": ["q"], "doc_id": ["e"], "tokens": [["3.11"]]})
+    out, status = keep_exact(_ranked(["x", "y", "z", "w", "e"]), BM25, exact, GuardConfig(exact_token=True, depth=10))
+    assert out["doc_id"].to_list() == ["x", "y", "z", "w", "e"] and status.height == 0
+    # At BM25's first place it still counts (the issue's rule).
+    exact = pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "tokens": [["3.11"]]})
+    out, _ = keep_exact(_ranked(["x", "y", "z", "w", "a"]), BM25, exact, GuardConfig(exact_token=True, depth=10))
+    assert out["doc_id"].to_list()[:3] == ["x", "y", "a"]
+
+
+def test_the_guard_sees_the_same_list_whatever_number_of_results_is_asked(store):
+    """With dedup off the blend kept only the n places asked: a BM25 hit fused below place n was out of the
+    guard's reach at n = 5 and moved up at n = 100."""
+    cfg = load_config("default").with_updates({"dedup.identical_enabled": False})
+    q = pl.DataFrame({"qid": ["q"], "text": ["--no-cache"]})
+    from toolkit.pipeline import prepare, rescore
+
+    prep = prepare(store, q, cfg)
+    small, big = rescore(prep, cfg, n=5), rescore(prep, cfg, n=100)
+    assert small.final["doc_id"].to_list() == big.final["doc_id"].to_list()[:5]
+    assert small.per_query["exact_token"].to_list() == big.per_query["exact_token"].to_list()
+
+
+@pytest.mark.parametrize(("text", "tokens"), [
+    ("NXDOMAIN SERVFAIL", ["NXDOMAIN", "SERVFAIL"]),  # constants alone are not shouting
+    ("is there a 2.14.3-compatible plugin", ["2.14.3"]),  # a word after the dash is not a pre-release
+    ("api v3.2-only endpoints", ["v3.2"]),
+    ("v2.14.3-v2.15.0", ["v2.14.3", "v2.15.0"]),  # a range is two versions
+    ("2.0.0-SNAPSHOT jars", ["2.0.0-SNAPSHOT"]),
+    ("error in config.yaml:12", ["config.yaml"]),  # a file and a line: the file is the identifier
+])
+def test_identifiers_are_cut_where_the_identifier_ends(text, tokens):
+    assert identifier_tokens(text) == tokens
+
+
+@pytest.mark.parametrize("text", ["Mr.Smith in St.Louis", "it crashed.Then it restarted", "Score:95 at noon:30",
+                                  "two OSes", "let $x be 3"])
+def test_look_alikes_of_identifiers_are_not_identifiers(text):
+    assert identifier_tokens(text) == []

@@ -131,7 +131,8 @@ SPECIAL = {
     "schema_version": st.just(1),
     "name": st.text("abcdefgh-", min_size=1, max_size=12),
     "description": st.text(max_size=20),
-    "tuned_on": st.one_of(st.none(), st.builds(lambda qs: {"dataset": "d", "split": "dev", "qids": qs}, st.lists(st.sampled_from(["q1", "q2", "q3"])))),
+    "tuned_on": st.one_of(st.none(), st.builds(lambda ks: [{"dataset": "d", "split": "dev", "query_keys": ks}],
+                                                st.lists(st.sampled_from(["0" * 16, "f" * 16])))),
     "fusion.rank_bonus": _bands(),
     # A learned-fusion model file: the shipped one, by default (None) or by path.
     "fusion.model": st.sampled_from([None, str(Path(toolkit.__file__).parent / "models" / "learned-fusion.json")]),
@@ -181,6 +182,12 @@ def _coherent(d: dict) -> dict:
     lo, hi = d.get("adapt.min_weight", 0.25), d.get("adapt.max_weight", 4.0)  # the base's are the defaults
     if lo > hi:
         d["adapt.min_weight"], d["adapt.max_weight"] = hi, lo
+    # Some list must have a weight (the config refuses all-zero fusion): the base's are 1, alpha 0.5.
+    lw, dw, a = d.get("fusion.lexical_weight", 1.0), d.get("fusion.dense_weight", 1.0), d.get("fusion.alpha", 0.5)
+    if lw * (1.0 - a) == 0.0 and dw * a == 0.0 or lw == 0.0 and dw == 0.0:
+        d["fusion.dense_weight"], d["fusion.alpha"] = 1.0, 0.5
+    if d.get("fusion.original_weight", 2.0) == 0.0 and d.get("fusion.expansion_weight", 1.0) == 0.0:
+        d["fusion.original_weight"] = 2.0  # (the base expands queries: both variants' weights 0 fuse nothing)
     return d
 
 

@@ -181,9 +181,13 @@ def test_a_trial_draws_only_the_fields_its_fusion_method_reads(store, dataset):
 
 
 def test_fixed_setting_kept_when_search_loses_on_heldout_folds(store, dataset):
-    # Both lists weighted 0: every trial of this search ranks by tie-break only, so a fixed setting
+    # Both lists weighted 0 fuse nothing: the config refuses it, so a search with nothing else is refused whole.
+    with pytest.raises(InputError, match="no trial produced a valid config .e.g. .*every enabled list has weight 0"):
+        tune(store, dataset, base="qmd", space={"fusion.lexical_weight": [0.0], "fusion.dense_weight": [0.0]},
+             method="grid", folds=4, progress=False)
+    # BM25 alone (dense weight 0) loses to dense alone and to the base on these queries, so a fixed setting
     # (one list alone, plain RRF or the base) must be the best candidate; without the gate it is written.
-    space = {"fusion.lexical_weight": [0.0], "fusion.dense_weight": [0.0]}
+    space = {"fusion.dense_weight": [0.0]}
     best, rep = tune(store, dataset, base="qmd", space=space, method="grid", folds=4, progress=False, gate=False)
     assert rep.chosen in ANCHORS and rep.cv_heldout_anchors > rep.cv_heldout_search and set(rep.anchors) == set(ANCHORS)
     assert rep.best_dev == pytest.approx(max(rep.anchors.values())) == pytest.approx(_dev_score(store, dataset, best))

@@ -377,12 +377,14 @@ def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str], texts: list[str
     model was trained on: its scores there are not results. Said on stderr per config (`learned_fusion.
     training_overlap` reads what the model file recorded). Returns what it said (for the HTML report)."""
     from .learned_fusion import training_overlap
+    from .provenance import overlap
 
     said = []
     for label, cfg in cfgs.items():
-        if cfg.tuned_on and (n := len(set(map(str, qids)) & set(cfg.tuned_on["qids"]))):
-            said.append(f"{label}: its settings were tuned on {n} of these {len(qids)} queries ({cfg.tuned_on['dataset']}/"
-                        f"{cfg.tuned_on['split']}): its scores on them are in-sample, not results")
+        for rec in cfg.tuned_on or []:
+            if texts is not None and (n := overlap(rec["query_keys"], qids, texts)):
+                said.append(f"{label}: its settings were tuned on {n} of these {len(qids)} queries ({rec['dataset']}/"
+                            f"{rec['split']}): its scores on them are in-sample, not results")
         if cfg.fusion.method == "learned":
             n, where = training_overlap(cfg.fusion.model, ds.name, split, qids, texts)
             if n:

@@ -32,8 +32,10 @@ _CHUNK = 1 << 21  # matrix cells per chunk: bounds memory (~16 MB as float64) wh
 
 
 # What the randomisation test is, in words, for outputs that print its p-values.
-TEST_WORDS = ("paired randomisation test (sign flips; exact when 2^n <= permutations, else 10,000 sampled, 100,000 when "
-              "p < 2 x alpha), Holm-corrected across the compared systems")
+N_PERMUTATIONS = 10_000  # sampled sign patterns, and REFINE times as many for a p below 2 x alpha
+REFINE = 10
+TEST_WORDS = (f"paired randomisation test (sign flips; exact when 2^n <= permutations, else {N_PERMUTATIONS:,} sampled, "
+              f"{REFINE * N_PERMUTATIONS:,} when p < 2 x alpha), Holm-corrected across the compared systems")
 
 
 class SmallSampleWarning(UserWarning):
@@ -84,12 +86,12 @@ def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
 
 
 def randomization_test(
-    diff: np.ndarray, n_permutations: int = 10_000, seed: int | list[int] = 0, refine_below: float = 0.0
+    diff: np.ndarray, n_permutations: int = N_PERMUTATIONS, seed: int | list[int] = 0, refine_below: float = 0.0
 ) -> float:
     """Two-sided paired sign-flip test of mean(diff) == 0; p = (1 + #{|perm mean| >= |observed|}) / (1 + P).
 
     The +1 counts the observed assignment itself (Phipson & Smyth 2010), so a sampled p is never 0. A
-    sampled p below `refine_below` is sampled again with 10 x `n_permutations` (exact when 2^n allows).
+    sampled p below `refine_below` is sampled again with `REFINE` x `n_permutations` (exact when 2^n allows).
     """
     d = np.asarray(diff, dtype=float)
     n = d.size
@@ -97,6 +99,10 @@ def randomization_test(
         return float("nan")
     obs = abs(d.sum())
     tol = 1e-9 * max(1.0, np.abs(d).sum())
+    # Under H0 each difference takes either sign, so the null distribution of the sum depends only on the
+    # sizes |d|: sampled over them in sorted order, p is the same for A vs B and B vs A and whatever order
+    # or names the queries come in (only the observed sum keeps the signs).
+    d = np.sort(np.abs(d))
     if n <= 30 and 2**n <= n_permutations:
         # Exact: all 2^n sign patterns (the identity among them), no sampling error; in chunks of rows.
         hits, rows = 0, max(1, _CHUNK // n)
@@ -106,7 +112,7 @@ def randomization_test(
         return hits / 2**n
     p = _sampled(d, obs, tol, n_permutations, seed)
     if p < refine_below:
-        return randomization_test(d, 10 * n_permutations, seed)
+        return randomization_test(diff, REFINE * n_permutations, seed)
     return p
 
 
@@ -178,7 +184,7 @@ def compare(
     *,
     test: str = "randomization",
     alpha: float = 0.05,
-    n_permutations: int = 10_000,
+    n_permutations: int = N_PERMUTATIONS,
     n_bootstrap: int = 2_000,
     ci_level: float = 0.95,
     seed: int = 0,
@@ -279,7 +285,8 @@ def compare(
 
 
 def _seed(seed: int, diff: np.ndarray) -> list[int]:
-    """A seed sequence from the user's seed and the per-query differences (rounded to 12 digits, in query-id
-    order): the same data give the same p, whatever the systems are called."""
-    digest = hashlib.sha256(np.round(np.asarray(diff, dtype=float), 12).tobytes()).digest()
-    return [seed, *digest[:16]]
+    """A seed sequence from the user's seed and the sizes of the per-query differences (rounded to 12 digits,
+    sorted; + 0.0 turns -0.0 into 0.0): the same data give the same p whatever the systems or queries are
+    called, in whichever order or direction they are compared."""
+    sizes = np.sort(np.abs(np.round(np.asarray(diff, dtype=float), 12))) + 0.0
+    return [seed, *hashlib.sha256(sizes.tobytes()).digest()[:16]]

@@ -476,9 +476,10 @@ class PipelineConfig(_Model):
     schema_version: Rescore[int] = SCHEMA_VERSION
     name: Rescore[str] = "custom"
     description: Rescore[str] = ""
-    # Where `hrt tune` chose these settings: {"dataset", "split", "qids"}. A run or report on those queries
-    # says its numbers are in-sample (`cli._in_sample_note`), whatever the dataset folder is called.
-    tuned_on: Rescore[dict[str, Any] | None] = None
+    # Where `hrt tune` chose these settings, one record per tuning: {"dataset", "split", "query_keys"}
+    # (`provenance.query_keys`). A run or report on those queries says its numbers are in-sample
+    # (`cli._in_sample_note`), whatever the dataset folder is called.
+    tuned_on: Rescore[list[dict[str, Any]] | None] = None
     retrieval: RetrievalConfig = RetrievalConfig()
     routing: RoutingConfig = RoutingConfig()
     expansion: ExpansionConfig = ExpansionConfig()
@@ -500,19 +501,38 @@ class PipelineConfig(_Model):
 
     @field_validator("tuned_on")
     @classmethod
-    def _tuned_on(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _tuned_on(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         if v is None:
             return v
-        if not (isinstance(v.get("dataset"), str) and isinstance(v.get("split"), str)
-                and isinstance(v.get("qids"), list) and all(isinstance(q, str) for q in v["qids"])):
-            raise ValueError("tuned_on: expected {dataset: name, split: name, qids: [query ids]} (written by hrt tune)")
-        return {"dataset": v["dataset"], "split": v["split"], "qids": list(v["qids"])}
+        out = []
+        for i, r in enumerate(v):
+            keys = r.get("query_keys")
+            if not (isinstance(r.get("dataset"), str) and isinstance(r.get("split"), str) and isinstance(keys, list)
+                    and all(isinstance(k, str) for k in keys)):
+                raise ValueError(f"tuned_on[{i}]: expected {{dataset: name, split: name, query_keys: [hashes]}} (written by hrt tune)")
+            out.append({"dataset": r["dataset"], "split": r["split"], "query_keys": list(keys)})
+        return out
 
     @model_validator(mode="after")
     def _coherent(self) -> PipelineConfig:
         r = self.retrieval
         if not (r.lexical.enabled or r.dense.enabled):
             raise ValueError("retrieval: enable at least one of lexical and dense")
+        f = self.fusion
+        if f.method != "learned" and not f.router:
+            # What each list's scores are multiplied by in fusion (fusion.py; convex: 1 - alpha for BM25, alpha for
+            # dense). All zero fuses nothing: RRF returned no result, convex ranked by dense with every score 0.
+            convex = f.method == "convex"
+            lex = f.lexical_weight * ((1.0 - f.alpha) if convex else 1.0) if r.lexical.enabled else 0.0
+            den = f.dense_weight * (f.alpha if convex else 1.0) if r.dense.enabled else 0.0
+            variants = f.original_weight + (f.expansion_weight if self.expansion.provider != "none" else 0.0)
+            if (lex == 0.0 and den == 0.0) or variants == 0.0:
+                raise ValueError(
+                    f"fusion: every enabled list has weight 0 (lexical_weight {f.lexical_weight}, dense_weight "
+                    f"{f.dense_weight}" + (f", alpha {f.alpha}" if convex else "") + f", original_weight {f.original_weight}"
+                    + (f", expansion_weight {f.expansion_weight}" if self.expansion.provider != "none" else "")
+                    + "): nothing would be fused"
+                )
         if self.threshold.min_prob > 0 and self.fusion.method != "learned":
             raise ValueError("threshold.min_prob needs calibrated scores: set fusion.method to learned (or min_prob to 0)")
         if self.routing.enabled and self.routing.conversational_skip_lexical and not r.dense.enabled:
@@ -752,7 +772,7 @@ def _from_data(d: Mapping[str, Any], origin: str) -> PipelineConfig:
     A file with every section is a snapshot (what `save_config` writes: the lab's export, `hrt tune --out`), not
     a list of choices, so it is not checked, as `with_updates`, which built it, is not."""
     cfg = _validate(d, origin)
-    if set(PipelineConfig.model_fields) <= d.keys():
+    if set(PipelineConfig.model_fields) - set(LABELS) <= d.keys():  # (a snapshot saved before a label existed too)
         return cfg
     flat, default = cfg.flat(), _default_flat()
     inert = inert_settings(cfg, [p for p in FIELD_STAGES if _written(d, p) and flat[p] != default[p]])

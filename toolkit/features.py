@@ -54,9 +54,9 @@ _FILE_EXT = (
 )
 _UNITS = r"(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x\b)"
 
-# A version's pre-release or build suffix: "-rc.1", "-beta", "-alpha.2" (a letter first, so that a range
-# "2.14.3-2.15.0" is two versions, not one).
-_VERSION_SUFFIX = r"(?:-[A-Za-z][0-9A-Za-z]*(?:\.[0-9A-Za-z]+)*)?"
+# A version's pre-release suffix: "-rc.1", "-beta", "-alpha.2", "-SNAPSHOT" (known words only: "2.14.3-compatible"
+# is the version 2.14.3, and "2.14.3-2.15.0" or "v2.14.3-v2.15.0" are two versions).
+_VERSION_SUFFIX = r"(?:-(?:alpha|beta|rc|pre|preview|dev|snapshot|nightly|final|ga|lts|post)\d*(?:\.[0-9A-Za-z]+)*\b)?"
 
 # (kind, pattern). Longer/more specific patterns first: overlapping shorter matches are dropped.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -67,7 +67,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "address",
         re.compile(
-            r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5}\b|/\d{1,2}\b)?(?![.\d])|(?<![\w.-])(?:[A-Za-z][\w-]*(?:\.[\w-]+)+|[A-Za-z][\w-]{2,}):\d{2,5}\b(?![.:]\d)"
+            r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5}\b|/\d{1,2}\b)?(?![.\d])|(?<![\w.-])(?:[A-Za-z][\w-]*(?:\.[\w-]+)+|[A-Za-z][\w-]{2,}):(?:\d{3,5}|80|22|25|53)\b(?![.:]\d)"
         ),
     ),
     (
@@ -110,7 +110,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("call", re.compile(r"\b[A-Za-z_][\w.]*\(\)")),
     # Environment variables ($HOME, ${PATH}, %APPDATA%), scoped packages (@acme/retry), issue numbers (#4521),
     # Rust/C++ paths (foo::bar::Baz).
-    ("envvar", re.compile(r"(?<![\w$])\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|(?<![\w%])%[A-Za-z_][A-Za-z0-9_]*%(?!\w)")),
+    ("envvar", re.compile(r"(?<![\w$])\$\{?[A-Za-z_][A-Za-z0-9_]+\}?|(?<![\w%])%[A-Za-z_][A-Za-z0-9_]+%(?!\w)")),
     ("package", re.compile(r"(?<![\w@])@[\w-]+/[\w.-]*\w")),
     ("issue", re.compile(r"(?<![\w#&])#\d{2,}\b")),
     ("scope", re.compile(r"\b[A-Za-z_]\w*(?:::[A-Za-z_]\w*)+\b")),
@@ -121,9 +121,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("camel", re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")),
     # PascalCase with an inner capital (PostgreSQL, TypeError); not Mc/Mac names (McDonald, MacArthur).
     ("pascal", re.compile(r"\b(?!Mc[A-Z][a-z]+\b)(?!Mac[A-Z][a-z]+\b)[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*\b")),
-    # PascalCase that starts with an acronym (HTTPError, OOMKilled, JSONDecodeError, XMLHttpRequest); two
-    # lower-case letters at least, so a plural acronym ("URLs", "CEOs") is not one.
-    ("acronym_pascal", re.compile(r"\b[A-Z]{2,}[a-z]{2,}[A-Za-z0-9]*\b")),
+    # PascalCase that starts with an acronym (HTTPError, OOMKilled, JSONDecodeError, XMLHttpRequest); three
+    # lower-case letters at least, so a plural acronym ("URLs", "CEOs", "OSes") is not one.
+    ("acronym_pascal", re.compile(r"\b[A-Z]{2,}[a-z]{3,}[A-Za-z0-9]*\b")),
     ("alnum", re.compile(r"\b(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z\d]{2,}\b")),
     ("caps", re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")),
     # errno and signal names typed in lower case (econnrefused, sigterm): see _keep.
@@ -142,14 +142,18 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
 
 
 def shouted(text: str) -> bool:
-    """Whether `text` is written mostly in capitals ("PRODUCTION DATABASE IS DOWN"): then a long all-caps word
-    is an ordinary word typed in capitals, not a constant (see `_keep`)."""
+    """Whether `text` is written mostly in capitals, function words included ("PRODUCTION DATABASE IS DOWN"):
+    then a long all-caps word is an ordinary word typed in capitals, not a constant (see `_keep`). Constants
+    alone ("NXDOMAIN SERVFAIL") are not shouting: no all-caps stopword."""
     words = _CAPS_WORD.findall(text[:TECHNICAL_MAX_CHARS])
-    caps = sum(w.isupper() for w in words)
-    return caps >= 2 and caps >= 0.6 * len(words)
+    caps = [w for w in words if w.isupper()]
+    stop = english_stop_words()
+    return len(caps) >= 2 and len(caps) >= 0.6 * len(words) and any(w.lower() in stop for w in caps)
 
 
 _CAPS_WORD = re.compile(r"\b[A-Za-z]{2,}\b")
+_CAPITALISED = re.compile(r"^[A-Z][a-z]+$")
+_FILE_LINE = re.compile(rf"^[\w.\-]*\w\.(?:{_FILE_EXT}):\d+$", re.I)
 
 
 def _keep(kind: str, tok: str, shouting: bool = False) -> bool:
@@ -165,7 +169,12 @@ def _keep(kind: str, tok: str, shouting: bool = False) -> bool:
     if kind == "system":
         return tok.upper() in SYSTEM_NAMES
     if kind == "dotted":
-        return sum(len(part) >= 2 for part in tok.split(".")) >= 2
+        # Not abbreviations (e.g., U.S.) nor two words without the space after a full stop or an honorific
+        # ("crashed.Then", "Mr.Smith", "St.Louis"): a last part that is a capitalised word ends such a pair.
+        parts = tok.split(".")
+        return sum(len(part) >= 2 for part in parts) >= 2 and not (len(parts) == 2 and _CAPITALISED.match(parts[1]))
+    if kind == "address":
+        return not _FILE_LINE.match(tok)  # config.yaml:12 is a file and a line: the file is the identifier
     if kind == "acronym_pascal":
         return tok.upper() not in TECH_ACRONYMS
     if kind == "code":

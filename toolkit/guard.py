@@ -10,12 +10,16 @@ document: stemming ranks a near-miss (`ERR_STREAM_PREMATURE_CLOSED` for `..._CLO
 `enable_caching`) and a stopword inside a flag (`--no-cache` searched as `cache`) blurs BM25 too, and then
 its first document does not hold the identifier (user trial Q).
 
-Its input is computed once in `prepare` (`exact_matches`: which candidates contain which query token,
-word-bounded and case-insensitive, in the document's title or text), so switching the guard on or off, or
-moving `max_rank`, is a live re-score.
+Its input is computed once in `prepare` (`exact_matches`: which candidates contain which query token as a
+whole identifier, case-insensitive, in the document's title or text: see `_contains_word`), so switching the
+guard on or off, or moving `max_rank` or `depth`, is a live re-score. When a document holding the identifier
+is already in the top `max_rank`, nothing moves ("held"); beyond BM25's first document a bare short version
+or number (`3.11`, `#12`) does not count (`strong`).
 """
 
 from __future__ import annotations
+
+import re
 
 import polars as pl
 
@@ -99,16 +103,30 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
     return out.filter(pl.col("tokens").list.len() > 0).sort("qid", "doc_id")
 
 
+# A bare short version or number ("3.11", "2.0", "#12", "404") also names chapters, prices and scores: it counts
+# only in BM25's first document (the issue's rule), not deeper, where it would carry an incidental match up.
+_WEAK = re.compile(r"^(?:v?\d+(?:\.\d+){0,2}|#\d+)$", re.I)
+
+
+def strong(token: str) -> bool:
+    """Whether an identifier names one thing on its own (letters and structure, an address, a long version)."""
+    return not _WEAK.match(token)
+
+
 def guarded(candidates: pl.DataFrame, exact: pl.DataFrame | None, depth: int = 1) -> pl.DataFrame:
-    """[qid, doc_id, tokens]: per query, the best-ranked of BM25's first `depth` documents that contains a query
-    identifier verbatim, and the identifiers it contains."""
+    """[qid, doc_id, tokens, bm25_rank]: every one of BM25's first `depth` documents (of each query's original
+    BM25 list) that contains a query identifier verbatim, with the identifiers it contains; beyond BM25's first
+    document only `strong` identifiers count. Sorted by (qid, bm25_rank)."""
+    schema = {**EXACT_SCHEMA, "bm25_rank": pl.Int64}
     if exact is None or not len(exact) or not len(candidates):
-        return pl.DataFrame(schema=EXACT_SCHEMA)
+        return pl.DataFrame(schema=schema)
     top = candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") <= depth)).select(
-        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "rank"
+        pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rank").cast(pl.Int64).alias("bm25_rank")
     )
     hits = top.join(exact.select("qid", "doc_id", "tokens"), on=["qid", "doc_id"], how="inner")
-    return hits.sort("qid", "rank").unique("qid", keep="first", maintain_order=True).select(*EXACT_SCHEMA)
+    tokens = [t if r == 1 else [x for x in t if strong(x)] for t, r in zip(hits["tokens"].to_list(), hits["bm25_rank"].to_list(), strict=True)]
+    hits = hits.with_columns(pl.Series("tokens", tokens, dtype=pl.List(pl.Utf8))).filter(pl.col("tokens").list.len() > 0)
+    return hits.sort("qid", "bm25_rank").select(*schema)
 
 
 def keep_exact(
@@ -126,14 +144,23 @@ def keep_exact(
     g = guarded(candidates, exact, cfg.depth)
     if not len(g) or not len(ranked):
         return ranked, status
-    tokens, g = g.select("qid", pl.col("tokens").alias("exact_tokens")), g.drop("tokens")
     m = cfg.max_rank
+    # Per query, the hit that counts: one already in the top m if any (then nothing moves: "held"), else the
+    # best BM25-ranked hit in the list (moved up: "kept"). A hit the list does not hold cannot be moved.
+    present = g.join(ranked.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "rank"), on=["qid", "doc_id"])
+    chosen = (
+        present.with_columns((pl.col("rank") <= m).alias("_in"))
+        .sort("qid", pl.col("_in"), "bm25_rank", descending=[False, True, False])
+        .unique("qid", keep="first", maintain_order=True)
+    )
+    status = chosen.select(
+        "qid", pl.when(pl.col("_in")).then(pl.lit("held")).otherwise(pl.lit("kept")).alias("exact_token"),
+        pl.col("tokens").alias("exact_tokens"),
+    )
+    g = chosen.filter(~pl.col("_in")).select("qid", "doc_id")
     hit = ranked.join(g.with_columns(pl.lit(True).alias("_g")), on=["qid", "doc_id"], how="left").with_columns(
         pl.col("_g").fill_null(False)
     )
-    status = hit.filter(pl.col("_g")).select(
-        "qid", pl.when(pl.col("rank") > m).then(pl.lit("kept")).otherwise(pl.lit("held")).alias("exact_token")
-    ).join(tokens, on="qid", how="left")
     move = pl.col("_g") & (pl.col("rank") > m)
     if not hit.select(move.any()).item():
         return ranked, status

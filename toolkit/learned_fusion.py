@@ -12,7 +12,6 @@ dedup and thresholds still apply after it. List weights, RRF k and the rank bonu
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -29,6 +28,7 @@ from . import calibration, ltr_features
 from . import router as router_mod
 from .errors import InputError
 from .files import write_text_atomic
+from .provenance import overlap
 
 FORMAT = "hrt-learned-fusion"
 SHIPPED_MODEL = Path(__file__).resolve().parent / "models" / "learned-fusion.json"
@@ -299,13 +299,6 @@ def warn_disabled_lists(model: FusionModel, path: Path, settings: dict[str, Any]
     )
 
 
-def query_keys(qids: list[str], texts: list[str]) -> list[str]:
-    """One short hash per (query id, query text): what a model file records of its training queries, so that a
-    run of them is recognised wherever the dataset folder lies and whatever it is called, while another
-    collection's query "1" with other words is not mistaken for one."""
-    return sorted({hashlib.sha1(f"{q}\x1f{t}".encode()).hexdigest()[:16] for q, t in zip(qids, texts, strict=True)})
-
-
 def training_overlap(model_path: str | None, dataset: str, split: str | None, qids: list[str],
                      texts: list[str] | None = None) -> tuple[int, str]:
     """(how many of `qids` the model was trained on, "dataset/split" it recorded) for a run of `dataset`'s
@@ -314,13 +307,13 @@ def training_overlap(model_path: str | None, dataset: str, split: str | None, qi
     is found under any name (user trial P: a copy of the demo in another folder was never flagged)."""
     model = FusionModel.load(model_path)
     trained = model.info.get("trained_on") or {}
-    rec = trained.get(dataset)
-    if not isinstance(rec, dict) and texts is not None:
-        keys = set(query_keys(list(map(str, qids)), list(texts)))
+    if texts is not None and any(isinstance(r, dict) and isinstance(r.get("query_keys"), list) for r in trained.values()):
+        # The recorded queries themselves, under any dataset name (and none of another collection's with the name).
         for name, r in trained.items():
-            if isinstance(r, dict) and isinstance(r.get("query_keys"), list) and (n := len(keys & set(r["query_keys"]))):
+            if isinstance(r, dict) and isinstance(r.get("query_keys"), list) and (n := overlap(r["query_keys"], qids, texts)):
                 return n, f"{name}/{r.get('split', 'dev')}"
         return 0, ""
+    rec = trained.get(dataset)
     if not isinstance(rec, dict):
         return 0, ""
     where = f"{dataset}/{rec.get('split', 'dev')}"

@@ -7,9 +7,10 @@ numbers can be checked, tabulated or tested without reading plotly traces.
 
     from toolkit import panels
     res = rescore(prep, cfg)
-    lost = panels.failure_cases(res.trace, qrels, res.removed, k=10)   # who buried which relevant doc
+    lost = panels.failure_cases(res.trace, qrels, res.removed, k=10, min_score=cfg.threshold.min_score,
+                                per_query=res.per_query)   # who buried which relevant doc
     panels.failures_figure(lost, queries).show()
-    panels.spread_figure(res.trace, res.per_query, low_spread=cfg.threshold.low_spread).show()
+    panels.spread_figure(res.trace, res.per_query, depth=cfg.output.n, low_spread=cfg.threshold.low_spread).show()
 
 Stages are read from the trace's `stage` column: `retrieve:<list_id>` for every candidate list, then
 `fuse`, `blend`, `final` (see docs/frames.md).
@@ -32,7 +33,7 @@ from .config import LABELS
 from .fusion import in_rank_order
 
 LATER_STAGES = ("fuse", "blend", "final")
-CULPRITS = ("fuse", "blend", "dedup", "threshold")
+CULPRITS = ("fuse", "blend", "priors", "guard", "dedup", "threshold")
 _COLORS = {"fuse": "#1f77b4", "blend": "#ff7f0e", "final": "#2ca02c"}
 
 
@@ -523,14 +524,19 @@ def failure_cases(
     *,
     k: int = 10,
     rel_threshold: int = 1,
+    min_score: float | None = None,
+    per_query: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Relevant documents that were in the top k at some stage but are not in the final top k.
 
     One row per (query, document), FAILURE_SCHEMA. `culprit` is the stage right after the last one that
     had the document in its top k: "fuse" (some retrieval list had it in the top k, fusion did not),
-    "blend" (fused top k, pushed out by the reranker blend), "dedup" (in the blended top k, then removed
-    as a near duplicate / by the source limit (see `removed`) or moved down by the source fill), or
-    "threshold" (gone from the final list without a dedup record: min_score).
+    "blend" (fused top k, pushed out by the reranker blend), "priors" (blended top k, pushed out by the memory
+    priors: the trace's `priors` stage), "guard" (one place down because the exact-token guard moved a
+    document up: `per_query`'s exact_token "kept"), "dedup" (removed as a near duplicate / by the source limit
+    (see `removed`), moved down by the source fill, or given a source-fill score below `min_score`), or
+    "threshold" (its own score below min_score). Without `min_score` a document gone without a dedup record
+    counts as "threshold"; without `per_query` the guard is not told apart from the source fill.
     """
     rel = qrels.filter(pl.col("rel") >= rel_threshold).select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
@@ -546,10 +552,18 @@ def failure_cases(
         .group_by("qid", "doc_id")
         .agg(pl.col("stage").first().str.strip_prefix("retrieve:").alias("best_list"), pl.col("rank").first().alias("list_rank"))
     )
+    stages = (*LATER_STAGES, "priors")
     later = t.filter(~is_list).group_by("qid", "doc_id").agg(
-        pl.col("rank").filter(pl.col("stage") == s).min().alias(f"{s}_rank") for s in LATER_STAGES
+        *(pl.col("rank").filter(pl.col("stage") == s).min().alias(f"{s}_rank") for s in stages),
+        *(pl.col("score").filter(pl.col("stage") == s).max().alias(f"{s}_score") for s in ("blend", "priors")),
     )
     out = rel.join(t.select("qid").unique(), on="qid", how="semi")
+    # Queries the priors ran on (their trace has the stage) and queries whose exact-token guard moved a document up.
+    with_priors = trace.filter(pl.col("stage") == "priors").select(pl.col("qid").unique())
+    out = out.with_columns(pl.col("qid").is_in(with_priors["qid"].implode()).alias("_priors"))
+    kept = (per_query.filter(pl.col("exact_token") == "kept")["qid"].cast(pl.Utf8)
+            if per_query is not None and "exact_token" in per_query.columns else pl.Series([], dtype=pl.Utf8))
+    out = out.with_columns(pl.col("qid").is_in(kept.implode()).alias("_guard"))
     out = out.join(lists, on=["qid", "doc_id"], how="left").join(later, on=["qid", "doc_id"], how="left")
     if removed is not None and len(removed):
         rm = removed.group_by(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).agg(
@@ -565,17 +579,30 @@ def failure_cases(
     def rank_txt(c: str) -> pl.Expr:
         return pl.col(c).cast(pl.Utf8).fill_null("-")
 
+    # The place and score the document had just before dedup: after the priors when they ran, else blended.
+    pre_rank = pl.when(pl.col("_priors")).then(pl.col("priors_rank")).otherwise(pl.col("blend_rank"))
+    pre_score = pl.when(pl.col("_priors")).then(pl.col("priors_score")).otherwise(pl.col("blend_score"))
+    out = out.with_columns(pre_rank.alias("_pre_rank"), pre_score.alias("_pre_score"))
+    above = (pl.col("_pre_score") >= min_score).fill_null(False) if min_score is not None else pl.lit(False)
     dedup_detail = (
         pl.when(pl.col("reason").is_not_null())
         .then(pl.lit("removed: ") + pl.col("reason") + pl.lit(" (kept ") + pl.col("kept_instead").fill_null("?") + pl.lit(")"))
-        .otherwise(pl.lit("blend ") + rank_txt("blend_rank") + pl.lit(" -> final ") + rank_txt("final_rank") + pl.lit(" (source fill)"))
+        .when(pl.col("final_rank").is_null())
+        .then(pl.lit("blend ") + rank_txt("_pre_rank") + pl.lit(" -> gone: the source fill scored it below min_score"))
+        .otherwise(pl.lit("blend ") + rank_txt("_pre_rank") + pl.lit(" -> final ") + rank_txt("final_rank") + pl.lit(" (source fill)"))
     )
     culprit = (
         pl.when(top("final_rank"))
         .then(pl.lit(None, pl.Utf8))
-        .when(top("blend_rank"))
+        .when(top("blend_rank") & pl.col("_priors") & ~top("priors_rank"))
+        .then(pl.lit("priors"))
+        .when(top("_pre_rank"))
         .then(
-            pl.when(pl.col("reason").is_not_null() | pl.col("final_rank").is_not_null())
+            pl.when(pl.col("reason").is_not_null())
+            .then(pl.lit("dedup"))
+            .when(pl.col("final_rank").is_not_null())
+            .then(pl.when(pl.col("_guard") & (pl.col("final_rank") == pl.col("_pre_rank") + 1)).then(pl.lit("guard")).otherwise(pl.lit("dedup")))
+            .when(above)
             .then(pl.lit("dedup"))
             .otherwise(pl.lit("threshold"))
         )
@@ -589,9 +616,13 @@ def failure_cases(
         .then(pl.lit("list ") + pl.col("best_list") + pl.lit(" rank ") + rank_txt("list_rank") + pl.lit(" -> fused ") + rank_txt("fuse_rank"))
         .when(pl.col("culprit") == "blend")
         .then(pl.lit("fused ") + rank_txt("fuse_rank") + pl.lit(" -> blended ") + rank_txt("blend_rank"))
+        .when(pl.col("culprit") == "priors")
+        .then(pl.lit("blended ") + rank_txt("blend_rank") + pl.lit(" -> after priors ") + rank_txt("priors_rank"))
+        .when(pl.col("culprit") == "guard")
+        .then(rank_txt("_pre_rank") + pl.lit(" -> final ") + rank_txt("final_rank") + pl.lit(" (the exact-token guard moved a document up)"))
         .when(pl.col("culprit") == "dedup")
         .then(dedup_detail)
-        .otherwise(pl.lit("blended ") + rank_txt("blend_rank") + pl.lit(" -> dropped below min_score"))
+        .otherwise(pl.lit("blended ") + rank_txt("_pre_rank") + pl.lit(" -> dropped below min_score"))
     )
     order = pl.DataFrame({"culprit": list(CULPRITS), "_o": list(range(len(CULPRITS)))})
     return (
@@ -890,8 +921,8 @@ def _fields(model, dumped: dict, prefix: str = "") -> dict[str, object]:
 
 
 def config_changes(base, cfg) -> list[tuple[str, object]]:
-    """[(field path, new value)] where `cfg` differs from `base` (both PipelineConfig); name and
-    description are not settings and are left out."""
+    """[(field path, new value)] where `cfg` differs from `base` (both PipelineConfig); the labels
+    (`config.LABELS`: name, description, ...) are not settings and are left out."""
     a = _fields(base, base.model_dump(mode="json"))
     b = _fields(cfg, cfg.model_dump(mode="json"))
     return [(k, b.get(k)) for k in b if k not in LABELS and a.get(k) != b.get(k)]

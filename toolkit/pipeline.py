@@ -533,11 +533,13 @@ def _warn_unmapped(prep: Prepared, cfg: PipelineConfig) -> None:
 
 
 def _blend_keep(cfg: PipelineConfig, n: int) -> int | None:
-    """How many places of each query the blend must return (None: all). Without dedup nothing below place n
-    can reach the final list. Priors can lift any row, unless they re-weight only the blended top_n (then the
+    """How many places of each query the blend must return (None: all). Without dedup or the exact-token guard
+    nothing below place n can reach the final list. Priors can lift any row, unless they re-weight only the blended top_n (then the
     first max(n, top_n) suffice)."""
     d = cfg.dedup
     if d.source_enabled or d.near_duplicate_enabled or d.identical_enabled:
+        return None
+    if cfg.guard.exact_token:  # the guard can lift a document from any place (BM25's first `depth` are not the fused)
         return None
     if priors_stage.active(cfg.priors):
         return max(n, cfg.priors.top_n) if cfg.priors.top_n is not None else None

@@ -82,7 +82,7 @@ def _flags(r: Mapping[str, Any]) -> list[str]:
 
 # Flags in words for the compact and detailed views (JSON keeps the identifiers).
 _FLAG_WORDS = {
-    "exact_token_kept": "exact token kept (BM25's verbatim hit held in the top 3)",
+    "exact_token_kept": "exact token kept (moved up: it holds the query's identifier verbatim)",
     "reranked": "reranked",
     "extra_from_source": "extra result from a source already shown",
     "low_confidence": "low confidence",

@@ -237,6 +237,9 @@ def build_report(
             [compare(per_query.filter(pl.col("measure") == m), baseline).with_columns(pl.lit(m).alias("measure")) for m in AB_MEASURES]
         )
     notes = list(dict.fromkeys(str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)))
+    for w in caught:  # every warning still reaches the caller, the caveats once each
+        if not issubclass(w.category, SmallSampleWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     for n in notes:
         warnings.warn(f"compare: {n}", SmallSampleWarning, stacklevel=2)
     breakdown = _breakdown(per_query, queries, group_by or [])

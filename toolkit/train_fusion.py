@@ -39,10 +39,11 @@ from .compare import MIN_QUERIES
 from .config import PipelineConfig, load_config, prepare_settings
 from .errors import InputError
 from .files import write_text_atomic
-from .learned_fusion import FusionModel, _lightgbm, feature_settings, prior_score, query_keys
+from .learned_fusion import FusionModel, _lightgbm, feature_settings, prior_score
 from .loaders import Dataset, check_split
 from .metrics import evaluate
 from .pipeline import prepare
+from .provenance import query_keys
 
 BASELINES = {"rrf": "rrf", "lexical": "lex_rr", "dense": "vec_rr"}  # feature whose order is the baseline
 # The features a model reads by default: the first 38 (every feature but the per-query relative twins).

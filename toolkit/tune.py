@@ -33,6 +33,7 @@ from .interop import qrels_frame, queries_frame
 from .loaders import Dataset
 from .metrics import cutoff_depth, evaluate
 from .pipeline import Prepared, prepare, rescore
+from .provenance import query_keys
 from .store import Store
 
 DEFAULT_SPACE: dict[str, Any] = {
@@ -131,8 +132,10 @@ def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
             stage = stage_of(key.split("@")[0])
         except InputError as e:  # an unknown field: say which space file holds it
             raise InputError(f"{origin}: {e}") from None
+        if key in LABELS:
+            raise InputError(f"{origin}: {key}: a label (one of {', '.join(LABELS)}), not a setting: nothing to tune")
         if stage is not Stage.RESCORE:
-            tunable = [p for p in fields(Stage.RESCORE) if "." in p]  # not the labels (name, description)
+            tunable = [p for p in fields(Stage.RESCORE) if p not in LABELS]
             raise InputError(
                 f"{origin}: {key}: changes the cached stages (a prepare field), so no trial could see it; "
                 f"tunable (rescore) fields: {', '.join(tunable)}"
@@ -246,8 +249,9 @@ def decide(
     """Keep the base (row 0 of `scores`, candidates x queries) unless the tuning procedure beats it on
     held-out folds by more than noise.
 
-    The procedure picks, per fold, the candidate with the best mean on the other folds (`cv_heldout`); its
-    per-query held-out values are compared with the base's by the paired randomization test and a bootstrap
+    The procedure picks, per fold, the candidate with the best mean on the other folds (`nested_heldout` when
+    the search ran per fold, as `tune` does; else `cv_heldout`); its per-query held-out values are compared
+    with the base's by the paired randomization test and a bootstrap
     interval of the mean difference (`compare`), as `hrt train-reranker` judges its blend. Only a gain with
     p < `alpha` ships the alternative, which is the candidate best on the whole split (ties go to the base).
     On a few dozen queries a search usually wins in-sample and often loses on held-out folds: the gate is
@@ -260,7 +264,7 @@ def decide(
     sig = compare(
         pl.DataFrame({"system": ["base"] * n + ["tuned"] * n, "qid": [str(i) for i in range(n)] * 2,
                       "measure": measure, "value": np.r_[scores[0], held]}),
-        "base",
+        "base", alpha=alpha,  # (the p that decides is refined near this alpha)
     ).row(0, named=True)
     gain, ci, p = float(sig["delta"]), (float(sig["ci_low"]), float(sig["ci_high"])), float(sig["p_value"])
     best = int(np.argmax(scores.mean(axis=1)))
@@ -396,6 +400,7 @@ def tune(
         return got["value"].fill_null(0.0).to_numpy().astype(float)
 
     cache: dict[str, np.ndarray] = {}  # a setting tried by several searches is re-scored once
+    invalid: dict[str, str] = {}  # the first invalid trial's reason, for the error when none is valid
 
     def search(on: np.ndarray, run_seed: int, show: bool) -> list[tuple[dict[str, Any], np.ndarray]]:
         """One search, its objective the mean over the queries selected by `on`: every trial's params and
@@ -412,7 +417,8 @@ def tune(
             if key not in cache:
                 try:
                     cache[key] = per_query(_apply(base_cfg, params))
-                except InputError:
+                except InputError as e:
+                    invalid.setdefault("first", str(e))
                     raise optuna.TrialPruned() from None
             history.append((params, cache[key]))
             return float(cache[key][on].mean())
@@ -435,9 +441,10 @@ def tune(
     t0 = time.perf_counter()
     history = search(np.ones(len(qids), dtype=bool), seed, progress)  # what ships: the search over the whole split
     if not history:
-        raise InputError("no trial produced a valid config; check the search space")
+        why = f" (e.g. {invalid['first']})" if invalid else ""
+        raise InputError(f"no trial produced a valid config{why}; check the search space")
     # The nested searches, one per fold on the other folds' queries: for the held-out estimate only.
-    searched = {int(f): np.stack([v for _, v in h]) if (h := search(fold != f, seed + 1 + int(f), False)) else np.zeros((0, len(qids)))
+    searched = {int(f): np.stack([v for _, v in h]) if (h := search(fold != f, seed + 1 + int(f), progress)) else np.zeros((0, len(qids)))
                 for f in np.unique(fold)}
     t_trials = time.perf_counter() - t0
 
@@ -465,8 +472,10 @@ def tune(
             "name": f"{base_cfg.name}-tuned" if d.chosen != "base" else base_cfg.name,
             "description": f"{base_cfg.name} tuned on {on} for {measure}" if d.chosen != "base"
             else f"{base_cfg.description} (kept by hrt tune on {on}: {d.rule})",
-            # Changed settings remember the queries that chose them: numbers on those are in-sample.
-            "tuned_on": {"dataset": source, "split": split, "qids": list(qids)} if d.chosen != "base" else base_cfg.tuned_on,
+            # Changed settings remember the queries that chose them (after the base's own): numbers on those are in-sample.
+            "tuned_on": [*(base_cfg.tuned_on or []), {"dataset": source, "split": split,
+                                                      "query_keys": query_keys(qids, judged["text"].to_list())}]
+            if d.chosen != "base" else base_cfg.tuned_on,
         }
     )
 
@@ -502,7 +511,7 @@ def tune(
         seconds={
             "prepare": t_prep,
             "trials": t_trials,
-            "per_trial": t_trials / max(len(history) + sum(len(v) for v in searched.values()), 1),
+            "per_trial": t_trials / max(len(cache), 1),  # per setting re-scored (a setting tried twice is scored once)
             "total": time.perf_counter() - t_all,
         },
     )

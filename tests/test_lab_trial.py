@@ -1,0 +1,109 @@
+"""User trial T: a search engineer who defends a lab-tuned config in a design review, so every panel must say
+what really happened. Each test is a defect as the trial met it: the failure panel blamed dedup for what the
+recency prior did and min_score for what the source fill did, the spread histogram disagreed with its own
+"N flagged" title, and settings that fuse nothing were accepted with every metric at 0."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from toolkit import panels
+from toolkit.config import load_config
+from toolkit.errors import InputError
+
+
+def _trace(rows: list[tuple[str, str, int, float]]) -> pl.DataFrame:
+    """A one-query trace: (doc, stage, rank, score); retrieve lists as `retrieve:orig:lex`."""
+    return pl.DataFrame(
+        [{"qid": "q", "doc_id": d, "chunk_id": f"{d}#0", "stage": s, "rank": r, "score": sc, "flags": []} for d, s, r, sc in rows],
+        schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "stage": pl.Utf8, "rank": pl.Int64,
+                "score": pl.Float64, "flags": pl.List(pl.Utf8)},
+    )
+
+
+QRELS = pl.DataFrame({"qid": ["q"], "doc_id": ["rel"], "rel": [1]})
+
+
+def _stages(blend: tuple[int, float], final: tuple[int, float] | None, priors: tuple[int, float] | None = None):
+    rows = [("rel", "retrieve:orig:lex", 1, 9.0), ("rel", "fuse", blend[0], blend[1]), ("rel", "blend", *blend)]
+    if priors:
+        rows.append(("rel", "priors", *priors))
+    if final:
+        rows.append(("rel", "final", *final))
+    return _trace(rows)
+
+
+def test_a_document_the_recency_prior_pushed_out_is_blamed_on_the_prior():
+    """Trial T: q02/pay-077 was blended at 2, the recency prior put it at 11, and the panel said
+    "dedup | blend 2 -> final 11 (source fill)" with dedup switched off."""
+    got = panels.failure_cases(_stages((2, 0.5), (11, 0.01), priors=(11, 0.01)), QRELS, k=10)
+    assert got.row(0, named=True)["culprit"] == "priors"
+    assert "after priors 11" in got.row(0, named=True)["detail"]
+
+
+def test_a_document_the_source_fill_scored_below_min_score_is_blamed_on_dedup():
+    """Trial T: plat-128 had blend score 0.0835 (above min_score 0.02); the source fill lowered it to 0.0123
+    and min_score dropped it, and the panel said "dropped below min_score"."""
+    gone = _stages((3, 0.0835), None)
+    got = panels.failure_cases(gone, QRELS, k=10, min_score=0.02).row(0, named=True)
+    assert got["culprit"] == "dedup" and "source fill scored it below min_score" in got["detail"]
+    # Its own score below min_score: the threshold did it.
+    low = panels.failure_cases(_stages((3, 0.01), None), QRELS, k=10, min_score=0.02).row(0, named=True)
+    assert low["culprit"] == "threshold"
+
+
+def test_a_document_the_exact_token_guard_pushed_down_one_place_is_blamed_on_the_guard():
+    kept = pl.DataFrame({"qid": ["q"], "exact_token": ["kept"]})
+    got = panels.failure_cases(_stages((10, 0.3), (11, 0.29)), QRELS, k=10, per_query=kept).row(0, named=True)
+    assert got["culprit"] == "guard" and "exact-token guard" in got["detail"]
+    # The same move in a query where the guard did nothing: the source fill.
+    held = pl.DataFrame({"qid": ["q"], "exact_token": ["held"]})
+    assert panels.failure_cases(_stages((10, 0.3), (11, 0.29)), QRELS, k=10, per_query=held)["culprit"].to_list() == ["dedup"]
+
+
+def test_the_lab_blames_the_prior_not_dedup_on_the_demo(tmp_path, embedder):
+    """End to end, as the trial ran it: qmd with a recency prior and every dedup switch off."""
+    from toolkit.lab import Lab
+
+    demo = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "demo"
+    cfg = load_config("qmd").with_updates({"priors.recency_field": "date", "priors.recency_half_life_days": 60.0})
+    lab = Lab.from_dataset(tmp_path / "s.duckdb", demo, split="dev", embedder=embedder, config=cfg, baseline=None,
+                           debounce_s=30.0)
+    try:
+        s = lab.session
+        f = s.failures
+        assert s.result.removed.height == 0
+        assert "dedup" not in f["culprit"].to_list(), f.filter(pl.col("culprit") == "dedup")
+    finally:
+        lab.close()
+
+
+def test_the_spread_histogram_counts_what_the_title_flags(tmp_path, embedder):
+    """The threshold stage flags low spread over the first output.n results; the lab's histogram measured the
+    whole list, so "9 of 32 flagged" stood beside a histogram with no query left of the line."""
+    from toolkit.lab import Lab
+
+    demo = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "demo"
+    cfg = load_config("qmd").with_updates({"fusion.method": "convex", "threshold.low_spread": 0.3})
+    lab = Lab.from_dataset(tmp_path / "s.duckdb", demo, split="dev", embedder=embedder, config=cfg, baseline=None,
+                           debounce_s=30.0)
+    try:
+        s = lab.session
+        flagged = int(s.result.per_query["low_differentiation"].sum())
+        spread = panels.score_spread(s.result.trace, depth=cfg.output.n).filter(pl.col("stage") == "final")
+        assert int((spread["spread"] < 0.3).sum()) == flagged
+        fig = lab.figures["spread"]
+        assert f"{flagged} of" in fig.layout.title.text
+    finally:
+        lab.close()
+
+
+@pytest.mark.parametrize("updates", [
+    {"fusion.lexical_weight": 0.0, "fusion.dense_weight": 0.0},  # RRF returned nothing, every metric 0
+    {"fusion.method": "convex", "fusion.lexical_weight": 0.0, "fusion.alpha": 0.0},  # every score 0, dense order
+    {"fusion.original_weight": 0.0},  # no expansion: the original lists are all there is
+])
+def test_settings_that_fuse_nothing_are_refused_with_the_reason(updates):
+    with pytest.raises(InputError, match="every enabled list has weight 0"):
+        load_config("qmd").with_updates(updates)
