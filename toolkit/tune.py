@@ -170,7 +170,17 @@ def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
             try:
                 _apply(base, {key: sample})
             except InputError as e:
-                raise InputError(f"{origin}: {key}: {e}") from None
+                # A range end may be invalid only with the base's other settings (alpha 1 under convex fusion of
+                # BM25 alone fuses nothing): fine when the middle of the range is valid (trials there are pruned).
+                mid = (lo_hi[0] + lo_hi[1]) / 2 if lo_hi is not None else None
+                if mid is not None and "int" in dist:
+                    mid = int(mid)
+                try:
+                    if mid is None:
+                        raise InputError(str(e))
+                    _apply(base, {key: mid})
+                except InputError:
+                    raise InputError(f"{origin}: {key}: {e}") from None
 
 
 def _choices(dist: Any) -> list[Any]:
@@ -453,7 +463,12 @@ def tune(
     # Anchors are fusion settings: they compete only with a search that moves fusion fields.
     use_anchors = anchors and any(k.startswith("fusion.") for k in sp)
     # The base's per-query values are already known; the other fixed settings are one rescore each.
-    anchor_vals = {a: per_query(_apply(base_cfg, p)) if p else base_vals for a, p in ANCHORS.items()} if use_anchors else {}
+    anchor_vals = {}
+    for a, params in ANCHORS.items() if use_anchors else ():
+        try:
+            anchor_vals[a] = per_query(_apply(base_cfg, params)) if params else base_vals
+        except InputError:  # e.g. "dense only" for a base without dense retrieval: it fuses nothing
+            continue
     held_anchor = cv_heldout(np.stack(list(anchor_vals.values())), fold)[0] if anchor_vals else None
     # Everything tried competes in one cross-validated procedure, the base first (so it wins ties).
     fixed = [("base", {}, base_vals)] + [(a, dict(ANCHORS[a]), v) for a, v in anchor_vals.items() if a != "base"]
