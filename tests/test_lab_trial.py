@@ -5,6 +5,8 @@ recency prior did and min_score for what the source fill did, the spread histogr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
 
@@ -62,32 +64,46 @@ def test_a_document_the_exact_token_guard_pushed_down_one_place_is_blamed_on_the
     assert panels.failure_cases(_stages((10, 0.3), (11, 0.29)), QRELS, k=10, per_query=held)["culprit"].to_list() == ["dedup"]
 
 
-def test_the_lab_blames_the_prior_not_dedup_on_the_demo(tmp_path, embedder):
-    """End to end, as the trial ran it: qmd with a recency prior and every dedup switch off."""
-    from toolkit.lab import Lab
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "demo"
 
-    demo = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "demo"
+
+@pytest.fixture(scope="module")
+def demo_store():
+    """The tutorials' demo store, built once per test run by whoever asks first (read-only here)."""
+    from toolkit.loaders import load_corpus
+    from toolkit.store import Store
+
+    with Store.open_built(ROOT / "notebooks" / ".cache" / "demo.duckdb", lambda st: st.ingest(load_corpus(DEMO))) as st:
+        yield st
+
+
+def _lab(store, cfg):
+    from toolkit.lab import Lab
+    from toolkit.loaders import Dataset
+
+    ds = Dataset.open(DEMO)
+    return Lab(store, ds.queries("dev"), ds.qrels("dev"), config=cfg, baseline=None, debounce_s=30.0)
+
+
+def test_the_lab_blames_the_prior_not_dedup_on_the_demo(demo_store):
+    """End to end, as the trial ran it: qmd with a recency prior and every dedup switch off."""
     cfg = load_config("qmd").with_updates({"priors.recency_field": "date", "priors.recency_half_life_days": 60.0})
-    lab = Lab.from_dataset(tmp_path / "s.duckdb", demo, split="dev", embedder=embedder, config=cfg, baseline=None,
-                           debounce_s=30.0)
+    lab = _lab(demo_store, cfg)
     try:
         s = lab.session
         f = s.failures
-        assert s.result.removed.height == 0
+        assert s.result.removed.height == 0 and "priors" in f["culprit"].to_list()
         assert "dedup" not in f["culprit"].to_list(), f.filter(pl.col("culprit") == "dedup")
     finally:
         lab.close()
 
 
-def test_the_spread_histogram_counts_what_the_title_flags(tmp_path, embedder):
+def test_the_spread_histogram_counts_what_the_title_flags(demo_store):
     """The threshold stage flags low spread over the first output.n results; the lab's histogram measured the
     whole list, so "9 of 32 flagged" stood beside a histogram with no query left of the line."""
-    from toolkit.lab import Lab
-
-    demo = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "demo"
     cfg = load_config("qmd").with_updates({"fusion.method": "convex", "threshold.low_spread": 0.3})
-    lab = Lab.from_dataset(tmp_path / "s.duckdb", demo, split="dev", embedder=embedder, config=cfg, baseline=None,
-                           debounce_s=30.0)
+    lab = _lab(demo_store, cfg)
     try:
         s = lab.session
         flagged = int(s.result.per_query["low_differentiation"].sum())
