@@ -143,6 +143,7 @@ SPECIAL = {
     "priors.priority_field": st.sampled_from([None, "priority"]),
     "priors.priority_map": st.dictionaries(st.sampled_from(["0", "1", "2", "3"]), st.floats(0.0, 5.0), max_size=4),
     "priors.use_field": st.sampled_from([None, "uses"]),
+    "priors.as_of": st.sampled_from([None, "2026-03-01", "2025-06-15T12:00:00"]),
     # Scores differ by tiny amounts at this size: thresholds drawn near them actually cut.
     "threshold.min_score": st.one_of(st.just(0.0), st.floats(0.0, 1.0)),
 }

@@ -43,6 +43,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
@@ -445,6 +446,19 @@ class PriorsConfig(_Model):
     priority_map: Rescore[dict[str, float]] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
     use_field: Rescore[str | None] = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)
     use_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0)
+    # The reference time of queries without a date (ISO date or date-time, UTC); None = the clock. A lab export
+    # with a recency prior writes the time its numbers were computed for, so `hrt run` gives them again.
+    as_of: Rescore[str | None] = None
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                datetime.fromisoformat(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"as_of {v!r}: expected an ISO date or date-time, e.g. 2026-11-26 or 2026-11-26T09:30") from None
+        return v
 
     @field_validator("recency_field", "recency_query_field", "priority_field", "use_field")
     @classmethod

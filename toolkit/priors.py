@@ -53,6 +53,14 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def reference_time(cfg: PriorsConfig) -> datetime | None:
+    """`priors.as_of` as a naive UTC datetime (an aware one converted), None when unset (then the clock)."""
+    if cfg.as_of is None:
+        return None
+    t = datetime.fromisoformat(cfg.as_of)
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo is not None else t
+
+
 def _field(values: pl.DataFrame, key: str, field: str, column: str, alias: str) -> pl.DataFrame:
     """[key, alias]: one value per key for `field` (the first when a key has several)."""
     return (
@@ -139,11 +147,11 @@ def apply_priors(
 ) -> pl.DataFrame:
     """Re-score and re-rank `ranked` ([qid, doc_id, score, rank, ...], any order) by the configured priors.
 
-    `now` (naive UTC; default the current time) is the reference for queries without a date: tests and
-    benchmarks pass a fixed one so results do not drift with the clock."""
+    `now` (naive UTC; default `priors.as_of`, else the current time) is the reference for queries without a
+    date: tests and benchmarks pass a fixed one so results do not drift with the clock."""
     from .metatypes import values_frame
 
-    now = now or utc_now()
+    now = now or reference_time(cfg) or utc_now()
     dv = doc_values if doc_values is not None else values_frame([], "doc_id")
     qv = query_values if query_values is not None else values_frame([], "qid")
     if not len(ranked):

@@ -29,12 +29,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from . import panels, providers
+from . import panels, priors, providers
 from .config import PipelineConfig, load_config, prepare_settings, save_config
 from .errors import InputError, ToolkitError
 from .heap import keep_freed_memory
@@ -150,6 +151,9 @@ class Session:
         self.qrels = _matched_qrels(qrels_frame(qrels), self.queries) if qrels is not None else None
         self.config: PipelineConfig = load_config(config)
         self.base_config = self.config  # what `label` names changes against
+        # The recency prior's reference for queries without a date (unless the config sets priors.as_of): fixed
+        # for the session, so its numbers do not drift with the clock, and written into an export (trial T).
+        self.now = priors.utc_now()
         self.on_notice = on_notice
         self.lock = threading.RLock()
         self.message = ""  # the status line: "" when all is well, else the last error or notice
@@ -313,7 +317,7 @@ class Session:
         prep = self._prepared(cfg, gen, why=why)
         timings["prepare"] = self._recomputed_ms  # 0 unless candidates had to be recomputed
         t = time.perf_counter()
-        res = rescore(prep, cfg)
+        res = rescore(prep, cfg, now=self._reference(cfg))
         timings["rescore"] = (time.perf_counter() - t) * 1000
         if providers.degraded(prep):
             notes.append(f"{providers.summary(res.per_query)}: results without it; "
@@ -351,6 +355,10 @@ class Session:
         self.notice("; ".join(notes))
         return res
 
+    def _reference(self, cfg: PipelineConfig) -> datetime:
+        """The recency prior's reference time: the config's `priors.as_of`, else the session's fixed now."""
+        return priors.reference_time(cfg.priors) or self.now
+
     def _baseline(self, gen: str) -> tuple[pl.DataFrame | None, tuple[str, float] | None]:
         """The baseline's per-query metrics on generation `gen` and, when its prepare lost a provider, (summary,
         time asked): scored again only when the store changed or a degraded baseline is due to be asked again."""
@@ -360,7 +368,7 @@ class Session:
         if not due or bcfg is None or self.qrels is None:
             return self.baseline_per_query, note
         bprep = self._prepared(bcfg, gen, remember=False)
-        bres = rescore(bprep, bcfg, trace=False)
+        bres = rescore(bprep, bcfg, trace=False, now=self._reference(bcfg))
         pq = evaluate(bres.run(cutoff_depth(self.measures)), self.qrels, self.measures, rel_threshold=self.rel_threshold)
         return pq, ((providers.summary(bres.per_query), time.monotonic()) if providers.degraded(bprep) else None)
 
@@ -430,7 +438,7 @@ class Session:
                 one = pl.DataFrame({"qid": ["typed"], "text": [st["text"]], "scope": [st["scope"]]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
                 prep = prepare(self.store, one, self.config, use_cache=False)
                 st["prep"] = {key: _entry(prep)}
-            qid, tr, title = "typed", rescore(prep, self.config).trace, f"Typed query: {html.escape(st['text'][:80])}"
+            qid, tr, title = "typed", rescore(prep, self.config, now=self._reference(self.config)).trace, f"Typed query: {html.escape(st['text'][:80])}"
         self.inspected = self.stage_lists(qid, tr)
         self.inspected_title = title
 
@@ -449,6 +457,8 @@ class Session:
             path = path.with_suffix(suffixes[kind][0])
         label = self.label
         cfg = self.config
+        if cfg.priors.recency_field is not None and cfg.priors.as_of is None:  # the time these numbers are for
+            cfg = cfg.with_updates({"priors.as_of": self.now.isoformat(timespec="seconds")})
         if label != cfg.name:  # the file says what it is: the base config plus the lab's changes, under a name
             # of its own (a run of it is tagged by name: `default` would pass for the shipped preset)
             cfg = cfg.model_copy(update={"name": f"{cfg.name}-lab",
