@@ -250,9 +250,10 @@ def test_add_and_remove_buckets(store):
     editor.rows[1][0].value = 12.0
     lab.flush()
     assert lab.config.rerank.buckets[1] == (12.0, 0.4)
-    # The last bucket cannot be removed.
-    lab.remove_bucket(len(lab.config.rerank.buckets) - 1)
+    # The last bucket cannot be removed, and the lab says so (trial T: it "succeeded" silently).
+    assert not lab.remove_bucket(len(lab.config.rerank.buckets) - 1)
     assert math.isinf(lab.config.rerank.buckets[-1][0]) and len(lab.config.rerank.buckets) == 4
+    assert "open-ended" in lab.message
 
 
 def test_routing_skip_recomputes_candidates_boost_does_not(store):

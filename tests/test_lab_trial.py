@@ -156,3 +156,16 @@ def test_numbers_with_a_recency_prior_do_not_drift_with_the_clock_and_the_export
 def test_as_of_must_be_a_date():
     with pytest.raises(InputError, match="as_of 'last tuesday'"):
         load_config("qmd").with_updates({"priors.as_of": "last tuesday"})
+
+
+def test_a_refused_value_does_not_stay_in_its_widget(demo_store):
+    """Trial T: min_score typed as -0.5 kept showing -0.5 while the config stayed at 0.0."""
+    lab = _lab(demo_store, load_config("qmd"))
+    try:
+        w = lab.controls["threshold.min_score"]
+        w.value = -0.5
+        lab.flush()
+        assert lab.config.threshold.min_score == 0.0 and "config unchanged" in lab.message
+        assert w.value == 0.0
+    finally:
+        lab.close()

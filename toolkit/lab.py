@@ -42,7 +42,7 @@ import polars as pl
 from . import panels
 from .config import PipelineConfig
 from .errors import ToolkitError
-from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removed
+from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
 
 __all__ = ["DEFAULT_MEASURES", "BucketEditor", "Debouncer", "Lab", "Session"]
@@ -485,8 +485,12 @@ class Lab:
         return self.set("rerank.buckets", bucket_added(self.config.rerank.buckets))
 
     def remove_bucket(self, i: int = -2) -> bool:
-        """Remove blend bucket `i` (default: the last bounded one) and re-score."""
+        """Remove blend bucket `i` (default: the last bounded one) and re-score; False with the reason in the
+        status line when it cannot be removed (`session.bucket_removal_problem`)."""
         b = self.config.rerank.buckets
+        if (problem := bucket_removal_problem(b, i)) is not None:
+            self.session.notice(problem, error=True)
+            return False
         return self.set("rerank.buckets", bucket_removed(b, i % len(b)))
 
     def inspect(self, qid: str | None = None, text: str | None = None, scope: str | None = None) -> pl.DataFrame:
@@ -545,6 +549,8 @@ class Lab:
         ok = self.session.update(updates)
         if ok:
             self._redraw()
+        else:  # refused (the status line says why): the widgets show the config again, not the value it refused
+            self._sync_controls()
         return ok
 
     # -------------------------------------------------------------- panels

@@ -84,6 +84,16 @@ def bucket_added(buckets: list) -> list[tuple[float, float]]:
     return v
 
 
+def bucket_removal_problem(buckets: list, i: int) -> str | None:
+    """Why blend bucket `i` cannot be removed (None: it can). The open-ended last one stays: every rank past
+    the others needs a weight (user trial T: removing it "succeeded" and changed nothing)."""
+    if not -len(buckets) <= i < len(buckets):
+        return f"remove_bucket: no bucket {i} (there are {len(buckets)})"
+    if i % len(buckets) == len(buckets) - 1 and math.isinf(float(buckets[-1][0])):
+        return "remove_bucket: the last bucket is open-ended (every rank past the others needs a weight); change its weight instead"
+    return None
+
+
 def bucket_removed(buckets: list, i: int) -> list[tuple[float, float]]:
     """Remove bucket `i`; the open-ended last one stays (returned unchanged then)."""
     v = [(float(b), float(w)) for b, w in buckets]
@@ -239,8 +249,12 @@ class Session:
         return self.set("rerank.buckets", bucket_added(self.config.rerank.buckets))
 
     def remove_bucket(self, i: int = -2) -> bool:
-        """Remove blend bucket `i` (default: the last bounded one) and re-score."""
+        """Remove blend bucket `i` (default: the last bounded one) and re-score. The open-ended last bucket
+        stays (every rank needs a weight): asking to remove it is False, with the reason in `message`."""
         b = self.config.rerank.buckets
+        if (problem := bucket_removal_problem(b, i)) is not None:
+            self.notice(problem, error=True)
+            return False
         return self.set("rerank.buckets", bucket_removed(b, i % len(b)))
 
     def pin_baseline(self) -> None:
