@@ -169,3 +169,16 @@ def test_a_refused_value_does_not_stay_in_its_widget(demo_store):
         assert w.value == 0.0
     finally:
         lab.close()
+
+
+def test_the_failure_panel_counts_what_no_list_retrieved(demo_store):
+    """Trial T: relevant documents missing from every list's top k never appeared in the failure panel, and
+    nothing said how many there were."""
+    lab = _lab(demo_store, load_config("qmd"))
+    try:
+        s = lab.session
+        n = panels.retrieval_misses(s.result.trace, s.qrels, k=s.k)
+        assert n == s.retrieval_misses and n > 0
+        assert f"{n} more never in a list's top {s.k} (retrieval misses)" in lab.figures["failures"].layout.title.text
+    finally:
+        lab.close()

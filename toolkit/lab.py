@@ -560,7 +560,7 @@ class Lab:
         self._draw_metrics()
         cfg, res = s.config, s.result
         self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=s.k, depth=cfg.output.n, low_spread=cfg.threshold.low_spread, title_prefix=f"{s.label}: ", raw=True))
-        self._slots["failures"].set(panels.failures_figure(s.failures, s.queries, raw=True))
+        self._slots["failures"].set(panels.failures_figure(s.failures, s.queries, raw=True, misses=s.retrieval_misses, k=s.k))
         self._slots["routing"].set(panels.routing_dedup_figure(s.prepared.features, res.removed, routing_enabled=cfg.routing.enabled, raw=True))
         self._refresh_failure_pick()
         self._refresh_query_panels()

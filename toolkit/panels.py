@@ -636,16 +636,30 @@ def failure_cases(
     )
 
 
+def retrieval_misses(trace: pl.DataFrame, qrels: pl.DataFrame, *, k: int = 10, rel_threshold: int = 1) -> int:
+    """Relevant documents of the traced queries that no stage could lose because no retrieval list had them in
+    its top k, nor the final top k: what `failure_cases` leaves out (user trial T: on MS MARCO dev 1,863 of the
+    2,019 relevant documents missing from the final top 10, which the failure panel never mentioned)."""
+    rel = qrels.filter(pl.col("rel") >= rel_threshold).select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique()
+    rel = rel.join(trace.select("qid").unique(), on="qid", how="semi")
+    seen = trace.filter(((pl.col("stage").str.starts_with("retrieve:")) | (pl.col("stage") == "final")) & (pl.col("rank") <= k))
+    return rel.join(seen.select("qid", "doc_id").unique(), on=["qid", "doc_id"], how="anti").height
+
+
 def failures_figure(
-    failures: pl.DataFrame, queries: pl.DataFrame | None = None, *, max_rows: int = 60, raw: bool = False
+    failures: pl.DataFrame, queries: pl.DataFrame | None = None, *, max_rows: int = 60, raw: bool = False,
+    misses: int | None = None, k: int = 10,
 ) -> go.Figure:
-    """Table of lost relevant documents (`failure_cases`), with counts per culprit in the title. Only the
-    first `max_rows` are drawn: wrapped rows cost the browser's table layout on every slider move (300
-    wrapped rows added ~400 ms per update on LoCoMo), and the title counts them all."""
+    """Table of lost relevant documents (`failure_cases`), with counts per culprit in the title, and how many
+    more no list retrieved into its top k (`misses`, from `retrieval_misses`). Only the first `max_rows` are
+    drawn: wrapped rows cost the browser's table layout on every slider move (300 wrapped rows added ~400 ms
+    per update on LoCoMo), and the title counts them all."""
     counts = failures.group_by("culprit").len()
     by = dict(zip(counts["culprit"].to_list(), counts["len"].to_list(), strict=True))
     summary = ", ".join(f"{c} {by[c]}" for c in CULPRITS if c in by) or "none"
     title = f"Relevant documents lost from the top k: {summary} ({failures['qid'].n_unique()} queries)"
+    if misses:
+        title += f"; {misses} more never in a list's top {k} (retrieval misses)"
     if len(failures) > max_rows:
         title += f"; first {max_rows} shown"
     f = failures.head(max_rows)

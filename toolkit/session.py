@@ -172,6 +172,7 @@ class Session:
         self.last_update_ms: float | None = None
         self.per_query: pl.DataFrame | None = None
         self.deltas: pl.DataFrame | None = None
+        self.retrieval_misses = 0  # relevant documents no list had in its top k (`panels.retrieval_misses`)
         self.failures: pl.DataFrame = pl.DataFrame(schema=panels.FAILURE_SCHEMA)
         self.inspected: pl.DataFrame | None = None
         self.inspected_title = ""  # markup for a figure title: the query id or text in it is HTML-escaped
@@ -337,7 +338,7 @@ class Session:
             notes.append(f"{providers.summary(res.per_query)}: results without it; "
                          f"{_retry_in(self._preps[(gen, prep_signature(cfg))][1])}")
         t = time.perf_counter()
-        per_query, deltas, failures = self.per_query, self.deltas, self.failures
+        per_query, deltas, failures, misses = self.per_query, self.deltas, self.failures, self.retrieval_misses
         base_pq, base_note = self._baseline(gen)
         if base_note is not None:
             notes.append(f"baseline {self.baseline_name}: {base_note[0]}; {_retry_in(base_note[1])}")
@@ -348,13 +349,14 @@ class Session:
             t = time.perf_counter()
             failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold,
                                             min_score=cfg.threshold.min_score, per_query=res.per_query)
+            misses = panels.retrieval_misses(res.trace, self.qrels, k=self.k, rel_threshold=self.rel_threshold)
         timings["failures"] = (time.perf_counter() - t) * 1000
         # Commit only once everything is computed: a failure above (or in the inspector) leaves the last state whole.
-        keys = ("result", "config", "prepared", "per_query", "deltas", "failures", "inspected", "inspected_title",
+        keys = ("result", "config", "prepared", "per_query", "deltas", "failures", "retrieval_misses", "inspected", "inspected_title",
                 "baseline_per_query", "_baseline_note", "_generation")
         before = {k: getattr(self, k, None) for k in keys}
         self.result, self.config, self.prepared = res, cfg, prep
-        self.per_query, self.deltas, self.failures = per_query, deltas, failures
+        self.per_query, self.deltas, self.failures, self.retrieval_misses = per_query, deltas, failures, misses
         self.baseline_per_query, self._baseline_note, self._generation = base_pq, base_note, gen
         t = time.perf_counter()
         try:
