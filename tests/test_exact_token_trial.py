@@ -201,3 +201,13 @@ def test_identifiers_are_cut_where_the_identifier_ends(text, tokens):
                                   "two OSes", "let $x be 3"])
 def test_look_alikes_of_identifiers_are_not_identifiers(text):
     assert identifier_tokens(text) == []
+
+
+def test_bm25s_first_document_holding_the_identifier_ends_in_the_top_3_whatever_else_is_there():
+    """The issue's rule stands: another verbatim hit on top does not excuse BM25's first."""
+    from toolkit.config import GuardConfig
+    from toolkit.guard import keep_exact
+
+    exact = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "g"], "tokens": [["ERR_X"], ["ERR_X"]]})
+    out, status = keep_exact(_ranked(["x", "g", "y", "z", "a"]), BM25, exact, GuardConfig(exact_token=True, depth=10))
+    assert out["doc_id"].to_list()[:3] == ["x", "g", "a"] and status["exact_token"].to_list() == ["kept"]

@@ -12,9 +12,10 @@ its first document does not hold the identifier (user trial Q).
 
 Its input is computed once in `prepare` (`exact_matches`: which candidates contain which query token as a
 whole identifier, case-insensitive, in the document's title or text: see `_contains_word`), so switching the
-guard on or off, or moving `max_rank` or `depth`, is a live re-score. When a document holding the identifier
-is already in the top `max_rank`, nothing moves ("held"); beyond BM25's first document a bare short version
-or number (`3.11`, `#12`) does not count (`strong`).
+guard on or off, or moving `max_rank` or `depth`, is a live re-score. BM25's first document, when it holds
+an identifier, is always the one kept on top; otherwise, when a deeper hit is already in the top `max_rank`,
+nothing moves ("held"), and beyond BM25's first document a bare short version or number (`3.11`, `#12`) does
+not count (`strong`).
 """
 
 from __future__ import annotations
@@ -145,12 +146,14 @@ def keep_exact(
     if not len(g) or not len(ranked):
         return ranked, status
     m = cfg.max_rank
-    # Per query, the hit that counts: one already in the top m if any (then nothing moves: "held"), else the
-    # best BM25-ranked hit in the list (moved up: "kept"). A hit the list does not hold cannot be moved.
+    # Per query, the hit that counts: BM25's first document when it holds an identifier (the issue's rule: it
+    # ends in the top m); else one of the deeper hits already in the top m if any (then nothing moves:
+    # "held"), else the best BM25-ranked hit in the list (moved up: "kept"). A hit the list does not hold
+    # cannot be moved.
     present = g.join(ranked.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "rank"), on=["qid", "doc_id"])
     chosen = (
-        present.with_columns((pl.col("rank") <= m).alias("_in"))
-        .sort("qid", pl.col("_in"), "bm25_rank", descending=[False, True, False])
+        present.with_columns((pl.col("rank") <= m).alias("_in"), (pl.col("bm25_rank") == 1).alias("_first"))
+        .sort("qid", "_first", "_in", "bm25_rank", descending=[False, True, True, False])
         .unique("qid", keep="first", maintain_order=True)
     )
     status = chosen.select(
