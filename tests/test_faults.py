@@ -603,3 +603,29 @@ def test_two_processes_on_one_store(lexical_store, tmp_path):
     assert p.returncode == 75 and p.stderr.startswith(f"error: {lexical_store}: the store is in use by another process"), p.stderr
     assert "Traceback" not in p.stderr
     assert _snapshot(lexical_store) == before
+
+
+def test_two_endpoints_serving_one_model_name_do_not_share_cached_scores(tmp_path, lexical_store):
+    """User trial R: the score cache was keyed by the model name alone, so a config pointed at another
+    endpoint (here one that always fails) under the same name was served the first endpoint's scores,
+    status "cached", and the endpoint was never asked."""
+    from toolkit.config import load_config
+    from toolkit.pipeline import run_pipeline
+
+    q = pl.DataFrame({"qid": ["q"], "text": ["retry backoff"]})
+    with FakeServer() as good, FakeServer() as bad, Store(lexical_store) as st:
+        bad.mode = "500"
+        base = load_config(_rerank_cfg(tmp_path, provider="http", model="toy-rr", url=good.rerank_url,
+                                       retries=0, timeout_s=2.0))
+        first = run_pipeline(st, q, base)
+        assert first.per_query["reranker"].to_list() == ["ok"] and good.count("/v1/rerank") == 1
+        other = run_pipeline(st, q, base.with_updates({"rerank.url": bad.rerank_url}))
+        assert other.per_query["reranker"].to_list() == ["fallback"] and bad.count("/v1/rerank") >= 1
+
+
+def test_an_expansion_file_without_the_query_says_which_query():
+    """User trial R: "query expansion unavailable (no expansions for): original query only"."""
+    from toolkit.providers import note
+
+    got = note("expander", "exp.jsonl: no expansions for qid 'q7' / this query text")
+    assert "no expansions for qid 'q7'" in got and "for)" not in got

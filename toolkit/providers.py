@@ -36,7 +36,7 @@ _REASONS = [
     re.compile(r"connection error"),
     re.compile(r"index \d+ out of range"),
     re.compile(r"returned no scores"),
-    re.compile(r"no expansions for"),
+    re.compile(r"no expansions for qid .*?(?= / |$)"),
     re.compile(r"unexpected [a-z ]+answer"),
 ]
 

@@ -433,6 +433,9 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int, query: str | None = N
         "score_prob": r.get("score_prob"),
         "reranked": bool(r.get("reranked")),
         "rerank_score": r.get("rerank_score"),
+        # The blend's inputs (user trial R: a blended score could not be checked from the CLI alone).
+        "fused_rank": r.get("fused_rank"),
+        "retrieval_weight": r.get("retrieval_weight") if r.get("reranked") else None,
         "origins": [dict(o) for o in r.get("origins") or []],
         "flags": _flags(r),
         "also_in": [str(x) for x in r.get("also_in") or []],

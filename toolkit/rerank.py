@@ -281,6 +281,7 @@ class HttpReranker:
             )
         self.url, self.model = url, model
         self.name = model or url
+        self.cache_key = f"{model}@{url}" if model else url
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self._headers = api_key_headers(api_key_env, "rerank.api_key_env")
         self.secrets = header_secrets(self._headers)  # what `rerank_scores` scrubs from stored statuses
@@ -716,7 +717,9 @@ def rerank_scores(
         _hashes(pairs["query"]).alias("query_hash"), _hashes(pairs["text"]).alias("text_hash")
     )
 
-    model = reranker.name
+    # Scores are cached per provider identity (`cache_key`: an http model name with its URL), not per display
+    # name: two endpoints serving different models under one name must not share scores (user trial R).
+    model, label = getattr(reranker, "cache_key", reranker.name), reranker.name
     use_cache = cache is not None and getattr(reranker, "cacheable", True)
     cached: dict[tuple[str, str], float] = {}
     if use_cache and len(pairs):
@@ -759,12 +762,12 @@ def rerank_scores(
                 else:
                     err = None
                 if budget.spent_out():
-                    tripped = f"{model}: {budget.message()}"
+                    tripped = f"{label}: {budget.message()}"
                 if err is not None:
-                    status_rows.append((qid, "fallback", f"{model}: {err}"))
+                    status_rows.append((qid, "fallback", f"{label}: {err}"))
                     failures += 1
                     if max_consecutive_failures and failures >= max_consecutive_failures:
-                        tripped = f"{model}: not called after {failures} consecutive failures (last: {err})"
+                        tripped = f"{label}: not called after {failures} consecutive failures (last: {err})"
                     continue
                 failures = 0
                 new = {
@@ -776,7 +779,7 @@ def rerank_scores(
                     pending.extend((qh, th, s) for th, s in new.items())
                 scores = have | new
                 if not scores:
-                    status_rows.append((qid, "fallback", f"{model}: provider returned no scores"))
+                    status_rows.append((qid, "fallback", f"{label}: provider returned no scores"))
                     continue
                 unscored = len(texts) - len(scores)
                 note = f"{unscored} of {len(texts)} passages not scored by the provider" if unscored else None
