@@ -251,3 +251,13 @@ def test_the_tuners_gate_refines_p_near_its_own_alpha(monkeypatch):
     scores = np.array([[0.5] * 12, [0.6] * 12])
     T.decide(["base", "x"], scores, np.arange(12) % 3, measure="m", alpha=0.2)
     assert seen == [0.2]
+
+
+def test_hrt_run_as_of_is_checked_and_says_when_it_does_nothing(tmp_path):
+    root = _beir(tmp_path / "ds")
+    args = ["run", "--dataset", str(root), "--split", "dev", "--mode", "lexical", "--store", str(tmp_path / "s.duckdb"),
+            "--out", str(tmp_path / "r.trec")]
+    r = CliRunner().invoke(main, [*args, "--as-of", "last tuesday"])
+    assert r.exit_code == 2 and "--as-of" in r.output
+    r = CliRunner().invoke(main, [*args, "--as-of", "2026-01-01"])
+    assert r.exit_code == 0 and "--as-of has no effect" in r.output, r.output

@@ -192,13 +192,15 @@ def test_the_guard_sees_the_same_list_whatever_number_of_results_is_asked(store)
     ("v2.14.3-v2.15.0", ["v2.14.3", "v2.15.0"]),  # a range is two versions
     ("2.0.0-SNAPSHOT jars", ["2.0.0-SNAPSHOT"]),
     ("error in config.yaml:12", ["config.yaml"]),  # a file and a line: the file is the identifier
+    ("React.Component and System.Text", ["React.Component", "System.Text"]),  # capitalised parts: names
+    ("DBus error", ["DBus"]),
 ])
 def test_identifiers_are_cut_where_the_identifier_ends(text, tokens):
     assert identifier_tokens(text) == tokens
 
 
 @pytest.mark.parametrize("text", ["Mr.Smith in St.Louis", "it crashed.Then it restarted", "Score:95 at noon:30",
-                                  "two OSes", "let $x be 3"])
+                                  "two OSes", "let $x be 3", "DATABASE CONNECTION TIMEOUT ERROR"])
 def test_look_alikes_of_identifiers_are_not_identifiers(text):
     assert identifier_tokens(text) == []
 

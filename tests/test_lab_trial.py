@@ -125,9 +125,12 @@ def test_settings_that_fuse_nothing_are_refused_with_the_reason(updates):
         load_config("qmd").with_updates(updates)
 
 
-def test_numbers_with_a_recency_prior_do_not_drift_with_the_clock_and_the_export_keeps_them(demo_store, tmp_path, monkeypatch):
+def test_numbers_with_a_recency_prior_do_not_drift_with_the_clock_and_the_export_says_for_when(demo_store, tmp_path, monkeypatch):
     """The demo's queries carry no date, so the recency prior's reference was the clock: the same config gave
-    nDCG@10 0.7110 now and 0.7092 in 180 days, and nothing in the exported YAML said for when."""
+    nDCG@10 0.7110 now and 0.7092 in 180 days, and nothing in the exported YAML said for when. The export names
+    the time (not as priors.as_of: live search with the file must date memories against the clock) and
+    `--as-of` / priors.as_of give the lab's numbers again."""
+    import re
     from datetime import datetime
 
     import toolkit.priors as priors
@@ -146,11 +149,29 @@ def test_numbers_with_a_recency_prior_do_not_drift_with_the_clock_and_the_export
     finally:
         lab.close()
     saved = load_config(tmp_path / "c.yaml")
-    assert saved.priors.as_of is not None
+    assert saved.priors.as_of is None  # live search keeps the clock
+    when = re.search(r"hrt run --as-of (\S+)\)", saved.description).group(1)
     ds = Dataset.open(DEMO)
     q = ds.queries("dev")
-    again = aggregate(evaluate(rescore(prepare(demo_store, q, saved), saved).run(10), ds.qrels("dev"), ["nDCG@10"]))
-    assert again["nDCG@10"] == pytest.approx(shown, abs=1e-12)  # in 2030 too: the file says for when
+    pinned = saved.with_updates({"priors.as_of": when})  # what `hrt run --as-of` does
+    again = aggregate(evaluate(rescore(prepare(demo_store, q, pinned), pinned).run(10), ds.qrels("dev"), ["nDCG@10"]))
+    assert again["nDCG@10"] == pytest.approx(shown, abs=1e-12)  # in 2030 too
+    drifted = aggregate(evaluate(rescore(prepare(demo_store, q, saved), saved).run(10), ds.qrels("dev"), ["nDCG@10"]))
+    assert drifted["nDCG@10"] != shown  # (without it the clock, here 2030, decides)
+
+
+def test_as_of_may_be_an_unquoted_yaml_date_and_is_said_to_do_nothing_without_recency(tmp_path):
+    import warnings as w
+
+    from toolkit.config import InertSettingWarning
+
+    (tmp_path / "a.yaml").write_text("priors:\n  recency_field: date\n  as_of: 2026-11-26\n")
+    assert load_config(tmp_path / "a.yaml").priors.as_of == "2026-11-26"
+    (tmp_path / "b.yaml").write_text("priors:\n  as_of: 2026-11-26T09:30:00+02:00\n")
+    with w.catch_warnings(record=True) as got:
+        w.simplefilter("always")
+        assert load_config(tmp_path / "b.yaml").priors.as_of == "2026-11-26T09:30:00+02:00"
+    assert any(issubclass(x.category, InertSettingWarning) and "as_of" in str(x.message) for x in got)
 
 
 def test_as_of_must_be_a_date():
@@ -182,3 +203,24 @@ def test_the_failure_panel_counts_what_no_list_retrieved(demo_store):
         assert f"{n} more never in a list's top {s.k} (retrieval misses)" in lab.figures["failures"].layout.title.text
     finally:
         lab.close()
+
+
+def test_min_score_zero_is_the_threshold_off_not_the_source_fill():
+    """Review: with min_score 0 (the default) a document gone without a dedup record was called the source
+    fill's doing."""
+    got = panels.failure_cases(_stages((2, 0.5), None), QRELS, k=10, min_score=0.0).row(0, named=True)
+    assert got["culprit"] == "threshold"
+
+
+def test_retrieval_misses_and_failures_are_disjoint():
+    """Review: a document no list had in its top 10 but that fusion lifted into it, and the blend pushed out,
+    was counted both as a failure (blend) and as a retrieval miss."""
+    t = _trace([("rel", "retrieve:orig:lex", 15, 1.0), ("rel", "retrieve:orig:vec", 15, 0.5), ("rel", "fuse", 8, 0.03),
+                ("rel", "blend", 12, 0.2), ("rel", "final", 12, 0.2)])
+    assert panels.failure_cases(t, QRELS, k=10)["culprit"].to_list() == ["blend"]
+    assert panels.retrieval_misses(t, QRELS, k=10) == 0
+
+
+def test_the_router_does_not_rescue_zero_weights():
+    with pytest.raises(InputError, match="every enabled list has weight 0"):
+        load_config("qmd").with_updates({"fusion.router": True, "fusion.lexical_weight": 0.0, "fusion.dense_weight": 0.0})

@@ -311,3 +311,13 @@ def test_a_dev_split_sharing_queries_with_test_is_refused(tmp_path, store, datas
         tune(store, leak, split="dev", progress=False)
     _, rep = tune_dataset(store, leak, "dev", progress=False, force=True, budget=2, folds=2)  # forced: it runs
     assert rep.trials == 2
+
+
+def test_a_range_beyond_the_fields_own_bounds_is_refused_while_one_only_the_base_cannot_use_is_not(store, dataset):
+    """Review: accepting a range whose middle is valid let typos through (alpha [0, 1.5], rrf_k [-100, 200])."""
+    with pytest.raises(InputError, match="fusion.alpha"):
+        tune(store, dataset, base="qmd", space={"fusion.method": ["convex"], "fusion.alpha": {"float": [0.0, 1.5]}},
+             budget=2, folds=2, progress=False)
+    # alpha 1 under convex fusion of BM25 alone fuses nothing, but the range is sound: accepted, trials there pruned.
+    tune(store, dataset, base="bm25-only", space={"fusion.method": ["convex"], "fusion.alpha": {"float": [0.0, 1.0]}},
+         budget=2, folds=2, progress=False)

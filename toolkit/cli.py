@@ -636,7 +636,10 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="TREC run file to write (`-`: stdout).")
 @click.option("--depth", default=100, show_default=True, type=click.IntRange(1), help="Results kept per query in the run.")
 @click.option("--tag", default=None, help="Run tag (default: config name).")
-def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> None:
+@click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),
+              help="Reference time of the recency prior for queries without a date (ISO date or date-time, UTC; "
+                   "default: the config's priors.as_of, else now). A lab export names the time its numbers were for.")
+def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of) -> None:
     """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
 
     The corpus is ingested into the store first (a no-op when unchanged). The default store is the dataset's
@@ -653,6 +656,10 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag) -> Non
     ds = Dataset.open(dataset)
     _check_out(out, store_path or _default_store(ds))
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
+    if as_of is not None:
+        if cfg.priors.recency_field is None:
+            click.echo(f"note: --as-of has no effect: config {cfg.name!r} has no recency prior (priors.recency_field)", err=True)
+        cfg = cfg.with_updates({"priors.as_of": as_of})
     # Before any work: a bad name must not cost a whole run. A config name with spaces gives a dashed tag.
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
     if rr_source.source == "environment":

@@ -43,7 +43,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
@@ -380,8 +380,9 @@ class AdaptConfig(_Model):
 
 # ------------------------------------------------------------------ guard
 class GuardConfig(_Model):
-    # The best-ranked of BM25's first `depth` documents that contains a query identifier verbatim ends in the
-    # top max_rank (guard.py). Live: prepare finds every query's exact-token hits whatever these say.
+    # BM25's first document, when it holds a query identifier verbatim, ends in the top max_rank; else, unless a
+    # deeper hit among BM25's first `depth` is there already, the best-ranked one is moved up (guard.py). Live:
+    # prepare finds every query's exact-token hits whatever these say.
     exact_token: Rescore[bool] = False
     max_rank: Rescore[int] = Field(3, ge=1, le=100)
     depth: Rescore[int] = Field(10, ge=1, le=100)
@@ -446,9 +447,15 @@ class PriorsConfig(_Model):
     priority_map: Rescore[dict[str, float]] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
     use_field: Rescore[str | None] = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)
     use_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0)
-    # The reference time of queries without a date (ISO date or date-time, UTC); None = the clock. A lab export
-    # with a recency prior writes the time its numbers were computed for, so `hrt run` gives them again.
+    # The reference time of queries without a date (ISO date or date-time, UTC); None = the clock, what live
+    # search wants. For evaluation that must not drift (`hrt run --as-of` sets it for one run).
     as_of: Rescore[str | None] = None
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _as_of_text(cls, v: Any) -> Any:
+        # YAML reads an unquoted `as_of: 2026-11-26` as a date (and a date-time as a datetime): keep it as ISO text.
+        return v.isoformat() if isinstance(v, date | datetime) else v
 
     @field_validator("as_of")
     @classmethod
@@ -533,7 +540,7 @@ class PipelineConfig(_Model):
         if not (r.lexical.enabled or r.dense.enabled):
             raise ValueError("retrieval: enable at least one of lexical and dense")
         f = self.fusion
-        if f.method != "learned" and not f.router:
+        if f.method != "learned":  # (the router multiplies these weights: zero stays zero)
             # What each list's scores are multiplied by in fusion (fusion.py; convex: 1 - alpha for BM25, alpha for
             # dense). All zero fuses nothing: RRF returned no result, convex ranked by dense with every score 0.
             convex = f.method == "convex"
@@ -703,7 +710,7 @@ _SWITCHED_OFF: tuple[_Off, ...] = (
     _Off(("dedup.source_enabled",), _is(False), ("max_per_source", "fill")),
     _Off(("dedup.near_duplicate_enabled",), _is(False), ("near_duplicate_threshold",)),
     _Off(("priors.recency_field", "priors.priority_field", "priors.use_field"), _is(None), ("combine", "top_n", "add_weight")),
-    _Off(("priors.recency_field",), _is(None), ("recency_*",)),
+    _Off(("priors.recency_field",), _is(None), ("recency_*", "as_of")),
     _Off(("priors.priority_field",), _is(None), ("priority_*",)),
     _Off(("priors.use_field",), _is(None), ("use_*",)),
     _Off(("priors.combine",), _is_not("add"), ("add_weight",)),

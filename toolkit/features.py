@@ -121,9 +121,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("camel", re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")),
     # PascalCase with an inner capital (PostgreSQL, TypeError); not Mc/Mac names (McDonald, MacArthur).
     ("pascal", re.compile(r"\b(?!Mc[A-Z][a-z]+\b)(?!Mac[A-Z][a-z]+\b)[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*\b")),
-    # PascalCase that starts with an acronym (HTTPError, OOMKilled, JSONDecodeError, XMLHttpRequest); three
-    # lower-case letters at least, so a plural acronym ("URLs", "CEOs", "OSes") is not one.
-    ("acronym_pascal", re.compile(r"\b[A-Z]{2,}[a-z]{3,}[A-Za-z0-9]*\b")),
+    # PascalCase that starts with an acronym (HTTPError, OOMKilled, JSONDecodeError, XMLHttpRequest, DBus); two
+    # lower-case letters at least and not a plural ending (_keep), so "URLs", "CEOs", "OSes" are not one.
+    ("acronym_pascal", re.compile(r"\b[A-Z]{2,}[a-z]{2,}[A-Za-z0-9]*\b")),
     ("alnum", re.compile(r"\b(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z\d]{2,}\b")),
     ("caps", re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")),
     # errno and signal names typed in lower case (econnrefused, sigterm): see _keep.
@@ -143,16 +143,19 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
 
 def shouted(text: str) -> bool:
     """Whether `text` is written mostly in capitals, function words included ("PRODUCTION DATABASE IS DOWN"):
-    then a long all-caps word is an ordinary word typed in capitals, not a constant (see `_keep`). Constants
-    alone ("NXDOMAIN SERVFAIL") are not shouting: no all-caps stopword."""
+    then a long all-caps word is an ordinary word typed in capitals, not a constant (see `_keep`). Two constants
+    alone ("NXDOMAIN SERVFAIL") are not shouting; three capitals words, or capitals with a stopword, are.
+    (errno and signal names count whatever the case.)"""
     words = _CAPS_WORD.findall(text[:TECHNICAL_MAX_CHARS])
     caps = [w for w in words if w.isupper()]
     stop = english_stop_words()
-    return len(caps) >= 2 and len(caps) >= 0.6 * len(words) and any(w.lower() in stop for w in caps)
+    return len(caps) >= 2 and len(caps) >= 0.6 * len(words) and (len(caps) >= 3 or any(w.lower() in stop for w in caps))
 
 
 _CAPS_WORD = re.compile(r"\b[A-Za-z]{2,}\b")
 _CAPITALISED = re.compile(r"^[A-Z][a-z]+$")
+_HONORIFICS = frozenset(["mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "mt", "ft", "no", "vol", "fig", "gen", "gov", "sen", "rep"])
+_ACRONYM_PLURAL = re.compile(r"^[A-Z]{2,}(?:e?s|ies)$")
 _FILE_LINE = re.compile(rf"^[\w.\-]*\w\.(?:{_FILE_EXT}):\d+$", re.I)
 
 
@@ -169,14 +172,19 @@ def _keep(kind: str, tok: str, shouting: bool = False) -> bool:
     if kind == "system":
         return tok.upper() in SYSTEM_NAMES
     if kind == "dotted":
-        # Not abbreviations (e.g., U.S.) nor two words without the space after a full stop or an honorific
-        # ("crashed.Then", "Mr.Smith", "St.Louis"): a last part that is a capitalised word ends such a pair.
+        # Not abbreviations (e.g., U.S.), an honorific before a name ("Mr.Smith", "St.Louis"), nor a word, a full
+        # stop and the next sentence without the space ("crashed.Then"); React.Component, System.Text are names.
         parts = tok.split(".")
-        return sum(len(part) >= 2 for part in parts) >= 2 and not (len(parts) == 2 and _CAPITALISED.match(parts[1]))
+        if sum(len(part) >= 2 for part in parts) < 2:
+            return False
+        if len(parts) == 2 and _CAPITALISED.match(parts[1]):
+            return parts[0].lower() not in _HONORIFICS and not parts[0].islower()
+        return True
     if kind == "address":
         return not _FILE_LINE.match(tok)  # config.yaml:12 is a file and a line: the file is the identifier
-    if kind == "acronym_pascal":
-        return tok.upper() not in TECH_ACRONYMS
+    if kind == "acronym_pascal":  # not a plural of an acronym ("OSes", "IDEs", "CPUs"); DBus, OOMKilled are names
+        m = _ACRONYM_PLURAL.match(tok)
+        return tok.upper() not in TECH_ACRONYMS and m is None
     if kind == "code":
         # A code carries letters and digits (PG-40001, CVE-2017-3156, utf-8), and is not an ordinary
         # hyphenated word ("mid-2020", "COVID-19", "3-year-old" never matches: codes start with letters).

@@ -824,13 +824,12 @@ def _warn_if_test(ds: Any, split: str) -> None:
     refuses it (a lab is for looking, so it is a warning here)."""
     if split == "test":
         why = "the test split"
-    elif split in ds.splits() and "test" in ds.splits():
-        qids = set(ds.qrels(split)["qid"].to_list())
-        shared = qids & set(ds.qrels("test")["qid"].to_list())
+    elif split in ds.splits():  # (a split without judgements: the lab's own error says so)
+        shared, _ = ds.shared_with_test(split)
         if not shared:
             return
-        why = f"{split}, whose judged queries include {len(shared)} of the test split's (e.g. {sorted(shared)[0]})"
+        why = f"{split}, whose judged queries include {len(shared)} of the test split's (e.g. {shared[0]})"
     else:
-        return  # (a split without judgements: the lab's own error says so)
+        return
     warnings.warn(f"lab on {why}: settings chosen by watching these queries are tuned on test, and their metrics "
                   "there are not results (tune on dev, report on test)", UserWarning, stacklevel=3)

@@ -654,16 +654,21 @@ class Dataset:
     def splits(self) -> list[str]:
         return sorted(f.stem for f in (self.root / "qrels").glob("*.tsv"))
 
-    def check_apart_from_test(self, split: str, doing: str = "tuning") -> None:
-        """InputError when `split` shares judged queries with the test split: the split's name is not the whole
-        guard, a dev file holding test queries tunes (or trains) on test."""
+    def shared_with_test(self, split: str) -> tuple[list[str], int]:
+        """(the judged queries of `split` that test judges too, sorted; how many `split` judges): the split's
+        name is not the whole guard, a dev file holding test queries is test."""
         if split == "test" or "test" not in self.splits():
-            return
+            return [], 0
         qids = self.qrels(split)["qid"].unique().to_list()
-        shared = sorted(set(qids) & set(self.qrels("test")["qid"].to_list()))
+        return sorted(set(qids) & set(self.qrels("test")["qid"].to_list())), len(qids)
+
+    def check_apart_from_test(self, split: str, doing: str = "tuning") -> None:
+        """InputError when `split` shares judged queries with the test split (`shared_with_test`): a dev file
+        holding test queries tunes (or trains) on test."""
+        shared, n = self.shared_with_test(split)
         if shared:
             raise InputError(
-                f"{self.root / 'qrels'}: {len(shared)} of the {len(qids)} judged {split} queries are also judged in "
+                f"{self.root / 'qrels'}: {len(shared)} of the {n} judged {split} queries are also judged in "
                 f"test (e.g. {', '.join(shared[:3])}), so {doing} on {split} is {doing} on test; split them, or pass "
                 "--force (force=True)"
             )

@@ -13,7 +13,7 @@ numbers can be checked, tabulated or tested without reading plotly traces.
     panels.spread_figure(res.trace, res.per_query, depth=cfg.output.n, low_spread=cfg.threshold.low_spread).show()
 
 Stages are read from the trace's `stage` column: `retrieve:<list_id>` for every candidate list, then
-`fuse`, `blend`, `final` (see docs/frames.md).
+`fuse`, `blend`, `priors` (when a prior is on), `final` (see docs/frames.md).
 """
 
 from __future__ import annotations
@@ -583,13 +583,15 @@ def failure_cases(
     pre_rank = pl.when(pl.col("_priors")).then(pl.col("priors_rank")).otherwise(pl.col("blend_rank"))
     pre_score = pl.when(pl.col("_priors")).then(pl.col("priors_score")).otherwise(pl.col("blend_score"))
     out = out.with_columns(pre_rank.alias("_pre_rank"), pre_score.alias("_pre_score"))
-    above = (pl.col("_pre_score") >= min_score).fill_null(False) if min_score is not None else pl.lit(False)
+    # min_score 0 is the threshold switched off: a document gone without a dedup record is then not the source
+    # fill's doing (threshold.min_prob under learned fusion, say).
+    above = (pl.col("_pre_score") >= min_score).fill_null(False) if min_score is not None and min_score > 0 else pl.lit(False)
     dedup_detail = (
         pl.when(pl.col("reason").is_not_null())
         .then(pl.lit("removed: ") + pl.col("reason") + pl.lit(" (kept ") + pl.col("kept_instead").fill_null("?") + pl.lit(")"))
         .when(pl.col("final_rank").is_null())
-        .then(pl.lit("blend ") + rank_txt("_pre_rank") + pl.lit(" -> gone: the source fill scored it below min_score"))
-        .otherwise(pl.lit("blend ") + rank_txt("_pre_rank") + pl.lit(" -> final ") + rank_txt("final_rank") + pl.lit(" (source fill)"))
+        .then(pl.lit("before dedup ") + rank_txt("_pre_rank") + pl.lit(" -> gone: the source fill scored it below min_score"))
+        .otherwise(pl.lit("before dedup ") + rank_txt("_pre_rank") + pl.lit(" -> final ") + rank_txt("final_rank") + pl.lit(" (source fill)"))
     )
     culprit = (
         pl.when(top("final_rank"))
@@ -637,12 +639,14 @@ def failure_cases(
 
 
 def retrieval_misses(trace: pl.DataFrame, qrels: pl.DataFrame, *, k: int = 10, rel_threshold: int = 1) -> int:
-    """Relevant documents of the traced queries that no stage could lose because no retrieval list had them in
-    its top k, nor the final top k: what `failure_cases` leaves out (user trial T: on MS MARCO dev 1,863 of the
+    """Relevant documents of the traced queries that were in no stage's top k (no list, fusion, blend, priors
+    or final list had them there): what `failure_cases` leaves out (user trial T: on MS MARCO dev 1,863 of the
     2,019 relevant documents missing from the final top 10, which the failure panel never mentioned)."""
     rel = qrels.filter(pl.col("rel") >= rel_threshold).select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique()
     rel = rel.join(trace.select("qid").unique(), on="qid", how="semi")
-    seen = trace.filter(((pl.col("stage").str.starts_with("retrieve:")) | (pl.col("stage") == "final")) & (pl.col("rank") <= k))
+    # In the top k of any stage (a list, fusion, the blend, the priors, the final list): `failure_cases` lists
+    # the ones a later stage lost, so these are disjoint from its rows.
+    seen = trace.filter(pl.col("rank") <= k)
     return rel.join(seen.select("qid", "doc_id").unique(), on=["qid", "doc_id"], how="anti").height
 
 

@@ -7,7 +7,8 @@ factor per (query, document) read from the documents' typed metadata (`store.doc
     recency   floor + (1 - floor) * 0.5 ** (age_days / half_life_days)
               age = |reference time - document date|; the reference time is the query's own date
               (metadata field `recency_query_field`, as memory benchmarks date their questions, or `hrt
-              search --as-of`), else `now`. A document dated after its reference decays by how far ahead
+              search --as-of`), else `priors.as_of` when the config sets it (`hrt run --as-of`: evaluation
+              that must not drift), else now. A document dated after its reference decays by how far ahead
               it is (`recency_future: decay`): asked as of June, a memory written in December did not
               exist yet and must not outrank May's as "the most recent"; `fresh` gives it factor 1 instead
               (documents dated ahead on purpose: deadlines, scheduled events).

@@ -87,6 +87,8 @@ def bucket_added(buckets: list) -> list[tuple[float, float]]:
 def bucket_removal_problem(buckets: list, i: int) -> str | None:
     """Why blend bucket `i` cannot be removed (None: it can). The open-ended last one stays: every rank past
     the others needs a weight (user trial T: removing it "succeeded" and changed nothing)."""
+    if len(buckets) == 1:
+        return "remove_bucket: only the open-ended bucket is left (every rank needs a weight); change its weight instead"
     if not -len(buckets) <= i < len(buckets):
         return f"remove_bucket: no bucket {i} (there are {len(buckets)})"
     if i % len(buckets) == len(buckets) - 1 and math.isinf(float(buckets[-1][0])):
@@ -162,8 +164,8 @@ class Session:
         self.config: PipelineConfig = load_config(config)
         self.base_config = self.config  # what `label` names changes against
         # The recency prior's reference for queries without a date (unless the config sets priors.as_of): fixed
-        # for the session, so its numbers do not drift with the clock, and written into an export (trial T).
-        self.now = priors.utc_now()
+        # for the session, so its numbers do not drift with the clock, and named in an export (trial T).
+        self.now = priors.utc_now().replace(microsecond=0)
         self.on_notice = on_notice
         self.lock = threading.RLock()
         self.message = ""  # the status line: "" when all is well, else the last error or notice
@@ -473,12 +475,14 @@ class Session:
             path = path.with_suffix(suffixes[kind][0])
         label = self.label
         cfg = self.config
-        if cfg.priors.recency_field is not None and cfg.priors.as_of is None:  # the time these numbers are for
-            cfg = cfg.with_updates({"priors.as_of": self.now.isoformat(timespec="seconds")})
-        if label != cfg.name:  # the file says what it is: the base config plus the lab's changes, under a name
+        # With a recency prior the numbers are for the session's time: the description says which, for `hrt run
+        # --as-of`. Not written as priors.as_of: live search with the file must date memories against the clock.
+        when = (f"; numbers as of {self.now.isoformat()} (hrt run --as-of {self.now.isoformat()})"
+                if cfg.priors.recency_field is not None and cfg.priors.as_of is None else "")
+        if label != cfg.name or when:  # the file says what it is: the base config plus the lab's changes, under a name
             # of its own (a run of it is tagged by name: `default` would pass for the shipped preset)
-            cfg = cfg.model_copy(update={"name": f"{cfg.name}-lab",
-                                         "description": f"{label} (from the lab; base: {cfg.description or cfg.name})"})
+            cfg = cfg.model_copy(update={"name": f"{cfg.name}-lab" if label != cfg.name else cfg.name,
+                                         "description": f"{label} (from the lab; base: {cfg.description or cfg.name}){when}"})
         if kind in suffixes:
             written = save_config(cfg, path)
             msg = f"wrote {label} to {written}"

@@ -125,6 +125,22 @@ def _apply(cfg: PipelineConfig, params: dict[str, Any]) -> PipelineConfig:
     return cfg.with_updates(plain)
 
 
+def _field_accepts(base: PipelineConfig, key: str, value: Any) -> bool:
+    """Whether `value` suits field `key` (a dotted path) within its own section, whatever the other sections
+    say (its type and bounds; not the config-wide rules in `PipelineConfig._coherent`)."""
+    if "@" in key:
+        return True  # a rank-bonus band: checked by _apply only
+    section, _, leaf = key.rpartition(".")
+    node = base
+    for part in section.split(".") if section else ():
+        node = getattr(node, part)
+    try:
+        type(node).model_validate({**node.model_dump(), leaf: value})
+    except Exception:  # pydantic's ValidationError: the value breaks the field's own type or bounds
+        return False
+    return True
+
+
 def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
     for key, dist in space.items():
         # Trials re-score one prepared set, so only fields `prepare` never reads can move (config.py says which).
@@ -171,12 +187,14 @@ def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
                 _apply(base, {key: sample})
             except InputError as e:
                 # A range end may be invalid only with the base's other settings (alpha 1 under convex fusion of
-                # BM25 alone fuses nothing): fine when the middle of the range is valid (trials there are pruned).
+                # BM25 alone fuses nothing): fine when the value suits the field itself and the middle of the
+                # range makes a valid config (trials at that end are pruned). A value outside the field's own
+                # bounds is a typo, refused.
                 mid = (lo_hi[0] + lo_hi[1]) / 2 if lo_hi is not None else None
                 if mid is not None and "int" in dist:
                     mid = int(mid)
                 try:
-                    if mid is None:
+                    if mid is None or not _field_accepts(base, key, sample):
                         raise InputError(str(e))
                     _apply(base, {key: mid})
                 except InputError:
