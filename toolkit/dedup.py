@@ -206,6 +206,9 @@ def _source_pass(r: pl.DataFrame, cfg: DedupConfig, n: int) -> tuple[pl.DataFram
         score_o = np.where(extra_o, below, score_o)
     out = r[order].with_columns(
         pl.Series("score", score_o, dtype=pl.Float64),
+        # A filled result's own score, for `threshold.min_score` (user trial S: the rewritten score below the
+        # first pass made the threshold drop fill results that score well above it).
+        pl.Series(FILL_FROM, np.where(extra_o, score[order], np.nan), dtype=pl.Float64).fill_nan(None),
         _add_flag(pl.col("flags"), pl.lit(pl.Series(extra_o)), "extra_from_source").alias("flags"),
     )
     # Results of the original top n that the source limit pushed out of the new top n.
@@ -325,6 +328,9 @@ def dedup(
         else pl.DataFrame(schema=REMOVED_SCHEMA)
     )
     return kept, rem
+
+
+FILL_FROM = "_fill_from"  # the score a filled result had before the fill placed it below the first pass
 
 
 def _copy_keys(doc_source: pl.DataFrame | None, chunk_copies: pl.DataFrame | None) -> pl.DataFrame | None:

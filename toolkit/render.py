@@ -237,12 +237,16 @@ _TERM = re.compile(r"\w[\w.\-/:]*\w|\w")
 
 
 def _snippet_terms(query: str) -> set[str]:
-    """What `snippet` looks for: the query's words of 3+ characters that are not stopwords, and for Chinese,
+    """What `snippet` looks for: the query's words of 3+ characters that are not stopwords, numbers and short
+    codes of 2+ characters with a digit ("17", "v2": user trial S saw "version 17" ignored), and for Chinese,
     Japanese or Korean text (no spaces between words) its character pairs, as BM25 matches them."""
     from .analysis import CJK, CJK_CHARS
     from .features import _is_stopword  # the query router's stop list; render stays light to import
 
-    out = {w.lower() for w in _TERM.findall(query) if len(w) >= 3 and not _is_stopword(w.lower()) and not CJK.search(w)}
+    def wanted(w: str) -> bool:
+        return (len(w) >= 3 or (len(w) == 2 and any(c.isdigit() for c in w))) and not _is_stopword(w.lower())
+
+    out = {w.lower() for w in _TERM.findall(query) if wanted(w) and not CJK.search(w)}
     for run in re.findall(f"[{CJK_CHARS}]+", unicodedata.normalize("NFKC", query)):
         out |= {run[i : i + 2] for i in range(len(run) - 1)} or {run}
     return out
@@ -343,30 +347,47 @@ def _header(r: Mapping[str, Any], title_chars: int) -> str:
     return " · ".join(parts)
 
 
-def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excerpt_chars: int, query: str | None = None) -> str:
-    if not rows:
-        return _visible("\n".join([*notes, "no results"]))[:max_chars]
+FLAGS_CHARS = 200  # a flags line (its "also in" list of long paths) is cut here, not the results after it
+MIN_SNIPPET = 40  # a result shown with less of its text than this is not worth its place: fewer results instead
+
+
+def _layout(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excerpt_chars: int) -> tuple[list[str], list[str], int]:
+    """(headers, flags lines, snippet length) that fit `rows` into `max_chars`, shortening titles first."""
     for title_chars in (60, 30, 12):
         heads = [_header(r, title_chars) for r in rows]
         flags = [("   flags: " + ", ".join(_flag_words(r))) if _flags(r) else "" for r in rows]
-        fixed = (
-            sum(len(x) + 1 for x in notes)
-            + sum(len(h) + 1 for h in heads)
-            + sum(len(f) + 1 for f in flags if f)
-        )
+        flags = [f if len(f) <= FLAGS_CHARS else f[: FLAGS_CHARS - 1] + "…" for f in flags]
+        fixed = sum(len(x) + 1 for x in notes) + sum(len(h) + 1 for h in heads) + sum(len(f) + 1 for f in flags if f)
         room = (max_chars - fixed) // len(rows) - 4  # "   " indent + newline per excerpt line
         limit = min(excerpt_chars, room)
-        if limit >= 40 or title_chars == 12:
+        if limit >= MIN_SNIPPET or title_chars == 12:
             break
-    lines = list(notes)
-    for r, h, f in zip(rows, heads, flags, strict=True):
+    return heads, flags, limit
+
+
+def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excerpt_chars: int, query: str | None = None) -> str:
+    """Results within `max_chars`: titles shortened first, then, rather than results without their text or a
+    list cut mid-line, fewer results, with a note saying how many more there are (user trial S: 5 results of
+    long paths filled 2,000 characters with no snippet, the fifth cut mid-header, and nothing said so)."""
+    if not rows:
+        return _visible("\n".join([*notes, "no results"]))[:max_chars]
+    shown, lead = rows, list(notes)
+    heads, flags, limit = _layout(shown, lead, max_chars, excerpt_chars)
+    while limit < MIN_SNIPPET and len(shown) > 1:
+        shown = shown[:-1]
+        more = len(rows) - len(shown)
+        lead = [*notes, f"note: {more} more result{'s' if more > 1 else ''} not shown: the compact view keeps to "
+                        f"{max_chars:,} characters (ask for fewer with -n, or --format json for all)"]
+        heads, flags, limit = _layout(shown, lead, max_chars, excerpt_chars)
+    lines = list(lead)
+    for r, h, f in zip(shown, heads, flags, strict=True):
         lines.append(h)
         if limit > 0 and _shown_body(r):
             lines.append("   " + snippet(_shown_body(r), limit, query))
         if f:
             lines.append(f)
     out = _visible("\n".join(lines))
-    # Only pathological inputs (dozens of results, very long flags) get here: cut rather than overflow.
+    # Only a single pathological result (a header longer than the budget) gets here: cut rather than overflow.
     return out if len(out) <= max_chars else out[: max_chars - 1] + "…"
 
 

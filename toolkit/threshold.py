@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from .config import ThresholdConfig
+from .dedup import FILL_FROM
 from .errors import InputError
 from .fusion import in_rank_order, query_groups
 
@@ -131,7 +132,9 @@ def apply_threshold(
             "or set threshold.min_prob to 0"
         )
     if cfg.min_score > 0 or use_prob:
-        passes = pl.col("score") >= cfg.min_score
+        # A result the source fill moved below the first pass is judged on its own score, not the placeholder.
+        own = pl.coalesce(pl.col(FILL_FROM), pl.col("score")) if FILL_FROM in r.columns else pl.col("score")
+        passes = own >= cfg.min_score
         if use_prob:  # the calibrated probability (learned fusion); a row without one does not pass
             passes = passes & (pl.col("score_prob").fill_null(0.0) >= cfg.min_prob)
         r = r.with_columns(passes.alias("_pass"), passes.any().over("qid").alias("_any"))
@@ -147,7 +150,7 @@ def apply_threshold(
     else:
         low_conf = pl.lit(False)
         r_out = r
-    r_out = strictly_decreasing(r_out)
+    r_out = strictly_decreasing(r_out.drop(FILL_FROM, strict=False))
     cols = r.select("qid", "rank", "score", *(["_any"] if "_any" in r.columns else []))  # not the whole frame
     shown = cols.filter(pl.col("rank") <= n) if n else cols
     per_query = shown.group_by("qid", maintain_order=True).agg(
