@@ -534,9 +534,10 @@ def failure_cases(
     "blend" (fused top k, pushed out by the reranker blend), "priors" (blended top k, pushed out by the memory
     priors: the trace's `priors` stage), "guard" (one place down because the exact-token guard moved a
     document up: `per_query`'s exact_token "kept"), "dedup" (removed as a near duplicate / by the source limit
-    (see `removed`), moved down by the source fill, or given a source-fill score below `min_score`), or
-    "threshold" (its own score below min_score). Without `min_score` a document gone without a dedup record
-    counts as "threshold"; without `per_query` the guard is not told apart from the source fill.
+    (see `removed`) or moved down by the source fill), or "threshold" (gone from the final list without a
+    dedup record: its own score below min_score, or its probability below min_prob; the threshold judges a
+    source-filled result by its own score, not its place-holding one). Without `per_query` the guard is not
+    told apart from the source fill. `min_score` is accepted for callers that pass it and not needed.
     """
     rel = qrels.filter(pl.col("rel") >= rel_threshold).select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
@@ -583,14 +584,9 @@ def failure_cases(
     pre_rank = pl.when(pl.col("_priors")).then(pl.col("priors_rank")).otherwise(pl.col("blend_rank"))
     pre_score = pl.when(pl.col("_priors")).then(pl.col("priors_score")).otherwise(pl.col("blend_score"))
     out = out.with_columns(pre_rank.alias("_pre_rank"), pre_score.alias("_pre_score"))
-    # min_score 0 is the threshold switched off: a document gone without a dedup record is then not the source
-    # fill's doing (threshold.min_prob under learned fusion, say).
-    above = (pl.col("_pre_score") >= min_score).fill_null(False) if min_score is not None and min_score > 0 else pl.lit(False)
     dedup_detail = (
         pl.when(pl.col("reason").is_not_null())
         .then(pl.lit("removed: ") + pl.col("reason") + pl.lit(" (kept ") + pl.col("kept_instead").fill_null("?") + pl.lit(")"))
-        .when(pl.col("final_rank").is_null())
-        .then(pl.lit("before dedup ") + rank_txt("_pre_rank") + pl.lit(" -> gone: the source fill scored it below min_score"))
         .otherwise(pl.lit("before dedup ") + rank_txt("_pre_rank") + pl.lit(" -> final ") + rank_txt("final_rank") + pl.lit(" (source fill)"))
     )
     culprit = (
@@ -604,8 +600,6 @@ def failure_cases(
             .then(pl.lit("dedup"))
             .when(pl.col("final_rank").is_not_null())
             .then(pl.when(pl.col("_guard") & (pl.col("final_rank") == pl.col("_pre_rank") + 1)).then(pl.lit("guard")).otherwise(pl.lit("dedup")))
-            .when(above)
-            .then(pl.lit("dedup"))
             .otherwise(pl.lit("threshold"))
         )
         .when(top("fuse_rank"))
