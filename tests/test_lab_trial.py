@@ -49,7 +49,7 @@ def test_a_document_gone_without_a_dedup_record_is_blamed_on_the_threshold():
     and min_score dropped it, under "dropped below min_score". Now the threshold judges a filled result by its
     own score (trial S; tests/test_delivery_trial.py), so what is gone without a dedup record is the threshold's
     doing, on its own score."""
-    low = panels.failure_cases(_stages((3, 0.01), None), QRELS, k=10, min_score=0.02).row(0, named=True)
+    low = panels.failure_cases(_stages((3, 0.01), None), QRELS, k=10).row(0, named=True)
     assert low["culprit"] == "threshold" and "dropped below min_score" in low["detail"]
 
 
@@ -206,7 +206,7 @@ def test_the_failure_panel_counts_what_no_list_retrieved(demo_store):
 def test_min_score_zero_is_the_threshold_off_not_the_source_fill():
     """Review: with min_score 0 (the default) a document gone without a dedup record was called the source
     fill's doing."""
-    got = panels.failure_cases(_stages((2, 0.5), None), QRELS, k=10, min_score=0.0).row(0, named=True)
+    got = panels.failure_cases(_stages((2, 0.5), None), QRELS, k=10).row(0, named=True)
     assert got["culprit"] == "threshold"
 
 

@@ -569,6 +569,14 @@ def _iso_date(value: str | None) -> str | None:
     return value.strip()
 
 
+def _as_of_used(cfg) -> bool:
+    """Whether `--as-of` can change anything (a recency prior); says so on stderr when not."""
+    if cfg.priors.recency_field is None:
+        click.echo(f"note: --as-of has no effect: config {cfg.name!r} has no recency prior (priors.recency_field)", err=True)
+        return False
+    return True
+
+
 def _as_of_metadata(cfg, as_of: str | None) -> dict[str, str]:
     """The query's metadata for `--as-of`: its date under the field the recency prior reads as the query's
     date (`priors.recency_query_field`), as the Python API takes it from query metadata."""
@@ -577,9 +585,7 @@ def _as_of_metadata(cfg, as_of: str | None) -> dict[str, str]:
     from .metatypes import is_date_field
 
     field_ = cfg.priors.recency_query_field
-    if cfg.priors.recency_field is None:
-        click.echo(f"note: --as-of has no effect: config {cfg.name!r} has no recency prior (priors.recency_field)", err=True)
-    elif not is_date_field(field_):  # the query's value would be kept as text, and age measured from now
+    if _as_of_used(cfg) and not is_date_field(field_):  # the query's value would be kept as text, and age measured from now
         raise ToolkitError(f"--as-of: priors.recency_query_field {field_!r} is not read as a date (a date field is named "
                            "date, datetime, timestamp, created, updated, modified or ends in _at, _date, _time)")
     return {field_: as_of}
@@ -656,9 +662,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of)
     ds = Dataset.open(dataset)
     _check_out(out, store_path or _default_store(ds))
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
-    if as_of is not None:
-        if cfg.priors.recency_field is None:
-            click.echo(f"note: --as-of has no effect: config {cfg.name!r} has no recency prior (priors.recency_field)", err=True)
+    if as_of is not None and _as_of_used(cfg):
         cfg = cfg.with_updates({"priors.as_of": as_of})
     # Before any work: a bad name must not cost a whole run. A config name with spaces gives a dashed tag.
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")

@@ -7,8 +7,7 @@ numbers can be checked, tabulated or tested without reading plotly traces.
 
     from toolkit import panels
     res = rescore(prep, cfg)
-    lost = panels.failure_cases(res.trace, qrels, res.removed, k=10, min_score=cfg.threshold.min_score,
-                                per_query=res.per_query)   # who buried which relevant doc
+    lost = panels.failure_cases(res.trace, qrels, res.removed, k=10, per_query=res.per_query)  # who buried which relevant doc
     panels.failures_figure(lost, queries).show()
     panels.spread_figure(res.trace, res.per_query, depth=cfg.output.n, low_spread=cfg.threshold.low_spread).show()
 
@@ -524,7 +523,6 @@ def failure_cases(
     *,
     k: int = 10,
     rel_threshold: int = 1,
-    min_score: float | None = None,
     per_query: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Relevant documents that were in the top k at some stage but are not in the final top k.
@@ -537,7 +535,7 @@ def failure_cases(
     (see `removed`) or moved down by the source fill), or "threshold" (gone from the final list without a
     dedup record: its own score below min_score, or its probability below min_prob; the threshold judges a
     source-filled result by its own score, not its place-holding one). Without `per_query` the guard is not
-    told apart from the source fill. `min_score` is accepted for callers that pass it and not needed.
+    told apart from the source fill.
     """
     rel = qrels.filter(pl.col("rel") >= rel_threshold).select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
@@ -555,13 +553,10 @@ def failure_cases(
     )
     stages = (*LATER_STAGES, "priors")
     later = t.filter(~is_list).group_by("qid", "doc_id").agg(
-        *(pl.col("rank").filter(pl.col("stage") == s).min().alias(f"{s}_rank") for s in stages),
-        *(pl.col("score").filter(pl.col("stage") == s).max().alias(f"{s}_score") for s in ("blend", "priors")),
+        pl.col("rank").filter(pl.col("stage") == s).min().alias(f"{s}_rank") for s in stages
     )
     out = rel.join(t.select("qid").unique(), on="qid", how="semi")
-    # Queries the priors ran on (their trace has the stage) and queries whose exact-token guard moved a document up.
-    with_priors = trace.filter(pl.col("stage") == "priors").select(pl.col("qid").unique())
-    out = out.with_columns(pl.col("qid").is_in(with_priors["qid"].implode()).alias("_priors"))
+    # Queries whose exact-token guard moved a document up.
     kept = (per_query.filter(pl.col("exact_token") == "kept")["qid"].cast(pl.Utf8)
             if per_query is not None and "exact_token" in per_query.columns else pl.Series([], dtype=pl.Utf8))
     out = out.with_columns(pl.col("qid").is_in(kept.implode()).alias("_guard"))
@@ -580,10 +575,8 @@ def failure_cases(
     def rank_txt(c: str) -> pl.Expr:
         return pl.col(c).cast(pl.Utf8).fill_null("-")
 
-    # The place and score the document had just before dedup: after the priors when they ran, else blended.
-    pre_rank = pl.when(pl.col("_priors")).then(pl.col("priors_rank")).otherwise(pl.col("blend_rank"))
-    pre_score = pl.when(pl.col("_priors")).then(pl.col("priors_score")).otherwise(pl.col("blend_score"))
-    out = out.with_columns(pre_rank.alias("_pre_rank"), pre_score.alias("_pre_score"))
+    # The place the document had just before dedup: after the priors when they ran, else blended.
+    out = out.with_columns(pl.coalesce(pl.col("priors_rank"), pl.col("blend_rank")).alias("_pre_rank"))
     dedup_detail = (
         pl.when(pl.col("reason").is_not_null())
         .then(pl.lit("removed: ") + pl.col("reason") + pl.lit(" (kept ") + pl.col("kept_instead").fill_null("?") + pl.lit(")"))
@@ -592,7 +585,8 @@ def failure_cases(
     culprit = (
         pl.when(top("final_rank"))
         .then(pl.lit(None, pl.Utf8))
-        .when(top("blend_rank") & pl.col("_priors") & ~top("priors_rank"))
+        # (the priors ran when the document has a priors row: they keep every blended row)
+        .when(top("blend_rank") & pl.col("priors_rank").is_not_null() & ~top("priors_rank"))
         .then(pl.lit("priors"))
         .when(top("_pre_rank"))
         .then(
@@ -639,8 +633,9 @@ def retrieval_misses(trace: pl.DataFrame, qrels: pl.DataFrame, *, k: int = 10, r
     rel = qrels.filter(pl.col("rel") >= rel_threshold).select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique()
     rel = rel.join(trace.select("qid").unique(), on="qid", how="semi")
     # In the top k of any stage (a list, fusion, the blend, the priors, the final list): `failure_cases` lists
-    # the ones a later stage lost, so these are disjoint from its rows.
-    seen = trace.filter(pl.col("rank") <= k)
+    # the ones a later stage lost, so these are disjoint from its rows. Relevant documents' rows only: a cheap
+    # is_in first, as `failure_cases` does (this runs on every slider move).
+    seen = trace.filter(pl.col("doc_id").is_in(rel["doc_id"].unique().implode()) & (pl.col("rank") <= k))
     return rel.join(seen.select("qid", "doc_id").unique(), on=["qid", "doc_id"], how="anti").height
 
 

@@ -350,7 +350,7 @@ class Session:
             timings["metrics"] = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
             failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold,
-                                            min_score=cfg.threshold.min_score, per_query=res.per_query)
+                                            per_query=res.per_query)
             misses = panels.retrieval_misses(res.trace, self.qrels, k=self.k, rel_threshold=self.rel_threshold)
         timings["failures"] = (time.perf_counter() - t) * 1000
         # Commit only once everything is computed: a failure above (or in the inspector) leaves the last state whole.

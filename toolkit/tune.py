@@ -141,6 +141,14 @@ def _field_accepts(base: PipelineConfig, key: str, value: Any) -> bool:
     return True
 
 
+def _makes_config(base: PipelineConfig, key: str, value: Any) -> bool:
+    try:
+        _apply(base, {key: value})
+    except InputError:
+        return False
+    return True
+
+
 def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
     for key, dist in space.items():
         # Trials re-score one prepared set, so only fields `prepare` never reads can move (config.py says which).
@@ -182,6 +190,7 @@ def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
         if not any(fusion.reads(m, key.split("@")[0]) for m in methods):
             raise InputError(f"{origin}: {key}: fusion.method {' / '.join(methods)} does not read it, so no trial "
                              f"could see it; add fusion.method to the space or tune another base")
+        mid = None if lo_hi is None else (int if "int" in dist else float)((lo_hi[0] + lo_hi[1]) / 2)
         for sample in samples:
             try:
                 _apply(base, {key: sample})
@@ -190,14 +199,7 @@ def _validate(space: dict[str, Any], base: PipelineConfig, origin: str) -> None:
                 # BM25 alone fuses nothing): fine when the value suits the field itself and the middle of the
                 # range makes a valid config (trials at that end are pruned). A value outside the field's own
                 # bounds is a typo, refused.
-                mid = (lo_hi[0] + lo_hi[1]) / 2 if lo_hi is not None else None
-                if mid is not None and "int" in dist:
-                    mid = int(mid)
-                try:
-                    if mid is None or not _field_accepts(base, key, sample):
-                        raise InputError(str(e))
-                    _apply(base, {key: mid})
-                except InputError:
+                if mid is None or not _field_accepts(base, key, sample) or not _makes_config(base, key, mid):
                     raise InputError(f"{origin}: {key}: {e}") from None
 
 
