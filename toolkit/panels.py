@@ -537,6 +537,12 @@ def failure_cases(
     source-filled result by its own score, not its place-holding one). Without `per_query` the guard is not
     told apart from the source fill.
     """
+    return _failures(*_relevant_rows(trace, qrels, rel_threshold), removed, k, per_query)
+
+
+def _relevant_rows(trace: pl.DataFrame, qrels: pl.DataFrame, rel_threshold: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """([qid, doc_id, rel] of the judged-relevant pairs, the trace's rows of those pairs): the one pass over the
+    whole trace that `failure_cases` and `retrieval_misses` share (`lost` makes it once for both)."""
     rel = qrels.filter(pl.col("rel") >= rel_threshold).select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
     ).group_by("qid", "doc_id").agg(pl.col("rel").max())
@@ -544,6 +550,11 @@ def failure_cases(
     t = trace.filter(pl.col("doc_id").is_in(rel["doc_id"].unique().implode())).join(
         rel.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi"
     )
+    return rel, t
+
+
+def _failures(rel: pl.DataFrame, t: pl.DataFrame, removed: pl.DataFrame | None, k: int,
+              per_query: pl.DataFrame | None) -> pl.DataFrame:
     is_list = pl.col("stage").str.starts_with("retrieve:")
     lists = (
         t.filter(is_list)
@@ -626,17 +637,28 @@ def failure_cases(
     )
 
 
-def retrieval_misses(trace: pl.DataFrame, qrels: pl.DataFrame, *, k: int = 10, rel_threshold: int = 1) -> int:
-    """Relevant documents of the traced queries that were in no stage's top k (no list, fusion, blend, priors
-    or final list had them there): what `failure_cases` leaves out (user trial T: on MS MARCO dev 1,863 of the
-    2,019 relevant documents missing from the final top 10, which the failure panel never mentioned)."""
-    rel = qrels.filter(pl.col("rel") >= rel_threshold).select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique()
-    rel = rel.join(trace.select("qid").unique(), on="qid", how="semi")
-    # In the top k of any stage (a list, fusion, the blend, the priors, the final list): `failure_cases` lists
-    # the ones a later stage lost, so these are disjoint from its rows. Relevant documents' rows only: a cheap
-    # is_in first, as `failure_cases` does (this runs on every slider move).
-    seen = trace.filter(pl.col("doc_id").is_in(rel["doc_id"].unique().implode()) & (pl.col("rank") <= k))
-    return rel.join(seen.select("qid", "doc_id").unique(), on=["qid", "doc_id"], how="anti").height
+def retrieval_misses(trace: pl.DataFrame, qrels: pl.DataFrame, *, k: int = 10, rel_threshold: int = 1,
+                     qids: pl.Series | None = None) -> int:
+    """Relevant documents of the traced queries (`qids`, else read off the trace) that were in no stage's top k
+    (no list, fusion, blend, priors or final list had them there): what `failure_cases` leaves out (user trial
+    T: on MS MARCO dev 1,863 of the 2,019 relevant documents missing from the final top 10, which the failure
+    panel never mentioned). The two are disjoint."""
+    return _misses(*_relevant_rows(trace, qrels, rel_threshold), k, trace["qid"].unique() if qids is None else qids)
+
+
+def _misses(rel: pl.DataFrame, t: pl.DataFrame, k: int, qids: pl.Series) -> int:
+    rel = rel.filter(pl.col("qid").is_in(qids.cast(pl.Utf8).implode()))
+    seen = t.filter(pl.col("rank") <= k).select("qid", "doc_id").unique()
+    return rel.join(seen, on=["qid", "doc_id"], how="anti").height
+
+
+def lost(trace: pl.DataFrame, qrels: pl.DataFrame, removed: pl.DataFrame | None = None, *, k: int = 10,
+         rel_threshold: int = 1, per_query: pl.DataFrame | None = None) -> tuple[pl.DataFrame, int]:
+    """(`failure_cases`, `retrieval_misses`) from one pass over the trace: what the lab draws on every change.
+    `per_query` (the result's per-query frame) also names the traced queries."""
+    rel, t = _relevant_rows(trace, qrels, rel_threshold)
+    qids = per_query["qid"] if per_query is not None else trace["qid"].unique()
+    return _failures(rel, t, removed, k, per_query), _misses(rel, t, k, qids)
 
 
 def failures_figure(

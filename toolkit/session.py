@@ -349,9 +349,8 @@ class Session:
             deltas = panels.metric_deltas(per_query, base_pq)
             timings["metrics"] = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
-            failures = panels.failure_cases(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold,
-                                            per_query=res.per_query)
-            misses = panels.retrieval_misses(res.trace, self.qrels, k=self.k, rel_threshold=self.rel_threshold)
+            failures, misses = panels.lost(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold,
+                                           per_query=res.per_query)
         timings["failures"] = (time.perf_counter() - t) * 1000
         # Commit only once everything is computed: a failure above (or in the inspector) leaves the last state whole.
         keys = ("result", "config", "prepared", "per_query", "deltas", "failures", "retrieval_misses", "inspected", "inspected_title",
