@@ -66,7 +66,7 @@ def test_an_unexpected_failure_keeps_the_state_whole_and_says_so(store, monkeypa
     def boom(*a, **k):
         raise RuntimeError("failure cases broke")
 
-    monkeypatch.setattr(panels, "failure_cases", boom)
+    monkeypatch.setattr(panels, "lost", boom)  # the failure-case step the session calls
     with pytest.raises(RuntimeError):
         s.set("fusion.lexical_weight", 0.0)
     assert "RuntimeError: failure cases broke" in s.message and "rrf_k" not in s.message
