@@ -59,3 +59,78 @@ def test_a_snippet_looks_for_the_number_the_user_asked_about():
     text = "## Section 16\n" + "filler words about migrations " * 12 + "then for version 17 run the migrate tool with --safe"
     got = snippet(text, 80, "migration version 17 section 17")
     assert "17" in got and "version 17" in got
+
+
+def test_a_custom_rrf_config_does_not_say_scores_barely_differ_for_every_query(tmp_path):
+    """A config file that names only its fusion (RRF, as a user writes one) inherited low_spread 0.10, a
+    spread RRF's 1/(k + rank) scores never reach: every query got "scores barely differ". Without a
+    `threshold.low_spread` the config now takes its fusion scale's, and an explicit one is kept."""
+    from toolkit.config import config_from_dict, low_spread_default
+
+    docs = [{"_id": "hit", "text": "zookeeper quorum lost after the ensemble restart", "metadata": {"source": "a"}}]
+    docs += [{"_id": f"n-{i}", "text": f"weekly notes {i} about lunch and parking", "metadata": {"source": f"n{i}"}}
+             for i in range(12)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    q = pl.DataFrame({"qid": ["q"], "text": ["zookeeper quorum lost"]})
+    cfg = config_from_dict({"name": "mine", "fusion": {"method": "rrf", "rank_bonus": []}})
+    assert cfg.threshold.low_spread == low_spread_default("rrf", 60) < 0.002
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(load_corpus(tmp_path / "c.jsonl"))
+        res = run_pipeline(st, q, cfg)
+    assert res.final["doc_id"][0] == "hit"  # first in both lists: the top-5 spread is RRF's widest
+    assert not res.per_query["low_differentiation"].any()
+    assert res.per_query["spread"][0] < 0.10  # what the old default compared it with
+    assert config_from_dict({"fusion": {"method": "convex"}}).threshold.low_spread == 0.01
+    assert config_from_dict({"fusion": {"rrf_k": 10}}).threshold.low_spread == low_spread_default("rrf", 10) > 0.02
+    assert config_from_dict({"threshold": {"low_spread": 0.3}}).threshold.low_spread == 0.3
+    assert load_config("learned").threshold.low_spread == 0.1  # a preset's own value stays
+
+
+def test_near_copies_from_the_same_source_leave_a_count(tmp_path):
+    """Near-duplicate removal dropped four near-copies of one file's paragraph and the result said nothing: its
+    `also_in` lists other sources only. It now says how many results it stands for (`copies`), in JSON and
+    in the compact view."""
+    docs = [{"_id": f"r-{i}", "text": f"Rollback step {i}: when the canary fails health checks run helm rollback "
+             f"release {i} and verify canary traffic returns to baseline.", "metadata": {"source": "ops/runbook.md"}}
+            for i in range(5)]
+    docs += [{"_id": f"n-{i}", "text": f"weekly notes {i} about lunch and parking", "metadata": {"source": f"n{i}"}}
+             for i in range(6)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    q = pl.DataFrame({"qid": ["q"], "text": ["canary rollback helm"]})
+    cfg = load_config("default").with_updates({"dedup.near_duplicate_enabled": True, "dedup.near_duplicate_threshold": 0.9})
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(load_corpus(tmp_path / "c.jsonl"))
+        res = run_pipeline(st, q, cfg)
+        rows = res.final.to_dicts()
+    top = rows[0]
+    assert top["doc_id"].startswith("r-") and top["also_in"] == [] and top["copies"] == 4
+    assert "duplicates_collapsed" in top["flags"]
+    assert "stands for 4 more copies from the same source" in render(rows, query="canary rollback helm")
+    got = json.loads(render(rows, fmt="json", query="canary rollback helm"))["results"][0]
+    assert got["copies"] == 4 and got["also_in"] == []
+
+
+def test_hrt_search_shows_the_rank_bonus_that_makes_the_score_add_up(tmp_path):
+    """qmd's RRF adds +0.05 for a first place and +0.02 for places 2-3; `hrt search` showed each list's rank and
+    the final score, which did not add up without the bonus (user trial R). It is now shown, and in JSON."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    docs = [{"_id": "hit", "text": "zookeeper quorum lost after the ensemble restart", "metadata": {"source": "a"}}]
+    docs += [{"_id": f"n-{i}", "text": f"weekly notes {i} about lunch and parking", "metadata": {"source": f"n{i}"}}
+             for i in range(8)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    store = str(tmp_path / "s.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(tmp_path / "c.jsonl"), "--store", store]).exit_code == 0
+    r = CliRunner().invoke(main, ["search", "zookeeper quorum lost", "--store", store, "--config", "qmd", "-n", "2"])
+    assert r.exit_code == 0, r.output
+    assert "rank bonus +0.05) · a" in r.output.splitlines()[0]
+    r = CliRunner().invoke(main, ["search", "zookeeper quorum lost", "--store", store, "--config", "qmd", "-n", "2",
+                                  "--format", "json"])
+    top = json.loads(r.stdout)["results"][0]
+    ranks = [o["rank"] for o in top["origins"] if o["list"] in ("bm25", "dense")]
+    assert top["rank_bonus"] == 0.05 and min(ranks) == 1
+    assert abs(top["fused_score"] if top["fused_score"] is not None else top["score"]) > 0.05
+    r = CliRunner().invoke(main, ["search", "zookeeper quorum lost", "--store", store, "-n", "2", "--format", "json"])
+    assert json.loads(r.stdout)["results"][0]["rank_bonus"] is None  # default adds none

@@ -77,7 +77,8 @@ def test_http_variants_good(fake_server):
         {"role": "user", "content": "pool size"},
     ]
     # Limits per kind, and zero turns a kind off.
-    v, _ = variants(QUERIES, http(fake_server), max_lex=1, max_vec=0, max_hyde=1)
+    with pytest.warns(UserWarning, match=r"not used: 2 lex \(expansion.max_lex 1\)$"):  # max_vec 0: not said
+        v, _ = variants(QUERIES, http(fake_server), max_lex=1, max_vec=0, max_hyde=1)
     assert v.filter(pl.col("qid") == "q2")["variant"].to_list() == ["orig", "lex1", "hyde1"]
 
 
@@ -211,3 +212,22 @@ def test_no_expander_factory_and_bad_input(monkeypatch):
 def test_prompt_is_shown_in_the_docstring_and_fake_answer_parses():
     assert EXPANSION_PROMPT.splitlines()[0] in (HttpExpander.__doc__ or "")
     assert [k for k, _ in parse_typed_lines(chat_answer("x"))] == ["lex", "lex", "vec", "hyde", "lex"]
+
+
+def test_expansions_past_the_limits_are_named_not_dropped_silently(tmp_path):
+    """User trial R: an expansion file with three `lex` lines per query under `expansion.max_lex: 2` lost the third
+    without a word, and the user read the run as using all three. A warning now says how many were not used
+    and which limit dropped them; repeats and empty lines are not counted (they are not expansions)."""
+    f = tmp_path / "exp.jsonl"
+    lines = [{"qid": q, "expansions": [{"type": "lex", "text": f"{q} a"}, {"type": "lex", "text": f"{q} b"},
+                                       {"type": "lex", "text": f"{q} c"}, {"type": "lex", "text": f"{q} a"},
+                                       {"type": "vec", "text": f"what is {q}"}]} for q in ("q1", "q2")]
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.warns(UserWarning, match=r"2 queries had more expansions .*not used: 2 lex \(expansion.max_lex 2\)"):
+        v, status = variants(QUERIES, FileExpander(f), max_lex=2, max_vec=2, max_hyde=1)
+    assert v.filter(pl.col("qid") == "q1")["variant"].to_list() == ["orig", "lex1", "lex2", "vec1"]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        variants(QUERIES, FileExpander(f), max_lex=3, max_vec=2, max_hyde=1)  # all used: no warning

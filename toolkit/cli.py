@@ -546,6 +546,12 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         .join(origins(prep.candidates, top), on=["qid", "doc_id"], how="left")
         .sort("rank")
     )
+    if cfg.fusion.method == "rrf" and cfg.fusion.rank_bonus and len(rows):
+        # What RRF added for the best list rank (user trial R: the shown score did not add up without it).
+        from .fusion import rank_bonus
+
+        best = rows["origins"].list.eval(pl.element().struct.field("rank")).list.min().fill_null(0).to_numpy()
+        rows = rows.with_columns(pl.Series("rank_bonus", rank_bonus(cfg.fusion, best), dtype=pl.Float64))
     notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
     out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
                  excerpt_chars=cfg.output.excerpt_chars, query=query)

@@ -230,6 +230,10 @@ class DenseConfig(_Endpoint):
 
 
 class RetrievalConfig(_Model):
+    # What one place in a BM25 or dense list is: a document (scored by its best chunk, top_k documents) or a
+    # chunk (top_k chunks, several of one document possible). Either way fusion ranks documents, each at its
+    # best chunk's place, and a result is one document shown by that chunk (user trial S expected several
+    # chunks of one document as results; qrels judge documents, so runs rank documents).
     level: Prepare[Literal["document", "chunk"]] = "document"
     lexical: LexicalConfig = LexicalConfig()
     dense: DenseConfig = DenseConfig()
@@ -403,6 +407,7 @@ class DedupConfig(_Model):
 class ThresholdConfig(_Model):
     # 0 keeps everything: zscore fusion and the tail below a reranked block can score below zero.
     min_score: Rescore[float] = Field(0.0, ge=0.0)
+    # A config that does not set it gets its fusion method's (`low_spread_default`); 0.10 is the learned scale.
     low_spread: Rescore[float] = Field(0.10, ge=0.0)
     # Calibrated P(relevant) (`score_prob`, fusion.method learned only); 0 keeps everything.
     min_prob: Rescore[float] = Field(0.0, ge=0.0, le=1.0)
@@ -486,6 +491,19 @@ class PriorsConfig(_Model):
 LABELS = ("schema_version", "name", "description", "tuned_on")
 
 
+def low_spread_default(method: str, rrf_k: int = 60, *, reranked: bool = False) -> float:
+    """`threshold.low_spread` for a config that does not set it: the spread that means "barely differ" on
+    the scale its final scores come on. RRF: the gap between the first and the fifth place of one list,
+    1/(k+1) - 1/(k+5) (0.001 at k 60, the `default` preset's measured choice); a reranker blend, convex
+    fusion (scores mapped to [0, 1]): 0.01, as measured for `qmd`, `bm25-only` and `vector-only` (about one
+    LoCoMo query in ten flagged); the learned model's scores: 0.10."""
+    if reranked or method == "convex":
+        return 0.01
+    if method == "rrf":
+        return round(1.0 / (rrf_k + 1) - 1.0 / (rrf_k + 5), 6)
+    return 0.10
+
+
 class PipelineConfig(_Model):
     """Every setting of one retrieval pipeline, validated and frozen (see `toolkit.config`).
 
@@ -512,6 +530,33 @@ class PipelineConfig(_Model):
     threshold: ThresholdConfig = ThresholdConfig()
     output: OutputConfig = OutputConfig()
     priors: PriorsConfig = PriorsConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spread_scale(cls, d: Any) -> Any:
+        """A config without `threshold.low_spread` gets the one its fusion scale calls for (user trial S: a
+        custom RRF config inherited 0.10, meant for the learned model's scores, and every query said "scores
+        barely differ")."""
+        if not isinstance(d, dict):
+            return d
+        t = d.get("threshold")
+        given = ("low_spread" in t) if isinstance(t, dict) else (t is not None and "low_spread" in getattr(t, "model_fields_set", ()))
+        if given or (t is not None and not isinstance(t, (dict, ThresholdConfig))):
+            return d
+        f = d.get("fusion") if d.get("fusion") is not None else {}
+        r = d.get("rerank") if d.get("rerank") is not None else {}
+        get = (lambda m, k, dv: m.get(k, dv)) if isinstance(f, dict) else (lambda m, k, dv: getattr(m, k, dv))
+        method = get(f, "method", "rrf")
+        k = get(f, "rrf_k", 60)
+        provider = r.get("provider", "none") if isinstance(r, dict) else getattr(r, "provider", "none")
+        if not (isinstance(method, str) and isinstance(k, int) and k > 0 and isinstance(provider, str)):
+            return d  # the field validators name what is wrong
+        value = low_spread_default(method, k, reranked=provider != "none")
+        if isinstance(t, ThresholdConfig):
+            t = t.model_copy(update={"low_spread": value})
+        else:
+            t = {**(t or {}), "low_spread": value}
+        return {**d, "threshold": t}
 
     @field_validator("schema_version")
     @classmethod

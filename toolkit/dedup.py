@@ -370,7 +370,9 @@ def _also_in(
 ) -> pl.DataFrame:
     """Add `also_in` (sorted sources where the result's text also lives: the identical copies collapsed into
     it, `same` from `_collapse_identical`, and the near-duplicates removed in its favour; both are rows of the
-    query, so nothing outside its scope is named) and flag `duplicates_collapsed` where it is not empty."""
+    query, so nothing outside its scope is named), `copies` (how many results it stands for, those of its own
+    source included: user trial S, a near-copy removed from the same file left no trace) and flag
+    `duplicates_collapsed` where `copies` is not 0."""
     mine = r.select("qid", *dict.fromkeys(["doc_id", on]), "source")
     parts = []
     if same is not None and len(same):
@@ -386,14 +388,16 @@ def _also_in(
         nd = nd.select("qid", pl.col("kept_instead").alias("doc_id"), pl.coalesce("source", "doc_id").alias("other"))
         parts.append(nd.join(mine, on=["qid", "doc_id"], how="inner").select("qid", on, "source", "other"))
     if not parts:
-        return r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("also_in"))
+        return r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("also_in"), pl.lit(0, pl.Int64).alias("copies"))
     also = (
         pl.concat(parts)
-        .filter(pl.col("other") != pl.col("source"))
         .group_by("qid", on)
-        .agg(pl.col("other").unique().sort().alias("also_in"))
+        .agg(
+            pl.col("other").filter(pl.col("other") != pl.col("source")).unique().sort().alias("also_in"),
+            pl.len().cast(pl.Int64).alias("copies"),
+        )
     )
     r = r.join(also, on=["qid", on], how="left", maintain_order="left").with_columns(
-        pl.col("also_in").fill_null(pl.lit([], pl.List(pl.Utf8)))
+        pl.col("also_in").fill_null(pl.lit([], pl.List(pl.Utf8))), pl.col("copies").fill_null(0)
     )
-    return r.with_columns(_add_flag(pl.col("flags"), pl.col("also_in").list.len() > 0, COLLAPSED).alias("flags"))
+    return r.with_columns(_add_flag(pl.col("flags"), pl.col("copies") > 0, COLLAPSED).alias("flags"))

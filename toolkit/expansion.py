@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Protocol
 
@@ -212,21 +214,33 @@ def _norm(s: str) -> str:
 
 
 def _typed_variants(
-    query: str, expansions: list[tuple[str, str]], limits: dict[str, int]
+    query: str, expansions: list[tuple[str, str]], limits: dict[str, int], over: Counter | None = None
 ) -> list[tuple[str, str, str]]:
     """(variant, kind, text) for one query: empty texts, repeats of the original and repeats within a kind
-    dropped, then up to limits[kind] of each kind numbered lex1, lex2, ..."""
+    dropped, then up to limits[kind] of each kind numbered lex1, lex2, ... `over` counts, per kind, the
+    distinct expansions past the limit (the caller says so: user trial R found them dropped without a word)."""
     seen = {k: {_norm(query)} for k in KINDS}
     out: list[tuple[str, str, str]] = []
     count = dict.fromkeys(KINDS, 0)
     for kind, text in expansions:
         text = " ".join(str(text).split())
-        if kind not in KINDS or not text or _norm(text) in seen[kind] or count[kind] >= limits[kind]:
+        if kind not in KINDS or not text or _norm(text) in seen[kind]:
             continue
         seen[kind].add(_norm(text))
+        if count[kind] >= limits[kind]:
+            if over is not None and limits[kind] > 0:  # 0 switches the kind off: nothing to say
+                over[kind] += 1
+            continue
         count[kind] += 1
         out.append((f"{kind}{count[kind]}", kind, text))
     return out
+
+
+def _warn_over_limit(over: Counter, queries: int, limits: dict[str, int]) -> None:
+    if over:
+        said = ", ".join(f"{n} {k} (expansion.max_{k} {limits[k]})" for k, n in sorted(over.items()))
+        warnings.warn(f"expansion: {queries} quer{'ies' if queries != 1 else 'y'} had more expansions than the config "
+                      f"uses; not used: {said}", UserWarning, stacklevel=3)
 
 
 def variants(
@@ -275,6 +289,8 @@ def variants(
     status_rows: list[tuple[str, str, str | None]] = []
     show = len(queries) > PROGRESS_MIN_QUERIES if progress is None else progress
     budget = RunBudget(budget_s, "expansion.budget_s", "query expansion")
+    over: Counter = Counter()
+    capped = 0
     for qid, text in tqdm(
         orig.select("qid", "text").iter_rows(), total=len(orig), disable=not show, desc="expand", unit="query"
     ):
@@ -295,8 +311,11 @@ def variants(
         except Exception as e:  # an unknown provider failure degrades like a known one
             status_rows.append((qid, "fallback", f"{type(e).__name__}: {scrub(str(e), getattr(expander, 'secrets', ()))}"))
             continue
-        rows.extend((qid, v, k, t) for v, k, t in _typed_variants(text, exps, limits))
+        before = sum(over.values())
+        rows.extend((qid, v, k, t) for v, k, t in _typed_variants(text, exps, limits, over))
+        capped += sum(over.values()) > before
         status_rows.append((qid, "ok", None))
+    _warn_over_limit(over, capped, limits)
 
     extra = pl.DataFrame(rows, schema=VARIANTS_SCHEMA, orient="row")
     kind_order = pl.col("kind").replace_strict(

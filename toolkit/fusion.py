@@ -321,7 +321,7 @@ def fuse(
         nr = int(rank.max()) + 1
         itab = np.round(np.nan_to_num(wv[:, None] / (cfg.rrf_k + np.arange(nr)), nan=0.0) * _SCALE).astype(np.int64)
         isum = np.add.reduceat(itab.ravel()[wcode.ravel()[ix.grouped_ql] * nr + ix.grouped_rank], starts)
-        ibonus = np.round(_bonus_np(cfg, np.arange(int(best_rank.max()) + 1)) * _SCALE).astype(np.int64)
+        ibonus = np.round(rank_bonus(cfg, np.arange(int(best_rank.max()) + 1)) * _SCALE).astype(np.int64)
         return _fused_frame(ix, isum + ibonus[best_rank], best_rank, best, gq, gd, None, idx is not None, depth)
     ql = q * nl + li
     weight = table[ql]
@@ -348,7 +348,7 @@ def fuse(
         o, starts, best_rank, best, gq, gd = _grouping(q, d, li, rank, nl, nd, ix.order[live[ix.order]])
     isum = np.add.reduceat(icontrib[o], starts)
     if cfg.method == "rrf":
-        isum = isum + np.round(_bonus_np(cfg, best_rank) * _SCALE).astype(np.int64)
+        isum = isum + np.round(rank_bonus(cfg, best_rank) * _SCALE).astype(np.int64)
     return _fused_frame(ix, isum, best_rank, best, gq, gd, None if live.all() else -1, idx is not None, depth)
 
 
@@ -441,8 +441,9 @@ def _first_places(
     return f, pos.astype(np.int64), count
 
 
-def _bonus_np(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:
-    """Bonus by best rank: bands [(1, .05), (3, .02)] give rank 1 -> .05, ranks 2-3 -> .02, else 0."""
+def rank_bonus(cfg: FusionConfig, best_rank: np.ndarray) -> np.ndarray:
+    """Bonus by best rank: bands [(1, .05), (3, .02)] give rank 1 -> .05, ranks 2-3 -> .02, else 0 (RRF adds
+    it; `hrt search` shows it beside the list ranks)."""
     out = np.zeros(len(best_rank))
     done = np.zeros(len(best_rank), dtype=bool)
     for upto, bonus in cfg.rank_bonus:

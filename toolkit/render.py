@@ -98,7 +98,10 @@ def _flag_words(r: Mapping[str, Any]) -> list[str]:
         if f == "duplicates_collapsed":
             also = [clean(x) for x in r.get("also_in") or []]
             shown = ", ".join(also[:3]) + (", …" if len(also) > 3 else "")
-            out.append(f"also in {len(also)} source{'s' if len(also) != 1 else ''}: {shown}" if also else "duplicates collapsed")
+            n = int(r.get("copies") or len(also))
+            here = f"stands for {n} more cop{'ies' if n != 1 else 'y'}"
+            out.append(f"{here}, also in {len(also)} source{'s' if len(also) != 1 else ''}: {shown}" if also
+                       else f"{here} from the same source")
         else:
             out.append(_FLAG_WORDS.get(f, clean(f).replace("_", " ")))
     return out
@@ -124,8 +127,11 @@ def origins(candidates: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
 
 
 def _origin_text(r: Mapping[str, Any]) -> str:
-    """`bm25 #1 12.4 · dense #13 0.61` (empty when the row carries no origins)."""
-    return " · ".join(f"{o['list']} #{o['rank']} {_short(o['score'])}" for o in r.get("origins") or [])
+    """`bm25 #1 12.4 · dense #13 0.61 · rank bonus +0.05` (empty when the row carries no origins)."""
+    parts = [f"{o['list']} #{o['rank']} {_short(o['score'])}" for o in r.get("origins") or []]
+    if parts and r.get("rank_bonus"):
+        parts.append(f"rank bonus +{r['rank_bonus']:g}")
+    return " · ".join(parts)
 
 
 def _short(x: Any) -> str:
@@ -458,8 +464,10 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int, query: str | None = N
         "fused_rank": r.get("fused_rank"),
         "retrieval_weight": r.get("retrieval_weight") if r.get("reranked") else None,
         "origins": [dict(o) for o in r.get("origins") or []],
+        "rank_bonus": r.get("rank_bonus"),
         "flags": _flags(r),
         "also_in": [str(x) for x in r.get("also_in") or []],
+        "copies": int(r.get("copies") or 0),
         "snippet": snippet(_body(r), excerpt_chars, query),
         "metadata": _metadata(r.get("metadata")),
     }
