@@ -304,7 +304,7 @@ def test_export_yaml_json_and_engine(store, tmp_path):
     assert saved.description.startswith("hybrid-rrf + rrf k 25 (from the lab")
     # Under a name of its own: a run of it must not be tagged as the preset it started from (user trial P).
     assert saved.name == "hybrid-rrf-lab"
-    assert saved.model_copy(update={"description": lab.config.description, "name": lab.config.name}) == lab.config
+    assert saved.model_copy(update={"description": lab.config.description, "name": lab.config.name, "tuned_on": None}) == lab.config
     assert lab.figures["metrics"].data[-1].name == "hybrid-rrf + rrf k 25"  # the legend too
     assert lab.export("json", tmp_path / "tuned").endswith("tuned.json")
     msg = lab.export("opensearch", tmp_path / "os.json")

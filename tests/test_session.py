@@ -75,7 +75,7 @@ def test_session_inspects_pins_and_exports(store, tmp_path):
     saved = load_config(tmp_path / "c.yaml")  # the same settings; the description names what changed
     assert saved.description.startswith("hybrid-rrf + rrf k 20") and s.label == "hybrid-rrf + rrf k 20"
     assert saved.name == "hybrid-rrf-lab"  # not the preset's own name: a run of it is tagged by name
-    assert saved.model_copy(update={"description": s.config.description, "name": s.config.name}) == s.config
+    assert saved.model_copy(update={"description": s.config.description, "name": s.config.name, "tuned_on": None}) == s.config
     assert s.export("lancedb", tmp_path / "pipeline.yaml").startswith(f"wrote hybrid-rrf + rrf k 20 to {tmp_path / 'pipeline.py'}")
     compile((tmp_path / "pipeline.py").read_text(), "pipeline.py", "exec")
 

@@ -372,24 +372,13 @@ def _check_out(out: str, *keep: str | None) -> None:
                                    "name another file")
 
 
-def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str], texts: list[str] | None = None) -> list[str]:
+def _in_sample_note(cfgs: dict, ds, split: str, qids: list[str], texts: list[str]) -> list[str]:
     """A config run on queries that chose it (`hrt tune`: `tuned_on`) or a learned config run on queries its
-    model was trained on: its scores there are not results. Said on stderr per config (`learned_fusion.
-    training_overlap` reads what the model file recorded). Returns what it said (for the HTML report)."""
-    from .learned_fusion import training_overlap
-    from .provenance import overlap
+    model was trained on: its scores there are not results. Said on stderr per config
+    (`provenance.in_sample_notes`). Returns what it said (for the HTML report)."""
+    from .provenance import in_sample_notes
 
-    said = []
-    for label, cfg in cfgs.items():
-        for rec in cfg.tuned_on or []:
-            if texts is not None and (n := overlap(rec["query_keys"], qids, texts)):
-                said.append(f"{label}: its settings were tuned on {n} of these {len(qids)} queries ({rec['dataset']}/"
-                            f"{rec['split']}): its scores on them are in-sample, not results")
-        if cfg.fusion.method == "learned":
-            n, where = training_overlap(cfg.fusion.model, ds.name, split, qids, texts)
-            if n:
-                said.append(f"{label}: its fusion.model was trained on {n} of these {len(qids)} queries ({where}): "
-                            "its scores on them are in-sample, not results")
+    said = in_sample_notes(cfgs, qids, texts, ds.name, split)
     for line in said:
         click.echo(f"warning: {line}", err=True)
     return said

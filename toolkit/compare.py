@@ -193,7 +193,8 @@ def compare(
     or [name, qid, measure, value] (`experiment(..., per_query=True)`), as a polars or pandas frame.
 
     Returns [system, measure, mean, baseline_mean, delta, wins, ties, losses, p_value, p_holm, significant,
-    ci_low, ci_high]: p from the chosen paired `test`, `p_holm` corrected across the compared systems of
+    ci_low, ci_high]: p from the chosen paired `test` ("randomization": the sign-flip test `hrt eval`
+    prints, or "ttest": the paired t-test the lab shows live), `p_holm` corrected across the compared systems of
     each measure, `significant` = p_holm <= alpha, and the bootstrap CI of delta. The queries of a measure
     are all queries any system has for it; a query missing for a system counts as 0 there (as a query with
     no results scores 0 in `evaluate`). With too few queries for the test to mean much it warns

@@ -835,15 +835,16 @@ def _from_data(d: Mapping[str, Any], origin: str) -> PipelineConfig:
     """A config from a file's content or a mapping, with one `InertSettingWarning` naming each field `d` sets
     that the rest of it switches off. Only what the writer chose counts: not a value equal to the default, nor
     one a config named after a preset shares with it where the preset switches it off too (`_preset_dormant`).
-    A file with every section is a snapshot (what `save_config` writes: the lab's export, `hrt tune --out`), not
-    a list of choices, so it is not checked, as `with_updates`, which built it, is not."""
+    A file with every section (what `save_config` writes: the lab's export, `hrt tune --out`) is checked the
+    same way, its base preset found by name (`qmd-tuned`, `qmd-lab`): every field is written there, so only
+    values off the defaults count (user trial X: `rrf_k` edited by hand in an exported convex config loaded
+    in silence, as snapshots were not checked at all)."""
     cfg = _validate(d, origin)
-    if set(PipelineConfig.model_fields) - set(LABELS) <= d.keys():  # (a snapshot saved before a label existed too)
-        return cfg
     flat, default = cfg.flat(), _default_flat()
     inert = inert_settings(cfg, [p for p in FIELD_STAGES if _written(d, p) and flat[p] != default[p]])
-    if inert and flat["name"] in list_presets():
-        dormant = _preset_dormant(flat["name"])
+    base = re.sub(r"(-(lab|tuned))+$", "", flat["name"])
+    if inert and base in list_presets():
+        dormant = _preset_dormant(base)
         inert = {p: why for p, why in inert.items() if p not in dormant or dormant[p] != flat[p]}
     by_why: dict[str, list[str]] = {}
     for p, why in inert.items():

@@ -25,6 +25,7 @@ from .errors import InputError
 from .interop import qrels_frame, queries_frame
 from .metrics import IdMismatchWarning, cutoff_depth, evaluate, parse_measures
 from .pipeline import Result, prepare, prepare_key, rescore
+from .provenance import InSampleWarning, in_sample_notes
 from .store import Store
 
 DEFAULT_MEASURES = ("nDCG@10", "R@10", "MRR@10")
@@ -90,7 +91,8 @@ def experiment(
 
     `per_query=True` returns the per-query values [name, qid, measure, value] instead (what `compare`
     takes). The frame is polars; `.to_pandas()` gives the PyTerrier-shaped pandas frame. Judged documents
-    that are not in the store (ids that do not match, so silent zeros) warn with `IdMismatchWarning`.
+    that are not in the store (ids that do not match, so silent zeros) warn with `IdMismatchWarning`; a
+    config tuned on these queries, or whose fusion model was trained on them, with `InSampleWarning`.
     """
     if correction not in CORRECTIONS:
         raise InputError(f"correction {correction!r}: expected one of {', '.join(CORRECTIONS)}")
@@ -109,6 +111,8 @@ def experiment(
         raise InputError(f"baseline {baseline!r}: no such system (have {', '.join(names)})")
 
     _warn_unknown_docs(store, qr)  # before the runs, which may take minutes
+    for line in in_sample_notes(systems, q["qid"].to_list(), q["text"].to_list()):  # as `hrt run` says it
+        warnings.warn(line, InSampleWarning, stacklevel=2)
     results, _ = run_systems(store, q, systems, progress=progress)
     depth = cutoff_depth(labels)
     pq = pl.concat(

@@ -426,6 +426,7 @@ class Lab:
             if ingest:
                 store.ingest(load_corpus(ds.root))
             lab = cls(store, ds.queries(split), ds.qrels(split), **kw)
+            lab.session.dataset_label, lab.session.split_label = ds.name, split
         except BaseException:
             store.close()
             raise

@@ -248,7 +248,9 @@ def prepare(
     use_cache: bool = True,
     one_shot: bool = False,
 ) -> Prepared:
-    """Run stages 1-5 for all queries, or load them from the store's stage cache.
+    """Run stages 1-5 for all queries, or load them from the store's stage cache. `queries` as in
+    `run_pipeline`; returns the `Prepared` frames (query features, variants, every list's candidates, reranker
+    scores, ...) that `rescore` turns into results for any config with the same prepare settings.
 
     `rerank_pool` = list depth whose documents all get reranker scores (default: the config's
     `rerank.top_n`), so that other fusion settings find their top-N already scored. `one_shot`: the caller
@@ -256,10 +258,11 @@ def prepare(
     learning-to-rank features, unless `cfg` fuses with the learned model or router), and nothing is cached.
     """
     cfg = load_config(cfg)
-    if not isinstance(queries, pl.DataFrame) or "text" not in queries.columns:
-        from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
+    from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
 
-        queries = queries_frame(queries)
+    # Every input through the same check (user trial X: a polars frame with BEIR's `_id`, integer ids, two
+    # queries under one id, merged silently, and an empty text got past a test for a `text` column).
+    queries = queries_frame(queries)
     check_store(store, cfg)
     key = prepare_key(store, queries, cfg, rerank_pool)
     if use_cache:
@@ -573,7 +576,15 @@ def _trace(
 def run_pipeline(
     store: Store, queries: pl.DataFrame, cfg: PipelineConfig | str, *, progress: bool = False, now: datetime | None = None
 ) -> Result:
-    """Full run: prepare, then rescore. `cfg`: a config, or a preset name or config file."""
+    """Full run: `prepare`, then `rescore`. `queries`: a polars or pandas frame [qid, text, scope?, metadata?]
+    (PyTerrier, BEIR and ir_datasets column names too; see `interop.queries_frame`) or a {qid: text} dict; ids
+    must be unique and texts non-empty. `cfg`: a config, or a preset name or config file. `now`: the recency
+    prior's reference time (default: the clock, or the config's `priors.as_of`).
+
+    Returns a `Result`: `final` (the shown results per query: qid, rank, doc_id, chunk_id, score, flags, ...),
+    `per_query` (notes per query: n_results, spread, low_confidence, route, ...), `trace` (every candidate
+    through every stage, for the panels), `removed` (what dedup dropped and why), and `run(depth)` (the
+    [qid, doc_id, rank, score] run that `evaluate` and `write_run` take)."""
     cfg = load_config(cfg)
     prep = prepare(store, queries, cfg, progress=progress)
     res = rescore(prep, cfg, now=now)

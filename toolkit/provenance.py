@@ -9,6 +9,7 @@ flagged any collection with numeric ids).
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 
 def query_keys(qids: list[str], texts: list[str]) -> list[str]:
@@ -19,3 +20,28 @@ def query_keys(qids: list[str], texts: list[str]) -> list[str]:
 def overlap(keys: list[str], qids: list[str], texts: list[str]) -> int:
     """How many of the queries (`qids` with their `texts`) are among the recorded `keys`."""
     return len(set(query_keys([str(q) for q in qids], [str(t) for t in texts])) & set(keys))
+
+
+class InSampleWarning(UserWarning):
+    """Numbers on queries a config was tuned on, or its fusion model trained on: they are not results."""
+
+
+def in_sample_notes(cfgs: dict[str, Any], qids: list[str], texts: list[str], dataset: str | None = None,
+                    split: str | None = None) -> list[str]:
+    """One sentence per config (`{label: config}`) whose `tuned_on` or learned fusion model covers some of these
+    queries: its scores on them are in-sample. What `hrt run` and `hrt report` print, and what the Session's
+    status line and `experiment`'s warning say (user trial X: the Python API said nothing)."""
+    said = []
+    for label, cfg in cfgs.items():
+        for rec in cfg.tuned_on or []:
+            if n := overlap(rec["query_keys"], qids, texts):
+                said.append(f"{label}: its settings were tuned on {n} of these {len(qids)} queries ({rec['dataset']}/"
+                            f"{rec['split']}): its scores on them are in-sample, not results")
+        if cfg.fusion.method == "learned":
+            from .learned_fusion import training_overlap
+
+            n, where = training_overlap(cfg.fusion.model, dataset or "", split, qids, texts)
+            if n:
+                said.append(f"{label}: its fusion.model was trained on {n} of these {len(qids)} queries ({where}): "
+                            "its scores on them are in-sample, not results")
+    return said

@@ -10,6 +10,12 @@ qrels, and recompute the failure cases and the inspected query. `toolkit.lab.Lab
     s.set("fusion.lexical_weight", 2.0); s.metrics, s.deltas      # False + s.message when invalid
     s.inspect(qid="q1"); s.pin_baseline(); s.export("yaml", "tuned.yaml")
 
+What a session holds: `result` (the `pipeline.Result` of the current config), `per_query` ([qid, measure,
+value] of the current config), `metrics` (their means), `deltas` (per measure: current, baseline, delta,
+wins, losses and `p_value`, a paired t-test cheap enough for every change; `significance()` runs the
+randomisation test `hrt eval` prints), `failures` (relevant documents lost, and which stage lost them),
+`message` (the status line: errors, notices, and an in-sample note for a config tuned on these queries).
+
 Fields declared `Prepare` in config.py (routing switches, near-duplicate vectors, retrieval/expansion
 settings, the reranker and its top_n) change what `prepare` computes: the session re-runs it (cached per
 setting) and notices "recomputing candidates". Every other field re-scores only; with a reranker the pool
@@ -36,12 +42,14 @@ from typing import Any
 import polars as pl
 
 from . import panels, priors, providers
+from .compare import compare
 from .config import PipelineConfig, load_config, prepare_settings, save_config
 from .errors import InputError, ToolkitError
 from .heap import keep_freed_memory
 from .interop import qrels_frame, queries_frame
 from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
 from .pipeline import Prepared, Result, prepare, rescore
+from .provenance import in_sample_notes, query_keys
 from .store import Store
 
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "MRR@10")
@@ -186,6 +194,10 @@ class Session:
         self._texts_generation: str | None = None
         self._inspect_state: dict[str, Any] = {"qid": None}
         self._qids = set(self.queries["qid"].to_list())
+        self._in_sample_said: dict[tuple, list[str]] = {}
+        # Where the queries come from, for the `tuned_on` record of an export (`Lab.from_dataset` sets them).
+        self.dataset_label: str | None = None
+        self.split_label: str | None = None
 
         # Baseline: its own prepare (cached in the store), scored in `_run` once per store generation.
         self._baseline_config = load_config(baseline) if baseline is not None and self.qrels is not None else None
@@ -269,6 +281,19 @@ class Session:
             self.baseline_name = f"pinned {self.label} @ {time.strftime('%H:%M:%S')}"
             self.deltas = panels.metric_deltas(self.per_query, self.baseline_per_query)
 
+    def significance(self, test: str = "randomization", alpha: float = 0.05) -> pl.DataFrame:
+        """The current config against the baseline with the paired test `hrt eval`, `experiment` and `compare`
+        run (`compare.compare`'s frame: delta, wins/ties/losses, p_value, bootstrap interval). `deltas.p_value`
+        is a paired t-test, cheap enough for every slider move; this is the randomisation test whose p `hrt
+        eval` prints for the same two runs (user trial X found the lab's and the CLI's p-values differing)."""
+        with self.lock:
+            if self.per_query is None or self.baseline_per_query is None:
+                raise InputError("significance: needs judgements (qrels) and a baseline to compare with")
+            cur, base = "current", self.baseline_name or "baseline"
+            pq = pl.concat([self.per_query.select(pl.lit(cur).alias("system"), "qid", "measure", "value"),
+                            self.baseline_per_query.select(pl.lit(base).alias("system"), "qid", "measure", "value")])
+            return compare(pq, base, test=test, alpha=alpha)
+
     def notice(self, msg: str, *, error: bool = False) -> None:
         """Set the status message ("" = all well), keep it in `history`, and tell the view."""
         self.message = msg
@@ -336,6 +361,7 @@ class Session:
         t = time.perf_counter()
         res = rescore(prep, cfg, now=self._reference(cfg))
         timings["rescore"] = (time.perf_counter() - t) * 1000
+        notes += self._in_sample(cfg)
         if providers.degraded(prep):
             notes.append(f"{providers.summary(res.per_query)}: results without it; "
                          f"{_retry_in(self._preps[(gen, prep_signature(cfg))][1])}")
@@ -371,6 +397,16 @@ class Session:
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.notice("; ".join(notes))
         return res
+
+    def _in_sample(self, cfg: PipelineConfig) -> list[str]:
+        """The in-sample notes `hrt run` prints (`provenance.in_sample_notes`), for the status line: a config
+        tuned on these queries, or whose fusion model was trained on them (user trial X: the lab showed its
+        numbers without a word). Kept per (tuned_on, model), which a slider never moves."""
+        key = (json.dumps(cfg.tuned_on), cfg.fusion.model if cfg.fusion.method == "learned" else None)
+        if key not in self._in_sample_said:
+            q = self.queries
+            self._in_sample_said[key] = in_sample_notes({cfg.name or "config": cfg}, q["qid"].to_list(), q["text"].to_list())
+        return self._in_sample_said[key]
 
     def _reference(self, cfg: PipelineConfig) -> datetime:
         """The recency prior's reference time: the config's `priors.as_of`, else the session's fixed now."""
@@ -482,6 +518,13 @@ class Session:
             # of its own (a run of it is tagged by name: `default` would pass for the shipped preset)
             cfg = cfg.model_copy(update={"name": f"{cfg.name}-lab" if label != cfg.name else cfg.name,
                                          "description": f"{label} (from the lab; base: {cfg.description or cfg.name}){when}"})
+        if label != self.base_config.name and self.qrels is not None:
+            # Settings moved while watching these queries' scores were tuned on them: recorded as `hrt tune` records
+            # its own, so `hrt run` / `hrt report` call numbers on these queries in-sample (user trial X).
+            rec = {"dataset": self.dataset_label or "lab session", "split": self.split_label or "its queries",
+                   "query_keys": query_keys(self.queries["qid"].to_list(), self.queries["text"].to_list())}
+            if not any(r["query_keys"] == rec["query_keys"] for r in cfg.tuned_on or []):
+                cfg = cfg.model_copy(update={"tuned_on": [*(cfg.tuned_on or []), rec]})
         if kind in suffixes:
             written = save_config(cfg, path)
             msg = f"wrote {label} to {written}"

@@ -505,8 +505,10 @@ def tune(
     best_cfg = shipped.with_updates(
         {
             "name": f"{base_cfg.name}-tuned" if d.chosen != "base" else base_cfg.name,
-            "description": f"{base_cfg.name} tuned on {on} for {measure}" if d.chosen != "base"
-            else f"{base_cfg.description} (kept by hrt tune on {on}: {d.rule})",
+            # The rule that decided, either way (user trial X: a config written with the gate off read like one
+            # that passed it).
+            "description": f"{base_cfg.name} tuned on {on} for {measure} ({d.rule})" if d.chosen != "base"
+            else f"{base_cfg.description} (kept by tuning on {on}: {d.rule})",
             # Changed settings remember the queries that chose them (after the base's own): numbers on those are in-sample.
             "tuned_on": [*(base_cfg.tuned_on or []), {"dataset": source, "split": split,
                                                       "query_keys": query_keys(qids, judged["text"].to_list())}]
