@@ -117,7 +117,8 @@ def test_the_session_gives_the_p_value_hrt_eval_prints(demo_store, dev):
 
 def test_an_exported_file_edited_by_hand_names_a_setting_that_does_nothing(tmp_path):
     """A platform engineer changed `rrf_k` in an exported convex config: it loaded in silence (a file with every
-    section was never checked) and ran byte-identical. The file as exported still loads quietly."""
+    section was never checked) and ran byte-identical. The file as exported still loads quietly: its first line
+    holds a digest of the rest, which the edit no longer matches."""
     cfg = load_config("memoria").with_updates({"name": "memoria-lab", "fusion.alpha": 0.8})
     path = save_config(cfg, tmp_path / "memoria-lab.yaml")
     with warnings.catch_warnings():

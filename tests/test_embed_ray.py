@@ -38,7 +38,7 @@ def test_ray_pipeline_matches_local_vectors_and_ingests_as_precomputed(tmp_path)
 
     r = CliRunner().invoke(main, ["ingest", str(demo), "--store", str(tmp_path / "s.duckdb"), "--vectors", str(tmp_path / "ray.parquet")])
     assert r.exit_code == 0, r.output
-    assert f"{len(local)} computed" in r.output  # looked up, not run through a model
+    assert f"{len(local)} supplied" in r.output  # looked up, not run through a model
     with Store(tmp_path / "s.duckdb", read_only=True) as st:
         assert st.embedding_model == local["model"][0] and st.stats()["embeddings"] == len(local)
         # queries from the local model search the cluster-made vectors

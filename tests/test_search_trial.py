@@ -125,7 +125,7 @@ def test_a_store_indexed_before_cjk_pairs_says_so_and_is_brought_up_to_date_by_i
     con.close()
     r = _search(store, "ラーメン", "--mode", "lexical")
     assert r.stdout.strip() == "no results"
-    assert "indexed before words inside unspaced Chinese, Japanese or Korean text" in r.stderr
+    assert "made by an older toolkit, before words inside unspaced Chinese, Japanese or Korean text" in r.stderr
     assert "hrt ingest" in r.stderr
     _ingest(tmp_path / "notes", store, "--no-embed")  # nothing changed in the folder: only the CJK chunk is redone
     r = _search(store, "ラーメン", "--mode", "lexical")

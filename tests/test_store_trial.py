@@ -47,7 +47,7 @@ def test_a_store_of_a_newer_toolkit_is_refused_not_written(tmp_path):
         st.ingest(DOCS, embed=False)
         st._set_meta("schema_version", "99")
     for ro in (False, True):
-        with pytest.raises(StoreError, match=r"written by a newer toolkit \(store schema version 99; this one reads up to 1\)"):
+        with pytest.raises(StoreError, match=r"written by a newer toolkit \(store schema version 99; this one reads up to 2\)"):
             Store(path, read_only=ro)
 
 

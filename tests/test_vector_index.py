@@ -190,7 +190,8 @@ def test_hnsw_recall_against_exact_on_a_larger_random_corpus(tmp_path):
 
 def test_a_store_with_duckdbs_vss_index_drops_it_on_open(tmp_path, embedder, corpus_file):
     """Stores written before usearch kept DuckDB's vss HNSW index inside the file (it needed the extension
-    for every later write): opening one for writing drops it, and exact search is unchanged."""
+    for every later write): opening one for writing drops it and builds the usearch index with its settings in
+    its place (user trial W: it was dropped in silence), and exact search is unchanged."""
     pytest.importorskip("duckdb_extension_vss")
     from toolkit.store import vss_extension_path
 
@@ -202,7 +203,7 @@ def test_a_store_with_duckdbs_vss_index_drops_it_on_open(tmp_path, embedder, cor
         st.con.execute("CREATE INDEX embeddings_hnsw ON embeddings USING HNSW (vec) WITH (metric = 'cosine')")
         st._set_meta("vector_index", json.dumps({"kind": "hnsw", "metric": "cosine", "m": 16, "ef_construction": 128}))
     with Store(path, embedder=embedder) as st:
-        assert st.vector_index is None
+        assert st.vector_index["engine"] == "usearch" and st.vector_index["m"] == 16
         assert st.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0] == 0
         st.ingest(load_corpus(corpus_file))  # a write to `embeddings` without the extension loaded
         assert len(st.dense_search(QUERIES, top_k=3, scope_filter=False)) == 12

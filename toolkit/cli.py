@@ -236,11 +236,17 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
             st.build_vector_index()
         replaced = sorted(i for i, row in _document_rows(st, list(before)).items() if row != before[i][0]) if before else []
         origins = [r for r in others if any(r in before[i][1] for i in replaced)]
+        unknown_roots = not roots and rep.changed > 0
         st.add_ingest_root(root)
         stale = [] if prune else sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in docs})
     _echo_skipped(docs, verbose)
     if replaced:  # same id, other content, put there by another folder or file: the data loss users do not see
         click.echo(_replaced_warning(replaced, root, origins), err=True)
+    elif unknown_roots:  # a store from before roots were recorded: whether another folder's was replaced is unknown
+        click.echo(f"warning: {rep.changed} document(s) of {root} replaced stored documents with the same ids, and this "
+                   "store does not record which folders were ingested into it (an older toolkit wrote it): whether those "
+                   "were earlier versions of these files or another folder's documents cannot be told; give each folder "
+                   "its own --id-prefix to keep both (from now on the store records its folders)", err=True)
     if stale:  # a deleted or renamed file stays searchable until pruned: say so
         also = (f"; the store also holds what was ingested from {_roots_text(others)}, which --prune would remove too"
                 if others else "; --prune removes them")
@@ -610,19 +616,22 @@ def _note_unknown_scope(doc_sources: pl.DataFrame, scope: str) -> None:
 
 
 def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
-    """A store indexed by an earlier text analysis (before CJK characters and pairs, NFKC and kana voicing,
-    `analysis.ANALYSIS_VERSION`) can miss a non-ASCII query that the current one finds: when BM25 matched
-    nothing, say so and how to fix it, rather than a bare "no results"."""
-    from .analysis import ANALYSIS_VERSION
-
-    if query.isascii() or store.lexical_analysis == ANALYSIS_VERSION:
+    """A store whose BM25 text an older toolkit made (before CJK characters and pairs, NFKC and kana voicing,
+    `analysis.ANALYSIS_VERSION`; or written since by an older version) can miss words in its non-ASCII chunks
+    that the current analysis finds, for an ASCII query too (ＥＣＯＮＮＲＥＳＥＴ in full width, user trial W):
+    said on every search until an ingest redoes them, rather than a silent miss or a bare "no results"."""
+    if not store.stale_text():
         return
-    if bool(prep.features["skip_lexical"].any()) or (prep.candidates["retriever"] == "lex").any():
-        return  # BM25 was routed away, or it did match
-    dense = "use --mode hybrid or dense, which match by meaning" if lexical_only else "the results come from dense search alone"
-    click.echo("note: BM25 matched nothing: this store was indexed before words inside unspaced Chinese, Japanese "
-               "or Korean text (and full-width or decomposed forms) were; run `hrt ingest` on its folder again to "
-               f"re-index them (only chunks with non-ASCII text are redone); {dense}", err=True)
+    redo = ("run `hrt ingest` on its folder again (or `Store.ingest` anything into it) to re-index them: only chunks "
+            "with non-ASCII text are redone")
+    what = ("this store's BM25 text was made by an older toolkit, before words inside unspaced Chinese, Japanese or "
+            "Korean text and full-width or decomposed forms were indexed")
+    routed = bool(prep.features["skip_lexical"].any())
+    if not query.isascii() and not routed and not (prep.candidates["retriever"] == "lex").any():
+        dense = "use --mode hybrid or dense, which match by meaning" if lexical_only else "the results come from dense search alone"
+        click.echo(f"note: BM25 matched nothing: {what}; {redo}; {dense}", err=True)
+    else:
+        click.echo(f"note: BM25 may miss words in this store's non-ASCII text: {what}; {redo}", err=True)
 
 
 @main.command()

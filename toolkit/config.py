@@ -37,6 +37,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import functools
+import hashlib
 import json
 import math
 import os
@@ -831,15 +832,18 @@ def _written(d: Any, path: str) -> bool:
     return True
 
 
-def _from_data(d: Mapping[str, Any], origin: str) -> PipelineConfig:
+def _from_data(d: Mapping[str, Any], origin: str, *, edited: bool = False) -> PipelineConfig:
     """A config from a file's content or a mapping, with one `InertSettingWarning` naming each field `d` sets
     that the rest of it switches off. Only what the writer chose counts: not a value equal to the default, nor
     one a config named after a preset shares with it where the preset switches it off too (`_preset_dormant`).
-    A file with every section (what `save_config` writes: the lab's export, `hrt tune --out`) is checked the
-    same way, its base preset found by name (`qmd-tuned`, `qmd-lab`): every field is written there, so only
-    values off the defaults count (user trial X: `rrf_k` edited by hand in an exported convex config loaded
-    in silence, as snapshots were not checked at all)."""
+    A file with every section is a snapshot (what `save_config` writes: the lab's export, `hrt tune --out`), not
+    a list of choices, so it is not checked, as `with_updates`, which built it, is not; unless `edited`: a YAML
+    snapshot whose body no longer matches the digest `save_config` wrote in its first line (user trial X: `rrf_k`
+    edited by hand in an exported convex config loaded in silence). Its base preset is found by name then
+    (`qmd-tuned`, `qmd-lab`)."""
     cfg = _validate(d, origin)
+    if set(PipelineConfig.model_fields) - set(LABELS) <= d.keys() and not edited:  # (saved before a label existed too)
+        return cfg
     flat, default = cfg.flat(), _default_flat()
     inert = inert_settings(cfg, [p for p in FIELD_STAGES if _written(d, p) and flat[p] != default[p]])
     base = re.sub(r"(-(lab|tuned))+$", "", flat["name"])
@@ -1147,7 +1151,8 @@ def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -
         )
     p = Path(path_or_name)
     if p.is_file():
-        return _from_data(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name))
+        return _from_data(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name),
+                          edited=_edited_snapshot(p))
     name = str(path_or_name)
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.is_file() and "/" not in name and "\\" not in name:
@@ -1174,13 +1179,36 @@ def save_config(cfg: PipelineConfig, path: str | Path) -> Path:
             section[path_.rsplit(".", 1)[-1]] = str(Path(value).absolute())
     suffix = p.suffix.lower()
     if suffix in (".yaml", ".yml"):
-        text = yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+        body = yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+        text = f"{_SNAPSHOT_MARK}{_digest(body)}{_SNAPSHOT_NOTE}\n{body}"
     elif suffix == ".json":
         # JSON has no infinity; the string "inf" is what pydantic reads back as a float.
         text = json.dumps(_json_safe(d), indent=2, ensure_ascii=False) + "\n"
     else:
         raise InputError(f"{path}: config files end in .yaml, .yml or .json")
     return write_text_atomic(p, text)
+
+
+# The first line of a YAML file `save_config` writes: a digest of the rest, so a load can tell a snapshot edited by
+# hand (checked for settings that do nothing, as any hand-written file is) from one as saved (JSON has no comments).
+_SNAPSHOT_MARK = "# hrt snapshot "
+_SNAPSHOT_NOTE = ": every setting as save_config wrote them; after an edit, settings that do nothing are named on load"
+
+
+def _digest(body: str) -> str:
+    return hashlib.sha1(body.encode("utf-8")).hexdigest()[:16]
+
+
+def _edited_snapshot(path: Path) -> bool:
+    """Whether `path` is a YAML snapshot `save_config` wrote whose body changed since (its digest line says)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    first, _, body = text.partition("\n")
+    if not first.startswith(_SNAPSHOT_MARK):
+        return False
+    return first[len(_SNAPSHOT_MARK):].split(":", 1)[0] != _digest(body)
 
 
 def _json_safe(v: Any) -> Any:

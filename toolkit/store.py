@@ -43,7 +43,7 @@ from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 if TYPE_CHECKING:
     from .loaders import Corpus
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: stamps `analysis_generation` on every write (older toolkits refuse to write to it)
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
 # million-chunk store scores 32 queries per block (about 256 MB of float64) instead of 256 (2 GB).
 BLOCK_CELLS = 32_000_000
@@ -108,6 +108,8 @@ class IngestReport:
     vector_index: str | None = None
     # The BM25 index was updated for the changed chunks only (`toolkit.fts_update`), not rebuilt whole.
     fts_in_place: bool = False
+    # How the new vectors came: "computed" by the embedder, or "supplied" (`--vectors`: read, not embedded).
+    embeddings_how: str = "computed"
 
     @property
     def partly_embedded(self) -> bool:
@@ -124,7 +126,7 @@ class IngestReport:
         return (
             f"{self.documents} documents: {self.added} added, {self.changed} changed, {self.unchanged} unchanged, "
             f"{self.removed} removed; {self.chunks_written} chunks written; embeddings: "
-            f"{self.embeddings_computed} computed, {self.embeddings_from_cache} from cache; "
+            f"{self.embeddings_computed} {self.embeddings_how}, {self.embeddings_from_cache} from cache; "
             f"BM25 index {('updated in place' if self.fts_in_place else 'rebuilt') if self.fts_rebuilt else 'unchanged'}{partly}"
             + (f"; HNSW vector index {self.vector_index}" if self.vector_index else "")
         )
@@ -831,8 +833,18 @@ class Store:
             "embedding_dim": self.embedding_dim,
             "embedding_backend": self.embedding_backend,
             "index_settings": asdict(self.settings) if self.settings else None,
+            # ("0": written since by an older toolkit; any other than analysis.ANALYSIS_VERSION: `stale_text`)
+            "lexical_analysis": self.lexical_analysis,
+            "bm25_text_current": not self.stale_text(),
+            "vector_index": self.vector_index,
             "generation": self.generation(),
         }
+
+    def stale_text(self) -> bool:
+        """Whether BM25 may miss words here that the current text analysis finds: the index's text was made by
+        an older analysis (or written since by an older toolkit) and some chunk holds non-ASCII text, the only
+        text analyses 2 and 3 changed. The next `ingest` redoes those chunks."""
+        return self.lexical_analysis != ANALYSIS_VERSION and self._has_table("chunks") and self._non_ascii_chunks()
 
     def _count_embeddings(self) -> int:
         if not self._has_table("embeddings"):
@@ -1257,6 +1269,7 @@ class Store:
             embedded_chunks=(coverage := self.embedding_coverage())[0],
             total_chunks=coverage[1],
             vector_index=hnsw,
+            embeddings_how="computed" if getattr(emb, "computes", True) else "supplied",
         )
 
     def delete(self, doc_ids: Iterable[str] | str, *, missing_ok: bool = False) -> int:
@@ -1334,7 +1347,15 @@ class Store:
 
     def _commit_write(self) -> None:
         """A new generation, the stage cache emptied, then COMMIT (the end of every write transaction)."""
-        self._set_meta("generation", sha1(self.generation() + os.urandom(8).hex())[:12])
+        gen = sha1(self.generation() + os.urandom(8).hex())[:12]
+        self._set_meta("generation", gen)
+        # Which generation this toolkit wrote last, with its text analysis: a later generation without it was
+        # written by an older toolkit (`lexical_analysis` then calls the index's text unknown), and the schema
+        # version that toolkits from here on refuse to write to if they are older (user trial W: an older
+        # version's ingest into a current store indexed new chunks by its own analysis, never to be redone).
+        self._set_meta("analysis_generation", gen)
+        if self._meta("schema_version") != SCHEMA_VERSION:
+            self._set_meta("schema_version", SCHEMA_VERSION)
         # Every cached stage frame is keyed by the old generation (`pipeline.prepare_key`): none can be read
         # again. Kept, they grew the file without bound under an agent's write-search loop (61.9 MB for
         # 800 memories after 500 cycles against 2.6 MB fresh, user trial N).
@@ -1384,8 +1405,11 @@ class Store:
     @property
     def lexical_analysis(self) -> str:
         """The `analysis.ANALYSIS_VERSION` the BM25 index's text was made with ("1" for a store from before
-        the version was recorded); `ingest` brings an older one up to date."""
-        return self._meta("lexical_analysis") or "1"
+        the version was recorded; "0", unknown, when a toolkit that does not record it wrote the store after
+        this one: `analysis_generation` is not the store's generation); `ingest` brings another one up to date."""
+        got = self._meta("lexical_analysis") or "1"
+        stamp = self._meta("analysis_generation")
+        return "0" if stamp is not None and stamp != self.generation() else got
 
     # `chunk_body` in SQL, and the chunks whose body holds a non-ASCII character (RE2 pattern bound as `?`).
     _BODY = "CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END"
@@ -1954,7 +1978,8 @@ class Store:
         try:
             built = json.loads(self._vector_index_stamp_path.read_text())
         except (OSError, ValueError):
-            return f"{self._vector_index_stamp_path.name} is missing or unreadable"
+            return (f"{self._vector_index_stamp_path.name} is missing or unreadable; an index built by an older toolkit "
+                    "has none, and the store's next write rebuilds it")
         if not isinstance(built, dict) or built.get("generation") != vi.get("generation"):
             return "it was built for another generation of the store"
         if built.get("count") != self._count_embeddings():
@@ -1968,14 +1993,24 @@ class Store:
         return json.loads(v) if v else None
 
     def _drop_vss_index(self) -> None:
-        """Stores from before usearch kept DuckDB's vss HNSW index in the file: drop it (it is rebuilt with
-        usearch by `build_vector_index`; DuckDB cannot write to the table without the extension loaded)."""
+        """Stores from before usearch kept DuckDB's vss HNSW index in the file: drop it (DuckDB cannot write to
+        the table without the extension loaded) and build the usearch one with its settings in its place, with
+        a word (user trial W: the first write dropped the index in silence, and the next HNSW search failed)."""
+        old = json.loads(self._meta("vector_index") or "{}")
         idx = self.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0]
-        if idx and not self.read_only:
+        if self.read_only:
+            return
+        if idx:
             self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
             self.con.execute("DROP INDEX IF EXISTS embeddings_hnsw")
-            self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
-            self._forget()
+        self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
+        self._forget()
+        if self._has_table("embeddings") and self._count_embeddings():
+            settings = {k: old[k] for k in ("m", "ef_construction", "ef_search") if isinstance(old.get(k), int)}
+            self.build_vector_index(**settings)
+            logging.getLogger("toolkit").warning(
+                "note: %s: the HNSW vector index was DuckDB's vss index of an older toolkit; rebuilt in the current "
+                "format (%s)", self.path, self.vector_index_path)
 
     def build_vector_index(self, *, m: int = 16, ef_construction: int = 128, ef_search: int = 512) -> None:
         """(Re)build the HNSW index (usearch, cosine) over the chunk vectors, on all cores, into `<store>.hnsw`
@@ -2036,7 +2071,7 @@ class Store:
         if not vi:
             raise StoreError(f"{self.path} has no vector index; build one with `hrt ingest SOURCE --store STORE --vector-index hnsw` (exact search needs none)")
         cached = getattr(self, "_ann_cache", None)
-        if cached is None or cached[0] != (vi["generation"], gen):
+        if cached is None or cached[0] != (vi.get("generation"), gen):
             # An index that cannot serve this state of the store is never searched (its keys would name other
             # chunks): exact search answers instead, and says why. An ingest interrupted after its commit but
             # before the rebuild leaves one built for an earlier state; the next ingest rebuilds it.
@@ -2044,7 +2079,13 @@ class Store:
                    if vi.get("generation") != gen
                    else "the file is missing" if not self.vector_index_path.exists()
                    else self._vector_index_mismatch(vi))
-            if why:
+            if vi.get("engine") != "usearch":  # user trial W: a KeyError traceback on every search
+                logging.getLogger("toolkit").warning(
+                    "warning: %s: its HNSW index is DuckDB's vss index of an older toolkit, which this one no longer "
+                    "reads: searching exactly instead; the store's next write (`hrt ingest`, `hrt delete`) rebuilds "
+                    "it", self.path)
+                index = None
+            elif why:
                 logging.getLogger("toolkit").warning(
                     "warning: %s does not belong to this store (%s): searching exactly instead; rebuild it with "
                     "`hrt ingest SOURCE --store %s --vector-index hnsw` or `Store.build_vector_index()`",
@@ -2053,7 +2094,7 @@ class Store:
             else:
                 index = _usearch().Index.restore(str(self.vector_index_path), view=True)
             stranded = np.asarray(json.loads(self._vector_index_stamp_path.read_text()).get("stranded", []) if index else [], dtype=np.int64)
-            self._ann_cache = cached = ((vi["generation"], gen), index, stranded)
+            self._ann_cache = cached = ((vi.get("generation"), gen), index, stranded)
         return cached[1]
 
     def _dense_hnsw(self, queries: pl.DataFrame, qv: np.ndarray, *, top_k: int, level: str, ef_search: int | None) -> pl.DataFrame:

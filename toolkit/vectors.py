@@ -74,6 +74,8 @@ def check_vector(v: Any, where: str) -> list[float]:
 class PrecomputedEmbedder:
     """Looks chunk bodies up by sha1 in a table of supplied vectors (L2-normalised here)."""
 
+    computes = False  # an ingest says its vectors were supplied, not computed (`IngestReport.embeddings_how`)
+
     backend = "precomputed"
 
     def __init__(self, model_id: str, by_hash: dict[str, list[float]], *, source: str = "supplied vectors") -> None:

@@ -1,0 +1,129 @@
+"""User trial W: a team upgrading the toolkit over stores it wrote for weeks. The upgrade itself held (an old store
+re-ingested matched a fresh one row for row); each test is an edge where it did not: an old vector index that
+crashed every search, a store an older version wrote to after this one, BM25 misses on an old store that
+nothing mentioned, and the cross-folder overwrite warning missing on upgraded stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+from click.testing import CliRunner
+
+from toolkit.analysis import ANALYSIS_VERSION, compound_forms
+from toolkit.cli import main
+from toolkit.store import SCHEMA_VERSION, Store, fts_extension_path
+
+
+def _hrt(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _memories(path: Path, n: int = 12) -> Path:
+    rows = [{"id": f"mem-{i:03d}", "text": f"memory {i}: kafka consumer lag fixed by restart step {i}"} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_store_with_the_old_vss_hnsw_index_searches_exactly_then_its_next_write_rebuilds_it(tmp_path, caplog):
+    """Stores of 2026-11-23 recorded DuckDB's vss index (no `engine`, no `generation`): a search with
+    `dense.index: hnsw` died on KeyError 'generation', and the first write of this version dropped the index
+    without a word, so the next HNSW search failed with "has no vector index"."""
+    store = tmp_path / "h.duckdb"
+    assert _hrt("ingest", str(_memories(tmp_path / "m.jsonl")), "--store", str(store)).exit_code == 0
+    con = duckdb.connect(str(store))  # as the 11-23 toolkit left it (its vss index itself is not needed here)
+    con.execute("INSERT INTO meta VALUES ('vector_index', ?)", ['{"kind": "hnsw", "metric": "cosine", "m": 12, "ef_construction": 64}'])
+    con.close()
+    cfg = tmp_path / "hnsw.yaml"
+    cfg.write_text("retrieval: {dense: {index: hnsw}}\n")
+    r = _hrt("search", "kafka consumer lag", "--store", str(store), "--config", str(cfg), "-n", "1")
+    assert r.exit_code == 0, r.output
+    said = caplog.text  # (the store's warnings go through logging, which `hrt` prints on stderr)
+    assert "vss index of an older toolkit" in said and "searching exactly" in said and "mem-" in r.stdout
+    caplog.clear()
+    assert _hrt("delete", "mem-001", "--store", str(store)).exit_code == 0  # a write: the index is rebuilt
+    assert "rebuilt in the current format" in caplog.text
+    caplog.clear()
+    with Store(store, read_only=True) as st:
+        vi = st.vector_index
+    assert vi["engine"] == "usearch" and (vi["m"], vi["ef_construction"]) == (12, 64)
+    r = _hrt("search", "kafka consumer lag", "--store", str(store), "--config", str(cfg), "-n", "1")
+    assert r.exit_code == 0 and "warning" not in caplog.text and "mem-" in r.stdout
+
+
+def _as_old_analysis(store: Path) -> None:
+    """Chunks' BM25 text as an analysis before version 3 made it (no CJK characters or pairs), index rebuilt."""
+    con = duckdb.connect(str(store))
+    for cid, text in con.execute("SELECT chunk_id, text FROM chunks").fetchall():
+        extra = compound_forms(text)
+        con.execute("UPDATE chunks SET lex_text = ? WHERE chunk_id = ?", [f"{text}\n{' '.join(extra)}" if extra else text, cid])
+    con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
+    con.execute("PRAGMA create_fts_index('chunks', 'chunk_id', 'lex_text', overwrite=1)")
+    return con
+
+
+def test_a_write_by_an_older_toolkit_after_this_one_is_noticed_and_redone(tmp_path):
+    """An 11-25 ingest into a store this version wrote indexed its new chunk by the old analysis while the meta
+    still said version 3: this version never redid it (its re-ingest said "unchanged") and BM25 never found
+    the word, with no note. Each write now stamps its generation; a store written since by another toolkit
+    counts as of unknown analysis, is noted on search and redone by the next ingest."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "udon.md").write_text("# 昼ごはん\n今日はうどんを食べました。\n")
+    (notes / "deploy.md").write_text("The deploy runbook: roll back with helm.\n")
+    store = tmp_path / "d.duckdb"
+    assert _hrt("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    with Store(store, read_only=True) as st:
+        assert st.lexical_analysis == ANALYSIS_VERSION and st.stats()["bm25_text_current"]
+        assert st._meta("schema_version") == SCHEMA_VERSION == "2"
+    con = _as_old_analysis(store)
+    con.execute("UPDATE meta SET value = 'f00dfeedbeef' WHERE key = 'generation'")  # what an old write leaves
+    con.close()
+    r = _hrt("search", "うどん", "--store", str(store), "--mode", "lexical")
+    assert r.stdout.strip() == "no results" and "made by an older toolkit" in r.stderr and "hrt ingest" in r.stderr
+    with Store(store, read_only=True) as st:
+        assert st.lexical_analysis == "0" and not st.stats()["bm25_text_current"]
+    assert _hrt("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0  # nothing changed on disk
+    r = _hrt("search", "うどん", "--store", str(store), "--mode", "lexical")
+    assert "udon.md" in r.stdout and "older toolkit" not in r.stderr
+
+
+def test_an_old_store_says_bm25_may_miss_its_non_ascii_text_for_an_ascii_query_too(tmp_path):
+    """`hrt search ECONNRESET` on an 11-25 store missed the note holding it in full width (ＥＣＯＮＮＲＥＳＥＴ) and
+    said nothing: the note came only when a CJK query matched nothing. `hrt info` did not tell either."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "fullwidth.md").write_text("The proxy logged ＥＣＯＮＮＲＥＳＥＴ twice during the failover.\n")
+    (notes / "plain.md").write_text("Release 1.4.0 added ECONNRESET retry handling.\n")
+    store = tmp_path / "old.duckdb"
+    assert _hrt("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    con = _as_old_analysis(store)
+    con.execute("DELETE FROM meta WHERE key IN ('lexical_analysis', 'analysis_generation')")  # as 11-25 wrote it
+    con.close()
+    r = _hrt("search", "ECONNRESET", "--store", str(store), "--mode", "lexical")
+    assert "plain.md" in r.stdout and "BM25 may miss words in this store's non-ASCII text" in r.stderr
+    info = json.loads(_hrt("info", "--store", str(store)).stdout)
+    assert info["lexical_analysis"] == "1" and info["bm25_text_current"] is False
+    assert _hrt("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    r = _hrt("search", "ECONNRESET", "--store", str(store), "--mode", "lexical")
+    assert "fullwidth.md" in r.stdout and "may miss" not in r.stderr
+
+
+def test_an_upgraded_store_without_recorded_folders_warns_when_an_ingest_replaces_documents(tmp_path):
+    """A store written before folders were recorded took another folder's notes/deploy.md over the team's own
+    with only "1 changed"; a store of this version warns. Without the record it now says what it cannot tell."""
+    team, mine = tmp_path / "team", tmp_path / "mine"
+    (team / "notes").mkdir(parents=True)
+    (mine / "notes").mkdir(parents=True)
+    (team / "notes" / "deploy.md").write_text("# Deploy\nThe team's checklist: canary first.\n")
+    (mine / "notes" / "deploy.md").write_text("# Deploy (personal)\nMy own checklist.\n")
+    store = tmp_path / "s.duckdb"
+    assert _hrt("ingest", str(team), "--store", str(store), "--no-embed").exit_code == 0
+    con = duckdb.connect(str(store))
+    con.execute("DELETE FROM meta WHERE key = 'ingest_roots'")  # as an older toolkit left it
+    con.close()
+    r = _hrt("ingest", str(mine), "--store", str(store), "--no-embed")
+    assert r.exit_code == 0 and "does not record which folders were ingested" in r.stderr and "--id-prefix" in r.stderr
+    r = _hrt("ingest", str(mine), "--store", str(store), "--no-embed")  # recorded now: nothing to say
+    assert "warning" not in r.stderr
