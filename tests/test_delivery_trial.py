@@ -134,3 +134,19 @@ def test_hrt_search_shows_the_rank_bonus_that_makes_the_score_add_up(tmp_path):
     assert abs(top["fused_score"] if top["fused_score"] is not None else top["score"]) > 0.05
     r = CliRunner().invoke(main, ["search", "zookeeper quorum lost", "--store", store, "-n", "2", "--format", "json"])
     assert json.loads(r.stdout)["results"][0]["rank_bonus"] is None  # default adds none
+
+
+def test_tied_scores_are_named_even_when_the_rest_of_the_list_spreads_out():
+    """RRF gives documents at mirrored ranks (BM25 #1 + dense #3, BM25 #3 + dense #1) the same score; the shown
+    order among them is a tie-break. "Scores barely differ" looks at the whole top n, so it said nothing while
+    the two results the user compares first were tied (trial S)."""
+    a, b = 1 / 61 + 1 / 63, 1 / 63 + 1 / 61
+    rows = [{"rank": i + 1, "doc_id": f"d{i}", "source": f"s{i}", "title": "", "score": s, "text": "kafka lag runbook"}
+            for i, s in enumerate([a, b - 1e-14, 0.02, 0.015, 0.015 * (1 - 1e-13)])]
+    out = render(rows, query="kafka lag", notes={"spread": a - 0.015, "low_differentiation": False})
+    assert "note: tied scores at results 1-2 and 4-5: their order is a tie-break" in out
+    assert "barely differ" not in out
+    doc = json.loads(render(rows, fmt="json", query="kafka lag"))
+    assert any("tied scores at results 1-2 and 4-5" in m for m in doc["messages"])
+    distinct = [{**r, "score": 1.0 - r["rank"] / 10} for r in rows]
+    assert "tied" not in render(distinct, query="kafka lag")

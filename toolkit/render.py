@@ -322,6 +322,28 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def tie_lines(rows: list[Mapping[str, Any]]) -> list[str]:
+    """A note naming results whose scores tie (within the 1e-12 steps `threshold.strictly_decreasing` puts
+    between them): RRF gives equal scores to documents at mirrored ranks, and the order shown among them is a
+    tie-break, not a judgement (user trial S: "scores barely differ" missed them when the rest spread out)."""
+    scores = [r.get("score") for r in rows]
+    if len(scores) < 2 or not all(isinstance(x, int | float) and math.isfinite(x) for x in scores):
+        return []
+    tol = 1e-9 * max(abs(x) for x in scores)
+    groups, start = [], 0
+    for i in range(1, len(scores) + 1):
+        if i == len(scores) or abs(scores[i - 1] - scores[i]) > tol:
+            if i - start > 1:
+                groups.append((rows[start].get("rank", start + 1), rows[i - 1].get("rank", i)))
+            start = i
+    if not groups:
+        return []
+    named = [f"{a}-{b}" for a, b in groups]
+    said = ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else named[0]
+    return [f"note: tied scores at results {said}: their order is a tie-break (best list rank, then id), not a "
+            "difference in relevance"]
+
+
 def provider_lines(notes: Mapping[str, Any] | None) -> list[str]:
     """Provider fallbacks (`reranker unavailable (HTTP 500): retrieval order kept`), shown first: the list
     is then not what the config asked for, and the reader must know it (#16)."""
@@ -489,7 +511,7 @@ def render(
     plus optional `messages` (list of strings, e.g. a provider that fell back)."""
     rows = _rows(results)
     # "no results" says all that no_term_match would (its note is about results found by meaning alone).
-    lines = provider_lines(notes) + note_lines(notes if rows else {**(notes or {}), "no_term_match": False})
+    lines = provider_lines(notes) + note_lines(notes if rows else {**(notes or {}), "no_term_match": False}) + tie_lines(rows)
     if fmt == "json":
         out = [_json_result(r, excerpt_chars, query) for r in rows]
         skip = {"qid", "messages", "n_results", "reranker", "expander", "embedder", "provider_notes"}
