@@ -541,22 +541,22 @@ class PipelineConfig(_Model):
         if not isinstance(d, dict):
             return d
         t = d.get("threshold")
-        given = ("low_spread" in t) if isinstance(t, dict) else (t is not None and "low_spread" in getattr(t, "model_fields_set", ()))
-        if given or (t is not None and not isinstance(t, (dict, ThresholdConfig))):
-            return d
-        f = d.get("fusion") if d.get("fusion") is not None else {}
-        r = d.get("rerank") if d.get("rerank") is not None else {}
-        get = (lambda m, k, dv: m.get(k, dv)) if isinstance(f, dict) else (lambda m, k, dv: getattr(m, k, dv))
-        method = get(f, "method", "rrf")
-        k = get(f, "rrf_k", 60)
-        provider = r.get("provider", "none") if isinstance(r, dict) else getattr(r, "provider", "none")
-        if not (isinstance(method, str) and isinstance(k, int) and k > 0 and isinstance(provider, str)):
-            return d  # the field validators name what is wrong
-        value = low_spread_default(method, k, reranked=provider != "none")
-        if isinstance(t, ThresholdConfig):
-            t = t.model_copy(update={"low_spread": value})
+        if isinstance(t, ThresholdConfig):  # (a section passed as a model in Python)
+            given = "low_spread" in t.model_fields_set
+        elif t is None or isinstance(t, dict):
+            given = t is not None and "low_spread" in t
         else:
-            t = {**(t or {}), "low_spread": value}
+            return d  # not a section: the field validators name what is wrong
+
+        def field_(section: str, key: str, default: Any) -> Any:
+            v = d.get(section) or {}
+            return v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
+
+        method, k, provider = field_("fusion", "method", "rrf"), field_("fusion", "rrf_k", 60), field_("rerank", "provider", "none")
+        if given or not (isinstance(method, str) and type(k) is int and k > 0 and isinstance(provider, str)):
+            return d
+        value = low_spread_default(method, k, reranked=provider != "none")
+        t = t.model_copy(update={"low_spread": value}) if isinstance(t, ThresholdConfig) else {**(t or {}), "low_spread": value}
         return {**d, "threshold": t}
 
     @field_validator("schema_version")
