@@ -215,3 +215,6 @@ def test_ir_datasets_ids_from_the_local_cache_and_a_clear_error_otherwise(tmp_pa
     assert empty.returncode == 0, empty.stderr
     assert "not in the local ir_datasets cache" in empty.stdout and "does not download" in empty.stdout
     assert not any((tmp_path / "empty").rglob("npl.tar.gz"))  # nothing was fetched
+    # The sentence alone (user trial Y: ir_datasets wrapped it in a 750-character repr of its download sources,
+    # after one "[WARNING] Download failed" line per source).
+    assert "All download sources failed" not in empty.stdout and "Download failed" not in empty.stderr

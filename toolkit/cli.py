@@ -167,7 +167,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
-    files: .md, .txt, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
+    files: .md, .markdown, .txt, .text, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
     relative path, scope = top folder). Any other extension (.py, .yaml, .log) is skipped, the same on every
     machine, until --include names it; --exclude leaves files or folders out; hidden folders (.git) are never
     read. A text file over 5 MB is named before embedding starts. A JSONL
@@ -538,15 +538,9 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     rows = (
         top.join(docs, on="doc_id", how="left")
         .join(chunks, on="chunk_id", how="left")
-        .join(origins(prep.candidates, top), on=["qid", "doc_id"], how="left")
+        .join(origins(prep.candidates, top, cfg.fusion), on=["qid", "doc_id"], how="left")
         .sort("rank")
     )
-    if cfg.fusion.method == "rrf" and cfg.fusion.rank_bonus and len(rows):
-        # What RRF added for the best list rank (user trial R: the shown score did not add up without it).
-        from .fusion import rank_bonus
-
-        best = rows["origins"].list.eval(pl.element().struct.field("rank")).list.min().fill_null(0).to_numpy()
-        rows = rows.with_columns(pl.Series("rank_bonus", rank_bonus(cfg.fusion, best), dtype=pl.Float64))
     notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
     out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
                  excerpt_chars=cfg.output.excerpt_chars, query=query)
@@ -884,7 +878,8 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 @click.option("--seed", default=0, show_default=True)
 @click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False), help="Store file (default .hrt/<dataset>.duckdb).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Tuned config YAML (a .report.json is written beside it).")
-@click.option("--force", is_flag=True, help="Allow tuning on the test split (don't report numbers from it).")
+@click.option("--force", is_flag=True, help="Allow tuning on the test split (don't report numbers from it), or from a learned "
+              "base whose model was trained on these queries.")
 @click.option("--no-anchors", is_flag=True, help="Leave out the fixed settings (one list alone, plain RRF) "
               "that compete with the search.")
 @click.option("--alpha", default=0.05, show_default=True, type=float, help="Significance level the held-out "
@@ -911,7 +906,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,
             folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors, alpha=alpha,
-            rel_threshold=rel_threshold,
+            rel_threshold=rel_threshold, progress=_progress(),  # (user trial Y: optuna's bars in a captured stderr)
         )
     d = rep.to_dict()
     keys = ("chosen", "rule", "base_dev", "best_dev", "candidate", "candidate_dev", "cv_heldout", "heldout_gain",
@@ -972,6 +967,7 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
             depth=depth, loss=loss, lr=lr, max_length=max_length, freeze_layers=freeze_layers, holdout=holdout,
             pseudo=pseudo, holdout_by=holdout_by,
             eval_depth=eval_depth, first_stage=first_stage, max_positives=max_positives, seed=seed, force=force,
+            progress=_progress(),  # bars only at a terminal, and never with TQDM_DISABLE (user trial Y)
         )
     if export_data:
         data = pl.read_parquet(Path(out) / "training_data.parquet")

@@ -832,7 +832,39 @@ def _written(d: Any, path: str) -> bool:
     return True
 
 
-def _from_data(d: Mapping[str, Any], origin: str, *, edited: bool = False) -> PipelineConfig:
+def _extended(d: Mapping[str, Any], origin: str, folder: Path | None, chain: tuple[str, ...]) -> dict[str, Any]:
+    """`d` laid over the config its `extends` names (user trial Y: a file setting one field silently started
+    from the schema's defaults, not the `default` preset the CLI uses without a config). Sections merge field by
+    field; a dict-valued field (`priors.priority_map`) is replaced whole. Unnamed, it is `<base>-custom`, so a run
+    of it is not tagged as the preset's."""
+    target = d["extends"]
+    if not isinstance(target, str) or not target.strip():
+        raise InputError(f"{origin}: extends: expected the name of a preset or the path of a config file, got {target!r}")
+    near = folder / target if folder is not None else None
+    try:
+        base = _load(near if near is not None and near.is_file() else target, chain)
+    except InputError as e:
+        raise InputError(f"{origin}: extends: {e}") from None
+    merged = base.to_dict()
+
+    def lay(into: dict[str, Any], own: Mapping[str, Any], prefix: str) -> None:
+        for k, v in own.items():
+            path = prefix + str(k)
+            if path in _SECTIONS and isinstance(v, Mapping) and isinstance(into.get(k), dict):
+                lay(into[k], v, path + ".")
+            else:
+                into[k] = v
+
+    lay(merged, {k: v for k, v in d.items() if k != "extends"}, "")
+    if "name" not in d:
+        merged["name"] = base.name if base.name.endswith("-custom") else f"{base.name}-custom"
+    if "description" not in d:
+        merged["description"] = f"{base.name} with the changes of {origin}"
+    return merged
+
+
+def _from_data(d: Mapping[str, Any], origin: str, *, edited: bool = False, folder: Path | None = None,
+               chain: tuple[str, ...] = ()) -> PipelineConfig:
     """A config from a file's content or a mapping, with one `InertSettingWarning` naming each field `d` sets
     that the rest of it switches off. Only what the writer chose counts: not a value equal to the default, nor
     one a config named after a preset shares with it where the preset switches it off too (`_preset_dormant`).
@@ -840,13 +872,13 @@ def _from_data(d: Mapping[str, Any], origin: str, *, edited: bool = False) -> Pi
     a list of choices, so it is not checked, as `with_updates`, which built it, is not; unless `edited`: a YAML
     snapshot whose body no longer matches the digest `save_config` wrote in its first line (user trial X: `rrf_k`
     edited by hand in an exported convex config loaded in silence). Its base preset is found by name then
-    (`qmd-tuned`, `qmd-lab`)."""
-    cfg = _validate(d, origin)
+    (`qmd-tuned`, `qmd-lab`). With `extends`, `d` is laid over that config, and only `d`'s own fields count."""
+    cfg = _validate(_extended(d, origin, folder, chain) if isinstance(d, Mapping) and "extends" in d else d, origin)
     if set(PipelineConfig.model_fields) - set(LABELS) <= d.keys() and not edited:  # (saved before a label existed too)
         return cfg
     flat, default = cfg.flat(), _default_flat()
     inert = inert_settings(cfg, [p for p in FIELD_STAGES if _written(d, p) and flat[p] != default[p]])
-    base = re.sub(r"(-(lab|tuned))+$", "", flat["name"])
+    base = re.sub(r"(-(lab|tuned|custom))+$", "", flat["name"])
     if inert and base in list_presets():
         dormant = _preset_dormant(base)
         inert = {p: why for p, why in inert.items() if p not in dormant or dormant[p] != flat[p]}
@@ -1139,20 +1171,31 @@ def _file_relative(d: Any, cfg_file: Path, origin: str) -> Any:
 
 def load_config(path_or_name: str | Path | PipelineConfig | Mapping[str, Any]) -> PipelineConfig:
     """Load a config from a YAML/JSON file, or a shipped preset by name (`qmd`, `bm25-only`, ...). A mapping
-    is read as a file's content would be (`{"fusion": {"rrf_k": 20}}`: sections left out take their
-    defaults); to change a few fields of a preset, use `load_config("qmd").with_updates({...})`."""
+    is read as a file's content would be (`{"fusion": {"rrf_k": 20}}`: sections and fields left out take the
+    schema's defaults, `PipelineConfig()`: RRF with QMD's original-query weight 2 and rank bonus, no guard,
+    adaptive weight or copy collapsing; not the `default` preset's). `extends: default` (a preset name, or a
+    config file's path relative to this one) starts from that config instead: the file then lists only what it
+    changes. In Python, `load_config("qmd").with_updates({...})` does the same."""
+    return _load(path_or_name, ())
+
+
+def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
+    """`load_config`, with the files `extends` has followed so far (a cycle is an error, not a recursion)."""
     if isinstance(path_or_name, PipelineConfig):
         return path_or_name
     if isinstance(path_or_name, Mapping):
-        return _from_data(dict(path_or_name), origin="<mapping>")
+        return _from_data(dict(path_or_name), origin="<mapping>", chain=chain)
     if not isinstance(path_or_name, str | Path):
         raise InputError(
             f"config: expected a preset name, a file path, a mapping or a PipelineConfig, got {type(path_or_name).__name__}"
         )
     p = Path(path_or_name)
     if p.is_file():
+        here = str(p.resolve())
+        if here in chain:
+            raise InputError(f"{path_or_name}: extends goes round in a circle ({' -> '.join([*chain, here])})")
         return _from_data(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name),
-                          edited=_edited_snapshot(p))
+                          edited=_edited_snapshot(p), folder=p.parent, chain=(*chain, here))
     name = str(path_or_name)
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.is_file() and "/" not in name and "\\" not in name:

@@ -278,8 +278,31 @@ def _no_downloads(dataset_id: str):
         )
 
     remote = [c for c in (dl.RequestsDownload, dl.GoogleDriveDownload, dl.GoogleCloudBucketStream) if hasattr(c, "stream")]
-    with _patched(remote, refuse):
-        yield
+    from ir_datasets.log import easy
+
+    log = easy().logger()  # (built now: built on first use, it would set its own level) its "[WARNING] Download failed"
+    level = log.level
+    log.setLevel(40)  # ERROR: the warning per download source repeats the error this raises
+    try:
+        with _patched(remote, refuse):
+            yield
+    finally:
+        log.setLevel(level)
+
+
+def _wrapped_input_error(e: BaseException) -> InputError | None:
+    """Our refusal inside ir_datasets' RuntimeError('All download sources failed', [(source, error), ...])
+    (user trial Y: a 750-character nested repr instead of the sentence)."""
+    todo: list[Any] = [e]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, InputError):
+            return x
+        if isinstance(x, BaseException):
+            todo.extend(x.args)
+        elif isinstance(x, list | tuple):
+            todo.extend(x)
+    return None
 
 
 @contextmanager
@@ -322,7 +345,10 @@ def from_ir_datasets(dataset_id: str) -> tuple[pl.DataFrame, pl.DataFrame | None
             )
         except InputError:
             raise
-        except Exception as e:  # a truncated or corrupt cache file
+        except Exception as e:  # a truncated or corrupt cache file, or our refusal wrapped in "All download sources failed"
+            ours = _wrapped_input_error(e)
+            if ours is not None:
+                raise ours from None
             raise InputError(f"ir_datasets {dataset_id!r}: cannot read the local cache ({type(e).__name__}: {e})") from None
     queries = queries_frame(pl.DataFrame(qrows, schema={"qid": pl.Utf8, "text": pl.Utf8}, orient="row"))
     return queries, qrels

@@ -305,7 +305,7 @@ def load_corpus(
     exclude: Iterable[str] = (),
     id_prefix: str | None = None,
 ) -> Corpus:
-    """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .txt, .rst, and
+    """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .markdown, .txt, .text, .rst, and
     files without an extension whose content is UTF-8 text; any other extension, .py, .yaml or .log alike, is
     skipped as "not indexed by default" unless `include` names it), one such text file (read as it is in a folder:
     one document, id and source its file name, title its first line), or records given in Python (an
@@ -377,7 +377,7 @@ def load_corpus(
         return _check_unique(_folder_docs(p, skipped, include, exclude=exclude), p, skipped)
     hint = f"; --include '*{p.suffix}' reads it as text" if p.suffix and not _binary_type(p.name) else ""
     raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, a folder of text files, or one "
-                     f"text file: .md, .txt, .rst{hint})")
+                     f"text file: .md, .markdown, .txt, .text, .rst{hint})")
 
 
 def _note_file(p: Path, include: tuple[str, ...]) -> bool:

@@ -107,10 +107,15 @@ def _flag_words(r: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def origins(candidates: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
+def origins(candidates: pl.DataFrame, results: pl.DataFrame, fusion: Any = None) -> pl.DataFrame:
     """[qid, doc_id, origins]: for each result, its best rank and that rank's score in every candidate list
-    (`origins` = list of {list, rank, score}, best rank first), read from the prepared candidates."""
+    (`origins` = list of {list, rank, score}, best rank first), read from the prepared candidates. Given the
+    config's `fusion` section, RRF with a rank bonus adds `rank_bonus`: what the bonus added for the result's
+    best list rank (user trial R: the shown score did not add up without it)."""
     schema = {"qid": pl.Utf8, "doc_id": pl.Utf8, "origins": pl.List(pl.Struct({"list": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}))}
+    bonus = fusion is not None and fusion.method == "rrf" and bool(fusion.rank_bonus)
+    if bonus:
+        schema["rank_bonus"] = pl.Float64
     if not len(candidates) or not len(results):
         return pl.DataFrame(schema=schema)
     name = pl.col("retriever").replace_strict(_LIST_NAMES, default=pl.col("retriever"))
@@ -123,7 +128,12 @@ def origins(candidates: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
         .select("qid", "doc_id", pl.struct(label.alias("list"), pl.col("rank").cast(pl.Int64), pl.col("score").cast(pl.Float64)).alias("o"), "rank")
         .sort("qid", "doc_id", "rank")
     )
-    return best.group_by("qid", "doc_id", maintain_order=True).agg(pl.col("o").alias("origins")).cast(schema)
+    out = best.group_by("qid", "doc_id", maintain_order=True).agg(pl.col("o").alias("origins"), pl.col("rank").min().alias("_best"))
+    if bonus:
+        from .fusion import rank_bonus
+
+        out = out.with_columns(pl.Series("rank_bonus", rank_bonus(fusion, out["_best"].to_numpy()), dtype=pl.Float64))
+    return out.drop("_best").cast(schema)
 
 
 def _origin_text(r: Mapping[str, Any]) -> str:
