@@ -864,7 +864,7 @@ def _extended(d: Mapping[str, Any], origin: str, folder: Path | None, chain: tup
 
 
 def _from_data(d: Mapping[str, Any], origin: str, *, edited: bool = False, folder: Path | None = None,
-               chain: tuple[str, ...] = ()) -> PipelineConfig:
+               chain: tuple[str, ...] = (), stacklevel: int = 3) -> PipelineConfig:
     """A config from a file's content or a mapping, with one `InertSettingWarning` naming each field `d` sets
     that the rest of it switches off. Only what the writer chose counts: not a value equal to the default, nor
     one a config named after a preset shares with it where the preset switches it off too (`_preset_dormant`).
@@ -896,7 +896,7 @@ def _from_data(d: Mapping[str, Any], origin: str, *, edited: bool = False, folde
         warnings.warn(
             f"{origin}: settings with no effect: " + "; ".join(said),
             InertSettingWarning,
-            stacklevel=3,  # the caller of config_from_dict or load_config
+            stacklevel=stacklevel,  # the caller of config_from_dict (3) or load_config (4, through `_load`)
         )
     return cfg
 
@@ -1184,7 +1184,7 @@ def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
     if isinstance(path_or_name, PipelineConfig):
         return path_or_name
     if isinstance(path_or_name, Mapping):
-        return _from_data(dict(path_or_name), origin="<mapping>", chain=chain)
+        return _from_data(dict(path_or_name), origin="<mapping>", chain=chain, stacklevel=4)
     if not isinstance(path_or_name, str | Path):
         raise InputError(
             f"config: expected a preset name, a file path, a mapping or a PipelineConfig, got {type(path_or_name).__name__}"
@@ -1195,7 +1195,7 @@ def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
         if here in chain:
             raise InputError(f"{path_or_name}: extends goes round in a circle ({' -> '.join([*chain, here])})")
         return _from_data(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name),
-                          edited=_edited_snapshot(p), folder=p.parent, chain=(*chain, here))
+                          edited=_edited_snapshot(p), folder=p.parent, chain=(*chain, here), stacklevel=4)
     name = str(path_or_name)
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.is_file() and "/" not in name and "\\" not in name:
