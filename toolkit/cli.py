@@ -161,9 +161,11 @@ def _load_cfg(config: str | None, mode: str | None):
               help="Put TEXT before every document id of this ingest (e.g. 'personal/'): ids are paths relative "
                    "to SOURCE, so two folders sharing a store each need their own prefix to keep both todo.md.")
 @click.option("-v", "--verbose", is_flag=True, help="Name every file or record not indexed, with the reason.")
+@click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds to keep trying while another process holds the store (a write, or readers during a write).")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
            api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, exclude, id_prefix,
-           verbose) -> None:
+           verbose, wait_s) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
@@ -212,7 +214,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
             msgs = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in getattr(e, "errors", list)())
             raise ToolkitError(f"--embed-url/--api-key-env/--model: {msgs or 'invalid'}") from None
         given = _dense_embedder(dense)
-    with Store(store_path, embedder=given) as st:
+    with Store(store_path, embedder=given, wait_s=wait_s) as st:
         base = st.settings or IndexSettings()
         over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords}.items() if v is not None}
         settings = replace(base, **over)
@@ -482,7 +484,9 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
               help="The query's date (ISO: 2024-05-01, 2024-05-01T09:30:00Z): recency priors measure age from it, "
                    "not from now (sets the query field named by the config's priors.recency_query_field).")
 @click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or HRT_RERANK_* environment).")
-def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbose) -> None:
+@click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds to keep trying while another process holds the store (a write, or readers during a write).")
+def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbose, wait_s) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
 
     Each result shows its final score and where it came from (each list's rank and score), the memory
@@ -517,7 +521,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         click.echo(rr_source.describe(cfg), err=True)
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope], "metadata": [json.dumps(_as_of_metadata(cfg, as_of))]},
                      schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
-    with Store(store_path, read_only=True) as st:
+    with Store(store_path, read_only=True, wait_s=wait_s) as st:
         if cfg.retrieval.dense.enabled:
             embedded, chunks = st.embedding_coverage()
             if not embedded and chunks and config is None and mode is None:
@@ -1059,7 +1063,9 @@ def info(store_path) -> None:
 @click.argument("doc_ids", nargs=-1, required=True)
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
 @click.option("--missing-ok", is_flag=True, help="Skip ids the store does not hold (default: an error, nothing deleted).")
-def delete(doc_ids, store_path, missing_ok) -> None:
+@click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds to keep trying while another process holds the store (a write, or readers during a write).")
+def delete(doc_ids, store_path, missing_ok, wait_s) -> None:
     """Delete documents by id (DOC_ID... or - to read ids from stdin, one per line), with their chunks, vectors
     and index entries, in one transaction. An id the store does not hold stops it before anything is deleted."""
     from .store import Store, no_such_store
@@ -1069,7 +1075,7 @@ def delete(doc_ids, store_path, missing_ok) -> None:
         doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
     if not Path(store_path).exists():
         raise no_such_store(store_path)
-    with Store(store_path) as st:
+    with Store(store_path, wait_s=wait_s) as st:
         gen = st.generation()
         try:
             gone = st.delete(doc_ids, missing_ok=missing_ok)

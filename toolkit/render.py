@@ -376,9 +376,9 @@ def _header(r: Mapping[str, Any], title_chars: int) -> str:
         parts[0] += f" ({why})"
     if r.get("score_prob") is not None:  # calibrated P(relevant), fusion.method learned
         parts[0] += f" · P(relevant) {r['score_prob']:.2f}"
-    if r.get("source"):
-        parts.append(shorten(clean(r["source"]), max(title_chars, 12)))
     label = clean(r.get("doc_id", ""))
+    if r.get("source") and clean(r["source"]) != label:  # a memory without a source is named once (user trial Z)
+        parts.append(shorten(clean(r["source"]), max(title_chars, 12)))
     if r.get("title"):
         label = f"{shorten(clean(r['title']), title_chars)} [{label}]"
     parts.append(label)

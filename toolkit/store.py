@@ -420,6 +420,20 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """`_connect_replaying`, tried again while another process holds the file's lock, for up to `wait_s`
+    seconds (backing off from 20 ms to 0.5 s). DuckDB has no lock timeout of its own."""
+    deadline, pause = time.monotonic() + max(0.0, wait_s), 0.02
+    while True:
+        try:
+            return _connect_replaying(path, read_only)
+        except duckdb.Error as e:
+            if "Could not set lock" not in str(e) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """`duckdb.connect`, and the way out of a WAL DuckDB cannot replay: one written by a toolkit before
     `Store._drop_fts` (its re-creation of the BM25 index's schema fails to replay, "Cannot drop entry
@@ -533,6 +547,16 @@ _WRITE_LOCKS: dict[str, threading.RLock] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
 
 
+def _cache_lock(path: Path) -> threading.RLock:
+    """One lock per store file in this process around the embedding cache's check-and-insert (not around the
+    embedding itself, nor held for a whole ingest as `_write_lock` is, so searches do not wait on an ingest):
+    threads searching one new text at once each inserted its vector, and the duplicate rows then joined as one
+    1152-d "vector" that failed every later search of that text (user trial Z)."""
+    key = "cache:" + str(path.resolve())
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, threading.RLock())
+
+
 def _write_lock(path: Path) -> threading.RLock:
     """One lock per store file in this process: every write takes it. DuckDB refuses the second of two
     overlapping write transactions ("Conflict on update": each write updates the index statistics and the
@@ -548,9 +572,13 @@ class Store:
     """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
 
     def __init__(
-        self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None, memory_limit: str | None = None
+        self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None, memory_limit: str | None = None,
+        wait_s: float = 0.0,
     ) -> None:
-        """`memory_limit` (e.g. "4GB"): DuckDB's working-memory cap for this store; past it DuckDB spills to
+        """`wait_s`: how long to keep trying when another process holds the file (DuckDB lets one process write,
+        or several read, never both), before the `StoreBusyError`; 0 fails at once (user trial Z: a memory
+        service's writer and readers, each opening the store briefly, failed instead of waiting their turn).
+        `memory_limit` (e.g. "4GB"): DuckDB's working-memory cap for this store; past it DuckDB spills to
         disk. Its default is 80% of the machine's memory, too much to share a laptop with a large index build."""
         self.path = Path(path)
         self.read_only = read_only
@@ -570,17 +598,24 @@ class Store:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.con = _Connection(_connect_replaying(self.path, read_only))
+            self.con = _Connection(_connect_waiting(self.path, read_only, wait_s))
         except duckdb.Error as e:
             if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
                 # A long-running holder (an agent keeping its memory open) never lets go: say so (user trial N).
                 # A copy serves a search; a write to a copy would be lost to the holder (user trial O).
                 instead = ("search through that process, or copy the file and open the copy" if read_only else
-                           "write through that process, or stop it first: a change made to a copy is not in this file")
-                raise StoreBusyError(f"{self.path}: the store is in use by another process, which holds its lock: an "
-                                     "ingest running (try again when it is done), or a long-running process such as an "
-                                     f"agent that keeps the store open (DuckDB lets one process open a file for writing: "
-                                     f"{instead}) ({str(e).splitlines()[0]})") from e
+                           "write through that process, or have it close the store first: a change made to a copy is "
+                           "not in this file")
+                # Readers hold the file too (user trial Z: a notebook's read-only Session kept a writer out).
+                holder = ("an ingest or another write running (try again when it is done), or a long-running process "
+                          "such as an agent that keeps the store open" if read_only else
+                          "an ingest running (try again when it is done), a search or a notebook session reading it "
+                          "(readers keep writers out while they have it open), or a long-running process such as an "
+                          "agent that keeps it open")
+                waited = f"; waited {wait_s:g} s" if wait_s > 0 else "; --wait SECONDS (wait_s) waits for it"
+                raise StoreBusyError(f"{self.path}: the store is in use by another process, which holds its lock: "
+                                     f"{holder} (DuckDB lets one process open a file for writing, or several for "
+                                     f"reading, not both: {instead}){waited} ({str(e).splitlines()[0]})") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
@@ -648,6 +683,21 @@ class Store:
             self.con.execute("ALTER TABLE documents ADD COLUMN text_hash VARCHAR")
         if self.con.execute("SELECT count(*) FROM documents WHERE text_hash IS NULL").fetchone()[0]:
             self.con.execute("UPDATE documents SET text_hash = sha1(text) WHERE text_hash IS NULL")
+        self._drop_duplicate_vectors()
+
+    def _drop_duplicate_vectors(self) -> None:
+        """Keep one row per (model, text) of the embedding cache and one vector per chunk: threads searching one
+        new text at once through a shared Store cached it once each (user trial Z), and an ingest then gave its
+        chunk a vector per copy; every later search of that text failed on a vector three times too long."""
+        for table, key in (("embedding_cache", "model, text_hash"), ("embeddings", "chunk_id")):
+            if not self._has_table(table):
+                continue
+            extra = self.con.execute(f"SELECT count(*) - count(DISTINCT ({key})) FROM {table}").fetchone()[0]
+            if extra:
+                self.con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM (SELECT rowid, row_number() "
+                                 f"OVER (PARTITION BY {key} ORDER BY rowid) AS n FROM {table}) WHERE n > 1)")
+                logging.getLogger("toolkit").warning("note: %s: %d duplicate rows removed from %s (left by concurrent "
+                                                     "searches in an earlier version)", self.path, extra, table)
 
     @classmethod
     def open_built(cls, path: str | Path, build: Callable[[Store], object], *, read_only: bool = True, **kwargs: Any) -> Store:
@@ -983,8 +1033,9 @@ class Store:
         self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
         self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
         got = self.con.execute(  # vectors: always through Arrow (numpy would hand over an array per row)
-            "SELECT w.i, c.vec FROM want w JOIN embedding_cache c ON c.text_hash = w.text_hash AND c.model = ? "
-            "ORDER BY w.i",
+            "SELECT w.i, c.vec FROM want w JOIN (SELECT e.text_hash, any_value(e.vec) AS vec FROM embedding_cache e "
+            "SEMI JOIN want x USING (text_hash) WHERE e.model = ? GROUP BY e.text_hash) c ON c.text_hash = w.text_hash "
+            "ORDER BY w.i",  # (one row per text even in a cache an earlier version filled twice: `_migrate`)
             [emb.model_id],
         ).pl()
         self.release_table_pages()  # the join scanned the whole cache, chunk vectors included
@@ -1062,7 +1113,10 @@ class Store:
                 self._check_dim(emb, vecs.shape[1])  # never cache vectors of another size than the store's
                 df = pl.DataFrame({"text_hash": part, "vec": vecs.tolist()}, schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)})
                 self._register("newvec", df)
-                self.con.execute("INSERT INTO embedding_cache SELECT ?, text_hash, vec FROM newvec", [emb.model_id])
+                with _cache_lock(self.path):  # another thread may have cached the same text meanwhile
+                    self.con.execute("INSERT INTO embedding_cache SELECT ?, n.text_hash, n.vec FROM newvec n ANTI JOIN "
+                                     "(SELECT text_hash FROM embedding_cache WHERE model = ?) c USING (text_hash)",
+                                     [emb.model_id, emb.model_id])
                 self.con.unregister("newvec")
                 done += len(part)
                 bar.update(len(part))
@@ -1235,7 +1289,8 @@ class Store:
                 self.con.execute(
                     f"INSERT INTO embeddings SELECT c.chunk_id, ?, ec.vec::FLOAT[{dim}] FROM chunks c "
                     "JOIN embedding_cache ec ON ec.text_hash = c.text_hash AND ec.model = ? "
-                    "ANTI JOIN embeddings e ON e.chunk_id = c.chunk_id",
+                    "ANTI JOIN embeddings e ON e.chunk_id = c.chunk_id "
+                    "QUALIFY row_number() OVER (PARTITION BY c.chunk_id) = 1",  # one vector per chunk, whatever the cache
                     [emb.model_id, emb.model_id],
                 )
                 self._set_meta("embedding_model", emb.model_id)
@@ -1301,7 +1356,13 @@ class Store:
         self.con.execute("BEGIN TRANSACTION")
         try:
             touched = self._chunk_ids(gone)
+            hashes = [r[0] for r in self.con.execute("SELECT DISTINCT text_hash FROM chunks WHERE list_contains(?::VARCHAR[], "
+                                                     "chunk_id)", [touched]).fetchall()]
             self._remove_documents(gone)
+            # A deleted memory leaves no vector behind (user trial Z found them in the embedding cache under its
+            # text's hash): the cache rows of its chunks go too, unless another chunk still has that text.
+            self.con.execute("DELETE FROM embedding_cache WHERE list_contains(?::VARCHAR[], text_hash) "
+                             "AND text_hash NOT IN (SELECT text_hash FROM chunks)", [hashes])
             self._update_fts(touched, settings)
             self._commit_write()
         except BaseException as e:
