@@ -130,3 +130,17 @@ def test_an_exported_file_edited_by_hand_names_a_setting_that_does_nothing(tmp_p
     with pytest.warns(InertSettingWarning, match=r"fusion.rrf_k is set but"):
         load_config(path)
     assert json.loads(json.dumps(load_config(path).to_dict()))["fusion"]["rrf_k"] == 10
+
+
+def test_significance_runs_on_more_than_a_thousand_queries():
+    """compare's smallest-p bound computed 2 / 2.0**n, which overflows from n = 1,024: a lab (or `hrt eval`) on a
+    collection with that many queries could not get a p-value (review of trial X's `Session.significance`)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = 1_100
+    base = rng.random(n)
+    pq = pl.DataFrame({"system": ["a"] * n + ["b"] * n, "qid": [f"q{i}" for i in range(n)] * 2, "measure": "nDCG@10",
+                       "value": np.r_[base, np.clip(base + rng.normal(0.02, 0.1, n), 0, 1)]})
+    got = compare(pq, "a").row(0, named=True)
+    assert 0.0 < got["p_value"] < 0.05 and got["delta"] > 0

@@ -64,26 +64,29 @@ def test_a_snippet_looks_for_the_number_the_user_asked_about():
 def test_a_custom_rrf_config_does_not_say_scores_barely_differ_for_every_query(tmp_path):
     """A config file that names only its fusion (RRF, as a user writes one) inherited low_spread 0.10, a
     spread RRF's 1/(k + rank) scores never reach: every query got "scores barely differ". Without a
-    `threshold.low_spread` the config now takes its fusion scale's, and an explicit one is kept."""
-    from toolkit.config import config_from_dict, low_spread_default
+    `threshold.low_spread` the config now reads its fusion scale's (`config.low_spread`), also after a change of
+    fusion (a lab slider, `extends`), and an explicit one is kept."""
+    from toolkit.config import config_from_dict, low_spread
 
     docs = [{"_id": "hit", "text": "zookeeper quorum lost after the ensemble restart", "metadata": {"source": "a"}}]
     docs += [{"_id": f"n-{i}", "text": f"weekly notes {i} about lunch and parking", "metadata": {"source": f"n{i}"}}
              for i in range(12)]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     q = pl.DataFrame({"qid": ["q"], "text": ["zookeeper quorum lost"]})
-    cfg = config_from_dict({"name": "mine", "fusion": {"method": "rrf", "rank_bonus": []}})
-    assert cfg.threshold.low_spread == low_spread_default("rrf", 60) < 0.002
+    cfg = config_from_dict({"name": "mine", "fusion": {"method": "rrf", "rank_bonus": [], "original_weight": 1.0}})
+    assert cfg.threshold.low_spread is None and 0.001 < low_spread(cfg) < 0.002
     with Store(tmp_path / "s.duckdb") as st:
         st.ingest(load_corpus(tmp_path / "c.jsonl"))
         res = run_pipeline(st, q, cfg)
     assert res.final["doc_id"][0] == "hit"  # first in both lists: the top-5 spread is RRF's widest
     assert not res.per_query["low_differentiation"].any()
     assert res.per_query["spread"][0] < 0.10  # what the old default compared it with
-    assert config_from_dict({"fusion": {"method": "convex"}}).threshold.low_spread == 0.01
-    assert config_from_dict({"fusion": {"rrf_k": 10}}).threshold.low_spread == low_spread_default("rrf", 10) > 0.02
-    assert config_from_dict({"threshold": {"low_spread": 0.3}}).threshold.low_spread == 0.3
-    assert load_config("learned").threshold.low_spread == 0.1  # a preset's own value stays
+    assert low_spread(cfg.with_updates({"fusion.method": "convex"})) == 0.01  # (a slider moved: its scale follows)
+    assert low_spread(cfg.with_updates({"fusion.rrf_k": 10})) > 0.02
+    assert low_spread(cfg.with_updates({"fusion.original_weight": 2.0})) == 2 * low_spread(cfg)
+    assert low_spread(config_from_dict({"fusion": {"method": "rrf"}})) == 0.01  # the rank bonus spreads the top: qmd's
+    assert low_spread(config_from_dict({"threshold": {"low_spread": 0.3}})) == 0.3
+    assert low_spread(load_config("learned")) == 0.1 and low_spread(load_config("default")) == 0.001  # presets' own
 
 
 def test_near_copies_from_the_same_source_leave_a_count(tmp_path):
@@ -150,3 +153,18 @@ def test_tied_scores_are_named_even_when_the_rest_of_the_list_spreads_out():
     assert any("tied scores at results 1-2 and 4-5" in m for m in doc["messages"])
     distinct = [{**r, "score": 1.0 - r["rank"] / 10} for r in rows]
     assert "tied" not in render(distinct, query="kafka lag")
+
+
+def test_the_shown_rank_bonus_ignores_a_list_fusion_does_not_count():
+    """With `fusion.dense_weight: 0` a document first in the dense list showed "+0.05" while fusion had added
+    0.02 for its BM25 place 3 (review of trial R's fix): the bonus is read from the weighted lists only."""
+    from toolkit.render import origins
+
+    cands = pl.DataFrame({"qid": ["q", "q"], "list_id": ["orig:lex", "orig:vec"], "variant": ["orig", "orig"],
+                          "retriever": ["lex", "vec"], "doc_id": ["d", "d"], "chunk_id": ["d#0", "d#0"], "rank": [3, 1],
+                          "score": [9.0, 0.8]})
+    top = pl.DataFrame({"qid": ["q"], "doc_id": ["d"]})
+    qmd = load_config("qmd")
+    assert origins(cands, top, qmd.fusion)["rank_bonus"][0] == 0.05
+    assert origins(cands, top, qmd.with_updates({"fusion.dense_weight": 0.0}).fusion)["rank_bonus"][0] == 0.02
+    assert "rank_bonus" not in origins(cands, top).columns

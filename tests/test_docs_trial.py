@@ -55,3 +55,14 @@ def test_a_config_file_extends_a_preset_and_lists_only_its_changes(tmp_path):
     (tmp_path / "typo.yaml").write_text("extends: defualt\n")
     with pytest.raises(InputError, match=r"typo.yaml: extends: defualt: .*did you mean default"):
         load_config(tmp_path / "typo.yaml")
+
+
+def test_extends_looks_beside_the_file_only(tmp_path, monkeypatch):
+    """`extends: y.yaml` with no y.yaml beside the file loaded one from the working directory: the file meant
+    another config depending on where it was run from (review of the `extends` change)."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "y.yaml").write_text("name: from-cwd\n")
+    (tmp_path / "sub" / "x.yaml").write_text("extends: y.yaml\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"extends: .*sub/y.yaml: config file not found \(a path in `extends` is relative"):
+        load_config(tmp_path / "sub" / "x.yaml")

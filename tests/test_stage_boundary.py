@@ -146,6 +146,7 @@ SPECIAL = {
     "priors.as_of": st.sampled_from([None, "2026-03-01", "2025-06-15T12:00:00"]),
     # Scores differ by tiny amounts at this size: thresholds drawn near them actually cut.
     "threshold.min_score": st.one_of(st.just(0.0), st.floats(0.0, 1.0)),
+    "threshold.low_spread": st.one_of(st.none(), st.floats(0.0, 0.2)),  # None: the fusion scale's (config.low_spread)
 }
 
 

@@ -223,7 +223,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         roots = st.ingest_roots()
         others = [r for r in roots if r != str(root)]
         # Read before the ingest replaces them: the stored documents another folder or file put under this
-        # ingest's ids (a store from before roots were recorded has none, and is not warned about).
+        # ingest's ids (a store without recorded roots has none: its replaced documents get `unknown_roots`' warning).
         before = _clashing_documents(st, docs, root, others) if roots and str(root) not in roots else {}
         if prune and root.is_dir():
             _refuse_pruning_files_on_disk(st, docs, root, id_prefix)
@@ -246,7 +246,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         click.echo(_replaced_warning(replaced, root, origins), err=True)
     elif unknown_roots:  # a store from before roots were recorded: whether another folder's was replaced is unknown
         click.echo(f"warning: {rep.changed} document(s) of {root} replaced stored documents with the same ids, and this "
-                   "store does not record which folders were ingested into it (an older toolkit wrote it): whether those "
+                   "store does not record which folders were ingested into it (an older toolkit, or the Python API, "
+                   "wrote it): whether those "
                    "were earlier versions of these files or another folder's documents cannot be told; give each folder "
                    "its own --id-prefix to keep both (from now on the store records its folders)", err=True)
     if stale:  # a deleted or renamed file stays searchable until pruned: say so
@@ -485,7 +486,7 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
                    "not from now (sets the query field named by the config's priors.recency_query_field).")
 @click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or HRT_RERANK_* environment).")
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Seconds to keep trying while another process holds the store (a write, or readers during a write).")
+              help="Seconds to keep trying while another process writes to the store.")
 def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbose, wait_s) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
 
@@ -617,8 +618,12 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
     """A store whose BM25 text an older toolkit made (before CJK characters and pairs, NFKC and kana voicing,
     `analysis.ANALYSIS_VERSION`; or written since by an older version) can miss words in its non-ASCII chunks
     that the current analysis finds, for an ASCII query too (ＥＣＯＮＮＲＥＳＥＴ in full width, user trial W):
-    said on every search until an ingest redoes them, rather than a silent miss or a bare "no results"."""
-    if not store.stale_text():
+    said on every search until an ingest redoes them, rather than a silent miss or a bare "no results". From the
+    store's meta only: `Store.stale_text` (`hrt info`) also scans the chunks for non-ASCII text, which cost a
+    quarter second per search of a 60k-chunk store (review of trial W's fix)."""
+    from .analysis import ANALYSIS_VERSION
+
+    if store.lexical_analysis == ANALYSIS_VERSION:
         return
     redo = ("run `hrt ingest` on its folder again (or `Store.ingest` anything into it) to re-index them: only chunks "
             "with non-ASCII text are redone")
@@ -629,7 +634,7 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
         dense = "use --mode hybrid or dense, which match by meaning" if lexical_only else "the results come from dense search alone"
         click.echo(f"note: BM25 matched nothing: {what}; {redo}; {dense}", err=True)
     else:
-        click.echo(f"note: BM25 may miss words in this store's non-ASCII text: {what}; {redo}", err=True)
+        click.echo(f"note: BM25 may miss words in this store's non-ASCII text, if it has any: {what}; {redo}", err=True)
 
 
 @main.command()

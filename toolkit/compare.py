@@ -15,6 +15,7 @@ got p = 0.0512 or 0.047 by the path's spelling, when the name seeded the generat
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 from typing import Any
 
@@ -48,7 +49,7 @@ def smallest_p(n: int, test: str = "randomization", n_systems: int = 1) -> float
     pattern and its mirror, so its p is at least 2 / 2^n; a t-test can give any p."""
     if n <= 0:
         return 1.0
-    p = 2.0 / 2.0**n if test == "randomization" else 0.0
+    p = math.ldexp(1.0, 1 - n) if test == "randomization" else 0.0  # 2 / 2^n; 2.0**n overflowed from n = 1,024
     return min(1.0, p * max(n_systems, 1))
 
 

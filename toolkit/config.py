@@ -408,8 +408,8 @@ class DedupConfig(_Model):
 class ThresholdConfig(_Model):
     # 0 keeps everything: zscore fusion and the tail below a reranked block can score below zero.
     min_score: Rescore[float] = Field(0.0, ge=0.0)
-    # A config that does not set it gets its fusion method's (`low_spread_default`); 0.10 is the learned scale.
-    low_spread: Rescore[float] = Field(0.10, ge=0.0)
+    # None: the spread "barely differ" means on the config's own score scale, read through `low_spread(cfg)`.
+    low_spread: Rescore[float | None] = Field(None, ge=0.0)
     # Calibrated P(relevant) (`score_prob`, fusion.method learned only); 0 keeps everything.
     min_prob: Rescore[float] = Field(0.0, ge=0.0, le=1.0)
 
@@ -492,17 +492,27 @@ class PriorsConfig(_Model):
 LABELS = ("schema_version", "name", "description", "tuned_on")
 
 
-def low_spread_default(method: str, rrf_k: int = 60, *, reranked: bool = False) -> float:
-    """`threshold.low_spread` for a config that does not set it: the spread that means "barely differ" on
-    the scale its final scores come on. RRF: the gap between the first and the fifth place of one list,
-    1/(k+1) - 1/(k+5) (0.001 at k 60, the `default` preset's measured choice); a reranker blend, convex
-    fusion (scores mapped to [0, 1]): 0.01, as measured for `qmd`, `bm25-only` and `vector-only` (about one
-    LoCoMo query in ten flagged); the learned model's scores: 0.10."""
-    if reranked or method == "convex":
+def low_spread(cfg: PipelineConfig) -> float:
+    """`threshold.low_spread`, or for a config that does not set it the spread that means "barely differ" on the
+    scale its final scores come on (user trial S: a custom RRF config inherited 0.10, a spread RRF never
+    reaches, and every query said "scores barely differ"). Read where it is used, so a lab slider, `extends` or
+    an environment reranker changing the fusion changes it too:
+    - plain RRF: the gap between the first and the fifth place of the heaviest original list,
+      w x (1/(k+1) - 1/(k+5)) (0.001 at k 60 and weight 1: the `default` preset's measured choice);
+    - RRF with a rank bonus (its top places sit 0.02-0.05 apart), a reranker blend, convex fusion (scores in
+      [0, 1]): 0.01, as `qmd` (without a reranker), `bm25-only` and `vector-only` set it (about one LoCoMo query
+      in ten flagged; qmd's file suggests ~0.1 once a reranker blends, a value not measured here);
+    - the learned model's scores: 0.10, as measured for `learned`."""
+    if cfg.threshold.low_spread is not None:
+        return cfg.threshold.low_spread
+    f = cfg.fusion
+    if f.method == "learned":
+        return 0.10
+    if f.method == "convex" or cfg.rerank.provider != "none" or f.rank_bonus:
         return 0.01
-    if method == "rrf":
-        return round(1.0 / (rrf_k + 1) - 1.0 / (rrf_k + 5), 6)
-    return 0.10
+    r = cfg.retrieval
+    w = f.original_weight * max(f.lexical_weight if r.lexical.enabled else 0.0, f.dense_weight if r.dense.enabled else 0.0)
+    return round((w or 1.0) * (1.0 / (f.rrf_k + 1) - 1.0 / (f.rrf_k + 5)), 6)
 
 
 class PipelineConfig(_Model):
@@ -531,33 +541,6 @@ class PipelineConfig(_Model):
     threshold: ThresholdConfig = ThresholdConfig()
     output: OutputConfig = OutputConfig()
     priors: PriorsConfig = PriorsConfig()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _spread_scale(cls, d: Any) -> Any:
-        """A config without `threshold.low_spread` gets the one its fusion scale calls for (user trial S: a
-        custom RRF config inherited 0.10, meant for the learned model's scores, and every query said "scores
-        barely differ")."""
-        if not isinstance(d, dict):
-            return d
-        t = d.get("threshold")
-        if isinstance(t, ThresholdConfig):  # (a section passed as a model in Python)
-            given = "low_spread" in t.model_fields_set
-        elif t is None or isinstance(t, dict):
-            given = t is not None and "low_spread" in t
-        else:
-            return d  # not a section: the field validators name what is wrong
-
-        def field_(section: str, key: str, default: Any) -> Any:
-            v = d.get(section) or {}
-            return v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
-
-        method, k, provider = field_("fusion", "method", "rrf"), field_("fusion", "rrf_k", 60), field_("rerank", "provider", "none")
-        if given or not (isinstance(method, str) and type(k) is int and k > 0 and isinstance(provider, str)):
-            return d
-        value = low_spread_default(method, k, reranked=provider != "none")
-        t = t.model_copy(update={"low_spread": value}) if isinstance(t, ThresholdConfig) else {**(t or {}), "low_spread": value}
-        return {**d, "threshold": t}
 
     @field_validator("schema_version")
     @classmethod
@@ -840,9 +823,15 @@ def _extended(d: Mapping[str, Any], origin: str, folder: Path | None, chain: tup
     target = d["extends"]
     if not isinstance(target, str) or not target.strip():
         raise InputError(f"{origin}: extends: expected the name of a preset or the path of a config file, got {target!r}")
-    near = folder / target if folder is not None else None
+    # A file is looked for beside this one only, never in the working directory (which would make the file
+    # mean another config when run from elsewhere); anything else names a preset.
+    near = folder / target if folder is not None else Path(target)
+    is_file = near.suffix.lower() in (".yaml", ".yml", ".json") or "/" in target or "\\" in target
+    if is_file and not near.is_file():
+        raise InputError(f"{origin}: extends: {near}: config file not found (a path in `extends` is relative to the "
+                         "file that names it)")
     try:
-        base = _load(near if near is not None and near.is_file() else target, chain)
+        base = _load(near if is_file else target, chain)
     except InputError as e:
         raise InputError(f"{origin}: extends: {e}") from None
     merged = base.to_dict()

@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from . import panels
-from .config import PipelineConfig
+from .config import PipelineConfig, low_spread
 from .errors import ToolkitError
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
@@ -382,6 +382,7 @@ class Lab:
         debounce_leading: bool = True,
         live_figures: bool | None = None,
         rel_threshold: int = 1,
+        source: tuple[str, str] | None = None,
     ) -> None:
         self.last_update_ms: float | None = None
         self.updates = 0  # how many re-scorings the panels show (the status line numbers them)
@@ -396,7 +397,7 @@ class Lab:
                        for name in ("metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector")}
         self.live_figures = live
         self.session = Session(store, queries, qrels, config, baseline, measures, k, on_notice=self._show,
-                               rel_threshold=rel_threshold)
+                               rel_threshold=rel_threshold, source=source)
         self._lock = self.session.lock
         self._qtext = dict(zip(self.queries["qid"].to_list(), self.queries["text"].to_list(), strict=True))
         self._build_widgets()
@@ -425,8 +426,7 @@ class Lab:
         try:
             if ingest:
                 store.ingest(load_corpus(ds.root))
-            lab = cls(store, ds.queries(split), ds.qrels(split), **kw)
-            lab.session.dataset_label, lab.session.split_label = ds.name, split
+            lab = cls(store, ds.queries(split), ds.qrels(split), source=(ds.name, split), **kw)
         except BaseException:
             store.close()
             raise
@@ -560,7 +560,7 @@ class Lab:
         t = time.perf_counter()
         self._draw_metrics()
         cfg, res = s.config, s.result
-        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=s.k, depth=cfg.output.n, low_spread=cfg.threshold.low_spread, title_prefix=f"{s.label}: ", raw=True))
+        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=s.k, depth=cfg.output.n, low_spread=low_spread(cfg), title_prefix=f"{s.label}: ", raw=True))
         self._slots["failures"].set(panels.failures_figure(s.failures, s.queries, raw=True, misses=s.retrieval_misses, k=s.k))
         self._slots["routing"].set(panels.routing_dedup_figure(s.prepared.features, res.removed, routing_enabled=cfg.routing.enabled, raw=True))
         self._refresh_failure_pick()
@@ -655,7 +655,7 @@ class Lab:
             "dedup.near_duplicate_enabled": _control("check", c.dedup.near_duplicate_enabled, description="near-duplicate removal"),
             "dedup.near_duplicate_threshold": _control("float", c.dedup.near_duplicate_threshold, min=0.5, max=1.0, step=0.01, description="near-dup cosine"),
             "threshold.min_score": _control("text", c.threshold.min_score, step=0.001, description="min score"),
-            "threshold.low_spread": _control("text", c.threshold.low_spread, step=0.005, description="low-spread flag below"),
+            "threshold.low_spread": _control("text", low_spread(c), step=0.005, description="low-spread flag below"),
             "routing.enabled": _control("check", c.routing.enabled, description="routing on"),
             "routing.technical_lexical_boost": _control("float", c.routing.technical_lexical_boost, min=0.1, max=5.0, step=0.1, description="technical lexical boost"),
             "routing.conversational_skip_lexical": _control("check", c.routing.conversational_skip_lexical, description="conversational: skip BM25 (recomputes candidates)"),

@@ -9,7 +9,7 @@ numbers can be checked, tabulated or tested without reading plotly traces.
     res = rescore(prep, cfg)
     lost = panels.failure_cases(res.trace, qrels, res.removed, k=10, per_query=res.per_query)  # who buried which relevant doc
     panels.failures_figure(lost, queries).show()
-    panels.spread_figure(res.trace, res.per_query, depth=cfg.output.n, low_spread=cfg.threshold.low_spread).show()
+    panels.spread_figure(res.trace, res.per_query, depth=cfg.output.n, low_spread=config.low_spread(cfg)).show()
 
 Stages are read from the trace's `stage` column: `retrieve:<list_id>` for every candidate list, then
 `fuse`, `blend`, `priors` (when a prior is on), `final` (see docs/frames.md).

@@ -34,6 +34,7 @@ from .config import (
     PipelineConfig,
     Stage,
     load_config,
+    low_spread,
     prepare_settings,
     read_paths,
     stage_of,
@@ -499,7 +500,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     evidence = prep.derived(f"evidence:{lexical}", (cands, prep.features),
                             lambda: threshold.list_evidence(cands, prep.features, lexical))
     final, per_query = threshold.apply_threshold(kept, cfg.threshold, n=cfg.output.n, evidence=evidence,
-                                                 rank_only=cfg.fusion.method == "rrf")
+                                                 rank_only=cfg.fusion.method == "rrf", low_spread=low_spread(cfg))
     final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
     if route is not None:  # "bm25-led" said of a query BM25 found nothing for would mislead: it went by dense alone

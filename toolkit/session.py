@@ -145,7 +145,8 @@ class Session:
 
     `rel_threshold`: the grade binary measures (R, P, RR, AP) and the failure cases count as relevant
     (2 for TREC DL; nDCG uses every grade). `on_notice(message, error)` is called whenever the status message changes (a view shows it live,
-    e.g. "recomputing candidates" before a slow prepare). All public methods hold `lock`, so a view's
+    e.g. "recomputing candidates" before a slow prepare). `source`: (dataset name, split) the queries come from,
+    recorded in an export's `tuned_on` when settings were moved (`Lab.from_dataset` passes it). All public methods hold `lock`, so a view's
     timer thread and the notebook's own calls do not interleave.
     """
 
@@ -161,6 +162,7 @@ class Session:
         *,
         on_notice: Callable[[str, bool], None] | None = None,
         rel_threshold: int = 1,
+        source: tuple[str, str] | None = None,
     ) -> None:
         keep_freed_memory()  # a live session re-scores every query per change: see toolkit.heap
         self.store = store
@@ -195,9 +197,9 @@ class Session:
         self._inspect_state: dict[str, Any] = {"qid": None}
         self._qids = set(self.queries["qid"].to_list())
         self._in_sample_said: dict[tuple, list[str]] = {}
-        # Where the queries come from, for the `tuned_on` record of an export (`Lab.from_dataset` sets them).
-        self.dataset_label: str | None = None
-        self.split_label: str | None = None
+        # `source`: (dataset name, split) of the queries (`Lab.from_dataset`): the `tuned_on` record of an export,
+        # and what a model file from before recorded query hashes is matched on (`_in_sample`).
+        self.dataset_label, self.split_label = source if source is not None else (None, None)
 
         # Baseline: its own prepare (cached in the store), scored in `_run` once per store generation.
         self._baseline_config = load_config(baseline) if baseline is not None and self.qrels is not None else None
@@ -286,13 +288,13 @@ class Session:
         run (`compare.compare`'s frame: delta, wins/ties/losses, p_value, bootstrap interval). `deltas.p_value`
         is a paired t-test, cheap enough for every slider move; this is the randomisation test whose p `hrt
         eval` prints for the same two runs (user trial X found the lab's and the CLI's p-values differing)."""
-        with self.lock:
+        with self.lock:  # the frames of one state; the test itself runs outside, so slider moves do not wait on it
             if self.per_query is None or self.baseline_per_query is None:
                 raise InputError("significance: needs judgements (qrels) and a baseline to compare with")
             cur, base = "current", self.baseline_name or "baseline"
             pq = pl.concat([self.per_query.select(pl.lit(cur).alias("system"), "qid", "measure", "value"),
                             self.baseline_per_query.select(pl.lit(base).alias("system"), "qid", "measure", "value")])
-            return compare(pq, base, test=test, alpha=alpha)
+        return compare(pq, base, test=test, alpha=alpha)
 
     def notice(self, msg: str, *, error: bool = False) -> None:
         """Set the status message ("" = all well), keep it in `history`, and tell the view."""
@@ -405,7 +407,8 @@ class Session:
         key = (json.dumps(cfg.tuned_on), cfg.fusion.model if cfg.fusion.method == "learned" else None)
         if key not in self._in_sample_said:
             q = self.queries
-            self._in_sample_said[key] = in_sample_notes({cfg.name or "config": cfg}, q["qid"].to_list(), q["text"].to_list())
+            self._in_sample_said[key] = in_sample_notes({cfg.name or "config": cfg}, q["qid"].to_list(), q["text"].to_list(),
+                                                        self.dataset_label, self.split_label)
         return self._in_sample_said[key]
 
     def _reference(self, cfg: PipelineConfig) -> datetime:

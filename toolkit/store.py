@@ -43,7 +43,9 @@ from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 if TYPE_CHECKING:
     from .loaders import Corpus
 
-SCHEMA_VERSION = "2"  # 2: stamps `analysis_generation` on every write (older toolkits refuse to write to it)
+# 2: every write stamps `analysis_generation`. Toolkits from 2026-11-26 on refuse a store of a newer schema (even
+# to search it); older ones (11-25 and before) do not check, and their writes are noticed by the stamp instead.
+SCHEMA_VERSION = "2"
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
 # million-chunk store scores 32 queries per block (about 256 MB of float64) instead of 256 (2 GB).
 BLOCK_CELLS = 32_000_000
@@ -428,9 +430,10 @@ def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckD
         try:
             return _connect_replaying(path, read_only)
         except duckdb.Error as e:
-            if "Could not set lock" not in str(e) or time.monotonic() + pause > deadline:
+            left = deadline - time.monotonic()
+            if "Could not set lock" not in str(e) or left <= 0:
                 raise
-        time.sleep(pause)
+        time.sleep(min(pause, left))  # the last try at the deadline itself
         pause = min(pause * 2, 0.5)
 
 
@@ -689,10 +692,14 @@ class Store:
         """Keep one row per (model, text) of the embedding cache and one vector per chunk: threads searching one
         new text at once through a shared Store cached it once each (user trial Z), and an ingest then gave its
         chunk a vector per copy; every later search of that text failed on a vector three times too long."""
+        if self._meta("schema_version") == SCHEMA_VERSION:  # written by this version since: no race left any
+            return
         for table, key in (("embedding_cache", "model, text_hash"), ("embeddings", "chunk_id")):
             if not self._has_table(table):
                 continue
             extra = self.con.execute(f"SELECT count(*) - count(DISTINCT ({key})) FROM {table}").fetchone()[0]
+            if extra and table == "embeddings" and (vi := self.vector_index):  # its count no longer matches:
+                self._set_meta("vector_index", json.dumps({**vi, "generation": None}))  # the next write rebuilds it
             if extra:
                 self.con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM (SELECT rowid, row_number() "
                                  f"OVER (PARTITION BY {key} ORDER BY rowid) AS n FROM {table}) WHERE n > 1)")
@@ -1252,6 +1259,7 @@ class Store:
         if not rebuild and not need_embed:
             if reanalyse and not self.read_only:
                 self._set_meta("lexical_analysis", ANALYSIS_VERSION)  # nothing it would change
+                self._set_meta("analysis_generation", self.generation())
             hnsw = self._refresh_vector_index() if not self.read_only else None  # `<store>.hnsw` moved in from elsewhere
             return IngestReport(len(docs), 0, 0, len(docs), 0, 0, 0, 0, False, list(docs.skipped),
                                 *self.embedding_coverage(), vector_index=hnsw)
@@ -1305,7 +1313,7 @@ class Store:
                 in_place = self._update_fts([*touched, *self._chunk_ids([d["doc_id"] for d in todo])], settings)
             self._set_meta("lexical_analysis", ANALYSIS_VERSION)
             self._set_meta("index_settings", json.dumps(asdict(settings)))
-            self._commit_write()
+            self._commit_write(analysed=True)
         except BaseException as e:
             self._failed_write(e, "ingest")
         hnsw = self._after_write()
@@ -1356,13 +1364,14 @@ class Store:
         self.con.execute("BEGIN TRANSACTION")
         try:
             touched = self._chunk_ids(gone)
-            hashes = [r[0] for r in self.con.execute("SELECT DISTINCT text_hash FROM chunks WHERE list_contains(?::VARCHAR[], "
-                                                     "chunk_id)", [touched]).fetchall()]
+            self.con.execute("CREATE OR REPLACE TEMP TABLE gone_hashes AS SELECT DISTINCT text_hash FROM chunks "
+                             "WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [gone])
             self._remove_documents(gone)
             # A deleted memory leaves no vector behind (user trial Z found them in the embedding cache under its
             # text's hash): the cache rows of its chunks go too, unless another chunk still has that text.
-            self.con.execute("DELETE FROM embedding_cache WHERE list_contains(?::VARCHAR[], text_hash) "
-                             "AND text_hash NOT IN (SELECT text_hash FROM chunks)", [hashes])
+            self.con.execute("DELETE FROM embedding_cache WHERE text_hash IN (SELECT g.text_hash FROM gone_hashes g "
+                             "ANTI JOIN chunks c USING (text_hash))")
+            self.con.execute("DROP TABLE gone_hashes")
             self._update_fts(touched, settings)
             self._commit_write()
         except BaseException as e:
@@ -1406,15 +1415,18 @@ class Store:
         self._build_fts(settings)
         return False
 
-    def _commit_write(self) -> None:
-        """A new generation, the stage cache emptied, then COMMIT (the end of every write transaction)."""
+    def _commit_write(self, *, analysed: bool = False) -> None:
+        """A new generation, the stage cache emptied, then COMMIT (the end of every write transaction).
+        `analysed`: the write brought every chunk's BM25 text to this toolkit's analysis (an ingest does)."""
+        current = analysed or self.lexical_analysis == ANALYSIS_VERSION  # (read before the generation moves)
         gen = sha1(self.generation() + os.urandom(8).hex())[:12]
         self._set_meta("generation", gen)
-        # Which generation this toolkit wrote last, with its text analysis: a later generation without it was
-        # written by an older toolkit (`lexical_analysis` then calls the index's text unknown), and the schema
-        # version that toolkits from here on refuse to write to if they are older (user trial W: an older
-        # version's ingest into a current store indexed new chunks by its own analysis, never to be redone).
-        self._set_meta("analysis_generation", gen)
+        # Which generation this toolkit wrote last with every chunk in its text analysis: a later generation
+        # without it was written by an older toolkit (`lexical_analysis` then calls the index's text unknown;
+        # user trial W: an older version's ingest into a current store indexed new chunks by its own analysis,
+        # never to be redone). A write that redoes nothing (a delete) keeps an earlier mismatch as it was.
+        if current:
+            self._set_meta("analysis_generation", gen)
         if self._meta("schema_version") != SCHEMA_VERSION:
             self._set_meta("schema_version", SCHEMA_VERSION)
         # Every cached stage frame is keyed by the old generation (`pipeline.prepare_key`): none can be read
@@ -1468,9 +1480,10 @@ class Store:
         """The `analysis.ANALYSIS_VERSION` the BM25 index's text was made with ("1" for a store from before
         the version was recorded; "0", unknown, when a toolkit that does not record it wrote the store after
         this one: `analysis_generation` is not the store's generation); `ingest` brings another one up to date."""
+        gen = self.generation()  # first: it drops memos another Store object's write made stale
         got = self._meta("lexical_analysis") or "1"
         stamp = self._meta("analysis_generation")
-        return "0" if stamp is not None and stamp != self.generation() else got
+        return "0" if stamp is not None and stamp != gen else got
 
     # `chunk_body` in SQL, and the chunks whose body holds a non-ASCII character (RE2 pattern bound as `?`).
     _BODY = "CASE WHEN d.title <> '' THEN d.title || chr(10) || c.text ELSE c.text END"
@@ -2067,11 +2080,15 @@ class Store:
         self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
         self._forget()
         if self._has_table("embeddings") and self._count_embeddings():
+            # Recorded as a usearch index of no generation: the next write (`_refresh_vector_index`) builds it with
+            # the old settings, once, and searches until then are exact (a build here ran again on that write).
             settings = {k: old[k] for k in ("m", "ef_construction", "ef_search") if isinstance(old.get(k), int)}
-            self.build_vector_index(**settings)
+            self._set_meta("vector_index", json.dumps({"kind": "hnsw", "engine": "usearch", "metric": "cosine", "m": 16,
+                                                       "ef_construction": 128, "ef_search": 512, **settings,
+                                                       "generation": None, "count": 0}))
             logging.getLogger("toolkit").warning(
-                "note: %s: the HNSW vector index was DuckDB's vss index of an older toolkit; rebuilt in the current "
-                "format (%s)", self.path, self.vector_index_path)
+                "note: %s: the HNSW vector index was DuckDB's vss index of an older toolkit; the store's next write "
+                "builds it in the current format (%s)", self.path, self.vector_index_path)
 
     def build_vector_index(self, *, m: int = 16, ef_construction: int = 128, ef_search: int = 512) -> None:
         """(Re)build the HNSW index (usearch, cosine) over the chunk vectors, on all cores, into `<store>.hnsw`
@@ -2136,7 +2153,9 @@ class Store:
             # An index that cannot serve this state of the store is never searched (its keys would name other
             # chunks): exact search answers instead, and says why. An ingest interrupted after its commit but
             # before the rebuild leaves one built for an earlier state; the next ingest rebuilds it.
-            why = ("it was built for an earlier state of the store (an ingest ended before rebuilding it)"
+            why = ("it is to be built by the store's next write (an index of an older toolkit's format)"
+                   if vi.get("generation") is None
+                   else "it was built for an earlier state of the store (an ingest ended before rebuilding it)"
                    if vi.get("generation") != gen
                    else "the file is missing" if not self.vector_index_path.exists()
                    else self._vector_index_mismatch(vi))

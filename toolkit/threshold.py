@@ -96,7 +96,7 @@ def strictly_decreasing(ranked: pl.DataFrame) -> pl.DataFrame:
 
 def apply_threshold(
     ranked: pl.DataFrame, cfg: ThresholdConfig, *, n: int | None = None, evidence: pl.DataFrame | None = None,
-    rank_only: bool = False,
+    rank_only: bool = False, low_spread: float | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(ranked with flags, per-query [qid, n_results, top_score, spread, low_confidence, low_differentiation,
     no_term_match]).
@@ -159,7 +159,9 @@ def apply_threshold(
         pl.when(pl.len() >= 2).then(pl.col("score").first() - pl.col("score").last()).alias("spread"),
         low_conf.alias("low_confidence"),
     )
-    low_diff = (pl.col("spread") < cfg.low_spread).fill_null(False)
+    # `config.low_spread(cfg)` when given (the config's own scale when it sets none), else the field; unset: 0.01.
+    limit = low_spread if low_spread is not None else cfg.low_spread if cfg.low_spread is not None else 0.01
+    low_diff = (pl.col("spread") < limit).fill_null(False)
     if evidence is not None:  # every query evidence knows, those left without results too (n_results 0)
         per_query = evidence.join(per_query, on="qid", how="left").with_columns(
             pl.col("n_results").fill_null(0), pl.col("low_confidence").fill_null(False))
