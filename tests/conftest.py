@@ -112,3 +112,13 @@ def write_beir(root: Path, corpus_file: Path, *, scoped: bool = True) -> Path:
     (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td5\t1\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def demo_store():
+    """The tutorials' demo store (`notebooks/.cache/demo.duckdb`), built once per test run by whoever asks first
+    (`Store.open_built`), read-only here."""
+    root = Path(__file__).resolve().parents[1]
+    with Store.open_built(root / "notebooks" / ".cache" / "demo.duckdb",
+                          lambda st: st.ingest(load_corpus(root / "data" / "demo"))) as st:
+        yield st

@@ -19,21 +19,13 @@ from toolkit.compare import compare
 from toolkit.config import InertSettingWarning, load_config, save_config
 from toolkit.errors import InputError
 from toolkit.experiment import experiment
-from toolkit.loaders import Dataset, load_corpus
+from toolkit.loaders import Dataset
 from toolkit.pipeline import run_pipeline
 from toolkit.provenance import InSampleWarning, query_keys
 from toolkit.session import Session
-from toolkit.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
-
-
-@pytest.fixture(scope="module")
-def demo_store():
-    """The tutorials' demo store, built once per test run by whoever asks first (read-only here)."""
-    with Store.open_built(ROOT / "notebooks" / ".cache" / "demo.duckdb", lambda st: st.ingest(load_corpus(DEMO))) as st:
-        yield st
 
 
 @pytest.fixture(scope="module")

@@ -66,16 +66,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
 
 
-@pytest.fixture(scope="module")
-def demo_store():
-    """The tutorials' demo store, built once per test run by whoever asks first (read-only here)."""
-    from toolkit.loaders import load_corpus
-    from toolkit.store import Store
-
-    with Store.open_built(ROOT / "notebooks" / ".cache" / "demo.duckdb", lambda st: st.ingest(load_corpus(DEMO))) as st:
-        yield st
-
-
 def _lab(store, cfg):
     from toolkit.lab import Lab
     from toolkit.loaders import Dataset

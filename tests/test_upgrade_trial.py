@@ -52,6 +52,17 @@ def test_a_store_with_the_old_vss_hnsw_index_searches_exactly_then_its_next_writ
     assert r.exit_code == 0 and "warning" not in caplog.text and "mem-" in r.stdout
 
 
+def _notes(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Path]:
+    """(a notes folder holding `files`, a store of it ingested without embeddings)."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for name, text in files.items():
+        (notes / name).write_text(text)
+    store = tmp_path / "notes.duckdb"
+    assert _hrt("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    return notes, store
+
+
 def _as_old_analysis(store: Path) -> None:
     """Chunks' BM25 text as an analysis before version 3 made it (no CJK characters or pairs), index rebuilt."""
     con = duckdb.connect(str(store))
@@ -68,12 +79,8 @@ def test_a_write_by_an_older_toolkit_after_this_one_is_noticed_and_redone(tmp_pa
     still said version 3: this version never redid it (its re-ingest said "unchanged") and BM25 never found
     the word, with no note. Each write now stamps its generation; a store written since by another toolkit
     counts as of unknown analysis, is noted on search and redone by the next ingest."""
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "udon.md").write_text("# 昼ごはん\n今日はうどんを食べました。\n")
-    (notes / "deploy.md").write_text("The deploy runbook: roll back with helm.\n")
-    store = tmp_path / "d.duckdb"
-    assert _hrt("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    notes, store = _notes(tmp_path, {"udon.md": "# 昼ごはん\n今日はうどんを食べました。\n",
+                                     "deploy.md": "The deploy runbook: roll back with helm.\n"})
     with Store(store, read_only=True) as st:
         assert st.lexical_analysis == ANALYSIS_VERSION and st.stats()["bm25_text_current"]
         assert st._meta("schema_version") == SCHEMA_VERSION == "2"
@@ -97,12 +104,8 @@ def test_a_write_by_an_older_toolkit_after_this_one_is_noticed_and_redone(tmp_pa
 def test_an_old_store_says_bm25_may_miss_its_non_ascii_text_for_an_ascii_query_too(tmp_path):
     """`hrt search ECONNRESET` on an 11-25 store missed the note holding it in full width (ＥＣＯＮＮＲＥＳＥＴ) and
     said nothing: the note came only when a CJK query matched nothing. `hrt info` did not tell either."""
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "fullwidth.md").write_text("The proxy logged ＥＣＯＮＮＲＥＳＥＴ twice during the failover.\n")
-    (notes / "plain.md").write_text("Release 1.4.0 added ECONNRESET retry handling.\n")
-    store = tmp_path / "old.duckdb"
-    assert _hrt("ingest", str(notes), "--store", str(store), "--no-embed").exit_code == 0
+    notes, store = _notes(tmp_path, {"fullwidth.md": "The proxy logged ＥＣＯＮＮＲＥＳＥＴ twice during the failover.\n",
+                                     "plain.md": "Release 1.4.0 added ECONNRESET retry handling.\n"})
     con = _as_old_analysis(store)
     con.execute("DELETE FROM meta WHERE key IN ('lexical_analysis', 'analysis_generation')")  # as 11-25 wrote it
     con.close()
