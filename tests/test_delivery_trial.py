@@ -168,3 +168,20 @@ def test_the_shown_rank_bonus_ignores_a_list_fusion_does_not_count():
     assert origins(cands, top, qmd.fusion)["rank_bonus"][0] == 0.05
     assert origins(cands, top, qmd.with_updates({"fusion.dense_weight": 0.0}).fusion)["rank_bonus"][0] == 0.02
     assert "rank_bonus" not in origins(cands, top).columns
+
+
+def test_copies_of_a_result_removed_as_a_near_duplicate_count_for_the_result_kept(tmp_path):
+    """X2 is byte-identical to X, and X is a near-copy of Y: X2 collapsed into X, X was removed for Y, and Y said
+    `copies=1, also_in=["b"]`, losing X2 (review of trial S's fix). Y stands for both."""
+    base = "Rollback step: when the canary fails health checks run helm rollback release and verify canary traffic."
+    docs = [{"_id": "Y", "text": base + " Extra canary rollback helm words.", "metadata": {"source": "a"}},
+            {"_id": "X", "text": base, "metadata": {"source": "b"}},
+            {"_id": "X2", "text": base, "metadata": {"source": "c"}}]
+    docs += [{"_id": f"n-{i}", "text": f"weekly notes {i} about lunch and parking", "metadata": {"source": f"n{i}"}}
+             for i in range(6)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    cfg = load_config("default").with_updates({"dedup.near_duplicate_enabled": True, "dedup.near_duplicate_threshold": 0.9})
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(load_corpus(tmp_path / "c.jsonl"))
+        top = run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": ["canary rollback helm"]}), cfg).final.row(0, named=True)
+    assert top["doc_id"] == "Y" and top["copies"] == 2 and top["also_in"] == ["b", "c"]

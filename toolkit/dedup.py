@@ -375,9 +375,18 @@ def _also_in(
     `duplicates_collapsed` where `copies` is not 0."""
     mine = r.select("qid", *dict.fromkeys(["doc_id", on]), "source")
     parts = []
+    near = [x for x in removed if len(x) and (x["reason"] == "near_duplicate").any()]
+    if same is not None and len(same) and near:
+        # Copies collapsed into a result that was then removed as a near-duplicate belong to the result kept
+        # instead (review: X2, identical to X, vanished from the count when X went as Y's near-copy).
+        gone = pl.concat(near).filter(pl.col("reason") == "near_duplicate")
+        gone = gone.select("qid", pl.col("doc_id" if on == "doc_id" else "chunk_id").alias(on), "kept_instead")
+        to = mine.select("qid", pl.col("doc_id").alias("kept_instead"), pl.col(on).alias("_to"))
+        moved = same.join(gone, on=["qid", on], how="inner").join(to, on=["qid", "kept_instead"], how="inner")
+        same = pl.concat([same.join(gone.select("qid", on), on=["qid", on], how="anti"),
+                          moved.select("qid", pl.col("_to").alias(on), "other")])
     if same is not None and len(same):
         parts.append(same.join(mine, on=["qid", on], how="inner").select("qid", on, "source", "other"))
-    near = [x for x in removed if len(x) and (x["reason"] == "near_duplicate").any()]
     if near:
         src = (
             doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("source").cast(pl.Utf8))
