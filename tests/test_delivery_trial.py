@@ -6,8 +6,10 @@ word, and snippets that ignored the version number the user asked about."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
+import pytest
 
 from toolkit.config import load_config
 from toolkit.loaders import load_corpus
@@ -185,3 +187,21 @@ def test_copies_of_a_result_removed_as_a_near_duplicate_count_for_the_result_kep
         st.ingest(load_corpus(tmp_path / "c.jsonl"))
         top = run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": ["canary rollback helm"]}), cfg).final.row(0, named=True)
     assert top["doc_id"] == "Y" and top["copies"] == 2 and top["also_in"] == ["b", "c"]
+
+
+def test_the_lab_shows_the_low_spread_in_force_when_the_config_sets_none(demo_store):
+    """`threshold.low_spread` unset reads as the fusion's own scale (`config.low_spread`); the lab's control
+    shows that value and follows a change of fusion, where syncing the widget to the unset field would fail."""
+    from toolkit.lab import Lab
+    from toolkit.loaders import Dataset
+
+    ds = Dataset.open(Path(__file__).resolve().parents[1] / "data" / "demo")
+    cfg = load_config("hybrid-rrf").with_updates({"threshold.low_spread": None, "fusion.rank_bonus": []})
+    lab = Lab(demo_store, ds.queries("dev"), ds.qrels("dev"), config=cfg, baseline=None, debounce_s=30.0)
+    try:
+        w = lab.controls["threshold.low_spread"]
+        assert w.value == pytest.approx(0.001009, abs=1e-6)
+        assert lab.set("fusion.rrf_k", 10)
+        assert w.value == pytest.approx(1 / 11 - 1 / 15, abs=1e-6) and lab.session.config.threshold.low_spread is None
+    finally:
+        lab.close()

@@ -835,16 +835,12 @@ def _extended(d: Mapping[str, Any], origin: str, folder: Path | None, chain: tup
     except InputError as e:
         raise InputError(f"{origin}: extends: {e}") from None
     merged = base.to_dict()
-
-    def lay(into: dict[str, Any], own: Mapping[str, Any], prefix: str) -> None:
-        for k, v in own.items():
-            path = prefix + str(k)
-            if path in _SECTIONS and isinstance(v, Mapping) and isinstance(into.get(k), dict):
-                lay(into[k], v, path + ".")
-            else:
-                into[k] = v
-
-    lay(merged, {k: v for k, v in d.items() if k != "extends"}, "")
+    for path, value in _leaf_updates({k: v for k, v in d.items() if k != "extends"}):  # as `with_updates` lays them
+        try:
+            node, key = _slot(merged, path)
+        except InputError as e:
+            raise InputError(f"{origin}: {e}") from None
+        node[key] = value
     if "name" not in d:
         merged["name"] = base.name if base.name.endswith("-custom") else f"{base.name}-custom"
     if "description" not in d:
@@ -1055,6 +1051,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _read(path: Path) -> dict[str, Any]:
+    return _read_text(path)[0]
+
+
+def _read_text(path: Path) -> tuple[dict[str, Any], str]:
+    """(the parsed config, the file's text): the text for `_edited_snapshot`, without reading the file twice."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -1074,7 +1075,7 @@ def _read(path: Path) -> dict[str, Any]:
         raise InputError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
     if data is None:  # an empty file (or only comments) is a mistake, not "all defaults"
         raise InputError(f"{path}: the config file is empty; write the fields to set (or `{{}}` for all defaults)")
-    return data
+    return data, text
 
 
 # Fields whose value may be a path: "file" ones always are; "model" ones are when the path exists (else a
@@ -1183,8 +1184,9 @@ def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
         here = str(p.resolve())
         if here in chain:
             raise InputError(f"{path_or_name}: extends goes round in a circle ({' -> '.join([*chain, here])})")
-        return _from_data(_file_relative(_read(p), p, origin=str(path_or_name)), origin=str(path_or_name),
-                          edited=_edited_snapshot(p), folder=p.parent, chain=(*chain, here), stacklevel=4)
+        data, text = _read_text(p)
+        return _from_data(_file_relative(data, p, origin=str(path_or_name)), origin=str(path_or_name),
+                          edited=_edited_snapshot(text), folder=p.parent, chain=(*chain, here), stacklevel=4)
     name = str(path_or_name)
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.is_file() and "/" not in name and "\\" not in name:
@@ -1231,12 +1233,9 @@ def _digest(body: str) -> str:
     return hashlib.sha1(body.encode("utf-8")).hexdigest()[:16]
 
 
-def _edited_snapshot(path: Path) -> bool:
-    """Whether `path` is a YAML snapshot `save_config` wrote whose body changed since (its digest line says)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return False
+def _edited_snapshot(text: str) -> bool:
+    """Whether a config file's `text` is a YAML snapshot `save_config` wrote whose body changed since (its digest
+    line says)."""
     first, _, body = text.partition("\n")
     if not first.startswith(_SNAPSHOT_MARK):
         return False

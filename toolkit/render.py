@@ -120,32 +120,28 @@ def origins(candidates: pl.DataFrame, results: pl.DataFrame, fusion: Any = None)
         return pl.DataFrame(schema=schema)
     name = pl.col("retriever").replace_strict(_LIST_NAMES, default=pl.col("retriever"))
     label = pl.when(pl.col("variant") == "orig").then(name).otherwise(name + "[" + pl.col("variant") + "]")
+    mine = candidates.join(results.select("qid", "doc_id").unique(), on=["qid", "doc_id"], how="semi")
+    if bonus:  # the bonus goes by the best rank among the lists fusion counts (a list of weight 0 is not fused)
+        from .fusion import list_weights, rank_bonus
+
+        weighted = list_weights(mine, None, fusion).filter(pl.col("weight") > 0).select("qid", "list_id")
+        mine = mine.join(weighted.with_columns(pl.lit(True).alias("_weighted")), on=["qid", "list_id"], how="left")
+    else:
+        mine = mine.with_columns(pl.lit(True).alias("_weighted"))
     best = (
-        candidates.join(results.select("qid", "doc_id").unique(), on=["qid", "doc_id"], how="semi")
+        mine
         .sort("rank")
         .group_by("qid", "doc_id", "list_id", maintain_order=True)
         .first()
         .select("qid", "doc_id", pl.struct(label.alias("list"), pl.col("rank").cast(pl.Int64), pl.col("score").cast(pl.Float64)).alias("o"),
-                "rank", _weighted(fusion).alias("_weighted"))
+                "rank", pl.col("_weighted").fill_null(False))
         .sort("qid", "doc_id", "rank")
     )
-    # The bonus goes by the best rank among the lists fusion counts (a list of weight 0 is not fused).
     out = best.group_by("qid", "doc_id", maintain_order=True).agg(
         pl.col("o").alias("origins"), pl.col("rank").filter(pl.col("_weighted")).min().fill_null(0).alias("_best"))
     if bonus:
-        from .fusion import rank_bonus
-
         out = out.with_columns(pl.Series("rank_bonus", rank_bonus(fusion, out["_best"].to_numpy()), dtype=pl.Float64))
     return out.drop("_best").cast(schema)
-
-
-def _weighted(fusion: Any) -> pl.Expr:
-    """Whether a candidate's list has a weight above 0 in `fusion` (retriever weight x variant weight)."""
-    if fusion is None:
-        return pl.lit(True)
-    retriever = pl.when(pl.col("retriever") == "lex").then(pl.lit(fusion.lexical_weight)).otherwise(pl.lit(fusion.dense_weight))
-    variant = pl.when(pl.col("variant") == "orig").then(pl.lit(fusion.original_weight)).otherwise(pl.lit(fusion.expansion_weight))
-    return (retriever * variant) > 0
 
 
 def _origin_text(r: Mapping[str, Any]) -> str:

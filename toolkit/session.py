@@ -43,7 +43,7 @@ import polars as pl
 
 from . import panels, priors, providers
 from .compare import compare
-from .config import PipelineConfig, load_config, prepare_settings, save_config
+from .config import PipelineConfig, load_config, low_spread, prepare_settings, save_config
 from .errors import InputError, ToolkitError
 from .heap import keep_freed_memory
 from .interop import qrels_frame, queries_frame
@@ -220,10 +220,13 @@ class Session:
         return aggregate(self.per_query) if self.per_query is not None and len(self.per_query) else {}
 
     def value_for(self, key: str) -> Any:
-        """The config value a control key shows (`fusion.rank_bonus@1` -> that band's bonus)."""
+        """The config value a control key shows (`fusion.rank_bonus@1` -> that band's bonus; an unset
+        `threshold.low_spread` -> the one in force, `config.low_spread`)."""
         m = BONUS_KEY.match(key)
         if m:
             return dict(self.config.fusion.rank_bonus).get(int(m.group(1)), 0.0)
+        if key == "threshold.low_spread":
+            return low_spread(self.config)
         return self.config.get(key)
 
     # -------------------------------------------------------------- changes

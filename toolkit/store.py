@@ -550,14 +550,19 @@ _WRITE_LOCKS: dict[str, threading.RLock] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
 
 
-def _cache_lock(path: Path) -> threading.RLock:
-    """One lock per store file in this process around the embedding cache's check-and-insert (not around the
-    embedding itself, nor held for a whole ingest as `_write_lock` is, so searches do not wait on an ingest):
-    threads searching one new text at once each inserted its vector, and the duplicate rows then joined as one
-    1152-d "vector" that failed every later search of that text (user trial Z)."""
-    key = "cache:" + str(path.resolve())
+def _process_lock(path: Path, kind: str) -> threading.RLock:
+    """One lock of `kind` per store file in this process (`_write_lock`, `_cache_lock`)."""
+    key = f"{kind}:{path.resolve()}"
     with _WRITE_LOCKS_GUARD:
         return _WRITE_LOCKS.setdefault(key, threading.RLock())
+
+
+def _cache_lock(path: Path) -> threading.RLock:
+    """Around the embedding cache's check-and-insert (not around the embedding itself, nor held for a whole
+    ingest as `_write_lock` is, so searches do not wait on an ingest): threads searching one new text at once
+    each inserted its vector, and the duplicate rows then joined as one 1152-d "vector" that failed every later
+    search of that text (user trial Z)."""
+    return _process_lock(path, "cache")
 
 
 def _write_lock(path: Path) -> threading.RLock:
@@ -566,9 +571,7 @@ def _write_lock(path: Path) -> threading.RLock:
     store's meta rows), so two threads writing through one Store (or two Stores on one file) lost about half
     their writes to a StoreError (user trial O); they now queue. Other processes cannot write at all (DuckDB's
     file lock)."""
-    key = str(path.resolve())
-    with _WRITE_LOCKS_GUARD:
-        return _WRITE_LOCKS.setdefault(key, threading.RLock())
+    return _process_lock(path, "write")
 
 
 class Store:
@@ -2068,13 +2071,13 @@ class Store:
 
     def _drop_vss_index(self) -> None:
         """Stores from before usearch kept DuckDB's vss HNSW index in the file: drop it (DuckDB cannot write to
-        the table without the extension loaded) and build the usearch one with its settings in its place, with
-        a word (user trial W: the first write dropped the index in silence, and the next HNSW search failed)."""
-        old = json.loads(self._meta("vector_index") or "{}")
-        idx = self.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0]
+        the table without the extension loaded) and record a usearch index with its settings for the next write
+        to build, with a word (user trial W: the first write dropped the index in silence, and the next HNSW
+        search failed)."""
         if self.read_only:
             return
-        if idx:
+        old = json.loads(self._meta("vector_index") or "{}")
+        if self.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0]:
             self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
             self.con.execute("DROP INDEX IF EXISTS embeddings_hnsw")
         self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
