@@ -58,7 +58,7 @@ def test_numbers_versions_and_not_carried_lists():
     assert "top-rank bonus" in export_config(qmd, "elasticsearch").not_carried
     assert "top-rank bonus" not in export_config(load_config("hybrid-rrf"), "elasticsearch").not_carried
     w = export_config(CONVEX, "weaviate").payload["hybrid"]
-    assert (w["alpha"], w["fusion_type"], w["query_properties"], w["limit"]) == (0.7, "RELATIVE_SCORE", ["title", "text"], 5)
+    assert (w["alpha"], w["fusion_type"], w["query_properties"], w["limit"]) == (0.7, "RELATIVE_SCORE", ["text"], 5)
     n = export_config(CONVEX, "opensearch").payload["search_pipeline"]["body"]["phase_results_processors"][0]["normalization-processor"]
     assert n["combination"]["parameters"]["weights"] == [0.3, 0.7]
     assert any("k=30" in x for x in export_config(WEIGHTED, "weaviate").not_carried)
@@ -202,7 +202,7 @@ def test_weaviate_hybrid_through_the_client_query_builder(cfg):
     req = builder.hybrid(query=h["query"], alpha=h["alpha"], vector=h["vector"], properties=h["query_properties"],
                          fusion_type=HybridFusion[h["fusion_type"]], limit=h["limit"])
     hs = req.hybrid_search
-    assert hs.query == "deploy fails" and hs.alpha == pytest.approx(h["alpha"]) and list(hs.properties) == ["title", "text"]
+    assert hs.query == "deploy fails" and hs.alpha == pytest.approx(h["alpha"]) and list(hs.properties) == ["text"]
     assert hs.fusion_type == (1 if h["fusion_type"] == "RANKED" else 2) and req.limit == cfg.output.n
     assert len(hs.vectors) or len(hs.vector_bytes) or len(hs.vector)  # the vector went into the request
 

@@ -137,7 +137,7 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="DuckDB store file (created if missing).")
 @click.option("--chunk-size", default=None, type=click.IntRange(100), help="Max characters per chunk (default 1000).")
 @click.option("--chunk-overlap", default=None, type=click.IntRange(0), help="Characters of overlap between chunks (default 150).")
-@click.option("--stemmer", default=None, help="FTS stemmer: porter, english, none, ... (default porter).")
+@click.option("--stemmer", default=None, help="FTS stemmer, one per store: porter (English, the default), english, german, french, spanish, italian, dutch, ... (26 languages), or none.")
 @click.option("--stopwords", default=None, help="FTS stopword list: english or none (default english).")
 @click.option("--model", default=None, help="Embedding model: path or id (default: packaged all-MiniLM-L6-v2).")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default="auto", show_default=True,
@@ -1038,13 +1038,23 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
 @click.option("--config", required=True, help="Config to export (preset name or path).")
 @click.option("--engine", required=True, type=click.Choice(["toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb"]))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="File for the engine payload; its format follows the extension (.json, .yaml; .py for lancedb). Caveats go to <out>.README.md.")
-def export(config, engine, out) -> None:
-    """Export a pipeline config to another engine, listing what does not carry over (bonus, blend, dedup...)."""
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, exists=True),
+              help="The store the pipeline runs on: its embedding model, vector dimension, stemmer and stopwords fill what the config leaves to the store.")
+def export(config, engine, out, store_path) -> None:
+    """Export a pipeline config to another engine, listing what does not carry over (bonus, blend, dedup...).
+    HRT_RERANK_* variables apply as they do for `hrt search` and `hrt run`."""
     from .config import load_config
     from .export import write_export
+    from .rerank_env import resolve_rerank
+    from .store import Store
 
-    res = write_export(load_config(config), engine, out, source=config)
+    cfg, rr_source = resolve_rerank(load_config(config))
+    with contextlib.ExitStack() as stack:
+        st = stack.enter_context(Store(store_path, read_only=True)) if store_path else None
+        res = write_export(cfg, engine, out, source=config, store=st)
     click.echo(f"{engine} -> {out}")
+    if rr_source.source == "environment":
+        click.echo(f"  {rr_source.describe(cfg)}")
     if res.min_version:
         click.echo(f"  minimum version: {res.min_version}")
         click.echo(f"  {res.analyzer_note}")

@@ -27,7 +27,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -35,7 +35,15 @@ from .config import PipelineConfig, load_config, save_config
 from .errors import InputError
 from .files import write_text_atomic
 
+if TYPE_CHECKING:
+    from .store import Store
+
 ENGINES = ("toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb")
+# What the toolkit indexes for BM25 and embeds (`chunking.chunk_body`): an engine record must hold the same.
+TEXT_NOTE = ("fill `text` with the chunk's document title, a newline, then the chunk's text (what the toolkit's BM25 "
+             "indexes; a document without a title: the text alone), and compute `embedding` from that same string")
+KNN_NOTE = ("the engine's kNN search is approximate (HNSW); the toolkit's dense search is exact unless "
+            "retrieval.dense.index is hnsw, so the dense list can differ")
 TEXT_FIELD, VECTOR_FIELD = "text", "embedding"
 _DIMS = {"all-MiniLM-L6-v2": 384, "sentence-transformers/all-MiniLM-L6-v2": 384}
 
@@ -50,17 +58,33 @@ class ExportResult:
     analyzer_note: str = ""
 
 
-def _shares(cfg: PipelineConfig) -> tuple[float, float]:
-    """(lexical, dense) weights as shares summing to 1, as engines take them."""
+def _weights(cfg: PipelineConfig) -> tuple[float, float]:
+    """(lexical, dense) weight of each list as fusion applies it (convex: times 1 - alpha / alpha); 0 for a list
+    that is off."""
     f, r = cfg.fusion, cfg.retrieval
     lex = (f.lexical_weight * ((1 - f.alpha) if f.method == "convex" else 1.0)) if r.lexical.enabled else 0.0
     den = (f.dense_weight * (f.alpha if f.method == "convex" else 1.0)) if r.dense.enabled else 0.0
+    return lex, den
+
+
+def _shares(cfg: PipelineConfig) -> tuple[float, float]:
+    """(lexical, dense) weights as shares summing to 1, as engines take them."""
+    lex, den = _weights(cfg)
     tot = lex + den
     return (0.5, 0.5) if tot <= 0 else (round(lex / tot, 6), round(den / tot, 6))
 
 
+def _searched(cfg: PipelineConfig) -> tuple[bool, bool]:
+    """(BM25, dense) lists the export searches: fusion drops a list of weight 0, so an export keeps no such leg
+    (it would only raise the engine version a weighted fusion needs). Convex alpha does not drop a list: its
+    documents still enter the fused list."""
+    f, r = cfg.fusion, cfg.retrieval
+    lex, den = r.lexical.enabled and f.lexical_weight > 0, r.dense.enabled and f.dense_weight > 0
+    return (lex, den) if lex or den else (r.lexical.enabled, r.dense.enabled)
+
+
 def _hybrid(cfg: PipelineConfig) -> bool:
-    return cfg.retrieval.lexical.enabled and cfg.retrieval.dense.enabled
+    return all(_searched(cfg))
 
 
 def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
@@ -77,8 +101,9 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
         out.append("top-rank bonus")
     if cfg.expansion.provider != "none":
         out += ["query expansion and original-vs-expansion list weights", "strong-signal expansion skip"]
-    lancedb_ce = engine == "lancedb" and cfg.rerank.provider == "cross-encoder" and cfg.rerank.blend == "replace"
-    if cfg.rerank.provider != "none" and cfg.rerank.blend != "none" and not lancedb_ce:
+    if cfg.rerank.provider != "none" and cfg.rerank.blend == "replace":
+        out.append(f"reranking of the top {cfg.rerank.top_n} ({cfg.rerank.provider}, its order replaces the fused one)")
+    elif cfg.rerank.provider != "none" and cfg.rerank.blend != "none":
         out.append(f"guarded reranking (top {cfg.rerank.top_n}, blend '{cfg.rerank.blend}' buckets {cfg.rerank.buckets})")
     if _bm25_tuned(cfg) and engine in ("weaviate", "lancedb"):
         lx = cfg.retrieval.lexical
@@ -125,7 +150,7 @@ ENGINE_BM25 = {"k1": 1.2, "b": 0.75}
 
 def _bm25_tuned(cfg: PipelineConfig) -> bool:
     lx = cfg.retrieval.lexical
-    return lx.enabled and (lx.k1, lx.b) != (ENGINE_BM25["k1"], ENGINE_BM25["b"])
+    return _searched(cfg)[0] and (lx.k1, lx.b) != (ENGINE_BM25["k1"], ENGINE_BM25["b"])
 
 
 def _analyzer(cfg: PipelineConfig) -> tuple[str, dict, str]:
@@ -167,7 +192,7 @@ def _text_mapping(cfg: PipelineConfig) -> tuple[dict, dict]:
 
 def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
     lx = cfg.retrieval.lexical
-    if not lx.enabled:
+    if not _searched(cfg)[0]:
         return ("Analyzer: this config runs no BM25 (dense only), so the toolkit's BM25 analysis (stemming, stopwords, "
                 "technical-token splitting) does not apply and the export has no text analysis.")
     stem = {None: "stems words (the store's stemmer, Porter by default)", "none": "does not stem"}.get(
@@ -177,13 +202,16 @@ def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
     how = {
         "opensearch": f"the mapping below gives the text field {_analyzer(cfg)[2]}",
         "elasticsearch": f"the mapping below gives the text field {_analyzer(cfg)[2]}",
-        "weaviate": "Weaviate's BM25 uses the property's tokenization (`word`) without stemming or stopword removal by default",
+        "weaviate": "Weaviate's BM25 uses the property's tokenization (`word`), drops the `en` stopword preset by default "
+                    "(invertedIndexConfig.stopwords) and never stems",
         "lancedb": f"the module's FTS index is built with FTS(stem={lx.stemmer != 'none'}, "
                    f"remove_stop_words={lx.stopwords != 'none'}, language='English') (native FTS)",
     }[engine]
     return (
         f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) {stem}, {stop} "
         "and splits technical tokens (versions, snake_case, camelCase, error codes) into parts plus the whole token; "
+        "it also folds text (NFKC and case folding: full-width ＥＣＯＮＮ is econn) and indexes Chinese, Japanese and Korean "
+        "text as single characters and character pairs, so a CJK word matches inside a sentence; "
         f"a plain BM25 `match` on a default analyzer does not reproduce that, so lexical scores and ranks differ: {how}."
     )
 
@@ -195,11 +223,11 @@ def _min_version(needs: list[tuple[str, str]]) -> tuple[str, str]:
     return f"{top[0]} ({top[1]})", "minimum version per part: " + "; ".join(f"{what} {v}" for v, what in needs)
 
 
-def _dims(cfg: PipelineConfig) -> int | str:
-    """The vector field's dimension: the config's `dimensions`, else the known model's, else a placeholder (the
-    export's notes list it with the others)."""
+def _dims(cfg: PipelineConfig, dims: int | None = None) -> int | str:
+    """The vector field's dimension: the store's (`dims`), the config's `dimensions`, else the known model's,
+    else a placeholder (the export's notes list it with the others)."""
     d = cfg.retrieval.dense
-    return d.dimensions or _DIMS.get(d.model or "all-MiniLM-L6-v2") or "{{dims}}"  # model unset: the packaged one
+    return dims or d.dimensions or _DIMS.get(d.model or "all-MiniLM-L6-v2") or "{{dims}}"  # model unset: the packaged one
 
 
 def _shared_window_note(cfg: PipelineConfig, window: int, param: str) -> list[str]:
@@ -220,14 +248,14 @@ def _shared_window_note(cfg: PipelineConfig, window: int, param: str) -> list[st
 _OS_KNN = ("2.17", "knn_vector with a top-level space_type")
 
 
-def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
+def _opensearch(cfg: PipelineConfig, dims: int | None = None) -> tuple[dict, list[str], str]:
     f, r, (lw, dw), notes = cfg.fusion, cfg.retrieval, _shares(cfg), []
     match = {"match": {TEXT_FIELD: {"query": "{{query}}"}}}
     knn = {"knn": {VECTOR_FIELD: {"vector": "{{query_vector}}", "k": r.dense.top_k}}}
     text_settings, text_field = _text_mapping(cfg)
-    vector_field = {"type": "knn_vector", "dimension": _dims(cfg), "space_type": "cosinesimil"}
+    vector_field = {"type": "knn_vector", "dimension": _dims(cfg, dims), "space_type": "cosinesimil"}
     if not _hybrid(cfg):  # one list: the plain query, no search pipeline, only the mapping it uses
-        lexical = r.lexical.enabled
+        lexical = _searched(cfg)[0]
         version, per_part = _min_version([("1.0", "plain match query")] if lexical else [("1.0", "knn query"), _OS_KNN])
         settings = text_settings if lexical else {"knn": True}
         payload = {
@@ -238,7 +266,7 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
                 "mappings": {"properties": {TEXT_FIELD: text_field} if lexical else {VECTOR_FIELD: vector_field}},
             }},
         }
-        return payload, [per_part], version
+        return payload, [per_part] + ([] if lexical else [KNN_NOTE]), version
     needs = [("2.10", "hybrid query"), _OS_KNN, ("2.19", "hybrid pagination_depth")]
     if f.method in ("rrf", "learned"):
         comb: dict[str, Any] = {"technique": "rrf", "rank_constant": f.rrf_k}
@@ -281,6 +309,7 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
         },
     }
     notes.append(per_part)
+    notes.append(KNN_NOTE)
     notes.append("the hybrid sub-queries must stay in this order: [match on text, knn on the embedding] (the weights follow it)")
     notes += _shared_window_note(cfg, window, "the hybrid query's `pagination_depth`")
     return payload, notes, version
@@ -289,7 +318,7 @@ def _opensearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
 ES_MAX_CANDIDATES = 10_000  # Elasticsearch rejects a knn num_candidates above this
 
 
-def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
+def _elasticsearch(cfg: PipelineConfig, dims: int | None = None) -> tuple[dict, list[str], str]:
     f, r, (lw, dw), notes = cfg.fusion, cfg.retrieval, _shares(cfg), []
     match = {"match": {TEXT_FIELD: {"query": "{{query}}"}}}
     candidates = max(100, 2 * r.dense.top_k)
@@ -298,9 +327,12 @@ def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
         candidates = ES_MAX_CANDIDATES
     knn = {"field": VECTOR_FIELD, "query_vector": "{{query_vector}}", "k": r.dense.top_k, "num_candidates": candidates}
     text_settings, text_field = _text_mapping(cfg)
-    vector_field = {"type": "dense_vector", "dims": _dims(cfg), "similarity": "cosine", "index": True}
+    # Elasticsearch quantises an indexed dense_vector by default (int8_hnsw from 8.14, bbq_hnsw for 384+
+    # dimensions from 9.1): plain hnsw keeps the float vectors the toolkit ranks by.
+    vector_field = {"type": "dense_vector", "dims": _dims(cfg, dims), "similarity": "cosine", "index": True,
+                    "index_options": {"type": "hnsw"}}
     if not _hybrid(cfg):  # one list: the plain query, only the mapping it uses
-        lexical = r.lexical.enabled
+        lexical = _searched(cfg)[0]
         version = "7.0 (plain match query)" if lexical else "8.4 (knn search option)"
         body = {"query": match} if lexical else {"knn": knn}
         props, settings = ({TEXT_FIELD: text_field}, text_settings) if lexical else ({VECTOR_FIELD: vector_field}, {})
@@ -334,20 +366,30 @@ def _elasticsearch(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
             "body": {**({"settings": {"index": settings}} if settings else {}), "mappings": {"properties": props}},
         },
     }
+    if _hybrid(cfg):
+        notes.append("the rrf and linear retrievers are licensed features: self-managed Elasticsearch needs an Enterprise "
+                     "licence (or a trial) for them, and a Basic licence refuses the request")
+    if _searched(cfg)[1]:
+        notes.append(KNN_NOTE)
     return payload, notes + ["field names 'text' and 'embedding' are the mapping's"], version
 
 
-def _weaviate(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
-    n, props = cfg.output.n, ["title", TEXT_FIELD]
-    gql_props = "[\"title\", \"" + TEXT_FIELD + "\"]"
+# weaviate-client 4.24 (weaviate/connect/v4.py) refuses a server below 1.27; the hybrid query itself is older.
+WEAVIATE_CLIENT = "1.27 (the Python client v4, weaviate-client 4.24, refuses older servers)"
+
+
+def _weaviate(cfg: PipelineConfig, dims: int | None = None) -> tuple[dict, list[str], str]:
+    # One property holding title and text (TEXT_NOTE): BM25 over two properties scores each on its own.
+    n, props = cfg.output.n, [TEXT_FIELD]
+    gql_props = "[\"" + TEXT_FIELD + "\"]"
     if not _hybrid(cfg):  # one list: the plain BM25 or nearVector query
-        if cfg.retrieval.lexical.enabled:
+        if _searched(cfg)[0]:
             query, python = {"query": "{{query}}", "query_properties": props, "limit": n}, "collection.query.bm25(**bm25)"
             key, gql, got = "bm25", "bm25: {query: \"{{query}}\", properties: " + gql_props + "}", "score"
         else:
             query, python = {"near_vector": "{{query_vector}}", "limit": n}, "collection.query.near_vector(**near_vector)"
             key, gql, got = "near_vector", "nearVector: {vector: {{query_vector}}}", "distance"
-        version = "1.23.7 (Python client v4)"
+        version = WEAVIATE_CLIENT
         graphql = "{ Get { {{collection}}(limit: " + str(n) + ", " + gql + ") { doc_id _additional { " + got + " } } } }"
         payload = {"min_version": version, "python": python, "collection": "{{collection}}", key: query, "graphql": graphql}
         return payload, [], version
@@ -369,14 +411,17 @@ def _weaviate(cfg: PipelineConfig) -> tuple[dict, list[str], str]:
         "{ doc_id _additional { score } } } }"
     )
     payload = {
-        "min_version": "1.24 (Python client v4 needs >= 1.23.7; relativeScoreFusion since 1.20)",
+        "min_version": WEAVIATE_CLIENT + "; the GraphQL query alone: 1.20 (relativeScoreFusion)",
         "python": "collection.query.hybrid(**hybrid) with fusion_type=weaviate.classes.query.HybridFusion.<fusion_type>",
         "collection": "{{collection}}",
         "hybrid": hybrid,
         "graphql": graphql,
     }
     notes = ["alpha = share of the vector search (0 = BM25 only); with rankedFusion Weaviate weighs the two rank "
-             "lists by alpha and 1 - alpha, so unequal list weights carry over"]
+             "lists by alpha and 1 - alpha, so unequal list weights carry over", KNN_NOTE]
+    if ranked and cfg.fusion.rrf_k == 60:
+        notes.append("Weaviate's rankedFusion scores 1 / (60 + rank) with ranks counted from 0, which is k = 59 in the "
+                     "toolkit's terms (k = 60 here): the order can differ where two documents nearly tie")
     return payload, notes, payload["min_version"]
 
 
@@ -388,14 +433,17 @@ _LANCEDB_MODULE = '''"""LanceDB search reproducing a hybrid-retrieval-toolkit co
 
 Exported by `hrt export --engine lancedb`. Needs lancedb >= 0.40 (verified with 0.40.0) and pyarrow.
 MODE below says which lists are searched: "hybrid" (full-text and vector, fused), "fts" or "vector".
-Table: one row per chunk with columns doc_id (str), text (str), vector (float32[DIMS], the toolkit's
-embedding model MODEL below, normalised; needed unless MODE is "fts"), and scope (str; only read by
-search(..., scope=...)), plus a full-text index on `text` unless MODE is "vector":
+Table: one row per chunk with columns doc_id (str), text (str: the document's title, a newline, then
+the chunk's text, as the toolkit indexes and embeds it; the text alone without a title), vector
+(float32[DIMS], that same string embedded by the toolkit's model MODEL below, normalised; needed unless
+MODE is "fts"), and scope (str; only read by search(..., scope=...)), plus a full-text index on `text`
+unless MODE is "vector":
 
     table.create_index("text", config=fts_config())
 
-Each result list is collapsed to the best chunk per document before fusion (the toolkit's
-document level), then fused as the toolkit does. Run as a script for a smoke test on a throwaway table.
+At LEVEL "document" each result list is collapsed to the best chunk per document before fusion, and
+documents are fused by doc_id; at "chunk" every chunk counts on its own. Ties are broken as the toolkit
+breaks them: the best rank in any list, then the id. Run as a script for a smoke test on a throwaway table.
 """
 
 from __future__ import annotations
@@ -416,24 +464,31 @@ FTS_WINDOW = {fts_window!r}  # candidates of the full-text list (the toolkit's l
 VECTOR_WINDOW = {vector_window!r}  # candidates of the vector list (dense.top_k)
 STEM = {stem!r}  # the FTS index's analysis, from the config's stemmer and stopwords
 REMOVE_STOP_WORDS = {stop!r}
+LANGUAGE = {language!r}  # the stemmer's language
+LEVEL = {level!r}  # "document" (results are documents) or "chunk"
 LIMIT = {limit!r}
 
 
 def fts_config() -> FTS:
     """The full-text index settings the config's BM25 calls for."""
-    return FTS(stem=STEM, remove_stop_words=REMOVE_STOP_WORDS, language="English")
+    return FTS(stem=STEM, remove_stop_words=REMOVE_STOP_WORDS, language=LANGUAGE)
+
+
+def _key(rid: int, doc_id: str):
+    """What fusion adds up by: the document, or at LEVEL "chunk" the row."""
+    return doc_id if LEVEL == "document" else rid
 
 
 def _best_per_doc(t: pa.Table | None) -> list[tuple[int, float, str]]:
-    """(row id, score, doc_id) in list order, the first (best) chunk of each document only; the score is
-    BM25's, or the cosine similarity (1 - cosine distance)."""
+    """(row id, score, doc_id) in list order, at LEVEL "document" the first (best) chunk of each document only;
+    the score is BM25's, or the cosine similarity (1 - cosine distance)."""
     if t is None or t.num_rows == 0:
         return []
     score_col = "_distance" if "_distance" in t.column_names else "_score"
     seen, out = set(), []
     for rid, s, d in zip(t["_rowid"].to_pylist(), t[score_col].to_pylist(), t["doc_id"].to_pylist()):
-        if d not in seen:
-            seen.add(d)
+        if _key(rid, d) not in seen:
+            seen.add(_key(rid, d))
             out.append((rid, 1.0 - s if score_col == "_distance" else s, d))  # higher is better for both
     return out
 
@@ -461,22 +516,27 @@ class ToolkitFusion(Reranker):
         super().__init__("relevance")
 
     def rerank_hybrid(self, query: str, vector_results: pa.Table, fts_results: pa.Table) -> pa.Table:
-        score: dict[int, float] = {{}}
-        for name, table in (("vector", vector_results), ("fts", fts_results)):
+        score, best, row = {{}}, {{}}, {{}}  # by key: fused score, best rank in any list, the row of that rank
+        # The full-text list first: a document ranked alike in both keeps its full-text chunk (the toolkit's
+        # list order, "orig:lex" before "orig:vec").
+        for name, table in (("fts", fts_results), ("vector", vector_results)):
             w = WEIGHTS[name]
             if w <= 0:
                 continue
             rows = _best_per_doc(table)
             contrib = ([1.0 / (RRF_K + i) for i in range(1, len(rows) + 1)] if METHOD == "rrf"
                        else _normalize([s for _, s, _ in rows]))
-            for (rid, _, _), c in zip(rows, contrib):
-                score[rid] = score.get(rid, 0.0) + w * c
+            for rank, ((rid, _, d), c) in enumerate(zip(rows, contrib), start=1):
+                k = _key(rid, d)
+                score[k] = score.get(k, 0.0) + w * c
+                if rank < best.get(k, rank + 1):
+                    best[k], row[k] = rank, rid
         merged = self.merge_results(vector_results, fts_results)
-        keep = [i for i, rid in enumerate(merged["_rowid"].to_pylist()) if rid in score]
-        merged = merged.take(keep)
-        merged = merged.append_column("_relevance_score", pa.array([score[r] for r in merged["_rowid"].to_pylist()], pa.float32()))
-        merged = merged.sort_by([("_relevance_score", "descending"), ("doc_id", "descending")])
-        return self._keep_relevance_score(merged) if self.score == "relevance" else merged
+        at = {{rid: i for i, rid in enumerate(merged["_rowid"].to_pylist())}}
+        order = sorted(score, key=lambda k: (-score[k], best[k], str(k)))  # the toolkit's tie-break
+        out = merged.take(pa.array([at[row[k]] for k in order], pa.int64()))
+        out = out.append_column("_relevance_score", pa.array([score[k] for k in order], pa.float64()))
+        return self._keep_relevance_score(out) if self.score == "relevance" else out
 
 
 def _one_list(t: pa.Table) -> pa.Table:
@@ -484,7 +544,7 @@ def _one_list(t: pa.Table) -> pa.Table:
     rows = _best_per_doc(t)
     at = {{rid: i for i, rid in enumerate(t["_rowid"].to_pylist())}}
     return t.take(pa.array([at[rid] for rid, _, _ in rows], pa.int64())).append_column(
-        "_relevance_score", pa.array([s for _, s, _ in rows], pa.float32()))
+        "_relevance_score", pa.array([s for _, s, _ in rows], pa.float64()))
 
 
 def search(table, query_text: str | None, query_vector=None, limit: int = LIMIT, scope: str | None = None):
@@ -520,38 +580,76 @@ if __name__ == "__main__":
 '''
 
 
-def _lancedb(cfg: PipelineConfig) -> tuple[str, list[str], str]:
+# DuckDB FTS stemmers (config.Stemmer) -> the languages of LanceDB's full-text index (tantivy's stemmers).
+_LANCE_LANGUAGES = {"porter": "English", "english": "English", "none": "English"} | {
+    x: x.title() for x in ("arabic", "danish", "dutch", "finnish", "french", "german", "greek", "hungarian", "italian",
+                           "norwegian", "portuguese", "romanian", "russian", "spanish", "swedish", "tamil", "turkish")}
+
+
+def _lancedb(cfg: PipelineConfig, store_dims: int | None = None) -> tuple[str, list[str], str]:
     f, r, (lw, dw) = cfg.fusion, cfg.retrieval, _shares(cfg)
     model = r.dense.model or "all-MiniLM-L6-v2"  # unset: the store's own, the packaged model by default
-    dims = r.dense.dimensions or _DIMS.get(model)
-    mode = "hybrid" if _hybrid(cfg) else ("fts" if r.lexical.enabled else "vector")
+    dims = store_dims or r.dense.dimensions or _DIMS.get(model)
+    mode = "hybrid" if _hybrid(cfg) else ("fts" if _searched(cfg)[0] else "vector")
     text = _LANCEDB_MODULE.format(
         name=str(cfg.name), dims=dims, model=str(model), mode=mode,
         method="convex" if f.method == "convex" else "rrf", rrf_k=f.rrf_k, lw=lw, dw=dw,
         normalization="zscore" if f.normalization == "zscore" else "minmax",
         fts_window=int(r.lexical.top_k), vector_window=int(r.dense.top_k), limit=int(cfg.output.n),
         stem=r.lexical.stemmer != "none", stop=r.lexical.stopwords != "none", dims_int=int(dims or 8),
+        language=_LANCE_LANGUAGES.get(r.lexical.stemmer or "porter", "English"), level=r.level,
     )
     notes = ["a Python module: `from <file> import search`; `python <file>` runs a smoke test on a throwaway table"]
+    if r.lexical.stemmer not in _LANCE_LANGUAGES and r.lexical.stemmer != "none" and _searched(cfg)[0]:
+        notes.append(f"LanceDB's full-text index has no {r.lexical.stemmer} stemmer: the module stems English")
     if cfg.rerank.provider == "cross-encoder" and cfg.rerank.model and cfg.rerank.blend == "replace":
         notes.append(f"to rerank as the toolkit does, apply lancedb.rerankers.CrossEncoderReranker(model_name={cfg.rerank.model!r}) "
-                     "to the fused top n")
+                     f"to the fused top {cfg.rerank.top_n}")
     return text, notes, "lancedb 0.40 (verified)"
 
 
-def export_config(cfg: PipelineConfig | str, engine: str) -> ExportResult:
+def _from_store(cfg: PipelineConfig, store: Store | None) -> tuple[PipelineConfig, int | None, list[str]]:
+    """(`cfg` with the store's embedding model, stemmer and stopwords where it leaves them to the store, the
+    store's vector dimension, notes). A config that names no model runs on the store's vectors, so without a
+    store the export can only assume the packaged model (and says so)."""
+    d, lx = cfg.retrieval.dense, cfg.retrieval.lexical
+    if store is None:
+        notes = []
+        if _searched(cfg)[1] and d.model is None and d.dimensions is None:
+            notes.append("the vector field's dimension (384) assumes the packaged model all-MiniLM-L6-v2, as the config "
+                         "names no model (the pipeline uses the store's): pass --store to read the store's model and dimension")
+        return cfg, None, notes
+    settings = store.settings
+    updates: dict[str, Any] = {}
+    if d.model is None and store.embedding_model:
+        updates["retrieval.dense.model"] = store.embedding_model
+    if settings is not None and lx.stemmer is None:
+        updates["retrieval.lexical.stemmer"] = settings.stemmer
+    if settings is not None and lx.stopwords is None:
+        updates["retrieval.lexical.stopwords"] = settings.stopwords
+    return cfg.with_updates(updates) if updates else cfg, store.embedding_dim, []
+
+
+def export_config(cfg: PipelineConfig | str, engine: str, store: Store | None = None) -> ExportResult:
     """The engine payload for `cfg` (a config, preset name or file), what does not carry over, notes, minimum
-    version and analyzer note."""
+    version and analyzer note. `store`: the store the pipeline runs on, whose embedding model, vector dimension,
+    stemmer and stopwords fill what the config leaves to the store."""
     cfg = load_config(cfg)
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "toolkit":
         return ExportResult(engine, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
+    cfg, dims, store_notes = _from_store(cfg, store)
     payload, notes, version = {"opensearch": _opensearch, "elasticsearch": _elasticsearch, "weaviate": _weaviate,
-                               "lancedb": _lancedb}[engine](cfg)
+                               "lancedb": _lancedb}[engine](cfg, dims)
+    notes = store_notes + notes
+    if engine != "lancedb" and _searched(cfg)[0]:
+        notes.append(TEXT_NOTE)
     if not _hybrid(cfg):
-        which = "BM25" if cfg.retrieval.lexical.enabled else "vector"
+        which = "BM25" if _searched(cfg)[0] else "vector"
         notes.insert(0, f"single-retriever config: no fusion applies; the export is the engine's plain {which} query")
+        if _searched(cfg) != (cfg.retrieval.lexical.enabled, cfg.retrieval.dense.enabled):
+            notes.insert(1, "the other list has fusion weight 0, so the toolkit drops it and so does the export")
     if isinstance(payload, dict):  # every placeholder the payload holds, so none goes unnoticed
         holes = sorted(set(re.findall(r"\{\{\w+\}\}", json.dumps(payload))))
         notes.append("placeholders to fill in: " + ", ".join(holes))
@@ -572,11 +670,14 @@ def _serialize(payload: dict | str, path: Path) -> str:
     raise InputError(f"{path}: unsupported extension {suffix!r} (use .json or .yaml)")
 
 
-def write_export(cfg: PipelineConfig | str, engine: str, path: str | Path, source: str | Path | None = None) -> ExportResult:
+def write_export(cfg: PipelineConfig | str, engine: str, path: str | Path, source: str | Path | None = None,
+                 store: Store | None = None) -> ExportResult:
     """Write the engine payload to `path` (format from the extension) and the caveats to `<path>.README.md`.
     `source` is the file the config was loaded from (the CLI's --config; a config given as a path is its own
     source): neither file may be it, so an export never replaces the tuned config. Any other existing file
-    is overwritten, as a re-export each run expects."""
+    is overwritten, as a re-export each run expects. `store`: as `export_config`'s."""
+    if not str(path).strip() or Path(path).name in ("", ".", ".."):
+        raise InputError(f"{str(path)!r}: not a file name; give --out a file such as export.json")
     if source is None and isinstance(cfg, str | Path):
         source = cfg
     p = Path(path)
@@ -586,16 +687,22 @@ def write_export(cfg: PipelineConfig | str, engine: str, path: str | Path, sourc
             if target.resolve() == Path(source).resolve() or (target.exists() and target.samefile(source)):
                 raise InputError(f"{target}: is the config being exported ({source}); choose another --out")
     cfg = load_config(cfg)
-    res = export_config(cfg, engine)
-    if engine == "toolkit":
-        save_config(cfg, p)  # .yaml or .json, loads back to an equal config
-    else:
-        write_text_atomic(p, _serialize(res.payload, p))
+    res = export_config(cfg, engine, store)
+    try:
+        if engine == "toolkit":
+            save_config(cfg, p)  # .yaml or .json, loads back to an equal config
+        else:
+            write_text_atomic(p, _serialize(res.payload, p))
+    except OSError as e:  # name the file asked for, not the temporary file written beside it
+        raise InputError(f"{p}: cannot write: {e.strerror or e}") from None
     lines = [f"# Export of {cfg.name!r} to {engine}", ""]
     if engine != "toolkit":
         lines += [f"Minimum engine version: {res.min_version}", "", res.analyzer_note, ""]
     lines += ["Not carried over:"]
     lines += [f"- {x}" for x in res.not_carried] or ["- nothing"]
     lines += ["", "Notes:"] + ([f"- {x}" for x in res.notes] or ["- none"])
-    write_text_atomic(f"{p}.README.md", "\n".join(lines) + "\n")
+    try:
+        write_text_atomic(f"{p}.README.md", "\n".join(lines) + "\n")
+    except OSError as e:
+        raise InputError(f"{p}.README.md: cannot write: {e.strerror or e}") from None
     return res
