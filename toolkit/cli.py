@@ -361,6 +361,19 @@ def _default_store(ds) -> str:
     return str(Path(".hrt") / f"{ds.name}.duckdb")
 
 
+def _cache_settings(st, cfgs, cache: bool):
+    """The index settings the dataset cache is ingested with: the stemmer and stopwords the configs name (the
+    cache was built with Porter and then refused `retrieval.lexical.stemmer: german`, user trial AC). None (the
+    store's own) for a store the user named, which is never re-indexed unasked, or when no config names them."""
+    from dataclasses import replace
+
+    from .store import IndexSettings
+
+    want = {k: v for c in cfgs for k, v in (("stemmer", c.retrieval.lexical.stemmer), ("stopwords", c.retrieval.lexical.stopwords))
+            if v is not None}
+    return replace(st.settings or IndexSettings(), **want) if cache and want else None
+
+
 def _check_out(out: str, *keep: str | None) -> None:
     """`--out` must not name a store: `hrt run --out s.duckdb` and `hrt train-fusion --out s.duckdb` replaced the
     store with a TREC file or a model, exit 0 (user trial M). Refused before any work: the store given
@@ -675,7 +688,8 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of)
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
     if rr_source.source == "environment":
         click.echo(rr_source.describe(cfg), err=True)
-    prune = prune or store_path is None  # the default store is the tool's cache of the dataset: kept in step
+    cache = store_path is None
+    prune = prune or cache  # the default store is the tool's cache of the dataset: kept in step
     store_path = store_path or _default_store(ds)
     queries = ds.queries(split)
     _in_sample_note({cfg.name or "config": cfg}, ds, split, queries["qid"].to_list(), queries["text"].to_list())
@@ -691,7 +705,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of)
                     f"{store_path} holds {len(extra)} document(s) not in {ds.root} (e.g. {', '.join(map(repr, extra[:3]))}): "
                     "they would be retrieved and scored; add --prune to remove them from the store, or use a store of "
                     "the dataset's own (omit --store)")
-        rep = st.ingest(corpus, embed=_needs_vectors([cfg]), prune=prune,
+        rep = st.ingest(corpus, settings=_cache_settings(st, [cfg], cache), embed=_needs_vectors([cfg]), prune=prune,
                         progress=_progress())
         if rep.added or rep.changed or rep.removed:
             _echo_skipped(corpus)
@@ -854,6 +868,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     base = baseline or next(iter(named))
     if base not in named:
         raise ToolkitError(f"--baseline {base!r} is not one of {list(named)}")
+    cache = store_path is None
     store_path = store_path or _default_store(ds)
     from .config import load_config
 
@@ -863,7 +878,8 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb) as st:
-        st.ingest(load_corpus(ds.root), embed=_needs_vectors(loaded.values()), progress=_progress())
+        st.ingest(load_corpus(ds.root), settings=_cache_settings(st, loaded.values(), cache), embed=_needs_vectors(loaded.values()),
+                  progress=_progress())
         rep = build_report(
             st, ds.queries(split), ds.qrels(split), loaded, baseline=base, dataset=ds.name, split=split,
             group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
@@ -907,11 +923,13 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     from .tune import tune as run_tune
 
     ds = Dataset.open(dataset)
+    cache = store_path is None
     store_path = store_path or _default_store(ds)
     _check_out(out, store_path)
     base_cfg = _load_cfg(base or DEFAULT_PRESET, None)
     with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, Store(store_path, embedder=emb) as st:
-        st.ingest(load_corpus(ds.root), embed=_needs_vectors([base_cfg]), progress=_progress())
+        st.ingest(load_corpus(ds.root), settings=_cache_settings(st, [base_cfg], cache), embed=_needs_vectors([base_cfg]),
+                  progress=_progress())
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,
             folds=folds, stratify=stratify, seed=seed, out=out, force=force, anchors=not no_anchors, alpha=alpha,

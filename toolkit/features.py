@@ -52,7 +52,11 @@ _FILE_EXT = (
     "sql|duckdb|db|sqlite|sh|bash|zsh|ps1|go|rs|java|kt|scala|c|cc|cpp|h|hpp|cs|rb|php|swift|lua|r|html|css|"
     "scss|xml|lock|log|tf|proto|gradle|pem|crt|key|whl|tar|gz|tgz|zip|dll|so|exe|pdf|docx|xlsx"
 )
-_UNITS = r"(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x\b)"
+_UNITS = r"(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x\b|uhr\b)"
+# A currency after a number: "1.000 €" and "12.500,00 EUR" are amounts written with European separators.
+_MONEY = r"(?:€|£|\$|eur\b|euro|chf\b|usd\b|gbp\b)"
+# A date written with dots ("26.11.2026", "3.5.2026"): day, month, a four-digit year.
+_DOTTED_DATE = re.compile(r"^(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.(?:19|20)\d\d$")
 
 # A version's pre-release suffix: "-rc.1", "-beta", "-alpha.2", "-SNAPSHOT" (known words only: "2.14.3-compatible"
 # is the version 2.14.3, and "2.14.3-2.15.0" or "v2.14.3-v2.15.0" are two versions).
@@ -93,7 +97,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "version",
         re.compile(
             rf"(?<![\w$€£.])v\d+(?:\.\d+)*\b{_VERSION_SUFFIX}|(?<![\w$€£.])\d+\.\d+(?:\.\d+)+\b{_VERSION_SUFFIX}"
-            rf"|(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?!\.\d)|\b[A-Za-z]+\d+(?:\.\d+)+\b",
+            rf"|(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?!\s*{_MONEY})(?![.,]\d)|\b[A-Za-z]+\d+(?:\.\d+)+\b",
             re.I,
         ),
     ),
@@ -138,7 +142,10 @@ _CAPS_TECH = re.compile(r"^(?:[A-Z]{8,}|[A-Z]+\d[A-Z\d]*)$")
 SYSTEM_NAMES = frozenset(errno.errorcode.values()) | frozenset(s.name for s in signal.Signals)
 # Hyphenated words with digits that are ordinary English ("mid-2020", "covid-19", "top-10").
 _ORDINARY_PREFIX = frozenset(["mid", "pre", "post", "late", "early", "circa", "covid", "top", "over", "under", "age", "class", "grade", "size"])  # fmt: skip
-_TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
+# Legal forms of companies with an inner capital, in every business text: not identifiers.
+_LEGAL_FORMS = frozenset(["GmbH", "gGmbH", "mbH", "KGaA", "SpA", "SrL", "BVBA", "AbP"])
+# A word for the stopword share: letters of any script and digits ("Straße", "¿Cómo" are one word each).
+_TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 
 
 def shouted(text: str) -> bool:
@@ -191,6 +198,15 @@ def _keep(kind: str, tok: str, shouting: bool = False) -> bool:
         return any(c.isdigit() for c in tok) and tok.split("-")[0].lower() not in _ORDINARY_PREFIX
     if kind == "path":
         return any(c.isalpha() for c in tok)  # "05/08/2023" is a date
+    if kind == "version":
+        return not _DOTTED_DATE.match(tok)  # "26.11.2026" is a date
+    if kind == "file":
+        # Not a one-letter abbreviation chain ("d.h.", "i.d.R.", "z.B." in German): a one-letter name with a
+        # one-letter extension. "a.py" and "x.rs" stay files.
+        name, _, ext = tok.rpartition(".")
+        return not (len(name.lstrip("-")) == 1 and len(ext) == 1)
+    if kind in ("pascal", "camel"):
+        return tok not in _LEGAL_FORMS
     return True
 
 

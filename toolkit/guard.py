@@ -52,12 +52,20 @@ def _is_word_char(c: str) -> bool:
     return c.isalnum() or c == "_"
 
 
-def _ends_here(text: str, j: int) -> bool:
+# A word joined to an identifier by a hyphen, as German (and English) compounds write it: "ERR_IMPORT_LOCK-Meldung",
+# "2.4.1-Update", "ECONNREFUSED-related". Four letters or more, no digit: "-dir" of `--no-cache-dir` and "-rc1"
+# of a pre-release still continue the identifier, and so does a pre-release word ("2.4.1-beta" is another version).
+_COMPOUND_WORD = re.compile(r"-(?!(?:alpha|beta|preview|snapshot|nightly|final|post|release|candidate)\b)[^\W\d_]{4,}(?![\w-])")
+
+
+def _ends_here(text: str, j: int, flag: bool = False) -> bool:
     """Whether an identifier found just before `text[j]` ends there: no word character follows, and no "-" or
     "." that continues it (`--no-cache` is not in `--no-cache-dir`, nor `v2.14` in `v2.14.30`; a sentence's
-    full stop still ends it)."""
+    full stop still ends it). A hyphen and a plain word end it (`_COMPOUND_WORD`), except after a `flag`."""
     if j == len(text) or not _is_word_char(text[j]):
-        return not (j + 1 < len(text) and text[j] in "-." and text[j + 1].isalnum())
+        if j + 1 < len(text) and text[j] in "-." and text[j + 1].isalnum():
+            return text[j] == "-" and not flag and _COMPOUND_WORD.match(text, j) is not None
+        return True
     return False
 
 
@@ -66,7 +74,7 @@ def _contains_word(text: str, tok: str) -> bool:
     it, and `_ends_here` after it. By `str.find`, which skips ahead in C."""
     i, n = text.find(tok), len(tok)
     while i != -1:
-        if (i == 0 or not _is_word_char(text[i - 1])) and _ends_here(text, i + n):
+        if (i == 0 or not _is_word_char(text[i - 1])) and _ends_here(text, i + n, tok.startswith("-")):
             return True
         i = text.find(tok, i + 1)
     return False

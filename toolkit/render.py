@@ -260,6 +260,19 @@ def _ri_run(t: str, j: int) -> int:
 _TERM = re.compile(r"\w[\w.\-/:]*\w|\w")
 
 
+def _fold(text: str) -> str:
+    """Lower case without accents, one character for each (NFC) character, so offsets stay those of the text:
+    BM25 strips accents, so "resume" finds "résumé" and the snippet must show it."""
+    if text.isascii():
+        return text.lower()
+    out = []
+    for c in text:
+        low = c.lower()
+        base = unicodedata.normalize("NFD", low)[0] if len(low) == 1 else c
+        out.append(base if not unicodedata.combining(base) else low)
+    return "".join(out)
+
+
 def _snippet_terms(query: str) -> set[str]:
     """What `snippet` looks for: the query's words of 3+ characters that are not stopwords, numbers and short
     codes of 2+ characters with a digit ("17", "v2": user trial S saw "version 17" ignored), and for Chinese,
@@ -270,7 +283,7 @@ def _snippet_terms(query: str) -> set[str]:
     def wanted(w: str) -> bool:
         return (len(w) >= 3 or (len(w) == 2 and any(c.isdigit() for c in w))) and not _is_stopword(w.lower())
 
-    out = {w.lower() for w in _TERM.findall(query) if wanted(w) and not CJK.search(w)}
+    out = {_fold(w) for w in _TERM.findall(unicodedata.normalize("NFC", query)) if wanted(w) and not CJK.search(w)}
     for run in re.findall(f"[{CJK_CHARS}]+", unicodedata.normalize("NFKC", query)):
         out |= {run[i : i + 2] for i in range(len(run) - 1)} or {run}
     return out
@@ -284,9 +297,8 @@ def snippet(text: str, limit: int, query: str | None = None) -> str:
     t = _WS.sub(" ", text).strip()
     if not query or len(t) <= limit or limit < 40:
         return shorten(t, limit)
-    low = t.lower()
-    if len(low) != len(t):  # "İ".lower() is two characters: offsets in `low` must be offsets in `t`
-        low = "".join(c if len(c.lower()) != 1 else c.lower() for c in t)
+    t = unicodedata.normalize("NFC", t)  # decomposed accents (as macOS writes) fold like composed ones
+    low = _fold(t)  # one character per character ("İ".lower() is two): offsets in `low` are offsets in `t`
     hits: list[tuple[int, str]] = []
     for term in _snippet_terms(query):
         at = low.find(term)

@@ -1,0 +1,93 @@
+"""User trial AC: a team with a wiki and ticket memory in German, French and Spanish, English terms mixed in.
+Each test is a defect the trial found."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import polars as pl
+import pytest
+
+from toolkit.config import RoutingConfig
+from toolkit.features import query_features, technical_tokens
+from toolkit.guard import exact_matches, identifier_tokens
+from toolkit.render import snippet
+
+
+@pytest.mark.parametrize("query", [
+    "Der Import bricht ab, d.h. nichts wird importiert",  # "d.h" read as a C header file
+    "Rechnungen werden i.d.R. am Monatsende verschickt",  # "d.R" as an R script
+    "Fehler beim Import der Weber GmbH",  # "GmbH" as a PascalCase identifier
+    "Termin am 26.11.2026 oder am 3.5.2026",  # dates as versions
+    "Die Rechnung über 12.500,00 € und 1.000 € ist offen",  # amounts as versions
+    "Das Meeting beginnt um 14.30 Uhr",  # a clock time as a version
+])
+def test_german_abbreviations_dates_amounts_and_legal_forms_are_not_identifiers(query):
+    """They moved a contract page into the top 3 as an "exact token kept", and routed the query as technical."""
+    assert identifier_tokens(query) == [] and technical_tokens(query) == []
+    route = query_features(pl.DataFrame({"qid": ["q"], "text": [query]}), RoutingConfig(enabled=True))["route"][0]
+    assert route != "technical"
+
+
+def test_real_identifiers_beside_them_are_still_found():
+    q = "Nach dem 2.4.1-Update meldet PostgreSQL ERR_DB_TIMEOUT in /etc/app/db.yaml, d.h. max_pool_size ist zu klein"
+    assert identifier_tokens(q) == ["2.4.1", "PostgreSQL", "ERR_DB_TIMEOUT", "/etc/app/db.yaml", "max_pool_size"]
+    assert technical_tokens("see a.py and python 3.14") == ["a.py", "3.14"]
+
+
+def test_an_identifier_in_a_hyphen_compound_counts_as_held_verbatim():
+    """German writes "ERR_IMPORT_LOCK-Meldung" and "2.4.1-Update": the guard took the hyphen and the word for the
+    identifier going on, so BM25's top hit holding it was not kept. A flag's own parts, a pre-release and a
+    longer code still continue it."""
+    texts = pl.DataFrame({"doc_id": ["de", "en", "flag", "beta", "cve"], "title": ["", "", "", "", ""], "text": [
+        "Die ERR_IMPORT_LOCK-Meldung erscheint nach dem 2.4.1-Update.", "The ERR_IMPORT_LOCK message after 2.4.1.",
+        "use --no-cache-directory", "release 2.4.1-beta is out", "CVE-2024-3094-related notes"]})
+    cands = pl.DataFrame({"qid": ["q1"] * 5 + ["q2"] * 5 + ["q3"] * 5,
+                          "doc_id": texts["doc_id"].to_list() * 3})
+    queries = pl.DataFrame({"qid": ["q1", "q2", "q3"], "text": ["ERR_IMPORT_LOCK beim Import", "Probleme mit 2.4.1",
+                                                                "pip --no-cache and CVE-2024-3094"]})
+    got = {(r["qid"], r["doc_id"]): r["tokens"] for r in exact_matches(queries, cands, texts).iter_rows(named=True)}
+    assert got[("q1", "de")] == ["ERR_IMPORT_LOCK"] and got[("q1", "en")] == ["ERR_IMPORT_LOCK"]
+    assert got[("q2", "de")] == ["2.4.1"] and ("q2", "beta") not in got
+    assert ("q3", "flag") not in got and got[("q3", "cve")] == ["CVE-2024-3094"]
+
+
+def test_words_of_any_script_count_once_for_the_stopword_share():
+    """"Straße" counted as "stra" and "e", "¿Cómo" as "c" and "mo": words were ASCII runs."""
+    f = query_features(pl.DataFrame({"qid": ["a", "b"], "text": ["Straße gesperrt", "¿Cómo restablezco la contraseña?"]}),
+                       RoutingConfig(enabled=True))
+    assert f["n_tokens"].to_list() == [2, 4]
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+def test_the_snippet_shows_a_match_that_differs_only_in_accents(form):
+    """BM25 found the page through "résumé" for the query "resume", but the snippet showed the page's head."""
+    text = unicodedata.normalize(form, "Kopfzeile " * 40 + "Le candidat dépose son résumé en ligne. " + "Fin " * 40)
+    out = snippet(text, 120, "resume candidat")
+    assert "résumé" in unicodedata.normalize("NFC", out) and out.startswith("…")
+    assert "résumé" in snippet(text, 120, "RÉSUMÉ")
+
+
+def test_hrt_run_builds_the_dataset_cache_with_the_configs_stemmer(tmp_path, monkeypatch):
+    """`hrt run --config de.yaml` (stemmer german) built its dataset cache with Porter, then refused to run on it."""
+    import json
+
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+    from toolkit.store import Store
+
+    ds = tmp_path / "wiki"
+    (ds / "qrels").mkdir(parents=True)
+    docs = [("d1", "Die Verbindungen zur Datenbank brechen nachts ab."), ("d2", "Urlaubsanträge gehen an die Personalabteilung."),
+            ("d3", "Der Drucker im zweiten Stock ist defekt.")]
+    (ds / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": "", "text": t}) + "\n" for i, t in docs))
+    (ds / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "Verbindung Datenbank"}) + "\n")
+    (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (tmp_path / "de.yaml").write_text("extends: bm25-only\nretrieval:\n  lexical:\n    stemmer: german\n    stopwords: none\n")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["run", "--dataset", str(ds), "--split", "test", "--config", "de.yaml", "--out", "de.trec"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "de.trec").read_text().split()[2] == "d1"
+    with Store(tmp_path / ".hrt" / "wiki.duckdb", read_only=True) as st:
+        assert (st.settings.stemmer, st.settings.stopwords) == ("german", "none")
