@@ -444,9 +444,9 @@ class PriorsConfig(_Model):
     recency_half_life_days: Rescore[float] = Field(30.0, gt=0.0, le=1e6)
     recency_floor: Rescore[float] = Field(0.0, ge=0.0, le=1.0)  # factor = floor + (1 - floor) * 0.5 ** (age / half_life)
     recency_query_field: Rescore[str] = "date"  # the query's own date (reference time); now when it has none
-    # A document dated after the reference: decay by how far ahead it is (it did not exist yet), or fresh
-    # (factor 1: dates ahead on purpose, e.g. deadlines).
-    recency_future: Rescore[Literal["decay", "fresh"]] = "decay"
+    # A document dated after the reference: decay by how far ahead it is (flagged dated_after_reference),
+    # exclude it (it did not exist yet: "as of" questions), or fresh (factor 1: dates ahead on purpose, deadlines).
+    recency_future: Rescore[Literal["decay", "exclude", "fresh"]] = "decay"
     # A document without a date: as new as can be (factor 1, "fresh") or as old as the floor allows ("floor").
     recency_missing: Rescore[Literal["fresh", "floor"]] = "fresh"
     priority_field: Rescore[str | None] = None

@@ -577,6 +577,9 @@ def _folder_docs(
         yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": title[:200], "text": text, "metadata": {"path": rel}}
 
 
+_QUERY_ID_FIELDS = ("_id", "id", "qid")
+
+
 def load_queries(path: str | Path) -> pl.DataFrame:
     """Queries as a frame [qid, text, scope, metadata(JSON string)]; an empty query text is an error."""
     p = Path(path)
@@ -596,10 +599,9 @@ def load_queries(path: str | Path) -> pl.DataFrame:
         text = o.get("text", o.get("query"))
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{p}:{n}: query {qid!r} has an empty text")
-        meta = o.get("metadata") or {}
-        if not isinstance(meta, dict):
-            raise InputError(f"{p}:{n}: field `metadata` must be an object")
-        typed_values(meta, f"{p}:{n}")
+        text_key = "text" if "text" in o else "query"
+        # Other top-level fields are metadata, as for documents: a query's flat `date` is its as-of time.
+        meta = _record_metadata({k: v for k, v in o.items() if k not in _QUERY_ID_FIELDS}, f"{p}:{n}", text_key)
         scope = o.get("scope") or meta.get("scope")
         rows.append({"qid": qid, "text": text, "scope": str(scope) if scope else None, "metadata": json.dumps(meta)})
     if not rows:

@@ -5,10 +5,11 @@ Metadata stays a JSON object on each document; in addition, every top-level scal
 
 - **Dates.** A field is a date field when its name is `date`, `datetime`, `timestamp`, `created`, `updated`
   or `modified`, or ends in `_at`, `_date` or `_time` (case-insensitive; `created_at`, `session_date`). Its
-  value must be one of `DATE_FORMATS` (or a number: seconds since 1970-01-01 UTC); anything else is an
-  error naming the file, line and field, because a date that silently reads as "missing" makes the recency
-  prior neutral without anyone noticing. Times with a zone are converted to UTC; times without one are
-  taken as UTC.
+  value must be ISO 8601 (either case: `2024-01-25t09:30z`), one of `DATE_FORMATS`, an RFC 2822 date as
+  e-mail and HTTP headers write it (`Tue, 24 Nov 2026 10:00:00 +0100`), or seconds since 1970-01-01 UTC (a
+  number, or a string of 9 to 11 digits); anything else is an error naming the file, line and field, because a
+  date that silently reads as "missing" makes the recency prior neutral without anyone noticing. Times with a
+  zone are converted to UTC; times without one are taken as UTC.
 - **Numbers.** A JSON number (not a boolean) in any field is kept in `num` (an access count, a priority).
 - **Text.** Every scalar is also kept as text (numbers without a trailing `.0`), for mappings such as
   the priority prior's `{"P0": 4, "P1": 3}`.
@@ -23,6 +24,7 @@ import json
 import math
 import re
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import polars as pl
@@ -47,6 +49,9 @@ DATE_FORMATS: tuple[str, ...] = (
     "%I:%M %p on %d %b, %Y",
     "%Y/%m/%d (%a) %H:%M",  # LongMemEval session dates: 2023/05/20 (Sat) 02:21
 )
+_EPOCH_TEXT = re.compile(r"^-?\d{9,11}(?:\.\d+)?$")
+# RFC 2822 (e-mail, HTTP): an optional weekday, then day, English month, year, time and zone.
+_RFC2822 = re.compile(r"^(?:[A-Za-z]{3},\s*)?\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{1,2}:\d{2}")
 DATE_FIELD = re.compile(r"^(date|datetime|timestamp|created|updated|modified)$|(_at|_date|_time)$", re.I)
 VALUES_SCHEMA = {"field": pl.Utf8, "num": pl.Float64, "ts": pl.Datetime("us"), "text": pl.Utf8}
 
@@ -67,16 +72,26 @@ def parse_date(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value.strip():
         return None
     s = value.strip()
-    try:
-        d = datetime.fromisoformat(s)
-    except ValueError:
-        d = None
-        for fmt in DATE_FORMATS:
-            try:
-                d = datetime.strptime(s, fmt)
-                break
-            except ValueError:
-                continue
+    if _EPOCH_TEXT.match(s):  # "1764000000": seconds as text, as some exporters write numbers
+        return parse_date(float(s))
+    d = None
+    for text in (s, s.upper()):  # ISO 8601 allows a lower-case t and z
+        try:
+            d = datetime.fromisoformat(text)
+            break
+        except ValueError:
+            continue
+    for fmt in DATE_FORMATS if d is None else ():
+        try:
+            d = datetime.strptime(s, fmt)
+            break
+        except ValueError:
+            continue
+    if d is None and _RFC2822.match(s):
+        try:
+            d = parsedate_to_datetime(s)
+        except (TypeError, ValueError):
+            d = None
     if d is None:
         return None
     try:
@@ -107,11 +122,14 @@ def typed_values(
         if is_date_field(k):
             ts = parse_date(v)
             if ts is None and strict:
-                ms = isinstance(v, int | float) and not isinstance(v, bool) and 1e11 < abs(v) < 1e14
+                digits = str(v).strip().lstrip("-").split(".")[0]
+                ms = (isinstance(v, int | float) and not isinstance(v, bool) and 1e11 < abs(v) < 1e14) or (
+                    isinstance(v, str) and digits.isdigit() and 12 <= len(digits) <= 14)
                 hint = " (it looks like milliseconds since 1970, e.g. JavaScript's Date.now(): divide by 1000)" if ms else ""
                 raise InputError(
                     f"{where}: {label.format(k)}: cannot read {v!r} as a date{hint}; accepted: ISO 8601 (2024-01-25, "
-                    f"2024-01-25T09:30:00Z), seconds since 1970, or one of {', '.join(DATE_FORMATS)} "
+                    f"2024-01-25T09:30:00Z), RFC 2822 (Tue, 24 Nov 2026 10:00:00 +0100), seconds since 1970 (a number, or "
+                    f"a string of 9 to 11 digits), or one of {', '.join(DATE_FORMATS)} "
                     "(a field named date/…_at/…_date/…_time is read as a date: rename it if it is not one)"
                 )
             num = None  # a date's number is its timestamp, not a count

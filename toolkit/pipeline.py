@@ -438,7 +438,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     `n`: results kept per query (default max(output.n, 100)); a caller that reads only the first k places
     (metrics at a cutoff) passes n >= k and gets the same first k places with less work per change (with
     near-duplicate dedup on, how deep duplicates are compared follows n: max(3n, 50) places).
-    `now` (naive UTC, default the clock) is the recency prior's reference for queries without a date."""
+    `now` (naive UTC, default the clock; an aware time is converted) is the recency prior's reference for queries
+    without a date. `prep` is a snapshot of the store when it was prepared: after a write (an ingest, a delete, a
+    memory's new date) prepare again, as `Session.refresh` does; `rescore` has no store to compare with."""
     cfg = load_config(cfg)  # a preset name or file too; a config is returned as is
     check_prepared(prep, cfg)
     t: dict[str, float] = {}
@@ -525,8 +527,12 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
 
 def _warn_unmapped(prep: Prepared, cfg: PipelineConfig) -> None:
     """Warn when the candidates carry priority values the map lacks: they count as
-    factor 1, the lowest tier under agent-memory's map ("high", "urgent" next to P0-P3; user trial N)."""
+    factor 1, the lowest tier under agent-memory's map ("high", "urgent" next to P0-P3; user trial N); and when a
+    recency or use field gives nothing to read (`priors.unusable_fields`, user trial AF)."""
     p = cfg.priors
+    key = f"unusable:{p.recency_field}:{p.use_field}"
+    for line in prep.derived(key, (prep.doc_values,), lambda: priors_stage.unusable_fields(prep.doc_values, p)):
+        warnings.warn(line, UserWarning, stacklevel=3)
     if p.priority_field is None:
         return
     key = f"unmapped:{p.priority_field}:{sorted(p.priority_map)}"

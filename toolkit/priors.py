@@ -9,8 +9,9 @@ factor per (query, document) read from the documents' typed metadata (`store.doc
               (metadata field `recency_query_field`, as memory benchmarks date their questions, or `hrt
               search --as-of`), else `priors.as_of` when the config sets it (`hrt run --as-of`: evaluation
               that must not drift), else now. A document dated after its reference decays by how far ahead
-              it is (`recency_future: decay`): asked as of June, a memory written in December did not
-              exist yet and must not outrank May's as "the most recent"; `fresh` gives it factor 1 instead
+              it is (`recency_future: decay`), and is flagged `dated_after_reference`; `exclude` drops it
+              (asked as of June, a memory written in December did not exist yet: with a long half-life,
+              decay alone still lets it outrank May's as "the most recent"); `fresh` gives it factor 1
               (documents dated ahead on purpose: deadlines, scheduled events).
     priority  priority_map[value of priority_field] (value as text: 0, "P1", "high")
     use       1 + use_weight * ln(1 + max(value, 0))    (a count, log-damped: 10 uses is not 10x one use)
@@ -40,6 +41,8 @@ from .blend import scores_below
 from .config import PriorsConfig
 
 FACTOR_COLUMNS = ("prior_recency", "prior_priority", "prior_use")
+FUTURE_FLAG = "dated_after_reference"  # a document dated after its query's reference time (the as-of)
+_FUTURE = "_after_reference"
 _LN_RECENCY = "_ln_recency"  # the recency factor's logarithm, for ranking without underflow
 _US_PER_DAY = 86_400e6
 
@@ -86,7 +89,7 @@ def prior_factors(
         r = r.join(_field(query_values, "qid", cfg.recency_query_field, "ts", "_ref_ts"), on="qid", how="left", maintain_order="left")
         ref = pl.coalesce(pl.col("_ref_ts"), pl.lit(now, pl.Datetime("us")))
         delta = (ref - pl.col("_doc_ts")).dt.total_microseconds().cast(pl.Float64) / _US_PER_DAY
-        age = delta.abs() if cfg.recency_future == "decay" else delta.clip(lower_bound=0.0)
+        age = delta.abs() if cfg.recency_future != "fresh" else delta.clip(lower_bound=0.0)
         decay = pl.lit(0.5) ** (age / cfg.recency_half_life_days)
         undated = 1.0 if cfg.recency_missing == "fresh" else cfg.recency_floor
         rec = (cfg.recency_floor + (1.0 - cfg.recency_floor) * decay).fill_null(undated)
@@ -94,7 +97,8 @@ def prior_factors(
         # a 5-day half-life over 14 years); `apply_priors` ranks by it (`_LN_RECENCY`, dropped there).
         ln_rec = (-(age / cfg.recency_half_life_days) * math.log(2.0)) if cfg.recency_floor == 0 else rec.log()
         ln_undated = math.log(undated) if undated > 0 else -math.inf
-        r = r.with_columns(rec.alias("prior_recency"), ln_rec.fill_null(ln_undated).alias(_LN_RECENCY)).drop("_doc_ts", "_ref_ts")
+        r = r.with_columns(rec.alias("prior_recency"), ln_rec.fill_null(ln_undated).alias(_LN_RECENCY),
+                           (delta < 0).fill_null(False).alias(_FUTURE)).drop("_doc_ts", "_ref_ts")
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_recency"))
     if cfg.priority_field is not None:
@@ -127,6 +131,29 @@ def _fold(e: pl.Expr) -> pl.Expr:
     return e.str.strip_chars().str.to_lowercase()
 
 
+def unusable_fields(doc_values: pl.DataFrame | None, cfg: PriorsConfig) -> list[str]:
+    """What makes a configured prior neutral without a word, in sentences for a warning: a recency field no
+    candidate holds as a date (a name not typed as a date: `last_seen`, `when`; or a field nobody has), and
+    use-field values that are not JSON numbers ("10", true)."""
+    if doc_values is None:
+        return []
+    out = []
+    if cfg.recency_field is not None:
+        dated = doc_values.filter((pl.col("field") == cfg.recency_field) & pl.col("ts").is_not_null()).height
+        if not dated:
+            held = doc_values.filter(pl.col("field") == cfg.recency_field).height
+            why = ("its values were not read as dates: only fields named date, datetime, timestamp, created, updated, "
+                   "modified or ending in _at, _date, _time are" if held else "no candidate document has that field")
+            out.append(f"priors.recency_field {cfg.recency_field!r}: {why}; the recency prior is neutral (factor 1)")
+    if cfg.use_field is not None:
+        odd = doc_values.filter((pl.col("field") == cfg.use_field) & pl.col("num").is_null())["text"].unique().sort().to_list()
+        if odd:
+            shown = ", ".join(repr(v) for v in odd[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
+            out.append(f"priors.use_field {cfg.use_field!r}: values {shown} are not numbers (a JSON number is): "
+                       "they count as factor 1")
+    return out
+
+
 def unmapped_priorities(doc_values: pl.DataFrame | None, cfg: PriorsConfig) -> list[str]:
     """The distinct priority values of `doc_values` the map does not name (sorted; [] when the prior is off).
     They get the neutral factor 1, which under agent-memory's map is the lowest tier: a caller says so."""
@@ -155,13 +182,21 @@ def apply_priors(
     now = now or reference_time(cfg) or utc_now()
     dv = doc_values if doc_values is not None else values_frame([], "doc_id")
     qv = query_values if query_values is not None else values_frame([], "qid")
+    if now.tzinfo is not None:  # an aware `now` (Python API): the store keeps naive UTC
+        now = now.astimezone(UTC).replace(tzinfo=None)
     if not len(ranked):
         return ranked.with_columns(
             *(pl.lit(None, pl.Float64).alias(c) for c in FACTOR_COLUMNS), pl.col("score").alias("score_before_priors")
         )
     r = prior_factors(ranked, dv, qv, cfg, now=now)
     if _LN_RECENCY not in r.columns:
-        r = r.with_columns(pl.lit(0.0).alias(_LN_RECENCY))
+        r = r.with_columns(pl.lit(0.0).alias(_LN_RECENCY), pl.lit(False).alias(_FUTURE))
+    if cfg.recency_future == "exclude":  # it did not exist yet at the reference time
+        r = r.filter(~pl.col(_FUTURE)).with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
+    elif "flags" in r.columns:
+        r = r.with_columns(pl.when(pl.col(_FUTURE)).then(pl.col("flags").list.concat(pl.lit([FUTURE_FLAG], pl.List(pl.Utf8))))
+                           .otherwise(pl.col("flags")).alias("flags"))
+    r = r.drop(_FUTURE)
     factors = [pl.col(c).fill_null(1.0) for c in FACTOR_COLUMNS]
     s = pl.col("score")
     if cfg.combine == "multiply":

@@ -88,6 +88,7 @@ _FLAG_WORDS = {
     "low_confidence": "low confidence",
     "reranker_fallback": "reranker fallback (retrieval order)",
     "expansion_fallback": "expansion fallback (original query only)",
+    "dated_after_reference": "dated after the query's as-of time (priors.recency_future: exclude leaves it out)",
 }
 _LIST_NAMES = {"lex": "bm25", "vec": "dense"}
 
