@@ -91,3 +91,33 @@ def test_hrt_run_builds_the_dataset_cache_with_the_configs_stemmer(tmp_path, mon
     assert (tmp_path / "de.trec").read_text().split()[2] == "d1"
     with Store(tmp_path / ".hrt" / "wiki.duckdb", read_only=True) as st:
         assert (st.settings.stemmer, st.settings.stopwords) == ("german", "none")
+
+
+def test_a_page_in_decomposed_and_composed_unicode_is_one_result(tmp_path):
+    """The same page synced from macOS (NFD: "u" + combining diaeresis) and written on Linux (NFC) came back twice:
+    identical copies were found by the bytes of the text. Stores hashed the old way are re-hashed once."""
+    import duckdb
+
+    from toolkit.config import load_config
+    from toolkit.pipeline import run_pipeline
+    from toolkit.store import Store
+
+    page = "Die Kündigungsfristen ändern sich zum Jahresende."
+    docs = [{"_id": "linux/kuendigung.md", "text": page}, {"_id": "mac/kuendigung.md", "text": unicodedata.normalize("NFD", page)},
+            {"_id": "other.md", "text": "Urlaubsanträge gehen an die Personalabteilung."}]
+    path = tmp_path / "s.duckdb"
+    with Store(path) as st:
+        st.ingest(docs, embed=False)
+    q = pl.DataFrame({"qid": ["q"], "text": ["Kündigungsfristen Änderungen"]})
+    cfg = load_config("bm25-only").with_updates({"dedup.identical_enabled": True})
+    with Store(path, read_only=True) as st:
+        final = run_pipeline(st, q, cfg).final
+    assert final["doc_id"].to_list().count("linux/kuendigung.md") + final["doc_id"].to_list().count("mac/kuendigung.md") == 1
+    # a store whose hashes an earlier version wrote from the raw bytes
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE documents SET text_hash = sha1(text)")
+    con.execute("DELETE FROM meta WHERE key = 'text_hash_form'")
+    con.close()
+    with Store(path) as st:
+        hashes = st.con.execute("SELECT count(DISTINCT text_hash) FROM documents").fetchone()[0]
+    assert hashes == 2

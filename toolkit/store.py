@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
@@ -158,6 +159,13 @@ def _local_model(label: str) -> bool:
 
 def sha1(s: str) -> str:
     return hashlib.sha1(s.encode("utf-8")).hexdigest()
+
+
+def text_identity(text: str) -> str:
+    """documents.text_hash, what byte-identical copies are collapsed by: the sha1 of the NFC form, so a page
+    synced from macOS (decomposed accents) and the same page written on Linux are one (user trial AC). NFC
+    text hashes as before; DuckDB's `sha1(nfc_normalize(text))` gives the same value (`Store._migrate`)."""
+    return sha1(text if text.isascii() else unicodedata.normalize("NFC", text))
 
 
 DUCKDB_MAGIC = (8, b"DUCK")  # offset and bytes of the magic in a DuckDB database file's header
@@ -534,7 +542,7 @@ def _docs_frame(docs: list[dict[str, Any]], content_hash: Mapping[str, str]) -> 
             "text": [d["text"] for d in docs],
             "metadata": [json.dumps(d["metadata"], ensure_ascii=False) for d in docs],
             "content_hash": [content_hash[d["doc_id"]] for d in docs],
-            "text_hash": [sha1(d["text"]) for d in docs],
+            "text_hash": [text_identity(d["text"]) for d in docs],
         },
         schema=dict.fromkeys(_DOC_COLUMNS, pl.Utf8),
     )
@@ -683,12 +691,16 @@ class Store:
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier version up to date in place (nothing is rebuilt):
-        documents.text_hash (sha1 of the text, for collapsing byte-identical documents) is added and filled."""
+        documents.text_hash (sha1 of the text's NFC form, for collapsing identical documents) is added and filled."""
         cols = {r[0] for r in self.con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'documents'").fetchall()}
         if "text_hash" not in cols:
             self.con.execute("ALTER TABLE documents ADD COLUMN text_hash VARCHAR")
         if self.con.execute("SELECT count(*) FROM documents WHERE text_hash IS NULL").fetchone()[0]:
-            self.con.execute("UPDATE documents SET text_hash = sha1(text) WHERE text_hash IS NULL")
+            self.con.execute("UPDATE documents SET text_hash = sha1(nfc_normalize(text)) WHERE text_hash IS NULL")
+        if self._meta("text_hash_form") != "nfc":  # once per store: hashes of decomposed text written before
+            self.con.execute("UPDATE documents SET text_hash = sha1(nfc_normalize(text)) "
+                             "WHERE text_hash <> sha1(nfc_normalize(text))")
+            self._set_meta("text_hash_form", "nfc")
         self._drop_duplicate_vectors()
 
     def _drop_duplicate_vectors(self) -> None:
