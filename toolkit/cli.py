@@ -356,6 +356,17 @@ def _auto_ingest_embedder(cfgs, store_path):
     return _dense_embedder(dense) if key[0] == "http" else None
 
 
+_WAIT_OPTION = click.option(
+    "--wait", "wait_s", default=None, type=click.FloatRange(0),
+    help="Seconds to keep trying while another process holds the store (default: 600 for the dataset cache "
+         ".hrt/<dataset>.duckdb, which parallel jobs in one folder share; 0 for a --store you name).")
+CACHE_WAIT_S = 600.0  # parallel CI jobs in one folder take turns on the dataset cache instead of failing
+
+
+def _wait(wait_s: float | None, cache: bool) -> float:
+    return wait_s if wait_s is not None else (CACHE_WAIT_S if cache else 0.0)
+
+
 def _default_store(ds) -> str:
     """The store a dataset command uses without --store: the tool's cache of the dataset, .hrt/<name>.duckdb."""
     return str(Path(".hrt") / f"{ds.name}.duckdb")
@@ -665,7 +676,8 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
 @click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),
               help="Reference time of the recency prior for queries without a date (ISO date or date-time, UTC; "
                    "default: the config's priors.as_of, else now). A lab export names the time its numbers were for.")
-def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of) -> None:
+@_WAIT_OPTION
+def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of, wait_s) -> None:
     """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
 
     The corpus is ingested into the store first (a no-op when unchanged). The default store is the dataset's
@@ -697,7 +709,8 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of)
     check_trec_ids(queries["qid"], "query", ds.root / "queries.jsonl")  # a TREC file cannot hold them
     check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
     t0 = time.perf_counter()
-    with _closing_embedder(_auto_ingest_embedder([cfg], store_path)) as emb, Store(store_path, embedder=emb) as st:
+    with _closing_embedder(_auto_ingest_embedder([cfg], store_path)) as emb, \
+            Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
         if not prune:  # never delete a user's documents unasked, nor retrieve them as the dataset's
             extra = sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in corpus})
             if extra:
@@ -852,7 +865,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
 @click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures.")
 @click.option("--latency-sample", default=30, show_default=True, help="Queries timed one by one for per-stage p50/p95 (0 = skip).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write (self-contained).")
-def report(dataset, split, configs, baseline, store_path, group_by, rel_threshold, latency_sample, out) -> None:
+@_WAIT_OPTION
+def report(dataset, split, configs, baseline, store_path, group_by, rel_threshold, latency_sample, out, wait_s) -> None:
     """Compare configs on a dataset: A/B table (R@1, R@5, P@3, nDCG@10, MRR@10, latency), significance
     against the baseline (randomisation test, Holm), break-downs by query metadata, per-stage latency,
     and plotly figures, in one self-contained HTML file."""
@@ -877,7 +891,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     asked = ds.queries(split)
     in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
-            Store(store_path, embedder=emb) as st:
+            Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
         st.ingest(load_corpus(ds.root), settings=_cache_settings(st, loaded.values(), cache), embed=_needs_vectors(loaded.values()),
                   progress=_progress())
         rep = build_report(
@@ -911,8 +925,9 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
               "gain over the base must reach (paired randomization test) for the base to be replaced.")
 @click.option("--rel-threshold", default=1, show_default=True, type=click.IntRange(1),
               help="Grade a binary --measure counts as relevant (2 for TREC DL).")
+@_WAIT_OPTION
 def tune(dataset, split, base, space, method, budget, measure, folds, stratify, seed, store_path, out, force,
-         no_anchors, alpha, rel_threshold) -> None:
+         no_anchors, alpha, rel_threshold, wait_s) -> None:
     """Tune the live (rescore) pipeline fields on a dev split from cached stages, with k-fold
     cross-validation over queries. The base is kept unless the tuned procedure beats it on held-out folds
     by more than noise (p < --alpha); the output says which rule decided, every field changed, and the
@@ -927,7 +942,8 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     store_path = store_path or _default_store(ds)
     _check_out(out, store_path)
     base_cfg = _load_cfg(base or DEFAULT_PRESET, None)
-    with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, Store(store_path, embedder=emb) as st:
+    with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, \
+            Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
         st.ingest(load_corpus(ds.root), settings=_cache_settings(st, [base_cfg], cache), embed=_needs_vectors([base_cfg]),
                   progress=_progress())
         _, rep = run_tune(

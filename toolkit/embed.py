@@ -143,18 +143,22 @@ def _onnx_export_usable(model_dir: Path) -> bool:
     import logging
     import tempfile
 
-    from .embed_onnx import cache_dir, export_dir
+    from .embed_onnx import cache_dir, entry_problem, export_dir
 
-    if (export_dir(model_dir) / "manifest.json").exists():
+    out = export_dir(model_dir)
+    problem = entry_problem(out) if (out / "manifest.json").exists() else None
+    if (out / "manifest.json").exists() and problem is None:
         return True
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=cache_dir()):
+        # A new export, or the replacement of a damaged one, needs a file in the folder the entries live in.
+        with tempfile.TemporaryFile(dir=out.parent if out.parent.is_dir() else cache_dir()):
             return True
     except OSError as e:
+        why = f"the cached export {out} {problem}" if problem else f"the ONNX export cannot be written to {cache_dir()}"
         logging.getLogger("toolkit").warning(
-            "warning: the ONNX export cannot be written to %s (%s): embedding with torch (the same vectors, slower "
-            "to start); set HRT_CACHE_DIR to a writable folder to use ONNX Runtime", cache_dir(), e.strerror or e)
+            "warning: %s (%s): embedding with torch (the same vectors, slower to start); set HRT_CACHE_DIR to a "
+            "writable folder to use ONNX Runtime", why, e.strerror or e)
         return False
 
 

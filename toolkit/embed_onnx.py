@@ -17,11 +17,13 @@ store never mixes it with fp32 vectors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,32 +75,119 @@ def export_dir(model_dir: str | Path) -> Path:
     return cache_dir() / "onnx" / f"{model_dir.name}-{_source_key(model_dir)}"
 
 
+def entry_problem(out: Path, quantize: bool = False) -> str | None:
+    """Why the cached export in `out` cannot be used, in words (None: it can): a damaged entry (a truncated CI
+    cache restore, a process killed mid-copy) or one this user cannot read (a cache warmed by root in an image)."""
+    try:
+        manifest = json.loads((out / "manifest.json").read_text())
+        if not isinstance(manifest, dict) or not {"inputs", "max_seq_length", "dim"} <= set(manifest):
+            return "is damaged (manifest.json lacks fields)"
+        for name in ("model.onnx", "tokenizer.json", *(["model_int8.onnx"] if quantize and (out / "model_int8.onnx").exists() else [])):
+            with open(out / name, "rb") as fh:
+                if not fh.read(1):
+                    return f"is damaged ({name} is empty)"
+    except PermissionError as e:
+        return f"cannot be read by this user ({e.strerror}: {e.filename})"
+    except (OSError, ValueError) as e:
+        return f"is damaged ({type(e).__name__}: {e})"
+    return None
+
+
+def discard(out: Path, problem: str) -> None:
+    """Move a damaged export aside and delete it, so that it is exported again; an error naming the folder when
+    this user cannot (the cache then has to be fixed by hand, or HRT_CACHE_DIR pointed elsewhere)."""
+    aside = out.with_name(f"{out.name}.damaged-{os.getpid()}")
+    try:
+        os.replace(out, aside)
+    except FileNotFoundError:
+        return  # another process discarded it first
+    except OSError as e:
+        raise ToolkitError(f"the ONNX model cache {out} {problem}, and it cannot be removed ({e.strerror}): delete it, "
+                           "or set HRT_CACHE_DIR to a folder of your own") from None
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _export_lock(out: Path):
+    """One process exports a model at a time (the others wait, then use its export): six CI jobs starting at
+    once each ran their own ~1 GB export (user trial AG). No lock where the cache cannot take a lock file."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(out.parent / f".{out.name}.lock", "a")  # noqa: SIM115 - held for the block
+    except OSError:
+        yield
+        return
+    try:
+        import fcntl
+
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    except (ImportError, OSError):
+        pass
+    try:
+        yield
+    finally:
+        fh.close()  # releases the lock
+
+
+def _sweep(out: Path, older_than_s: float = 3600.0) -> None:
+    """Remove temporary export folders a killed process left (SIGTERM mid-export left a 43 MB partial model)."""
+    now = time.time()
+    for d in out.parent.glob(f"{out.name}.*"):
+        try:
+            if d.is_dir() and now - d.stat().st_mtime > older_than_s:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
     """The exported model directory for `model_dir` (exporting it first if the cache lacks it).
 
     Returns a directory with `model.onnx` (and `model_int8.onnx` when `quantize`), `tokenizer.json` and
-    `manifest.json`. Concurrent exports are safe: each writes a temporary directory and renames it.
+    `manifest.json`. Concurrent exports are safe: one process exports while the others wait for it (a file
+    lock), and each writes a temporary directory and renames it. A damaged entry is exported again; the
+    files are readable by every user the umask allows (a cache warmed at image build, used by another user).
     """
     model_dir = Path(model_dir)
     out = export_dir(model_dir)
-    if not (out / "manifest.json").exists():
-        _export_fp32(model_dir, out)
-    if quantize and not (out / "model_int8.onnx").exists():
-        _require_ort()
-        import logging
-
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=out)
-        os.close(fd)
-        root, level = logging.getLogger(), logging.getLogger().level
-        root.setLevel(logging.ERROR)  # quantize_dynamic logs a "pre-process first" hint on the root logger
-        try:
-            quantize_dynamic(out / "model.onnx", tmp, weight_type=QuantType.QInt8, per_channel=True)
-        finally:
-            root.setLevel(level)
-        os.replace(tmp, out / "model_int8.onnx")
+    ready = (out / "manifest.json").exists() and (not quantize or (out / "model_int8.onnx").exists())
+    if ready and entry_problem(out, quantize) is None:
+        return out
+    with _export_lock(out):
+        if (out / "manifest.json").exists() and (problem := entry_problem(out, quantize)):
+            discard(out, problem)
+        if not (out / "manifest.json").exists():
+            _sweep(out)
+            _export_fp32(model_dir, out)
+        if quantize and not (out / "model_int8.onnx").exists():
+            _quantize(out)
     return out
+
+
+def _readable_mode(directory: bool = False) -> int:
+    """0777 / 0666 less the process umask: what a plain mkdir or open would have given."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
+
+
+def _quantize(out: Path) -> None:
+    """Add onnxruntime's dynamic int8 quantisation of `out`'s model (`model_int8.onnx`)."""
+    _require_ort()
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=out)
+    os.close(fd)
+    os.chmod(tmp, _readable_mode())  # mkstemp's 0600 would keep other users out
+    root, level = logging.getLogger(), logging.getLogger().level
+    root.setLevel(logging.ERROR)  # quantize_dynamic logs a "pre-process first" hint on the root logger
+    try:
+        quantize_dynamic(out / "model.onnx", tmp, weight_type=QuantType.QInt8, per_channel=True)
+    finally:
+        root.setLevel(level)
+    os.replace(tmp, out / "model_int8.onnx")
 
 
 def _export_fp32(model_dir: Path, out: Path) -> None:
@@ -133,6 +222,7 @@ def _export_fp32(model_dir: Path, out: Path) -> None:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    os.chmod(tmp, _readable_mode(directory=True))  # mkdtemp's 0700 would keep other users out
     try:
         import warnings
 
@@ -204,19 +294,31 @@ class OnnxEmbedder:
         ort = _require_ort()
         from tokenizers import Tokenizer
 
-        d = export(self._model_dir, quantize=self.quantize)
-        self._manifest = json.loads((d / "manifest.json").read_text())
-        tok = Tokenizer.from_file(str(d / "tokenizer.json"))
-        tok.enable_truncation(self._manifest["max_seq_length"])
-        tok.enable_padding(pad_id=self._manifest["pad_id"], pad_token=self._manifest["pad_token"])
-        self._tok = tok
+        for attempt in (1, 2):
+            d = export(self._model_dir, quantize=self.quantize)
+            try:
+                self._open(ort, Tokenizer, d)
+                return
+            except Exception as e:  # noqa: BLE001 - onnxruntime and tokenizers raise their own types
+                problem = f"is damaged ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+                if attempt == 2:
+                    raise ToolkitError(f"the ONNX model cache {d} {problem} after a fresh export; delete it, or set "
+                                       "HRT_CACHE_DIR to another folder") from None
+                discard(d, problem)  # a truncated model.onnx passes `entry_problem`: export it again, once
+
+    def _open(self, ort, tokenizer_cls, d: Path) -> None:
+        manifest = json.loads((d / "manifest.json").read_text())
+        tok = tokenizer_cls.from_file(str(d / "tokenizer.json"))
+        tok.enable_truncation(manifest["max_seq_length"])
+        tok.enable_padding(pad_id=manifest["pad_id"], pad_token=manifest["pad_token"])
         opts = ort.SessionOptions()
         if self.threads:
             opts.intra_op_num_threads = self.threads
         # Busy-waiting worker threads win microseconds on an idle machine and lose whole cores on a shared one.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         model = d / ("model_int8.onnx" if self.quantize else "model.onnx")
-        self._session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        self._manifest, self._tok, self._session = manifest, tok, session
 
     @property
     def dim(self) -> int:

@@ -1,0 +1,107 @@
+"""User trial AG: `hrt` packaged for CI jobs and containers (caches warmed at image build and read by another
+user, truncated cache restores, parallel jobs in one folder, killed processes). Each test is a defect the trial
+found."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit.embed import resolve_model
+from toolkit.embed_onnx import OnnxEmbedder, _export_lock, _sweep, discard, entry_problem, export, export_dir
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+MODEL_DIR = Path(resolve_model("all-MiniLM-L6-v2")[1])
+
+
+@pytest.fixture(scope="module")
+def exported():
+    pytest.importorskip("onnxruntime")
+    return export(MODEL_DIR)
+
+
+def test_the_export_is_readable_by_other_users(exported):
+    """The export folder was made with mkdtemp's 0700: a cache warmed as root at image build stopped every
+    hybrid search of the non-root user the container runs as (`Permission denied: .../manifest.json`)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(exported.stat().st_mode) == 0o777 & ~mask
+    for name in ("model.onnx", "tokenizer.json", "manifest.json"):
+        assert stat.S_IMODE((exported / name).stat().st_mode) == 0o666 & ~mask
+
+
+@pytest.mark.parametrize("damage", ["empty model", "broken manifest", "no tokenizer"])
+def test_a_damaged_cache_entry_is_named(exported, tmp_path, damage):
+    """A truncated CI cache restore left an entry that crashed every later command with a traceback."""
+    entry = tmp_path / exported.name
+    shutil.copytree(exported, entry)
+    if damage == "empty model":
+        (entry / "model.onnx").write_bytes(b"")
+    elif damage == "broken manifest":
+        (entry / "manifest.json").write_text("{")
+    else:
+        (entry / "tokenizer.json").unlink()
+    problem = entry_problem(entry)
+    assert problem and problem.startswith("is damaged")
+    discard(entry, problem)
+    assert not entry.exists() and not list(tmp_path.iterdir())  # moved aside, then deleted
+
+
+def test_a_truncated_model_is_exported_again_and_embeds(exported, tmp_path, monkeypatch):
+    """A truncated model.onnx passes every file check; loading it failed with InvalidProtobuf, every time."""
+    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path))
+    entry = export_dir(MODEL_DIR)
+    entry.parent.mkdir(parents=True)
+    shutil.copytree(exported, entry)
+    with open(entry / "model.onnx", "r+b") as fh:
+        fh.truncate(1_000_000)
+    vec = OnnxEmbedder().embed(["deploy failed with ECONNREFUSED"])
+    assert vec.shape == (1, 384) and (entry / "model.onnx").stat().st_size == (exported / "model.onnx").stat().st_size
+
+
+def test_one_process_exports_at_a_time_and_leftovers_of_killed_exports_go(tmp_path):
+    """Six jobs starting at once each ran their own ~1 GB export; a SIGTERM mid-export left a 43 MB partial
+    model folder that nothing removed."""
+    out = tmp_path / "onnx" / "model-abc"
+    order = []
+
+    def hold():
+        with _export_lock(out):
+            order.append("a in")
+            time.sleep(0.3)
+            order.append("a out")
+
+    t = threading.Thread(target=hold)
+    t.start()
+    time.sleep(0.1)
+    with _export_lock(out):
+        order.append("b in")
+    t.join()
+    assert order == ["a in", "a out", "b in"]
+    old, new = out.parent / "model-abc.k1ll3d", out.parent / "model-abc.w0rk1ng"
+    old.mkdir()
+    new.mkdir()
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    _sweep(out)
+    assert not old.exists() and new.exists()
+
+
+def test_parallel_runs_in_one_folder_take_turns_on_the_dataset_cache(tmp_path):
+    """Three `hrt run` jobs started at once in one folder: one succeeded, two exited 75 ("the store is in use")
+    with advice to pass --wait, which `hrt run` did not have. The dataset cache is now waited for."""
+    hrt = [sys.executable, "-m", "toolkit.cli"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([*hrt, "run", "--dataset", str(DEMO), "--split", "test", "--mode", "lexical", "--out", f"r{i}.trec"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [e[-500:] for _, e in outs]
+    runs = {(tmp_path / f"r{i}.trec").read_text() for i in range(3)}
+    assert len(runs) == 1
