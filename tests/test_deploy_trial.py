@@ -105,3 +105,33 @@ def test_parallel_runs_in_one_folder_take_turns_on_the_dataset_cache(tmp_path):
     assert [p.returncode for p in procs] == [0, 0, 0], [e[-500:] for _, e in outs]
     runs = {(tmp_path / f"r{i}.trec").read_text() for i in range(3)}
     assert len(runs) == 1
+
+
+def _hrt(args, cwd, env=None, stdin=subprocess.DEVNULL):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "toolkit.cli", *args], cwd=cwd, env=env, stdin=stdin,
+                          capture_output=True, text=True, errors="replace", timeout=300)
+
+
+def test_odd_names_terminals_and_streams_give_one_line_not_a_traceback(tmp_path):
+    """A latin-1 file name aborted the whole ingest with a traceback; a latin-1 terminal crashed on the first
+    "…" of a snippet; a closed stdin for `hrt search -` was an AttributeError; a quoted `~/x.duckdb` made
+    ./~ while DuckDB wrote $HOME/x.duckdb."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "deploy.md").write_text("The deploy failed with ECONNREFUSED — see the runbook… 部署失败")
+    os.close(os.open(os.fsencode(notes) + b"/caf\xe9.md", os.O_CREAT | os.O_WRONLY))
+    home = tmp_path / "home"
+    home.mkdir()
+    r = _hrt(["ingest", str(notes), "--store", "~/s.duckdb", "--no-embed", "-v"], tmp_path, {"HOME": str(home)})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "not valid UTF-8" in r.stderr and (home / "s.duckdb").exists() and not (tmp_path / "~").exists()
+    r = _hrt(["search", "deploy ECONNREFUSED", "--store", "~/s.duckdb", "--mode", "lexical"], tmp_path,
+             {"HOME": str(home), "PYTHONIOENCODING": "latin-1"})
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "deploy.md" in r.stdout, r.stderr
+    closed = subprocess.run([sys.executable, "-m", "toolkit.cli", "search", "-", "--store", str(home / "s.duckdb")],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+                            capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.close(0))
+    assert closed.returncode == 2 and "stdin is closed" in closed.stderr, closed.stderr
+    r = _hrt(["search", "deploy", "--store", str(tmp_path / "missing.duckdb")], tmp_path, {"HRT_DEBUG": "1"})
+    assert "Traceback" in r.stderr and "no such store" in r.stderr  # HRT_DEBUG=1: the traceback behind the line

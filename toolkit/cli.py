@@ -59,12 +59,16 @@ class _Group(click.Group):
         from . import interrupts
 
         interrupts.install()
+        _tolerant_output()
+        debug = os.environ.get("HRT_DEBUG", "").lower() in ("1", "true", "yes")  # the traceback behind an error line
         try:
             with _config_warnings():
                 out = super().invoke(ctx)
             interrupts.check()  # a Ctrl-C a library swallowed still ends the command as one
             return out
         except ToolkitError as e:
+            if debug:
+                raise
             click.echo(f"error: {e}", err=True)
             sys.exit(EXIT_BUSY if type(e).__name__ == "StoreBusyError" else EXIT_ERROR)
         except BrokenPipeError:  # `hrt presets | head -1`: not an error, nothing more to say
@@ -72,7 +76,15 @@ class _Group(click.Group):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             sys.exit(EXIT_BROKEN_PIPE)
         except OSError as e:  # a folder without write permission, a full disk: the machine, not the input
+            if debug:
+                raise
             click.echo(f"error: {e}", err=True)
+            sys.exit(EXIT_ERROR)
+        except UnicodeEncodeError as e:  # lone surrogates: bytes that are not UTF-8 in a path, a query or stdin
+            if debug:
+                raise
+            bad = e.object[e.start:e.end].encode("utf-8", "backslashreplace").decode() if isinstance(e.object, str) else "?"
+            click.echo(f"error: text that is not valid UTF-8 ({bad}) in a path, a query or input: use UTF-8", err=True)
             sys.exit(EXIT_ERROR)
         except (KeyboardInterrupt, Exception) as e:
             if interrupts.is_interrupt(e):  # one line, never a traceback; a write in progress was rolled back
@@ -80,10 +92,27 @@ class _Group(click.Group):
                 sys.exit(EXIT_INTERRUPTED)
             # A store file DuckDB finds damaged (a checksum that does not match, a truncated file): one line,
             # not a traceback (duckdb is not imported here: `hrt --help` stays light).
-            if type(e).__name__ == "IOException" and type(e).__module__.lstrip("_").startswith("duckdb"):
+            from_duckdb = type(e).__module__.lstrip("_").startswith("duckdb")
+            if from_duckdb and type(e).__name__ == "IOException" and not debug:
                 click.echo(f"error: a store file is damaged or cannot be read: {str(e).splitlines()[0]}", err=True)
                 sys.exit(EXIT_ERROR)
+            # A full disk at commit (TransactionException: "Could not write file ...: No space left on device") or
+            # DuckDB out of memory: the machine, not a bug; the write was rolled back.
+            if from_duckdb and type(e).__name__ in ("TransactionException", "OutOfMemoryException") and not debug:
+                click.echo(f"error: the store could not complete the operation (nothing was changed): "
+                           f"{str(e).splitlines()[0]}", err=True)
+                sys.exit(EXIT_ERROR)
             raise
+
+
+def _tolerant_output() -> None:
+    """An output stream that cannot encode every character (PYTHONIOENCODING=latin-1, an ISO-8859-1 terminal)
+    prints "?" for the rest instead of failing on the first "…" or CJK snippet."""
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if enc and enc != "utf8" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(Exception):
+                stream.reconfigure(errors="replace")
 
 
 def _interrupted_write(e: BaseException, st, gen: str, what: str = "ingest") -> None:
@@ -535,6 +564,8 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
 
     bind_without_pandas()
     if query == "-":  # stdin: any text, whatever it starts with
+        if sys.stdin is None:
+            raise ToolkitError("the query is '-' (read it from stdin), but stdin is closed")
         query = sys.stdin.read().strip()
     scope = scope or None  # --scope "" is an unset variable, not the scope ''
     if not query.strip():
@@ -1120,9 +1151,11 @@ def delete(doc_ids, store_path, missing_ok, wait_s) -> None:
     from .store import Store, no_such_store
 
     if doc_ids == ("-",):
+        if sys.stdin is None:
+            raise ToolkitError("the ids are '-' (read them from stdin), but stdin is closed")
         # One id per line, as written (an id may have spaces at its ends); blank lines are skipped.
         doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
-    if not Path(store_path).exists():
+    if not Path(store_path).expanduser().exists():
         raise no_such_store(store_path)
     with Store(store_path, wait_s=wait_s) as st:
         gen = st.generation()

@@ -222,6 +222,15 @@ def _record_metadata(obj: Mapping[str, Any], where: str, text_key: str) -> dict[
     return {**meta, **flat}
 
 
+def _utf8(name: str) -> bool:
+    """Whether a file name decoded by the file system is UTF-8 (Python keeps other bytes as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _short(v: Any, limit: int = 60) -> str:
     r = repr(v)
     return r if len(r) <= limit else r[: limit - 3] + "..."
@@ -532,6 +541,9 @@ def _folder_docs(
     real_root = root.resolve()
     for f in sorted(x for x in root.rglob("*") if x.is_file()) if files is None else files:
         rel = f.relative_to(root).as_posix()
+        if not _utf8(rel):  # a latin-1 name ("caf\xe9.md"): no id can hold it; the rest of the folder still goes in
+            skipped.append(Skipped(rel.encode("utf-8", "backslashreplace").decode(), "file name is not valid UTF-8: rename it"))
+            continue
         if why_not := _left_out(f.relative_to(root), exclude):
             skipped.append(why_not)
             continue

@@ -594,7 +594,9 @@ class Store:
         service's writer and readers, each opening the store briefly, failed instead of waiting their turn).
         `memory_limit` (e.g. "4GB"): DuckDB's working-memory cap for this store; past it DuckDB spills to
         disk. Its default is 80% of the machine's memory, too much to share a laptop with a large index build."""
-        self.path = Path(path)
+        # "~/notes.duckdb" quoted past the shell: DuckDB expands the ~ itself, so every check here must too (the
+        # existence check read ./~/notes.duckdb while DuckDB wrote $HOME/notes.duckdb, user trial AG)
+        self.path = Path(path).expanduser()
         self.read_only = read_only
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
         # the file's generation and vector index record the memo belongs to (`generation`)
