@@ -7,6 +7,7 @@ Embeddings are L2-normalised so that cosine similarity is a dot product (the bat
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -56,24 +57,30 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.device = device
         self._model = None
+        self._lock = threading.Lock()  # threads embedding at once load the model once
 
     def _get(self):
         if self._model is None:
-            if Path(self._load_from).exists():
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar is noise in CLI output
-
-            try:
-                self._model = SentenceTransformer(self._load_from, device=self.device)
-            except Exception as e:
-                raise ToolkitError(
-                    f"could not load embedding model {self._load_from!r} ({type(e).__name__}: {e}); "
-                    "give a local model directory, or use the packaged 'all-MiniLM-L6-v2'"
-                ) from e
+            with self._lock:
+                if self._model is None:
+                    self._load()
         return self._model
+
+    def _load(self) -> None:
+        if Path(self._load_from).exists():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar is noise in CLI output
+
+        try:
+            self._model = SentenceTransformer(self._load_from, device=self.device)
+        except Exception as e:
+            raise ToolkitError(
+                f"could not load embedding model {self._load_from!r} ({type(e).__name__}: {e}); "
+                "give a local model directory, or use the packaged 'all-MiniLM-L6-v2'"
+            ) from e
 
     @property
     def dim(self) -> int:

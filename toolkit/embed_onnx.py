@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -285,12 +286,18 @@ class OnnxEmbedder:
         self.batch_size = batch_size
         self.threads = threads
         self._session = None
+        self._load_lock = threading.Lock()
         self._tok = None
         self._manifest: dict | None = None
 
     def _load(self) -> None:
         if self._session is not None:
             return
+        with self._load_lock:  # threads of a service embedding at once load one session, not one each
+            if self._session is None:
+                self._load_session()
+
+    def _load_session(self) -> None:
         ort = _require_ort()
         from tokenizers import Tokenizer
 

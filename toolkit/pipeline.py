@@ -582,19 +582,22 @@ def _trace(
 
 
 def run_pipeline(
-    store: Store, queries: pl.DataFrame, cfg: PipelineConfig | str, *, progress: bool = False, now: datetime | None = None
+    store: Store, queries: pl.DataFrame, cfg: PipelineConfig | str, *, progress: bool = False, now: datetime | None = None,
+    one_shot: bool = False,
 ) -> Result:
     """Full run: `prepare`, then `rescore`. `queries`: a polars or pandas frame [qid, text, scope?, metadata?]
     (PyTerrier, BEIR and ir_datasets column names too; see `interop.queries_frame`) or a {qid: text} dict; ids
     must be unique and texts non-empty. `cfg`: a config, or a preset name or config file. `now`: the recency
-    prior's reference time (default: the clock, or the config's `priors.as_of`).
+    prior's reference time (default: the clock, or the config's `priors.as_of`). `one_shot=True`: a service
+    answering one search (`prepare(one_shot=True)`): nothing is cached in the store, and only what `cfg` reads is
+    computed (user trial AB: a cached search took twice as long, and wrote ~100 KB of frames per distinct query).
 
     Returns a `Result`: `final` (the shown results per query: qid, rank, doc_id, chunk_id, score, flags, ...),
     `per_query` (notes per query: n_results, spread, low_confidence, route, ...), `trace` (every candidate
     through every stage, for the panels), `removed` (what dedup dropped and why), and `run(depth)` (the
     [qid, doc_id, rank, score] run that `evaluate` and `write_run` take)."""
     cfg = load_config(cfg)
-    prep = prepare(store, queries, cfg, progress=progress)
+    prep = prepare(store, queries, cfg, progress=progress, one_shot=one_shot)
     res = rescore(prep, cfg, now=now)
     res.timings = {**prep.timings, **res.timings}
     return res

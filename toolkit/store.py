@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 # 2: every write stamps `analysis_generation`. Toolkits from 2026-11-26 on refuse a store of a newer schema (even
 # to search it); older ones (11-25 and before) do not check, and their writes are noticed by the stamp instead.
 SCHEMA_VERSION = "2"
+STAGE_CACHE_KEYS = 32  # query sets x prepare settings kept in the stage cache, the most recent first
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
 # million-chunk store scores 32 queries per block (about 256 MB of float64) instead of 256 (2 GB).
 BLOCK_CELLS = 32_000_000
@@ -598,6 +599,8 @@ class Store:
         # existence check read ./~/notes.duckdb while DuckDB wrote $HOME/notes.duckdb, user trial AG)
         self.path = Path(path).expanduser()
         self.read_only = read_only
+        self._dense_lock = threading.Lock()  # one thread builds the dense matrix of a generation
+        self._embedder_lock = threading.Lock()
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
         # the file's generation and vector index record the memo belongs to (`generation`)
         self._seen_generation: tuple[str | None, str | None] | None = None
@@ -619,7 +622,8 @@ class Store:
             if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
                 # A long-running holder (an agent keeping its memory open) never lets go: say so (user trial N).
                 # A copy serves a search; a write to a copy would be lost to the holder (user trial O).
-                instead = ("search through that process, or copy the file and open the copy" if read_only else
+                instead = ("search through that process, or copy the file with its .wal (the file alone misses the "
+                           "latest writes) and open the copy" if read_only else
                            "write through that process, or have it close the store first: a change made to a copy is "
                            "not in this file")
                 # Readers hold the file too (user trial Z: a notebook's read-only Session kept a writer out).
@@ -1001,9 +1005,11 @@ class Store:
                 "provider: http) to embed queries with that model, or use --mode lexical"
             )
         want_id = embedder_model_id(want, backend, provider)
-        if e is None or e.model_id != want_id or (backend != "auto" and getattr(e, "backend", backend) != backend):
-            self._embedder = make_embedder(want, **options)
-        return self._embedder
+        with self._embedder_lock:  # threads asking at once share one embedder (and so one loaded model)
+            e = self._embedder
+            if e is None or e.model_id != want_id or (backend != "auto" and getattr(e, "backend", backend) != backend):
+                self._embedder = e = make_embedder(want, **options)
+        return e
 
     def _ingest_embedder(self, docs: list[dict[str, Any]], settings: IndexSettings, model: str | None, backend: str) -> Embedder:
         """Vectors the documents carry (`toolkit.vectors`, model named by `model`), else the store's embedder."""
@@ -1697,6 +1703,10 @@ class Store:
                 buf = io.BytesIO()
                 df.write_parquet(buf)
                 self.con.execute("INSERT INTO stage_cache(key, name, data) VALUES (?, ?, ?)", [key, name, buf.getvalue()])
+            # Bounded: the most recent STAGE_CACHE_KEYS query sets. A service calling `run_pipeline` per search
+            # wrote ~100 KB per distinct query that only a write cleared (1,000 searches: +36 MB, user trial AB).
+            self.con.execute(f"DELETE FROM stage_cache WHERE key NOT IN (SELECT key FROM stage_cache GROUP BY key "
+                             f"ORDER BY max(created) DESC, key LIMIT {int(STAGE_CACHE_KEYS)})")
             self.con.execute("COMMIT")
         except BaseException:
             self._rollback()
@@ -1959,39 +1969,56 @@ class Store:
 
     # ------------------------------------------------------------------ dense search
     def _dense_matrix(self) -> dict[str, Any]:
-        """Chunk vectors in doc order, read once per store generation (the batched path's working set)."""
-        gen = self.generation()
-        if self._dense_cache is None or self._dense_cache[0] != gen:
-            if not self._has_table("embeddings") or self._count_embeddings() == 0:
-                self._no_embeddings()
-            # The layout (ids, scopes, each chunk's embeddings row) is sorted; the vectors are not: they stream
-            # in storage order, a batch at a time, into their sorted rows of one preallocated matrix. Sorting
-            # and converting them whole held about three copies of every vector (5 GB at a million chunks).
-            lay = self.con.execute(  # the dense path reads the vectors through Arrow anyway
-                "SELECT c.chunk_id, c.doc_id, d.scope, e.rowid AS erow FROM chunks c JOIN embeddings e "
-                "USING (chunk_id) JOIN documents d USING (doc_id) ORDER BY c.doc_id, c.ord"
-            ).pl()
-            erow = lay["erow"].to_numpy()
-            slot = np.full(int(erow.max()) + 1, -1, dtype=np.int64)
-            slot[erow] = np.arange(len(erow))
-            vecs = None
-            # Rowid ranges as literals: DuckDB 1.5.5 pushes `rowid BETWEEN a AND b` down to the scan (bound
-            # parameters it does not), and `.pl()` keeps the search process free of pandas, which iterating an
-            # Arrow reader imports (tests/test_cold_start.py).
-            step = 122_880  # DuckDB's row group: each range reads one
-            for lo in range(0, int(self.con.execute("SELECT max(rowid) FROM embeddings").fetchone()[0]) + 1, step):
-                batch = self.con.execute(f"SELECT rowid, vec FROM embeddings WHERE rowid BETWEEN {lo} AND {lo + step - 1}").pl()
-                if not len(batch):
-                    continue
-                rows = slot[batch["rowid"].to_numpy()]
-                flat = batch["vec"].to_numpy()  # FLOAT[dim] -> (rows, dim) float32
-                if vecs is None:
-                    vecs = np.empty((len(erow), flat.shape[1]), dtype=np.float32)
-                keep = rows >= 0
-                vecs[rows[keep]] = flat[keep]
-            self._dense_cache = (gen, {"vecs": vecs, **_chunk_layout(lay.drop("erow"))})
+        """Chunk vectors in doc order, read once per store generation (the batched path's working set).
+
+        Threads sharing the store (a service's searches beside its writer, user trial AB): the layout and the
+        vectors are read in one snapshot, one thread builds while the others wait for it, and the result is
+        returned from a local, since a write in another thread drops `_dense_cache` at any moment (reads in
+        separate statements had raised "index 365 is out of bounds" and "'NoneType' object is not subscriptable")."""
+        cache = self._dense_cache
+        if cache is not None and cache[0] == self.generation():
+            return cache[1]
+        with self._dense_lock:
+            cache = self._dense_cache
+            with self._snapshot():
+                gen = self.generation()
+                if cache is None or cache[0] != gen:
+                    cache = (gen, self._read_dense_matrix())
+                    self._dense_cache = cache
             self.release_table_pages()
-        return self._dense_cache[1]
+        return cache[1]
+
+    def _read_dense_matrix(self) -> dict[str, Any]:
+        if not self._has_table("embeddings") or self._count_embeddings() == 0:
+            self._no_embeddings()
+        # The layout (ids, scopes, each chunk's embeddings row) is sorted; the vectors are not: they stream
+        # in storage order, a batch at a time, into their sorted rows of one preallocated matrix. Sorting
+        # and converting them whole held about three copies of every vector (5 GB at a million chunks).
+        lay = self.con.execute(  # the dense path reads the vectors through Arrow anyway
+            "SELECT c.chunk_id, c.doc_id, d.scope, e.rowid AS erow FROM chunks c JOIN embeddings e "
+            "USING (chunk_id) JOIN documents d USING (doc_id) ORDER BY c.doc_id, c.ord"
+        ).pl()
+        erow = lay["erow"].to_numpy()
+        slot = np.full(int(erow.max()) + 1, -1, dtype=np.int64)
+        slot[erow] = np.arange(len(erow))
+        vecs = None
+        # Rowid ranges as literals: DuckDB 1.5.5 pushes `rowid BETWEEN a AND b` down to the scan (bound
+        # parameters it does not), and `.pl()` keeps the search process free of pandas, which iterating an
+        # Arrow reader imports (tests/test_cold_start.py).
+        step = 122_880  # DuckDB's row group: each range reads one
+        for lo in range(0, int(self.con.execute("SELECT max(rowid) FROM embeddings").fetchone()[0]) + 1, step):
+            batch = self.con.execute(f"SELECT rowid, vec FROM embeddings WHERE rowid BETWEEN {lo} AND {lo + step - 1}").pl()
+            if not len(batch):
+                continue
+            rid = batch["rowid"].to_numpy()
+            inside = rid < len(slot)  # a row the layout does not know (it cannot, in one snapshot; never index past it)
+            rows = np.where(inside, slot[np.minimum(rid, len(slot) - 1)], -1)
+            flat = batch["vec"].to_numpy()  # FLOAT[dim] -> (rows, dim) float32
+            if vecs is None:
+                vecs = np.empty((len(erow), flat.shape[1]), dtype=np.float32)
+            keep = rows >= 0
+            vecs[rows[keep]] = flat[keep]
+        return {"vecs": vecs, **_chunk_layout(lay.drop("erow"))}
 
     def query_vectors(
         self, texts: Sequence[str], *, model: str | None = None, embedding: dict[str, Any] | None = None,
