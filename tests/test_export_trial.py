@@ -189,3 +189,11 @@ def test_export_out_errors_name_the_file_asked_for(tmp_path):
     r = CliRunner().invoke(main, ["export", "--config", "default", "--engine", "elasticsearch", "--out", str(target)])
     assert r.exit_code != 0 and "Traceback" not in r.output
     assert str(target) in r.output and ".tmp" not in r.output
+
+
+def test_the_lancedb_analyzer_note_names_the_language_it_builds():
+    """Reviewed: the note said language='English' while the module built a German index, whose stopwords are
+    German where the toolkit's are English."""
+    res = export_config(load_config("hybrid-rrf").with_updates({"retrieval.lexical.stemmer": "german"}), "lancedb")
+    assert "language='German'" in res.analyzer_note and "its stopword list is that language's" in res.analyzer_note
+    assert any("approximate (HNSW)" in x for x in export_config("vector-only", "weaviate").notes)

@@ -76,13 +76,14 @@ def test_a_recency_field_that_never_reads_as_a_date_and_use_counts_as_text_warn(
             warnings.simplefilter("always")
             run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": ["deploy note"]}), cfg)
     said = " ".join(str(w.message) for w in seen)
-    assert "priors.recency_field 'last_seen'" in said and "not read as dates" in said
+    assert "priors.recency_field 'last_seen' is never read as a date" in said
     assert "priors.use_field 'access_count'" in said and "'1', '2', '3'" in said
+    # undated memories under a date field are a documented state (they count as new): no warning on every search
     with Store(tmp_path / "s.duckdb", read_only=True) as st, warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": ["deploy note"]}),
-                     load_config("bm25-only").with_updates({"priors.recency_field": "nonexistent_at"}))
-    assert any("no candidate document has that field" in str(w.message) for w in seen)
+                     load_config("bm25-only").with_updates({"priors.recency_field": "created_at"}))
+    assert not [w for w in seen if "priors." in str(w.message)]
 
 
 def test_a_querys_top_level_date_is_its_as_of_time(tmp_path, memory):
@@ -127,3 +128,39 @@ def test_a_date_in_milliseconds_as_text_gets_the_milliseconds_hint():
         load_corpus([{"_id": "m", "text": "x", "created_at": "1764000000000"}])
     with pytest.raises(InputError, match="a string of 9 to 11 digits"):
         load_corpus([{"_id": "m", "text": "x", "created_at": "yesterday"}])
+
+
+def test_the_flag_needs_an_as_of_time_and_exclude_keeps_the_rank_order():
+    """Reviewed: the flag also marked deadlines when nobody asked as of a time, and under `fresh`; `exclude`
+    numbered the remaining rows in row order, not rank order, so `top_n` re-weighted the wrong ones."""
+    from toolkit.metatypes import values_frame
+    from toolkit.priors import apply_priors
+
+    now = datetime(2026, 9, 20)
+    docs = values_frame([("a", "date", None, datetime(2026, 9, 25), "x"), ("b", "date", None, datetime(2026, 9, 1), "x"),
+                         ("c", "date", None, datetime(2026, 9, 2), "x"), ("d", "date", None, datetime(2026, 9, 3), "x")], "doc_id")
+    ranked = pl.DataFrame({"qid": "q", "doc_id": ["d", "a", "c", "b"], "score": [2.0, 4.0, 3.0, 1.0], "rank": [3, 1, 2, 4],
+                           "flags": [[], [], [], []]}, schema_overrides={"flags": pl.List(pl.Utf8)})
+    cfg = _config().priors
+    clock = apply_priors(ranked, docs, values_frame([], "qid"), cfg, now=now)
+    assert all(not f for f in clock["flags"].to_list())  # no as-of time: a future date is a deadline
+    asked = apply_priors(ranked, docs, values_frame([], "qid"), cfg.model_copy(update={"as_of": "2026-09-20"}), now=now)
+    assert asked.filter(pl.col("doc_id") == "a")["flags"][0].to_list() == ["dated_after_reference"]
+    fresh = apply_priors(ranked, docs, values_frame([], "qid"), cfg.model_copy(update={"as_of": "2026-09-20", "recency_future": "fresh"}), now=now)
+    assert all(not f for f in fresh["flags"].to_list())
+    ex = apply_priors(ranked, docs, values_frame([], "qid"),
+                      cfg.model_copy(update={"as_of": "2026-09-20", "recency_future": "exclude", "top_n": 2}), now=now)
+    # a gone; c (rank 2) and d (rank 3) are the re-weighted top 2, b follows them
+    assert ex.sort("rank")["doc_id"].to_list()[-1] == "b" and set(ex.sort("rank")["doc_id"].to_list()[:2]) == {"c", "d"}
+
+
+def test_a_named_zone_the_standard_does_not_define_is_an_error():
+    assert parse_date("Tue, 24 Nov 2026 10:00:00 CET") is None
+    assert parse_date("Tue, 24 Nov 2026 10:00:00 EST") == datetime(2026, 11, 24, 15, 0)
+
+
+def test_query_files_with_other_unreadable_date_fields_still_load(tmp_path):
+    """Reviewed: typing every top-level query field refused files that loaded before (`"created_at": ""`)."""
+    qf = tmp_path / "queries.jsonl"
+    qf.write_text(json.dumps({"_id": "q", "text": "x", "created_at": "", "response_time": "fast", "source": "chat"}) + "\n")
+    assert json.loads(load_queries(qf)["metadata"][0]) == {"source": "chat"}

@@ -401,17 +401,16 @@ def _default_store(ds) -> str:
     return str(Path(".hrt") / f"{ds.name}.duckdb")
 
 
-def _cache_settings(st, cfgs, cache: bool):
-    """The index settings the dataset cache is ingested with: the stemmer and stopwords the configs name (the
-    cache was built with Porter and then refused `retrieval.lexical.stemmer: german`, user trial AC). None (the
-    store's own) for a store the user named, which is never re-indexed unasked, or when no config names them."""
-    from dataclasses import replace
-
+def _cache_settings(cfgs, cache: bool):
+    """The index settings the dataset cache is ingested with: the stemmer and stopwords the configs name, the
+    defaults for what they leave to the store (the cache was built with Porter and then refused
+    `retrieval.lexical.stemmer: german`, user trial AC; and a run without a stemmer must not inherit the last
+    run's). None (the store's own) for a store the user named, which is never re-indexed unasked."""
     from .store import IndexSettings
 
     want = {k: v for c in cfgs for k, v in (("stemmer", c.retrieval.lexical.stemmer), ("stopwords", c.retrieval.lexical.stopwords))
             if v is not None}
-    return replace(st.settings or IndexSettings(), **want) if cache and want else None
+    return IndexSettings(**want) if cache else None
 
 
 def _check_out(out: str, *keep: str | None) -> None:
@@ -749,7 +748,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
                     f"{store_path} holds {len(extra)} document(s) not in {ds.root} (e.g. {', '.join(map(repr, extra[:3]))}): "
                     "they would be retrieved and scored; add --prune to remove them from the store, or use a store of "
                     "the dataset's own (omit --store)")
-        rep = st.ingest(corpus, settings=_cache_settings(st, [cfg], cache), embed=_needs_vectors([cfg]), prune=prune,
+        rep = st.ingest(corpus, settings=_cache_settings([cfg], cache), embed=_needs_vectors([cfg]), prune=prune,
                         progress=_progress())
         if rep.added or rep.changed or rep.removed:
             _echo_skipped(corpus)
@@ -923,7 +922,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
-        st.ingest(load_corpus(ds.root), settings=_cache_settings(st, loaded.values(), cache), embed=_needs_vectors(loaded.values()),
+        st.ingest(load_corpus(ds.root), settings=_cache_settings(loaded.values(), cache), embed=_needs_vectors(loaded.values()),
                   progress=_progress())
         rep = build_report(
             st, ds.queries(split), ds.qrels(split), loaded, baseline=base, dataset=ds.name, split=split,
@@ -975,7 +974,7 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     base_cfg = _load_cfg(base or DEFAULT_PRESET, None)
     with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, \
             Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
-        st.ingest(load_corpus(ds.root), settings=_cache_settings(st, [base_cfg], cache), embed=_needs_vectors([base_cfg]),
+        st.ingest(load_corpus(ds.root), settings=_cache_settings([base_cfg], cache), embed=_needs_vectors([base_cfg]),
                   progress=_progress())
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,

@@ -395,7 +395,7 @@ class GuardConfig(_Model):
 
 # ------------------------------------------------------------------ dedup, threshold, output
 class DedupConfig(_Model):
-    # Byte-identical documents (same documents.text_hash) collapse into the best-ranked copy (dedup.py).
+    # Identical documents (same documents.text_hash: byte for byte after NFC normalisation) collapse into the best-ranked copy (dedup.py).
     identical_enabled: Rescore[bool] = False
     source_enabled: Rescore[bool] = False
     max_per_source: Rescore[int] = Field(1, ge=1, le=1000)

@@ -205,7 +205,9 @@ def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
         "weaviate": "Weaviate's BM25 uses the property's tokenization (`word`), drops the `en` stopword preset by default "
                     "(invertedIndexConfig.stopwords) and never stems",
         "lancedb": f"the module's FTS index is built with FTS(stem={lx.stemmer != 'none'}, "
-                   f"remove_stop_words={lx.stopwords != 'none'}, language='English') (native FTS)",
+                   f"remove_stop_words={lx.stopwords != 'none'}, language={_lance_language(cfg)!r}) (native FTS"
+                   + ("; its stopword list is that language's, the toolkit's is English"
+                      if lx.stopwords != "none" and _lance_language(cfg) != "English" else "") + ")",
     }[engine]
     return (
         f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) {stem}, {stop} "
@@ -392,7 +394,7 @@ def _weaviate(cfg: PipelineConfig, dims: int | None = None) -> tuple[dict, list[
         version = WEAVIATE_CLIENT
         graphql = "{ Get { {{collection}}(limit: " + str(n) + ", " + gql + ") { doc_id _additional { " + got + " } } } }"
         payload = {"min_version": version, "python": python, "collection": "{{collection}}", key: query, "graphql": graphql}
-        return payload, [], version
+        return payload, [] if key == "bm25" else [KNN_NOTE], version
     _, dw = _shares(cfg)
     ranked = cfg.fusion.method in ("rrf", "learned")
     fusion = "RANKED" if ranked else "RELATIVE_SCORE"
@@ -586,6 +588,10 @@ _LANCE_LANGUAGES = {"porter": "English", "english": "English", "none": "English"
                            "norwegian", "portuguese", "romanian", "russian", "spanish", "swedish", "tamil", "turkish")}
 
 
+def _lance_language(cfg: PipelineConfig) -> str:
+    return _LANCE_LANGUAGES.get(cfg.retrieval.lexical.stemmer or "porter", "English")
+
+
 def _lancedb(cfg: PipelineConfig, store_dims: int | None = None) -> tuple[str, list[str], str]:
     f, r, (lw, dw) = cfg.fusion, cfg.retrieval, _shares(cfg)
     model = r.dense.model or "all-MiniLM-L6-v2"  # unset: the store's own, the packaged model by default
@@ -597,7 +603,7 @@ def _lancedb(cfg: PipelineConfig, store_dims: int | None = None) -> tuple[str, l
         normalization="zscore" if f.normalization == "zscore" else "minmax",
         fts_window=int(r.lexical.top_k), vector_window=int(r.dense.top_k), limit=int(cfg.output.n),
         stem=r.lexical.stemmer != "none", stop=r.lexical.stopwords != "none", dims_int=int(dims or 8),
-        language=_LANCE_LANGUAGES.get(r.lexical.stemmer or "porter", "English"), level=r.level,
+        language=_lance_language(cfg), level=r.level,
     )
     notes = ["a Python module: `from <file> import search`; `python <file>` runs a smoke test on a throwaway table"]
     if r.lexical.stemmer not in _LANCE_LANGUAGES and r.lexical.stemmer != "none" and _searched(cfg)[0]:
@@ -620,6 +626,9 @@ def _from_store(cfg: PipelineConfig, store: Store | None) -> tuple[PipelineConfi
                          "names no model (the pipeline uses the store's): pass --store to read the store's model and dimension")
         return cfg, None, notes
     settings = store.settings
+    notes = []
+    if _searched(cfg)[1] and d.dimensions is None and store.embedding_dim is None:
+        notes.append(f"{store.path} holds no vectors yet: the vector field's dimension (384) assumes the packaged model")
     updates: dict[str, Any] = {}
     if d.model is None and store.embedding_model:
         updates["retrieval.dense.model"] = store.embedding_model
@@ -627,7 +636,7 @@ def _from_store(cfg: PipelineConfig, store: Store | None) -> tuple[PipelineConfi
         updates["retrieval.lexical.stemmer"] = settings.stemmer
     if settings is not None and lx.stopwords is None:
         updates["retrieval.lexical.stopwords"] = settings.stopwords
-    return cfg.with_updates(updates) if updates else cfg, store.embedding_dim, []
+    return cfg.with_updates(updates) if updates else cfg, store.embedding_dim, notes
 
 
 def export_config(cfg: PipelineConfig | str, engine: str, store: Store | None = None) -> ExportResult:

@@ -53,10 +53,13 @@ _FILE_EXT = (
     "scss|xml|lock|log|tf|proto|gradle|pem|crt|key|whl|tar|gz|tgz|zip|dll|so|exe|pdf|docx|xlsx"
 )
 _UNITS = r"(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x\b|uhr\b)"
-# A currency after a number: "1.000 €" and "12.500,00 EUR" are amounts written with European separators.
-_MONEY = r"(?:€|£|\$|eur\b|euro|chf\b|usd\b|gbp\b)"
+# A currency beside a number: "1.000 €", "12.500,00 EUR", "€ 2.500" are amounts written with European separators
+# (on one line: "Python 3.11" ending a line before "$ pip install" is a version).
+_MONEY = r"(?:€|£|eur\b|euros?\b|chf\b|usd\b|gbp\b)"
+_NOT_AFTER_MONEY = r"(?<!€ )(?<!EUR )(?<!eur )(?<!CHF )(?<!USD )"
 # A date written with dots ("26.11.2026", "3.5.2026"): day, month, a four-digit year.
-_DOTTED_DATE = re.compile(r"^(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.(?:19|20)\d\d$")
+_DOTTED_DATE = re.compile(r"^(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.(?:19|20)\d\d$"
+                          r"|^(?:0[1-9]|[12]\d|3[01])\.(?:0[1-9]|1[0-2])\.\d\d$")  # 03.05.26: two digits each
 
 # A version's pre-release suffix: "-rc.1", "-beta", "-alpha.2", "-SNAPSHOT" (known words only: "2.14.3-compatible"
 # is the version 2.14.3, and "2.14.3-2.15.0" or "v2.14.3-v2.15.0" are two versions).
@@ -96,8 +99,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "version",
         re.compile(
-            rf"(?<![\w$€£.])v\d+(?:\.\d+)*\b{_VERSION_SUFFIX}|(?<![\w$€£.])\d+\.\d+(?:\.\d+)+\b{_VERSION_SUFFIX}"
-            rf"|(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?!\s*{_MONEY})(?![.,]\d)|\b[A-Za-z]+\d+(?:\.\d+)+\b",
+            rf"(?<![\w$€£.])v\d+(?:\.\d+)*\b{_VERSION_SUFFIX}"
+            rf"|{_NOT_AFTER_MONEY}(?<![\w$€£.])\d+\.\d+(?:\.\d+)+\b(?![ \t]?{_MONEY})(?!,\d\d(?!\d)){_VERSION_SUFFIX}"
+            rf"|{_NOT_AFTER_MONEY}(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?![ \t]?{_MONEY})(?!\.\d)(?!,\d\d(?!\d))"
+            rf"|\b[A-Za-z]+\d+(?:\.\d+)+\b",
             re.I,
         ),
     ),
@@ -143,7 +148,7 @@ SYSTEM_NAMES = frozenset(errno.errorcode.values()) | frozenset(s.name for s in s
 # Hyphenated words with digits that are ordinary English ("mid-2020", "covid-19", "top-10").
 _ORDINARY_PREFIX = frozenset(["mid", "pre", "post", "late", "early", "circa", "covid", "top", "over", "under", "age", "class", "grade", "size"])  # fmt: skip
 # Legal forms of companies with an inner capital, in every business text: not identifiers.
-_LEGAL_FORMS = frozenset(["GmbH", "gGmbH", "mbH", "KGaA", "SpA", "SrL", "BVBA", "AbP"])
+_LEGAL_FORMS = frozenset(["GmbH", "gGmbH", "mbH", "SpA", "SrL"])
 # A word for the stopword share: letters of any script and digits ("Straße", "¿Cómo" are one word each).
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 

@@ -55,16 +55,19 @@ def _is_word_char(c: str) -> bool:
 # A word joined to an identifier by a hyphen, as German (and English) compounds write it: "ERR_IMPORT_LOCK-Meldung",
 # "2.4.1-Update", "ECONNREFUSED-related". Four letters or more, no digit: "-dir" of `--no-cache-dir` and "-rc1"
 # of a pre-release still continue the identifier, and so does a pre-release word ("2.4.1-beta" is another version).
-_COMPOUND_WORD = re.compile(r"-(?!(?:alpha|beta|preview|snapshot|nightly|final|post|release|candidate)\b)[^\W\d_]{4,}(?![\w-])")
+_COMPOUND_WORD = re.compile(
+    r"-(?!(?:alpha|beta|preview|snapshot|nightly|final|post|release|candidate)\b)[^\W\d_]{4,}(?:-[^\W\d_]{2,})*(?![\w-])")
 
 
-def _ends_here(text: str, j: int, flag: bool = False) -> bool:
+def _ends_here(text: str, j: int, joined: bool = False) -> bool:
     """Whether an identifier found just before `text[j]` ends there: no word character follows, and no "-" or
     "." that continues it (`--no-cache` is not in `--no-cache-dir`, nor `v2.14` in `v2.14.30`; a sentence's
-    full stop still ends it). A hyphen and a plain word end it (`_COMPOUND_WORD`), except after a `flag`."""
+    full stop still ends it). A hyphen and plain words end it (`_COMPOUND_WORD`: "ERR_X-Fehler-Meldung"), unless
+    the identifier is `joined` by hyphens, slashes or @ itself: `gpt-4` goes on in `gpt-4-turbo`, `/etc/nginx` in
+    `/etc/nginx-proxy`, `@acme/retry` in `@acme/retry-utils`."""
     if j == len(text) or not _is_word_char(text[j]):
         if j + 1 < len(text) and text[j] in "-." and text[j + 1].isalnum():
-            return text[j] == "-" and not flag and _COMPOUND_WORD.match(text, j) is not None
+            return text[j] == "-" and not joined and _COMPOUND_WORD.match(text, j) is not None
         return True
     return False
 
@@ -74,7 +77,7 @@ def _contains_word(text: str, tok: str) -> bool:
     it, and `_ends_here` after it. By `str.find`, which skips ahead in C."""
     i, n = text.find(tok), len(tok)
     while i != -1:
-        if (i == 0 or not _is_word_char(text[i - 1])) and _ends_here(text, i + n, tok.startswith("-")):
+        if (i == 0 or not _is_word_char(text[i - 1])) and _ends_here(text, i + n, any(c in tok for c in "-/@")):
             return True
         i = text.find(tok, i + 1)
     return False

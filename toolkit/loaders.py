@@ -50,7 +50,7 @@ from typing import Any
 import polars as pl
 
 from .errors import InputError
-from .metatypes import typed_values
+from .metatypes import is_date_field, parse_date, typed_values
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
 # File types by name from Python's own table only, never the host's /etc/mime.types (which made .go or .yaml
@@ -589,7 +589,23 @@ def _folder_docs(
         yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": title[:200], "text": text, "metadata": {"path": rel}}
 
 
-_QUERY_ID_FIELDS = ("_id", "id", "qid")
+_QUERY_FIELDS = frozenset({"_id", "id", "qid", "text", "query", "metadata", "scope"})
+
+
+def _flat_query_fields(o: Mapping[str, Any], meta: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A query's other top-level fields, as metadata (as a document's are): its flat `date` is its as-of time,
+    and a bad one is an error naming the line. Query files once kept only `metadata`, so any other date-named
+    field that does not read as a date is dropped with a warning rather than refusing a file that loaded."""
+    out: dict[str, Any] = {}
+    for k, v in o.items():
+        if k in _QUERY_FIELDS or v is None or isinstance(v, dict | list) or k in meta:
+            continue
+        if k != "date" and is_date_field(str(k)) and parse_date(v) is None:
+            logging.getLogger("toolkit").warning("warning: %s: field `%s`: %r is not a date; ignored", where, k, v)
+            continue
+        out[str(k)] = v
+    typed_values(out, where, label="field `{}`")
+    return out
 
 
 def load_queries(path: str | Path) -> pl.DataFrame:
@@ -611,9 +627,11 @@ def load_queries(path: str | Path) -> pl.DataFrame:
         text = o.get("text", o.get("query"))
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{p}:{n}: query {qid!r} has an empty text")
-        text_key = "text" if "text" in o else "query"
-        # Other top-level fields are metadata, as for documents: a query's flat `date` is its as-of time.
-        meta = _record_metadata({k: v for k, v in o.items() if k not in _QUERY_ID_FIELDS}, f"{p}:{n}", text_key)
+        meta = o.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise InputError(f"{p}:{n}: field `metadata` must be an object")
+        typed_values(meta, f"{p}:{n}")
+        meta = {**_flat_query_fields(o, meta, f"{p}:{n}"), **meta}
         scope = o.get("scope") or meta.get("scope")
         rows.append({"qid": qid, "text": text, "scope": str(scope) if scope else None, "metadata": json.dumps(meta)})
     if not rows:

@@ -92,6 +92,8 @@ def parse_date(value: Any) -> datetime | None:
             d = parsedate_to_datetime(s)
         except (TypeError, ValueError):
             d = None
+        if d is not None and d.tzinfo is None and re.search(r"[A-Za-z]\s*$", s):
+            d = None  # a zone name the standard does not define (CET, XYZ) would silently read as UTC
     if d is None:
         return None
     try:

@@ -9,7 +9,8 @@ factor per (query, document) read from the documents' typed metadata (`store.doc
               (metadata field `recency_query_field`, as memory benchmarks date their questions, or `hrt
               search --as-of`), else `priors.as_of` when the config sets it (`hrt run --as-of`: evaluation
               that must not drift), else now. A document dated after its reference decays by how far ahead
-              it is (`recency_future: decay`), and is flagged `dated_after_reference`; `exclude` drops it
+              it is (`recency_future: decay`), and is flagged `dated_after_reference` when the query is
+              asked as of a time (its date, or `priors.as_of`); `exclude` drops it
               (asked as of June, a memory written in December did not exist yet: with a long half-life,
               decay alone still lets it outrank May's as "the most recent"); `fresh` gives it factor 1
               (documents dated ahead on purpose: deadlines, scheduled events).
@@ -39,6 +40,7 @@ import polars as pl
 
 from .blend import scores_below
 from .config import PriorsConfig
+from .metatypes import is_date_field
 
 FACTOR_COLUMNS = ("prior_recency", "prior_priority", "prior_use")
 FUTURE_FLAG = "dated_after_reference"  # a document dated after its query's reference time (the as-of)
@@ -97,8 +99,11 @@ def prior_factors(
         # a 5-day half-life over 14 years); `apply_priors` ranks by it (`_LN_RECENCY`, dropped there).
         ln_rec = (-(age / cfg.recency_half_life_days) * math.log(2.0)) if cfg.recency_floor == 0 else rec.log()
         ln_undated = math.log(undated) if undated > 0 else -math.inf
+        # Ahead of an as-of time (the query's date, or `priors.as_of`), not of the clock: a deadline dated next
+        # week is no memory "from the future" when nobody asked as of a time.
+        asked = pl.col("_ref_ts").is_not_null() | pl.lit(cfg.as_of is not None)
         r = r.with_columns(rec.alias("prior_recency"), ln_rec.fill_null(ln_undated).alias(_LN_RECENCY),
-                           (delta < 0).fill_null(False).alias(_FUTURE)).drop("_doc_ts", "_ref_ts")
+                           ((delta < 0) & asked).fill_null(False).alias(_FUTURE)).drop("_doc_ts", "_ref_ts")
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("prior_recency"))
     if cfg.priority_field is not None:
@@ -138,13 +143,12 @@ def unusable_fields(doc_values: pl.DataFrame | None, cfg: PriorsConfig) -> list[
     if doc_values is None:
         return []
     out = []
-    if cfg.recency_field is not None:
-        dated = doc_values.filter((pl.col("field") == cfg.recency_field) & pl.col("ts").is_not_null()).height
-        if not dated:
-            held = doc_values.filter(pl.col("field") == cfg.recency_field).height
-            why = ("its values were not read as dates: only fields named date, datetime, timestamp, created, updated, "
-                   "modified or ending in _at, _date, _time are" if held else "no candidate document has that field")
-            out.append(f"priors.recency_field {cfg.recency_field!r}: {why}; the recency prior is neutral (factor 1)")
+    if cfg.recency_field is not None and not is_date_field(cfg.recency_field):
+        # Undated memories under a date-named field are a documented state (they count as new); a name that is
+        # never typed as a date (`last_seen`, `when`) leaves the prior neutral for every memory.
+        out.append(f"priors.recency_field {cfg.recency_field!r} is never read as a date: only fields named date, "
+                   "datetime, timestamp, created, updated, modified or ending in _at, _date, _time are; the recency "
+                   "prior is neutral (factor 1)")
     if cfg.use_field is not None:
         odd = doc_values.filter((pl.col("field") == cfg.use_field) & pl.col("num").is_null())["text"].unique().sort().to_list()
         if odd:
@@ -191,11 +195,12 @@ def apply_priors(
     r = prior_factors(ranked, dv, qv, cfg, now=now)
     if _LN_RECENCY not in r.columns:
         r = r.with_columns(pl.lit(0.0).alias(_LN_RECENCY), pl.lit(False).alias(_FUTURE))
-    if cfg.recency_future == "exclude":  # it did not exist yet at the reference time
-        r = r.filter(~pl.col(_FUTURE)).with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
-    elif "flags" in r.columns:
-        r = r.with_columns(pl.when(pl.col(_FUTURE)).then(pl.col("flags").list.concat(pl.lit([FUTURE_FLAG], pl.List(pl.Utf8))))
-                           .otherwise(pl.col("flags")).alias("flags"))
+    if r[_FUTURE].any():
+        if cfg.recency_future == "exclude":  # it did not exist yet at the as-of time; ranks close up, in rank order
+            r = r.filter(~pl.col(_FUTURE)).with_columns(pl.col("rank").rank("ordinal").over("qid").cast(pl.Int64))
+        elif cfg.recency_future == "decay" and "flags" in r.columns:  # `fresh`: dated ahead on purpose
+            r = r.with_columns(pl.when(pl.col(_FUTURE)).then(pl.col("flags").list.concat(pl.lit([FUTURE_FLAG], pl.List(pl.Utf8))))
+                               .otherwise(pl.col("flags")).alias("flags"))
     r = r.drop(_FUTURE)
     factors = [pl.col(c).fill_null(1.0) for c in FACTOR_COLUMNS]
     s = pl.col("score")

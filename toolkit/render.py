@@ -270,7 +270,10 @@ def _fold(text: str) -> str:
     for c in text:
         low = c.lower()
         base = unicodedata.normalize("NFD", low)[0] if len(low) == 1 else c
-        out.append(base if not unicodedata.combining(base) else low)
+        # Accents off Latin, Greek and Cyrillic letters only: a Hangul syllable's first jamo or a kana without
+        # its voicing mark is another character (CJK query pairs are matched as they are).
+        latin_like = ord(base) < 0x0250 or 0x0370 <= ord(base) < 0x0530
+        out.append(base if latin_like and not unicodedata.combining(base) else low)
     return "".join(out)
 
 
