@@ -135,3 +135,14 @@ def test_odd_names_terminals_and_streams_give_one_line_not_a_traceback(tmp_path)
     assert closed.returncode == 2 and "stdin is closed" in closed.stderr, closed.stderr
     r = _hrt(["search", "deploy", "--store", str(tmp_path / "missing.duckdb")], tmp_path, {"HRT_DEBUG": "1"})
     assert "Traceback" in r.stderr and "no such store" in r.stderr  # HRT_DEBUG=1: the traceback behind the line
+
+
+def test_onnx_runtime_sends_no_telemetry_unless_asked(exported, tmp_path):
+    """onnxruntime 1.32 wrote a device id under ~/.cache/Microsoft and looked up its collector's address during
+    an ingest; the README says everything runs offline. Off unless the user sets ORT_DISABLE_TELEMETRY=0."""
+    code = "from toolkit.embed_onnx import OnnxEmbedder\nprint(OnnxEmbedder().embed(['deploy']).shape)"
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("ORT_DISABLE_TELEMETRY", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "(1, 384)" in out.stdout, out.stderr[-1000:]
+    assert not (tmp_path / ".cache" / "Microsoft").exists()

@@ -51,6 +51,11 @@ def onnxruntime_available() -> bool:
 
 
 def _require_ort():
+    # ONNX Runtime 1.29+ sends telemetry on Linux and macOS too (1DS: a device id under ~/.cache/Microsoft and
+    # DNS lookups of its collector; user trial AG). "Everything runs offline": off unless the user set these.
+    # Both names: the variable the POSIX provider shipped with, and the one a later release made a full opt-out.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("ORT_TELEMETRY_DISABLED", "1")
     try:
         import onnxruntime as ort
     except ImportError as e:
