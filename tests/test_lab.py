@@ -309,7 +309,12 @@ def test_export_yaml_json_and_engine(store, tmp_path):
     assert lab.export("json", tmp_path / "tuned").endswith("tuned.json")
     msg = lab.export("opensearch", tmp_path / "os.json")
     assert (tmp_path / "os.json").exists() and "os.json" in msg
-    proc = json.loads((tmp_path / "os.json").read_text())["search_pipeline"]["body"]["phase_results_processors"][0]
+    # This lab weighs BM25 0, which fusion drops: the export is the plain knn query, no weight-0 leg (trial AA).
+    body = json.loads((tmp_path / "os.json").read_text())
+    assert "search_pipeline" not in body and "knn" in body["search"]["body"]["query"]
+    lab.set("fusion.lexical_weight", 1.0)
+    lab.export("opensearch", tmp_path / "os2.json")
+    proc = json.loads((tmp_path / "os2.json").read_text())["search_pipeline"]["body"]["phase_results_processors"][0]
     assert proc["score-ranker-processor"]["combination"]["rank_constant"] == 25
 
 

@@ -67,8 +67,10 @@ class _Group(click.Group):
             interrupts.check()  # a Ctrl-C a library swallowed still ends the command as one
             return out
         except ToolkitError as e:
-            if debug:
-                raise
+            if debug:  # the traceback, and the same exit code a harness branches on
+                import traceback
+
+                traceback.print_exc()
             click.echo(f"error: {e}", err=True)
             sys.exit(EXIT_BUSY if type(e).__name__ == "StoreBusyError" else EXIT_ERROR)
         except BrokenPipeError:  # `hrt presets | head -1`: not an error, nothing more to say
@@ -80,11 +82,17 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {e}", err=True)
             sys.exit(EXIT_ERROR)
-        except UnicodeEncodeError as e:  # lone surrogates: bytes that are not UTF-8 in a path, a query or stdin
+        except UnicodeEncodeError as e:
             if debug:
                 raise
-            bad = e.object[e.start:e.end].encode("utf-8", "backslashreplace").decode() if isinstance(e.object, str) else "?"
-            click.echo(f"error: text that is not valid UTF-8 ({bad}) in a path, a query or input: use UTF-8", err=True)
+            bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
+            if e.reason == "surrogates not allowed":  # lone surrogates: bytes that are not UTF-8 in a path, query or stdin
+                shown = bad.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                click.echo(f"error: text that is not valid UTF-8 ({shown}) in a path, a query or input: use UTF-8", err=True)
+            else:  # output in an encoding that lacks a character (a pipe or file under a latin-1 locale)
+                shown = bad.encode("ascii", "backslashreplace").decode()
+                click.echo(f"error: the output encoding ({e.encoding}) cannot write {shown}: use a UTF-8 locale or "
+                           "PYTHONIOENCODING=utf-8 (nothing was written in its place)", err=True)
             sys.exit(EXIT_ERROR)
         except (KeyboardInterrupt, Exception) as e:
             if interrupts.is_interrupt(e):  # one line, never a traceback; a write in progress was rolled back
@@ -97,22 +105,25 @@ class _Group(click.Group):
                 click.echo(f"error: a store file is damaged or cannot be read: {str(e).splitlines()[0]}", err=True)
                 sys.exit(EXIT_ERROR)
             # A full disk at commit (TransactionException: "Could not write file ...: No space left on device") or
-            # DuckDB out of memory: the machine, not a bug; the write was rolled back.
-            if from_duckdb and type(e).__name__ in ("TransactionException", "OutOfMemoryException") and not debug:
-                click.echo(f"error: the store could not complete the operation (nothing was changed): "
-                           f"{str(e).splitlines()[0]}", err=True)
+            # DuckDB out of memory: the machine, not a bug. Any other transaction error is a bug: as raised.
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            machine = ("No space left" in msg or "Could not write file" in msg) if type(e).__name__ == "TransactionException" else \
+                type(e).__name__ == "OutOfMemoryException"
+            if from_duckdb and machine and not debug:
+                click.echo(f"error: the store could not complete the operation: {msg}", err=True)
                 sys.exit(EXIT_ERROR)
             raise
 
 
 def _tolerant_output() -> None:
-    """An output stream that cannot encode every character (PYTHONIOENCODING=latin-1, an ISO-8859-1 terminal)
-    prints "?" for the rest instead of failing on the first "…" or CJK snippet."""
-    for stream in (sys.stdout, sys.stderr):
-        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
-        if enc and enc != "utf8" and hasattr(stream, "reconfigure"):
-            with contextlib.suppress(Exception):
-                stream.reconfigure(errors="replace")
+    """A terminal that cannot encode every character (an ISO-8859-1 locale) shows the rest escaped (\\u2026)
+    instead of failing on the first "…" or CJK snippet. Only a terminal: JSON or a TREC run written to a pipe or
+    file in such an encoding still fails rather than carry altered ids and text."""
+    stream = sys.stdout
+    enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+    if enc and enc != "utf8" and hasattr(stream, "reconfigure") and stream.isatty():
+        with contextlib.suppress(Exception):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _interrupted_write(e: BaseException, st, gen: str, what: str = "ingest") -> None:
@@ -1014,8 +1025,10 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
 @click.option("--seed", default=0, show_default=True)
 @click.option("--export-data", default=None, type=click.Path(dir_okay=False), help="Also write the training pairs (query, text, label) here (.parquet, .csv or .jsonl).")
 @click.option("--force", is_flag=True, help="Allow training on the test split (every test number is then meaningless).")
+@_WAIT_OPTION
 def train_reranker(dataset, split, out, store_path, base_model, epochs, negatives, depth, loss, lr, max_length,
-                   freeze_layers, holdout, pseudo, holdout_by, eval_depth, first_stage, max_positives, seed, export_data, force) -> None:
+                   freeze_layers, holdout, pseudo, holdout_by, eval_depth, first_stage, max_positives, seed, export_data, force,
+                   wait_s) -> None:
     """Fine-tune a CrossEncoder reranker on a split's judgements, with hard negatives mined from the
     toolkit's own BM25 and dense lists, a listwise loss and early stopping on held-out queries.
 
@@ -1032,8 +1045,9 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
     except ValueError as e:
         raise click.BadParameter(f"--holdout/--pseudo: a number or 'auto' ({e})") from None
     ds = Dataset.open(dataset)
+    cache = store_path is None
     store_path = store_path or _default_store(ds)
-    with Store(store_path) as st:
+    with Store(store_path, wait_s=_wait(wait_s, cache)) as st:
         st.ingest(load_corpus(ds.root), progress=_progress())
         rep = run_train(
             st, ds.root, split=split, out=out, base_model=base_model, epochs=epochs, negatives_per_query=negatives,
@@ -1069,7 +1083,9 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
 @click.option("--force", is_flag=True, help="Allow training on the test split (every test number is then meaningless).")
 @click.option("--pseudo-store", "pseudo_stores", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Store of an unjudged collection (the one the model is for): its corpus adds --pseudo pseudo-queries to the training data.")
 @click.option("--pseudo", default=300, show_default=True, type=click.IntRange(1), help="Pseudo-queries per --pseudo-store.")
-def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdout, rounds, prior, seed, force, pseudo_stores, pseudo) -> None:
+@_WAIT_OPTION
+def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdout, rounds, prior, seed, force, pseudo_stores, pseudo,
+                     wait_s) -> None:
     """Train a learned fusion model (LightGBM lambdarank) on judged queries of one or more collections.
 
     Use it with `fusion.method: learned` and `fusion.model: OUT` (the `learned` preset uses the shipped
@@ -1089,7 +1105,7 @@ def train_fusion_cmd(datasets, stores, rel_thresholds, split, out, config, holdo
         sources = []
         for i, d in enumerate(datasets):
             ds = Dataset.open(d)
-            st = stack.enter_context(Store(stores[i] if stores else _default_store(ds)))
+            st = stack.enter_context(Store(stores[i] if stores else _default_store(ds), wait_s=_wait(wait_s, not stores)))
             st.ingest(load_corpus(ds.root), progress=_progress())
             sources.append((st, ds.root, rel_thresholds[i] if rel_thresholds else 1))
         extra = [stack.enter_context(Store(p)) for p in pseudo_stores]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -92,6 +93,9 @@ def entry_problem(out: Path, quantize: bool = False) -> str | None:
             with open(out / name, "rb") as fh:
                 if not fh.read(1):
                     return f"is damaged ({name} is empty)"
+        size, want = (out / "model.onnx").stat().st_size, manifest.get("model_bytes")
+        if want is not None and size != want:
+            return f"is damaged (model.onnx has {size} bytes, the export wrote {want})"
     except PermissionError as e:
         return f"cannot be read by this user ({e.strerror}: {e.filename})"
     except (OSError, ValueError) as e:
@@ -121,16 +125,22 @@ def _export_lock(out: Path):
         out.parent.mkdir(parents=True, exist_ok=True)
         fh = open(out.parent / f".{out.name}.lock", "a")  # noqa: SIM115 - held for the block
     except OSError:
-        yield
+        yield False
         return
+    held = False
     try:
         import fcntl
 
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logging.getLogger("toolkit").warning("note: waiting for another process exporting the ONNX model to %s", out)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        held = True
     except (ImportError, OSError):
         pass
     try:
-        yield
+        yield held
     finally:
         fh.close()  # releases the lock
 
@@ -158,23 +168,47 @@ def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
     out = export_dir(model_dir)
     ready = (out / "manifest.json").exists() and (not quantize or (out / "model_int8.onnx").exists())
     if ready and entry_problem(out, quantize) is None:
+        _open_up(out)
         return out
-    with _export_lock(out):
+    with _export_lock(out) as held:
         if (out / "manifest.json").exists() and (problem := entry_problem(out, quantize)):
             discard(out, problem)
         if not (out / "manifest.json").exists():
-            _sweep(out)
+            _sweep(out, 0.0 if held else 3600.0)  # holding the lock, no other export is running: every leftover goes
             _export_fp32(model_dir, out)
         if quantize and not (out / "model_int8.onnx").exists():
             _quantize(out)
     return out
 
 
+def _umask() -> int:
+    """The process umask, read without setting it (os.umask(0) would open a window for other threads' files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
 def _readable_mode(directory: bool = False) -> int:
     """0777 / 0666 less the process umask: what a plain mkdir or open would have given."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return (0o777 if directory else 0o666) & ~mask
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
+def _open_up(out: Path) -> None:
+    """An entry an earlier version exported as 0700 (mkdtemp), owned by this user: opened to what the umask
+    allows, so re-running a cache-warming step repairs a cache the container's user could not read."""
+    try:
+        st = out.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o055:
+            return
+        os.chmod(out, _readable_mode(directory=True))
+        for f in out.iterdir():
+            os.chmod(f, _readable_mode())
+    except (OSError, AttributeError):
+        pass
 
 
 def _quantize(out: Path) -> None:
@@ -255,6 +289,8 @@ def _export_fp32(model_dir: Path, out: Path) -> None:
             "pad_token": str(tk.pad_token or "[PAD]"),
             "dim": int((getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension)()),
             "torch": torch.__version__,
+            # what `entry_problem` checks: a truncated copy (a CI cache restore cut short) is found before loading
+            "model_bytes": (tmp / "model.onnx").stat().st_size,
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
         try:
@@ -264,6 +300,11 @@ def _export_fp32(model_dir: Path, out: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# What onnxruntime, tokenizers and json raise on a truncated or damaged file (an export cut short by a restore).
+_DAMAGE_ERRORS = frozenset({"InvalidProtobuf", "InvalidArgument", "InvalidGraph", "NoSuchFile", "JSONDecodeError",
+                            "FileNotFoundError"})
 
 
 class OnnxEmbedder:
@@ -312,11 +353,17 @@ class OnnxEmbedder:
                 self._open(ort, Tokenizer, d)
                 return
             except Exception as e:  # noqa: BLE001 - onnxruntime and tokenizers raise their own types
+                # Only what a damaged file raises is damage; out of memory or an old onnxruntime is not, and must
+                # not delete an export other processes share.
+                if type(e).__name__ not in _DAMAGE_ERRORS and "No such file" not in str(e):
+                    raise
                 problem = f"is damaged ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
                 if attempt == 2:
                     raise ToolkitError(f"the ONNX model cache {d} {problem} after a fresh export; delete it, or set "
                                        "HRT_CACHE_DIR to another folder") from None
-                discard(d, problem)  # a truncated model.onnx passes `entry_problem`: export it again, once
+                with _export_lock(d):  # export() re-checks under the same lock
+                    if entry_problem(d, self.quantize) is None:
+                        discard(d, problem)
 
     def _open(self, ort, tokenizer_cls, d: Path) -> None:
         manifest = json.loads((d / "manifest.json").read_text())

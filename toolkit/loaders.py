@@ -541,11 +541,12 @@ def _folder_docs(
     real_root = root.resolve()
     for f in sorted(x for x in root.rglob("*") if x.is_file()) if files is None else files:
         rel = f.relative_to(root).as_posix()
-        if not _utf8(rel):  # a latin-1 name ("caf\xe9.md"): no id can hold it; the rest of the folder still goes in
-            skipped.append(Skipped(rel.encode("utf-8", "backslashreplace").decode(), "file name is not valid UTF-8: rename it"))
-            continue
         if why_not := _left_out(f.relative_to(root), exclude):
             skipped.append(why_not)
+            continue
+        if not _utf8(rel):  # a latin-1 name ("caf\xe9.md"): no id can hold it; the rest of the folder still goes in
+            shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
+            skipped.append(Skipped(shown, "file name is not valid UTF-8: rename it"))
             continue
         if files is None and (outside := _outside(f, real_root)):
             skipped.append(Skipped(rel, f"symlink to outside the folder (target: {outside})"))

@@ -434,7 +434,8 @@ def _quoted(name: str) -> str:
 def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
     """`_connect_replaying`, tried again while another process holds the file's lock, for up to `wait_s`
     seconds (backing off from 20 ms to 0.5 s). DuckDB has no lock timeout of its own."""
-    deadline, pause = time.monotonic() + max(0.0, wait_s), 0.02
+    start = time.monotonic()
+    deadline, pause, said = start + max(0.0, wait_s), 0.02, -60.0
     while True:
         try:
             return _connect_replaying(path, read_only)
@@ -442,6 +443,12 @@ def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckD
             left = deadline - time.monotonic()
             if "Could not set lock" not in str(e) or left <= 0:
                 raise
+        waited = time.monotonic() - start
+        if waited - said >= 60.0:  # say it at once, then once a minute: a wait of minutes must not look like a hang
+            logging.getLogger("toolkit").warning(
+                "warning: waiting up to %.0f more s for %s: another process holds it (--wait 0 fails at once)",
+                left, path)
+            said = waited
         time.sleep(min(pause, left))  # the last try at the deadline itself
         pause = min(pause * 2, 0.5)
 
@@ -1710,8 +1717,11 @@ class Store:
                 self.con.execute("INSERT INTO stage_cache(key, name, data) VALUES (?, ?, ?)", [key, name, buf.getvalue()])
             # Bounded: the most recent STAGE_CACHE_KEYS query sets. A service calling `run_pipeline` per search
             # wrote ~100 KB per distinct query that only a write cleared (1,000 searches: +36 MB, user trial AB).
-            self.con.execute(f"DELETE FROM stage_cache WHERE key NOT IN (SELECT key FROM stage_cache GROUP BY key "
-                             f"ORDER BY max(created) DESC, key LIMIT {int(STAGE_CACHE_KEYS)})")
+            # Never the entry just written (`created` is local wall-clock time: a writer in another time zone
+            # would rank its own entry oldest).
+            self.con.execute(f"DELETE FROM stage_cache WHERE key <> ? AND key NOT IN (SELECT key FROM stage_cache "
+                             f"WHERE key <> ? GROUP BY key ORDER BY max(created) DESC, key LIMIT {int(STAGE_CACHE_KEYS) - 1})",
+                             [key, key])
             self.con.execute("COMMIT")
         except BaseException:
             self._rollback()
