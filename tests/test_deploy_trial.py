@@ -228,3 +228,27 @@ def test_the_latest_stage_cache_entry_survives_older_entries_with_later_clocks(t
         st.put_frames("newest", {"f": frame})
         assert st.get_frames("newest") is not None
         assert st.con.execute("SELECT count(DISTINCT key) FROM stage_cache").fetchone()[0] == STAGE_CACHE_KEYS
+
+
+def test_sigterm_ends_a_command_as_ctrl_c_does_with_143(tmp_path):
+    """An orchestrator's SIGTERM killed `hrt` at once (exit 143, no word): a first export left a partial 43 MB
+    model behind. It now takes Ctrl-C's path (a write rolled back, an export's temporary folder removed), with
+    one line and 143."""
+    from toolkit.store import Store
+
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        st.ingest([{"doc_id": "a", "text": "deploy notes"}], embed=False)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "search", "-", "--store", str(store), "--mode", "lexical"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline, asleep_since = time.monotonic() + 60, None
+    while time.monotonic() < deadline:  # signal once the CLI sits in its stdin read, not while it imports
+        state = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        asleep_since = (asleep_since or time.monotonic()) if state == "S" else None
+        if asleep_since and time.monotonic() - asleep_since > 1.0:
+            break
+        time.sleep(0.05)
+    p.terminate()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and err.strip() == "terminated" and out == "", (p.returncode, err)

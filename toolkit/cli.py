@@ -50,7 +50,7 @@ def _config_warnings() -> Iterator[None]:
 # Exit codes (README, "Exit codes"): scripts and agent harnesses branch on them.
 EXIT_ERROR = 2  # bad input, a missing or damaged file, a usage error (click's own code for those)
 EXIT_BUSY = 75  # the store is locked by another process (EX_TEMPFAIL): retry later
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); SIGTERM ends a command with 143 (`interrupts.exit_code`)
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as other Unix tools
 
 
@@ -96,8 +96,8 @@ class _Group(click.Group):
             sys.exit(EXIT_ERROR)
         except (KeyboardInterrupt, Exception) as e:
             if interrupts.is_interrupt(e):  # one line, never a traceback; a write in progress was rolled back
-                click.echo("interrupted", err=True)
-                sys.exit(EXIT_INTERRUPTED)
+                click.echo(interrupts.word(), err=True)
+                sys.exit(interrupts.exit_code())
             # A store file DuckDB finds damaged (a checksum that does not match, a truncated file): one line,
             # not a traceback (duckdb is not imported here: `hrt --help` stays light).
             from_duckdb = type(e).__module__.lstrip("_").startswith("duckdb")
@@ -137,13 +137,13 @@ def _interrupted_write(e: BaseException, st, gen: str, what: str = "ingest") -> 
     try:
         stored = st.generation() != gen
     except Exception:  # noqa: BLE001 - the store may be closing; then say only what is certain
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        click.echo(interrupts.word(), err=True)
+        sys.exit(interrupts.exit_code())
     done = "the documents were stored" if what == "ingest" else "the documents were deleted"
-    click.echo("interrupted: " + (f"{done}, but what follows the write (the HNSW vector index) may be incomplete: run "
+    click.echo(f"{interrupts.word()}: " + (f"{done}, but what follows the write (the HNSW vector index) may be incomplete: run "
                                   f"the same `hrt {what}` again" + (" with --missing-ok" if what == "delete" else "")
                                   if stored else f"nothing of this {what} was stored; the store is as it was"), err=True)
-    sys.exit(EXIT_INTERRUPTED)
+    sys.exit(interrupts.exit_code())
 
 
 def _progress() -> bool:
