@@ -153,8 +153,9 @@ def _onnx_export_usable(model_dir: Path) -> bool:
     from .embed_onnx import cache_dir, entry_problem, export_dir
 
     out = export_dir(model_dir)
-    problem = entry_problem(out) if (out / "manifest.json").exists() else None
-    if (out / "manifest.json").exists() and problem is None:
+    exported = (out / "manifest.json").exists()
+    problem = entry_problem(out) if exported else None
+    if exported and problem is None:
         return True
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)

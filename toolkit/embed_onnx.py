@@ -214,8 +214,6 @@ def _open_up(out: Path) -> None:
 def _quantize(out: Path) -> None:
     """Add onnxruntime's dynamic int8 quantisation of `out`'s model (`model_int8.onnx`)."""
     _require_ort()
-    import logging
-
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=out)

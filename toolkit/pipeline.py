@@ -481,7 +481,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     if with_priors:
         t0 = time.perf_counter()
         ranked = prior = priors_stage.apply_priors(blended, prep.doc_values, prep.query_values, cfg.priors, now=now)
-        _warn_unmapped(prep, cfg)
+        _warn_priors(prep, cfg)
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -526,7 +526,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t)
 
 
-def _warn_unmapped(prep: Prepared, cfg: PipelineConfig) -> None:
+def _warn_priors(prep: Prepared, cfg: PipelineConfig) -> None:
     """Warn when the candidates carry priority values the map lacks: they count as
     factor 1, the lowest tier under agent-memory's map ("high", "urgent" next to P0-P3; user trial N); and when a
     recency or use field gives nothing to read (`priors.unusable_fields`, user trial AF)."""
