@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -55,13 +55,43 @@ _EXPORTS = {
     "to_ir_measures": "interop",
     "to_ranx": "interop",
     "from_ir_datasets": "interop",
+    "ToolkitError": "errors",
+    "InputError": "errors",
+    "StoreError": "errors",
+    "StoreBusyError": "errors",
 }
 __all__ = [  # the same names as _EXPORTS (a test checks)
     "__version__", "Store", "Dataset", "load_corpus", "load_queries", "PipelineConfig", "load_config",
     "save_config", "prepare", "rescore", "run_pipeline", "evaluate", "compare", "experiment", "tune",
     "tune_dataset", "train_fusion", "Session", "Lab", "export_config", "write_export", "read_run", "write_run", "read_qrels",
     "queries_frame", "qrels_frame", "run_frame", "to_pandas", "to_ir_measures", "to_ranx", "from_ir_datasets",
+    "ToolkitError", "InputError", "StoreError", "StoreBusyError",
 ]
+
+if TYPE_CHECKING:  # what a type checker sees (it cannot follow `__getattr__`); never run (a test checks it matches)
+    from .compare import compare
+    from .config import PipelineConfig, load_config, save_config
+    from .errors import InputError, StoreBusyError, StoreError, ToolkitError
+    from .experiment import experiment
+    from .export import export_config, write_export
+    from .interop import (
+        from_ir_datasets,
+        qrels_frame,
+        queries_frame,
+        run_frame,
+        to_ir_measures,
+        to_pandas,
+        to_ranx,
+    )
+    from .lab import Lab
+    from .loaders import Dataset, load_corpus, load_queries
+    from .metrics import evaluate
+    from .pipeline import prepare, rescore, run_pipeline
+    from .runs import read_qrels, read_run, write_run
+    from .session import Session
+    from .store import Store
+    from .train_fusion import train_fusion
+    from .tune import tune, tune_dataset
 
 
 def __getattr__(name: str) -> Any:

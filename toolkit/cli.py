@@ -60,6 +60,12 @@ class _Group(click.Group):
 
         interrupts.install()
         _tolerant_output()
+        with _visible_streams():
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context):
+        from . import interrupts
+
         debug = os.environ.get("HRT_DEBUG", "").lower() in ("1", "true", "yes")  # the traceback behind an error line
         try:
             with _config_warnings():
@@ -87,7 +93,10 @@ class _Group(click.Group):
                 raise
             bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
             if e.reason == "surrogates not allowed":  # lone surrogates: bytes that are not UTF-8 in a path, query or stdin
-                shown = bad.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                try:  # a byte a file name or stdin held: shown as that byte
+                    shown = bad.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                except UnicodeEncodeError:  # a surrogate that stands for no byte (a "\ud800" escape in JSON)
+                    shown = bad.encode("ascii", "backslashreplace").decode()
                 click.echo(f"error: text that is not valid UTF-8 ({shown}) in a path, a query or input: use UTF-8", err=True)
             else:  # output in an encoding that lacks a character (a pipe or file under a latin-1 locale)
                 shown = bad.encode("ascii", "backslashreplace").decode()
@@ -113,6 +122,23 @@ class _Group(click.Group):
                 click.echo(f"error: the store could not complete the operation: {msg}", err=True)
                 sys.exit(EXIT_ERROR)
             raise
+
+
+@contextlib.contextmanager
+def _visible_streams() -> Iterator[None]:
+    """Every message `hrt` writes to stderr (errors, warnings, notes, a skipped file's name, a scope), and all it
+    writes to a terminal's stdout, with control characters escaped (`terminal.VisibleStream`): a file name or
+    scope holding an OSC sequence set the terminal's title (user trial AI). Data on a piped stdout is exact."""
+    from .terminal import VisibleStream
+
+    out, err = sys.stdout, sys.stderr
+    sys.stderr = VisibleStream(err)  # type: ignore[assignment]
+    if out is not None and out.isatty():
+        sys.stdout = VisibleStream(out)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def _tolerant_output() -> None:
@@ -142,7 +168,9 @@ def _interrupted_write(e: BaseException, st, gen: str, what: str = "ingest") -> 
     done = "the documents were stored" if what == "ingest" else "the documents were deleted"
     click.echo(f"{interrupts.word()}: " + (f"{done}, but what follows the write (the HNSW vector index) may be incomplete: run "
                                   f"the same `hrt {what}` again" + (" with --missing-ok" if what == "delete" else "")
-                                  if stored else f"nothing of this {what} was stored; the store is as it was"), err=True)
+                                  if stored else f"nothing of this {what} was stored; the store is as it was"
+                                  + (" (the embeddings computed so far are kept in its cache: running it again does not "
+                                     "compute them again)" if what == "ingest" else "")), err=True)
     sys.exit(interrupts.exit_code())
 
 
@@ -313,10 +341,17 @@ def _refuse_pruning_files_on_disk(st, docs, root: Path, id_prefix: str | None) -
     on_disk = [i for i in st.doc_sources()["doc_id"].to_list()
                if i not in read and i.startswith(prefix) and (root / i[len(prefix):]).is_file()]
     if on_disk:
+        # A file skipped this time (emptied, now binary) needs fixing, not the --include of another ingest (user trial AI).
+        skipped = {sk.where: sk.reason for sk in getattr(docs, "skipped", [])}
+        bad = [i for i in on_disk if i[len(prefix):] in skipped]
+        example = bad[0] if bad else on_disk[0]
+        why = f", skipped: {skipped[example[len(prefix):]]}" if bad else ""
+        advice = ("fix those files, or delete them" if len(bad) == len(on_disk) else
+                  "give this ingest the --include (and --exclude) of the one that added them" + (", fix the skipped files"
+                  if bad else "") + ", or delete those files first")
         raise ToolkitError(
             f"--prune would remove {len(on_disk):,} stored document(s) whose files are still in {root} but were not "
-            f"read this time (e.g. {on_disk[0]!r}): give this ingest the --include (and --exclude) of the one that "
-            "added them, or delete those files first; nothing was changed")
+            f"read this time (e.g. {example!r}{why}): {advice}; nothing was changed")
 
 
 def _document_rows(st, doc_ids: list[str]) -> dict[str, tuple]:
@@ -331,20 +366,29 @@ def _clashing_documents(st, docs, root: Path, others: list[str]) -> dict[str, tu
     stored document can only be the very file this ingest reads (`hrt ingest notes/`, then
     `hrt ingest notes/todo.md` after an edit)."""
     stored = _document_rows(st, [d["doc_id"] for d in docs])
-    # Where a note's file is: its source is the path relative to the folder (a lone file's, its parent).
-    here = root if root.is_dir() else root.parent
-    bases = [(r, Path(r) if Path(r).is_dir() else Path(r).parent) for r in others]
-    mine = {d["doc_id"]: here / str(d["source"]) for d in docs if d["doc_id"] in stored}
+    mine = {d["doc_id"]: _origin(root, d["source"]) for d in docs if d["doc_id"] in stored}
     out = {}
     for i, row in stored.items():
         # The roots whose file of that name is still there (all of them when none is): a root the stored
         # document cannot have come from (no such file) does not make it another folder's.
-        files = [(r, b / str(row[0])) for r, b in bases]
+        files = [(r, _origin(Path(r), row[0])) for r in others]
         files = [(r, f) for r, f in files if f.is_file()] or files
         origins = [r for r, f in files if f != mine[i]]
         if origins:
             out[i] = (row, origins)
     return out
+
+
+def _origin(root: Path, source) -> Path:
+    """The file a document ingested from `root` came from: a collection file (.jsonl, .json, .parquet) is
+    itself the origin of every record (a record's source is its own field, or its id: two exports in one
+    folder sharing an id are two origins, user trial AI); a note's source is its path relative to the
+    folder (a lone file's, its parent)."""
+    from .loaders import COLLECTION_SUFFIXES
+
+    if root.suffix in COLLECTION_SUFFIXES and not root.is_dir():
+        return root
+    return (root if root.is_dir() else root.parent) / str(source)
 
 
 def _roots_text(roots: list[str]) -> str:
@@ -354,11 +398,13 @@ def _roots_text(roots: list[str]) -> str:
 def _replaced_warning(replaced: list[str], root: Path, others: list[str]) -> str:
     """The warning for documents of `root` that replaced, under the same id, documents another folder or
     file ingested into the store had put there."""
-    collection = root.is_file() and root.suffix in {".jsonl", ".json", ".parquet"}
+    from .loaders import COLLECTION_SUFFIXES
+
+    collection = root.is_file() and root.suffix in COLLECTION_SUFFIXES
     ids = "ids are the records' ids" if collection else "ids are paths relative to the folder"
     name = (root.stem if collection else root.name if root.is_dir() else root.parent.name) or "mine"
     return (f"warning: {len(replaced)} document(s) of {root} replaced documents with the same id ingested from "
-            f"{_roots_text(others)} (e.g. {replaced[0]!r}): {ids}; give each folder its own --id-prefix "
+            f"{_roots_text(others)} (e.g. {replaced[0]!r}): {ids}; give each folder or file its own --id-prefix "
             f"(e.g. --id-prefix {name}/) to keep both")
 
 
@@ -598,7 +644,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
             _warn_dense_coverage(embedded, chunks)
         prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
-        top = res.final.filter(pl.col("rank") <= n).sort("rank")
+        top = res.shown()  # output.n is n
         if scope is not None and not len(top):
             _note_unknown_scope(st.doc_sources(), scope)
         if cfg.retrieval.lexical.enabled:

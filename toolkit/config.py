@@ -154,7 +154,8 @@ _Bucket = Annotated[
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False
+        extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False,
+        ser_json_inf_nan="strings",  # a bucket's inf as "Infinity": JSON has no inf, and null did not read back (user trial AH)
     )
 
 

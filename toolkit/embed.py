@@ -6,8 +6,9 @@ Embeddings are L2-normalised so that cosine similarity is a dot product (the bat
 
 from __future__ import annotations
 
-import os
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +22,26 @@ _PACKAGED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 INT8_SUFFIX = "#int8"  # model-id suffix of int8-quantised vectors: not the same vectors, never mixed
+
+
+@contextlib.contextmanager
+def quiet_model_load(*, weights_report: bool = True) -> Iterator[None]:
+    """transformers' "Loading weights" bar off while the toolkit loads a model (noise in `hrt search` output and
+    in a notebook cell), and back as it was after: the switch is the process's, and a host application's own
+    loads keep their bars (user trial AH). `weights_report=False` silences the logged report of new and unused
+    weights too (a fresh scoring head is expected when training)."""
+    from transformers.utils import logging as hf_logging
+
+    was, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    if not weights_report:
+        hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 class Embedder(Protocol):
@@ -67,15 +88,12 @@ class SentenceTransformerEmbedder:
         return self._model
 
     def _load(self) -> None:
-        if Path(self._load_from).exists():
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar is noise in CLI output
 
         try:
-            self._model = SentenceTransformer(self._load_from, device=self.device)
+            with quiet_model_load():  # a local directory loads without asking the hub (no process-wide HF_HUB_OFFLINE)
+                self._model = SentenceTransformer(self._load_from, device=self.device,
+                                                  local_files_only=Path(self._load_from).exists())
         except Exception as e:
             raise ToolkitError(
                 f"could not load embedding model {self._load_from!r} ({type(e).__name__}: {e}); "

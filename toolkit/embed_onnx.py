@@ -231,12 +231,13 @@ def _quantize(out: Path) -> None:
 def _export_fp32(model_dir: Path, out: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as hf_logging
 
-    # The export runs inside a user's first search or notebook cell: its "Loading weights" bar is noise there.
-    hf_logging.disable_progress_bar()
+    from .embed import quiet_model_load
+
     try:
-        st = SentenceTransformer(str(model_dir), device="cpu")
+        # The export runs inside a user's first search or notebook cell: its "Loading weights" bar is noise there.
+        with quiet_model_load():
+            st = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
     except Exception as e:
         raise ToolkitError(f"could not load {model_dir} to export it to ONNX ({type(e).__name__}: {e})") from e
     tok_file = model_dir / "tokenizer.json"

@@ -18,6 +18,7 @@ from typing import Protocol
 import polars as pl
 
 from .errors import InputError, ToolkitError
+from .progress import progress_bar
 from .redact import header_secrets, scrub
 from .rerank import PROGRESS_MIN_QUERIES, ProviderError, RunBudget, api_key_headers, http_client, post_json
 
@@ -263,8 +264,6 @@ def variants(
     failures; the expander is called once per query (it is a network or file lookup, not a hot path).
     Once its calls have taken `budget_s` seconds in all, the remaining queries fall back without a call.
     """
-    from tqdm.auto import tqdm  # here, not at the top: ~40 ms of a cold `hrt search`
-
     missing = {"qid", "text"} - set(queries.columns)
     if missing:
         raise InputError(f"variants: queries frame missing column(s) {sorted(missing)}")
@@ -291,9 +290,7 @@ def variants(
     budget = RunBudget(budget_s, "expansion.budget_s", "query expansion")
     over: Counter = Counter()
     capped = 0
-    for qid, text in tqdm(
-        orig.select("qid", "text").iter_rows(), total=len(orig), disable=not show, desc="expand", unit="query"
-    ):
+    for qid, text in progress_bar(orig.select("qid", "text").iter_rows(), total=len(orig), show=show, desc="expand", unit="query"):
         if qid in skipped:
             status_rows.append((qid, "skipped", None))
             continue

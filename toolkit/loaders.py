@@ -35,9 +35,11 @@ import fnmatch
 import functools
 import json
 import logging
+import math
 import mimetypes
 import numbers
 import os
+import re
 import sys
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
@@ -114,7 +116,10 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, parse_constant=_no_constant)
+            except _NotJson as e:
+                raise InputError(f"{path}:{lineno}: {e} is not JSON (Python's json writes it for a float that is not "
+                                 "a number): write null, a number or a string") from None
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from e
             except RecursionError:  # thousands of nested brackets: the decoder runs out of stack
@@ -122,7 +127,37 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                                  "levels of lists or objects)") from None
             if not isinstance(obj, dict):
                 raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            if "\\ud" in line.lower() and (field := _lone_surrogate(obj)) is not None:
+                raise InputError(f"{path}:{lineno}: field `{field}` holds a lone UTF-16 surrogate (a \\ud800-\\udfff "
+                                 "escape without its pair: a string cut in the middle of an emoji): it is not text")
             yield lineno, obj
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    """NaN, Infinity and -Infinity are not JSON: stored as metadata they became null without a word (user trial AI)."""
+    raise _NotJson(name)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any, name: str = "") -> str | None:
+    """The field holding a lone surrogate (JSON decodes `"\\ud800"` to one; it cannot be written as UTF-8, so
+    the ingest failed later with a traceback), or None. Only called when a line has such an escape."""
+    if isinstance(value, str):
+        return name or "(record)" if _SURROGATE.search(value) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        key = f"{name}.{k}" if name else str(k)
+        if isinstance(k, str) and _SURROGATE.search(k):
+            return key
+        if (found := _lone_surrogate(v, key)) is not None:
+            return found
+    return None
 
 
 TEXT_FIELDS = ("text", "contents")  # where a record's text is looked for when no --text-field is given
@@ -173,7 +208,10 @@ def _plain(value: Any, where: str, name: str, depth: int = 0) -> Any:
     JSON column cannot hold: a date becomes ISO 8601 text (read back as a date by `metatypes`), a number a
     Python number; a value with no JSON form is an error naming the field, and so is one nested more than
     `MAX_METADATA_DEPTH` levels."""
-    if value is None or isinstance(value, str | bool | int | float):
+    if isinstance(value, float) and math.isinf(value):  # 1e400 in JSON: stored, it became null without a word
+        raise InputError(f"{where}: field `{name}`: {value} (a number beyond the float range) cannot be stored as "
+                         "metadata; write it as a string")
+    if value is None or isinstance(value, str | bool | int | float):  # NaN: a frame's missing value, stored as null
         return value
     if isinstance(value, date | time):  # datetime and pandas' Timestamp are dates too
         return value.isoformat()
@@ -389,11 +427,14 @@ def load_corpus(
                      f"text file: .md, .markdown, .txt, .text, .rst{hint})")
 
 
+COLLECTION_SUFFIXES = frozenset({".jsonl", ".json", ".parquet"})  # a file of records, never one note
+
+
 def _note_file(p: Path, include: tuple[str, ...]) -> bool:
     """Whether a file given alone is a note: a name a folder would read as one (known text extension, an
     `include` match), or, without an extension (README, NEWS, README.Debian: `_extensionless`), text by
     content. A collection file (.jsonl, .json, .parquet) never is."""
-    if p.suffix in {".jsonl", ".json", ".parquet"}:
+    if p.suffix in COLLECTION_SUFFIXES:
         return False
     if _named_note(p.name, include):
         return True
@@ -735,7 +776,11 @@ class Dataset:
             if msg not in _REPORTED:
                 _REPORTED.add(msg)
                 logging.getLogger("toolkit").warning("warning: %s", msg)
-        return q.filter(pl.col("qid").is_in(known_q))
+        out = q.filter(pl.col("qid").is_in(known_q))
+        if not len(out):  # nothing to run, average or tune: an empty run and NaN means exiting 0 (user trial AI)
+            held = f"its {len(q)} judgement(s) name none of the {len(known_q)} queries in queries.jsonl" if len(q) else "it holds no judgements"
+            raise InputError(f"{f}: split {split!r} has no judged query to run or evaluate: {held}")
+        return out
 
     def queries(self, split: str | None = None) -> pl.DataFrame:
         """All queries, or only those judged in `split`."""

@@ -108,6 +108,14 @@ class Result:
     per_query: pl.DataFrame
     removed: pl.DataFrame
     timings: dict[str, float] = field(default_factory=dict)
+    n: int | None = None  # the config's output.n: how many results of each query are shown
+
+    def shown(self) -> pl.DataFrame:
+        """The results a reader is shown, in order: each query's first `output.n` rows of `final` (which
+        holds up to max(output.n, 100) places, so that measures at any cutoff can be computed). A service
+        that sent `final` to a model sent 100 results instead of 5 (user trial AH)."""
+        shown = self.final if self.n is None else self.final.filter(pl.col("rank") <= self.n)
+        return shown.sort("qid", "rank")
 
     def run(self, depth: int | None = None) -> pl.DataFrame:
         """The final lists as a run frame [qid, doc_id, rank, score], cut to `depth` results per query when
@@ -385,7 +393,7 @@ def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
 
 def _exact(store: Store, queries: pl.DataFrame, cands: pl.DataFrame) -> pl.DataFrame:
     """The exact-token guard's input, for the candidates of queries that carry an identifier."""
-    qs = queries.filter(pl.Series([bool(guard_stage.identifier_tokens(t)) for t in queries["text"].to_list()]))
+    qs = queries.filter(pl.Series([bool(guard_stage.identifier_tokens(t)) for t in queries["text"].to_list()], dtype=pl.Boolean))
     if not len(qs) or not len(cands):
         return pl.DataFrame(schema=guard_stage.EXACT_SCHEMA)
     mine = cands.join(qs.select("qid"), on="qid", how="semi")
@@ -523,7 +531,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         tr = _trace(listed, fused, blended, final, prior)
     else:
         tr = pl.DataFrame(schema=TRACE_SCHEMA)
-    return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t)
+    return Result(final=final, trace=tr, per_query=per_query, removed=removed, timings=t, n=cfg.output.n)
 
 
 def _warn_priors(prep: Prepared, cfg: PipelineConfig) -> None:
@@ -593,7 +601,8 @@ def run_pipeline(
     answering one search (`prepare(one_shot=True)`): nothing is cached in the store, and only what `cfg` reads is
     computed (user trial AB: a cached search took twice as long, and wrote ~100 KB of frames per distinct query).
 
-    Returns a `Result`: `final` (the shown results per query: qid, rank, doc_id, chunk_id, score, flags, ...),
+    Returns a `Result`: `final` (the ranked results per query, up to max(output.n, 100) places: qid, rank, doc_id,
+    chunk_id, score, flags, ...; `shown()`: the first output.n of each query, what `hrt search` prints),
     `per_query` (notes per query: n_results, spread, low_confidence, route, ...), `trace` (every candidate
     through every stage, for the panels), `removed` (what dedup dropped and why), and `run(depth)` (the
     [qid, doc_id, rank, score] run that `evaluate` and `write_run` take)."""

@@ -21,22 +21,14 @@ from typing import Any
 import polars as pl
 
 from .errors import InputError
+from .terminal import BIDI, escape
 
 _WS = re.compile(r"\s+")
-# C0 controls (ESC, BEL, backspace, CR, ...), DEL and the C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI).
-# Whitespace among them (tab, newline, CR, VT, FF, 0x1c-0x1f, 0x85) is collapsed to a space first where
-# a field is made one line; what is left is shown as a visible escape (`\x1b`), never sent to the terminal.
-# The bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) are escaped too: an
-# override in a title or text reorders what the terminal shows ("Trojan Source"), so a result could read as
-# another id or score. Joiners (ZWJ/ZWNJ) stay: scripts and emoji need them, and they reorder nothing.
-_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_CTRL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
-_CTRL_NO_NL = re.compile(f"[\\x00-\\x09\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
-
-
-def _escape_ctrl(m: re.Match[str]) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+# C0 controls, DEL, the C1 controls and the bidi controls (`terminal`). Whitespace among them (tab, newline,
+# CR, VT, FF, 0x1c-0x1f, 0x85) is collapsed to a space first where a field is made one line; what is left is
+# shown as a visible escape (`\x1b`), never sent to the terminal.
+_CTRL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{BIDI}]")
+_CTRL_NO_NL = re.compile(f"[\\x00-\\x09\\x0b-\\x1f\\x7f-\\x9f{BIDI}]")
 
 
 def clean(text: Any) -> str:
@@ -44,16 +36,16 @@ def clean(text: Any) -> str:
     whitespace (newlines, tabs, CR included) become one space, any other control character a visible
     escape such as `\x1b`. A title with newlines cannot forge result lines; an ANSI/OSC sequence
     cannot clear the screen or rewrite what was printed."""
-    return _CTRL.sub(_escape_ctrl, _WS.sub(" ", "" if text is None else str(text)))
+    return _CTRL.sub(escape, _WS.sub(" ", "" if text is None else str(text)))
 
 
 def _visible(text: str) -> str:
     """The last guard on the whole output: any control character but the newlines this module writes
     (e.g. in a provider's error message) is shown escaped."""
-    return _CTRL_NO_NL.sub(_escape_ctrl, text)
+    return _CTRL_NO_NL.sub(escape, text)
 
 
-_C1 = re.compile(f"[\\x7f-\\x9f{_BIDI}]")
+_C1 = re.compile(f"[\\x7f-\\x9f{BIDI}]")
 
 
 def _json_c1(text: str) -> str:
@@ -226,6 +218,18 @@ def shorten(text: str, limit: int) -> str:
     if space >= limit // 2:
         cut = cut[:space]
     return cut.rstrip(" ,;:.") + "…"
+
+
+def shorten_middle(text: str, limit: int) -> str:
+    """An id or path of at most `limit` characters: its start and its end, an ellipsis between (ids differ
+    at their ends as often as at their starts: `.../2024-06-01.md`, `...?page=2`)."""
+    if len(text) <= limit:
+        return text
+    head = _cluster_start(text, (limit - 1) // 2 + (limit - 1) % 2)
+    tail = len(text) - (limit - 1) // 2
+    while tail < len(text) and _cluster_start(text, tail) != tail:
+        tail += 1
+    return text[:head] + "…" + text[tail:]
 
 
 _JOINERS = {"\u200d", "\ufe0e", "\ufe0f", "\u20e3"}  # zero-width joiner, variation selectors, keycap
@@ -402,7 +406,10 @@ def _header(r: Mapping[str, Any], title_chars: int) -> str:
         parts[0] += f" · P(relevant) {r['score_prob']:.2f}"
     label = clean(r.get("doc_id", ""))
     if r.get("source") and clean(r["source"]) != label:  # a memory without a source is named once (user trial Z)
-        parts.append(shorten(clean(r["source"]), max(title_chars, 12)))
+        parts.append(shorten_middle(clean(r["source"]), max(title_chars, 12)))
+    # A URL id of 1,500 characters took the whole budget, and results lost their text (user trial AI); the
+    # JSON output keeps ids whole.
+    label = shorten_middle(label, max(2 * title_chars, 24))
     if r.get("title"):
         label = f"{shorten(clean(r['title']), title_chars)} [{label}]"
     parts.append(label)

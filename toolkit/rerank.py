@@ -31,6 +31,7 @@ import polars as pl
 
 from .errors import InputError, ToolkitError
 from .files import path_stamp
+from .progress import progress_bar
 from .redact import header_secrets, redact_data, redact_values, scrub
 
 PAIR_COLUMNS = ("qid", "query", "doc_id", "chunk_id", "text")
@@ -397,20 +398,22 @@ class CrossEncoderReranker:
         if not cached and not _hub_reachable():
             raise self._fail("not in the local Hugging Face cache and the model hub is not reachable")
         from sentence_transformers import CrossEncoder
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # the "Loading weights" bar would land in `hrt search` output
+        from .embed import quiet_model_load
+
         kw = {"device": self.device, "max_length": self.max_length}
         if cached:
             try:
                 # Local directories and cached hub ids load without any network access.
-                self._model = CrossEncoder(self._load_from, local_files_only=True, **kw)
+                with quiet_model_load():  # the "Loading weights" bar would land in `hrt search` output
+                    self._model = CrossEncoder(self._load_from, local_files_only=True, **kw)
                 return self._model
             except Exception as e:
                 if self._local or not _hub_reachable():
                     raise self._fail(f"{type(e).__name__}: {str(e)[:300]}") from e
         try:
-            self._model = CrossEncoder(self._load_from, **kw)
+            with quiet_model_load():
+                self._model = CrossEncoder(self._load_from, **kw)
         except Exception as e:
             raise self._fail(f"{type(e).__name__}: {str(e)[:300]}") from e
         return self._model
@@ -691,8 +694,6 @@ def rerank_scores(
     more than 20 queries. `budget_s`: once the provider calls of this run have taken that many seconds in
     all, the provider is switched off for the remaining queries (status "fallback", and one warning).
     """
-    from tqdm.auto import tqdm  # here, not at the top: ~40 ms of a cold `hrt search`
-
     missing = set(PAIR_COLUMNS) - set(pairs.columns)
     if missing:
         raise InputError(f"rerank pairs: missing column(s) {sorted(missing)}; need {list(PAIR_COLUMNS)}")
@@ -736,7 +737,7 @@ def rerank_scores(
     show = len(qids) > PROGRESS_MIN_QUERIES if progress is None else progress
     groups = pairs.group_by("qid", maintain_order=True)
     try:
-        for (qid,), g in tqdm(groups, total=len(qids), disable=not show, desc="rerank", unit="query"):
+        for (qid,), g in progress_bar(groups, total=len(qids), show=show, desc="rerank", unit="query"):
             query, qh = g["query"][0], g["query_hash"][0]
             texts = dict(zip(g["text_hash"].to_list(), g["text"].to_list(), strict=True))
             have = {th: cached[(qh, th)] for th in texts if (qh, th) in cached}

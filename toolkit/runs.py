@@ -210,8 +210,10 @@ def check_tag(tag: str) -> str:
 def check_trec_ids(ids: pl.Series, kind: str, where: Any) -> None:
     """A TREC run file is whitespace separated, so its query and document ids cannot hold whitespace; folder
     notes take their ids from file names ("my note.md"), which search and in-memory evaluation accept.
-    Checked before a run is computed, naming the first such id."""
-    bad = ids.filter(ids.cast(pl.Utf8).str.contains(r"\s"))
+    Checked before a run is computed, naming the first such id. Whitespace as Python reads it: U+001C-U+001F
+    are spaces to `str.split` (ir_measures, ranx) and line breaks to `str.splitlines` (`read_run`), but not
+    to the regex engine's whitespace class (user trial AI: a run `hrt eval` could not read)."""
+    bad = ids.filter(ids.cast(pl.Utf8).str.contains(r"[\s\x1c-\x1f]"))
     if len(bad):
         raise InputError(
             f"{where}: {kind} id {bad[0]!r} (and {len(bad) - 1} more) contains whitespace, which a TREC run file "

@@ -40,6 +40,7 @@ from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreBusyError, StoreError, ToolkitError
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
+from .progress import progress_bar
 
 if TYPE_CHECKING:
     from .loaders import Corpus
@@ -816,6 +817,12 @@ class Store:
         finally:
             self.con.execute(f"SET memory_limit = '{self._restore_limit}'")  # checked in __init__
 
+    def __reduce__(self):
+        """A connection to a file cannot travel to another process: say what to do instead of pickle's "cannot
+        pickle '_thread.lock' object" (user trial AH)."""
+        raise TypeError(f"a Store cannot be pickled or sent to another process: open one there, Store({str(self.path)!r}, "
+                        "read_only=True) for searches (a Result, a config and a Prepared can be sent)")
+
     def __enter__(self) -> Store:
         return self
 
@@ -1115,8 +1122,6 @@ class Store:
 
     def _fill_embedding_cache(self, by_hash: dict[str, str], emb: Embedder, *, progress: bool) -> tuple[int, int]:
         """Compute and cache the missing embeddings; returns (computed, already cached)."""
-        from tqdm.auto import tqdm  # here, not at the top: ~40 ms of a cold `hrt search`
-
         if not by_hash:
             return 0, 0
         self._register("need", pl.DataFrame({"text_hash": list(by_hash)}))
@@ -1144,7 +1149,7 @@ class Store:
         # it computed. An endpoint is paid per request and fails mid-way more often: its own batches are cached
         # one by one (a 500 at 95% of a paid ingest re-sent everything of its 512-text group before).
         batch = min(512, emb.batch_size) if getattr(emb, "backend", None) == "http" else 512
-        bar = tqdm(total=len(missing), desc="embedding", unit="text", disable=not progress or not missing)
+        bar = progress_bar(total=len(missing), desc="embedding", unit="text", show=progress and bool(missing))
         done = 0
         try:
             for i in range(0, len(missing), batch):
@@ -1212,8 +1217,6 @@ class Store:
         prune: bool,
         progress: bool,
     ) -> IngestReport:
-        from tqdm.auto import tqdm  # here, not at the top: ~40 ms of a cold `hrt search`
-
         from .loaders import Corpus, load_corpus
 
         if not isinstance(docs, Corpus):
@@ -1307,7 +1310,7 @@ class Store:
                 self._register("newvalues", values_frame(value_rows, "doc_id"))
                 self.con.execute("INSERT INTO doc_values SELECT doc_id, field, num, ts, text FROM newvalues")
             chunks_written = 0
-            bar = tqdm(total=len(todo), desc="writing", unit="doc", disable=not progress or len(todo) < 200)
+            bar = progress_bar(total=len(todo), desc="writing", unit="doc", show=progress and len(todo) >= 200)
             for part in batches:
                 self._register("newdocs", _docs_frame(part, content_hash))
                 self.con.execute("INSERT INTO documents BY NAME SELECT * FROM newdocs")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 import warnings
@@ -35,10 +34,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from tqdm.auto import tqdm
 
 from .errors import InputError, ToolkitError
 from .files import write_text_atomic
+from .progress import progress_bar
 from .rerank import passage_text
 
 TRAIN_SCHEMA = {
@@ -225,34 +224,21 @@ def pseudo_pool(store: Any, n: int, *, seed: int = 0, depth: int = 30, level: st
 # ---------------------------------------------------------------------------------------------- model
 
 
-def _quiet_transformers():
-    """Silence the per-load weight report of transformers (noise in CLI output); returns a restore callback."""
-    from transformers.utils import logging as hf_logging
-
-    before = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    return lambda: hf_logging.set_verbosity(before)
-
-
 def load_cross_encoder(base_model: str | None, max_length: int):
     """A CrossEncoder with one output label on the CPU, from a local directory (default: the packaged
     all-MiniLM-L6-v2, which gets a fresh scoring head) without network access."""
-    from .embed import resolve_model
+    from .embed import quiet_model_load, resolve_model
 
     path = resolve_model(base_model or "all-MiniLM-L6-v2")[1]
     if not Path(path).exists():
         raise ToolkitError(f"base model {base_model!r}: give a local model directory (the model hub is not used)")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    restore = _quiet_transformers()
     try:
         from sentence_transformers import CrossEncoder
 
-        return CrossEncoder(path, num_labels=1, max_length=max_length, device="cpu", local_files_only=True)
+        with quiet_model_load(weights_report=False):
+            return CrossEncoder(path, num_labels=1, max_length=max_length, device="cpu", local_files_only=True)
     except Exception as e:
         raise ToolkitError(f"could not load base model {path!r} ({type(e).__name__}: {str(e)[:300]})") from e
-    finally:
-        restore()
 
 
 def _make_loss(model: Any, loss: str):
@@ -281,7 +267,7 @@ def _train_epoch(model, loss_fn, loss: str, opt, sched, data: pl.DataFrame, *, b
     order = np.random.default_rng(seed).permutation(len(queries))
     model.model.train()
     total, steps = 0.0, 0
-    bar = tqdm(range(0, len(order), batch_queries), desc=desc, unit="step", disable=not progress, leave=False)
+    bar = progress_bar(range(0, len(order), batch_queries), show=progress, desc=desc, unit="step", leave=False)
     for lo in bar:
         idx = order[lo : lo + batch_queries]
         if loss == "bce":

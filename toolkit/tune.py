@@ -459,10 +459,16 @@ def tune(
             sampler = optuna.samplers.RandomSampler(seed=run_seed)
         else:
             sampler = optuna.samplers.TPESampler(seed=run_seed)
-        optuna.create_study(direction="maximize", sampler=sampler).optimize(objective, n_trials=budget, show_progress_bar=show)
+        # optuna's "Trial n finished" lines off during the study, and its verbosity as the caller had it after (a
+        # host application's own studies keep their logs: user trial AH).
+        before = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            optuna.create_study(direction="maximize", sampler=sampler).optimize(objective, n_trials=budget, show_progress_bar=show)
+        finally:
+            optuna.logging.set_verbosity(before)
         return history
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if method not in ("grid", "random", "tpe"):
         raise InputError(f"unknown method {method!r} (grid, random, tpe)")
     if method == "grid":

@@ -1,0 +1,50 @@
+"""What reaches a terminal: control characters shown as visible escapes, never sent.
+
+Text from documents, file names, scopes and providers' messages may hold an ANSI/OSC sequence (one that
+rewrites the screen or sets the window title) or a bidirectional override that reorders what the terminal
+shows ("Trojan Source"). `hrt` writes every message through `VisibleStream`, and `render` builds its views
+from the same classes of characters, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TextIO
+
+# The bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069). Joiners (ZWJ/ZWNJ) stay:
+# scripts and emoji need them, and they reorder nothing.
+BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+# C0 controls (ESC, BEL, backspace, ...), DEL and the C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI); a
+# stream keeps tab, newline and carriage return (a progress bar redraws its line with it).
+_STREAM_CTRL = re.compile(f"[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f{BIDI}]")
+
+
+def escape(m: re.Match[str]) -> str:
+    """One control character as its visible escape: `\\x1b`, `\\u202e`."""
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with every control character but tab, newline and carriage return escaped."""
+    return _STREAM_CTRL.sub(escape, text)
+
+
+class VisibleStream:
+    """A text stream that writes `visible(text)` to the stream it wraps (everything else is passed through):
+    `hrt` wraps stderr, and stdout when it is a terminal, for the length of a command. Data written to a
+    pipe or file (a TREC run, JSON) is never altered."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(visible(text) if isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
