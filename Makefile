@@ -44,9 +44,12 @@ browser-deps:
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (this machine sets it): otherwise every worker,
 # tutorial kernel and `hrt` subprocess compiles the toolkit and rewrites the test modules again (collection
 # alone: 7.4 s against 5.0 s per process).
+# One torch thread per worker (OMP_NUM_THREADS=1): a worker per core already fills the cores, and two OpenMP
+# threads per worker beside DuckDB's spun on a busy core (embedding six short texts between two DuckDB writes took
+# 0.2-0.9 s with two threads, 0.1 s with one; benchmarks/RESULTS.md).
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check toolkit tests benchmarks data notebooks
-	env -u PYTHONDONTWRITEBYTECODE HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder --nbval-lax tests notebooks
+	env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder --nbval-lax tests notebooks
 
 # Run the tutorials top to bottom as CI does, then strip their outputs (only checked cells keep theirs).
 notebooks: $(STAMP)
