@@ -141,7 +141,68 @@ def test_url_long_ids_are_shortened_in_the_middle_so_five_results_keep_their_tex
     heads = [ln for ln in out.splitlines() if ln[:2] in {f"{i}." for i in range(1, 6)}]
     assert len(heads) == 5
     for i, head in enumerate(heads, start=1):
-        assert "https://example.com/search?q=abc%20" in head and f"&page={i}]" in head and "…" in head  # start, end
+        assert "[https://example.com/search" in head and f"&page={i}]" in head and "…" in head  # start, end
     assert out.count("URLTOKEN appears in result") == 5
     one = render([{**rows[0], "doc_id": "x" * 10_000}], query="URLTOKEN")
     assert "URLTOKEN appears in result 1" in one and len(one) <= 2000
+
+
+def test_an_id_that_fits_is_shown_whole_for_a_reader_to_copy():
+    """Ids are shortened only when the five results would not fit otherwise: an agent copies an id from the
+    compact view into `hrt delete` (review of the fix above)."""
+    url = "https://docs.example.com/section/" + "sub/" * 30 + "page.html"
+    out = render([{"rank": 1, "score": 0.5, "doc_id": url, "source": url, "text": "hello there"}], query="hello")
+    assert f"[{url}]" in out or url in out.splitlines()[0] and "…" not in out.splitlines()[0]
+
+
+def test_a_beir_folder_after_its_own_corpus_file_is_not_another_source(tmp_path):
+    """`hrt ingest data/corpus.jsonl`, an edit, then `hrt ingest data/` (a BEIR folder reading that same file):
+    the records were taken for another folder's (review of the first fix)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _jsonl(data / "corpus.jsonl", {"_id": "a", "text": "alpha"}, {"_id": "b", "text": "beta"})
+    _jsonl(data / "queries.jsonl", {"_id": "q", "text": "alpha"})
+    store = tmp_path / "s.duckdb"
+    assert _hrt("ingest", data / "corpus.jsonl", "--store", store, "--no-embed").exit_code == 0
+    _jsonl(data / "corpus.jsonl", {"_id": "a", "text": "alpha, edited"}, {"_id": "b", "text": "beta"})
+    r = _hrt("ingest", data, "--store", store, "--no-embed")
+    assert r.exit_code == 0 and "replaced" not in r.stderr and "1 changed" in r.stdout, r.output
+
+
+def test_a_test_split_judging_nothing_does_not_stop_work_on_dev(tmp_path):
+    """Tuning on dev asks whether dev shares queries with test; a test file judging no known query made that
+    question an error (review of the empty-split fix)."""
+    from toolkit.loaders import Dataset
+
+    ds = tmp_path / "ds"
+    (ds / "qrels").mkdir(parents=True)
+    _jsonl(ds / "corpus.jsonl", {"_id": "d0", "text": "alpha"})
+    _jsonl(ds / "queries.jsonl", {"_id": "q1", "text": "alpha"})
+    (ds / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq9\td0\t1\n")
+    d = Dataset.open(ds)
+    d.check_apart_from_test("dev")  # no error: nothing is shared
+    assert d.shared_with_test("dev") == ([], 1) and len(d.qrels("dev")) == 1
+
+
+def test_metadata_given_as_a_json_string_gets_the_same_checks(tmp_path):
+    """`"metadata": "{\\"score\\": NaN}"` was stored as invalid JSON text, and a surrogate in it gave a message
+    naming no line or field (review of the JSON fixes)."""
+    store = tmp_path / "s.duckdb"
+    for meta, message in [('{"score": NaN}', "m.jsonl:1: field `metadata`: NaN is not JSON"),
+                          ('{"tag": "\\ud800"}', "m.jsonl:1: field `metadata.tag` holds a lone UTF-16 surrogate")]:
+        f = _jsonl(tmp_path / "m.jsonl", {"_id": "a", "text": "alpha", "metadata": meta})
+        r = _hrt("ingest", f, "--store", store, "--no-embed")
+        assert r.exit_code == 2 and message in r.stderr, r.output
+
+
+def test_a_closed_stderr_still_ends_in_the_exit_code_of_the_error(tmp_path):
+    """With file descriptor 2 closed (`2>&-`), Python has no sys.stderr: wrapping it crashed every message."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys; from toolkit.cli import main; sys.argv = ['hrt', 'search', 'q', '--store', sys.argv[1]]; main()"
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.duckdb")], preexec_fn=lambda: os.close(2),
+                       capture_output=False, stdout=subprocess.DEVNULL, timeout=120)
+    assert r.returncode == 2

@@ -92,7 +92,8 @@ def test_a_config_survives_its_own_json(tmp_path):
 
 def test_no_progress_bar_is_made_when_none_is_shown(tmp_path, monkeypatch, embedder):
     """tqdm starts a monitor thread for every bar, a disabled one too: an ingest and a search with progress off
-    left a `tqdm_monitor` thread in the host process."""
+    left a `tqdm_monitor` thread in the host process. The toolkit's own bars are now made only when shown
+    (sentence-transformers' torch `encode` still makes a disabled one of its own, through tqdm.autonotebook)."""
     import tqdm.auto
 
     def refuse(*args, **kwargs):

@@ -132,7 +132,8 @@ def _visible_streams() -> Iterator[None]:
     from .terminal import VisibleStream
 
     out, err = sys.stdout, sys.stderr
-    sys.stderr = VisibleStream(err)  # type: ignore[assignment]
+    if err is not None:  # None: file descriptor 2 closed (`2>&-`)
+        sys.stderr = VisibleStream(err)  # type: ignore[assignment]
     if out is not None and out.isatty():
         sys.stdout = VisibleStream(out)  # type: ignore[assignment]
     try:
@@ -169,8 +170,8 @@ def _interrupted_write(e: BaseException, st, gen: str, what: str = "ingest") -> 
     click.echo(f"{interrupts.word()}: " + (f"{done}, but what follows the write (the HNSW vector index) may be incomplete: run "
                                   f"the same `hrt {what}` again" + (" with --missing-ok" if what == "delete" else "")
                                   if stored else f"nothing of this {what} was stored; the store is as it was"
-                                  + (" (the embeddings computed so far are kept in its cache: running it again does not "
-                                     "compute them again)" if what == "ingest" else "")), err=True)
+                                  + (" (embeddings it computed before the interrupt, if any, are kept in the store's cache: "
+                                     "running it again does not compute them again)" if what == "ingest" else "")), err=True)
     sys.exit(interrupts.exit_code())
 
 
@@ -380,15 +381,24 @@ def _clashing_documents(st, docs, root: Path, others: list[str]) -> dict[str, tu
 
 
 def _origin(root: Path, source) -> Path:
-    """The file a document ingested from `root` came from: a collection file (.jsonl, .json, .parquet) is
-    itself the origin of every record (a record's source is its own field, or its id: two exports in one
-    folder sharing an id are two origins, user trial AI); a note's source is its path relative to the
-    folder (a lone file's, its parent)."""
-    from .loaders import COLLECTION_SUFFIXES
-
-    if root.suffix in COLLECTION_SUFFIXES and not root.is_dir():
-        return root
+    """The file a document ingested from `root` came from: a collection file (.jsonl, .json, .parquet), or
+    a BEIR folder's corpus.jsonl, is itself the origin of every record (a record's source is its own field,
+    or its id: two exports in one folder sharing an id are two origins, user trial AI); a note's source is
+    its path relative to the folder (a lone file's, its parent)."""
+    collection = _collection_file(root)
+    if collection is not None:
+        return collection
     return (root if root.is_dir() else root.parent) / str(source)
+
+
+def _collection_file(root: Path) -> Path | None:
+    """The file of records an ingest of `root` reads (itself, or a BEIR folder's corpus.jsonl), else None
+    (notes)."""
+    from .loaders import COLLECTION_SUFFIXES, beir_corpus
+
+    if root.is_dir():
+        return beir_corpus(root)
+    return root if root.suffix in COLLECTION_SUFFIXES else None
 
 
 def _roots_text(roots: list[str]) -> str:
@@ -398,9 +408,7 @@ def _roots_text(roots: list[str]) -> str:
 def _replaced_warning(replaced: list[str], root: Path, others: list[str]) -> str:
     """The warning for documents of `root` that replaced, under the same id, documents another folder or
     file ingested into the store had put there."""
-    from .loaders import COLLECTION_SUFFIXES
-
-    collection = root.is_file() and root.suffix in COLLECTION_SUFFIXES
+    collection = _collection_file(root) is not None
     ids = "ids are the records' ids" if collection else "ids are paths relative to the folder"
     name = (root.stem if collection else root.name if root.is_dir() else root.parent.name) or "mine"
     return (f"warning: {len(replaced)} document(s) of {root} replaced documents with the same id ingested from "

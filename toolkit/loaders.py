@@ -147,9 +147,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def _lone_surrogate(value: Any, name: str = "") -> str | None:
     """The field holding a lone surrogate (JSON decodes `"\\ud800"` to one; it cannot be written as UTF-8, so
-    the ingest failed later with a traceback), or None. Only called when a line has such an escape."""
+    the ingest failed later with a traceback), or None. An ASCII string is skipped at no cost (`isascii`)."""
     if isinstance(value, str):
-        return name or "(record)" if _SURROGATE.search(value) else None
+        return name or "(record)" if not value.isascii() and _SURROGATE.search(value) else None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for k, v in items:
         key = f"{name}.{k}" if name else str(k)
@@ -236,14 +236,18 @@ def _record_metadata(obj: Mapping[str, Any], where: str, text_key: str) -> dict[
     meta = obj.get("metadata") or {}
     if isinstance(meta, str):
         try:
-            meta = json.loads(meta)
+            meta = json.loads(meta, parse_constant=_no_constant)
+        except _NotJson as e:
+            raise InputError(f"{where}: field `metadata`: {e} is not JSON: write null, a number or a string") from None
         except json.JSONDecodeError as e:
             raise InputError(f"{where}: field `metadata` is not valid JSON") from e
         except RecursionError:
             raise _too_deep(where, "metadata") from None
     if not isinstance(meta, Mapping):
         raise InputError(f"{where}: field `metadata` must be an object")
-    meta = _plain(meta, where, "metadata")
+    meta = _plain(meta, where, "metadata")  # (bounds the depth the surrogate check below walks)
+    if (field := _lone_surrogate(meta, "metadata")) is not None:  # a JSON string's "\ud800", or a caller's dict
+        raise InputError(f"{where}: field `{field}` holds a lone UTF-16 surrogate: it is not text")
     flat: dict[str, Any] = {}
     for k, v in obj.items():
         if k in DOC_FIELDS or k == text_key or v is None:  # None: a frame's missing value, as if absent
@@ -399,7 +403,7 @@ def load_corpus(
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
-    beir = _beir_corpus(p, include) if p.is_dir() else None
+    beir = beir_corpus(p, include) if p.is_dir() else None
     note = p.is_file() and _note_file(p, include)
     if include and not note and (not p.is_dir() or beir):
         raise InputError(f"{p}: include patterns ({', '.join(include)}) apply to a folder of files, not to a collection file")
@@ -411,7 +415,7 @@ def load_corpus(
     if note:  # one note: read as it would be in its folder (id and source its file name, no scope)
         alone: list[Skipped] = []
         return _check_unique(_folder_docs(p.parent, alone, include, files=[p]), p, alone)
-    if p.is_file() and p.suffix in {".jsonl", ".json"}:
+    if p.is_file() and p.suffix in COLLECTION_SUFFIXES - {".parquet"}:
         return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}", text_field)) for n, o in _read_jsonl(p)), p)
     if p.is_file() and p.suffix == ".parquet":
         try:
@@ -525,7 +529,7 @@ def _named(where: str, r: Mapping[str, Any]) -> str:
     return f"{where}, document {str(doc_id)!r}" if ok else where
 
 
-def _beir_corpus(root: Path, include: tuple[str, ...] = ()) -> Path | None:
+def beir_corpus(root: Path, include: tuple[str, ...] = ()) -> Path | None:
     """The corpus.jsonl of a folder read as a BEIR collection, else None (see `load_corpus`). Only notes
     (known text extensions, `include` matches) make a folder without queries or qrels a folder of notes:
     a store file, a LICENSE or a vectors file written next to corpus.jsonl must not change how it is read."""
@@ -592,7 +596,7 @@ def _folder_docs(
         if files is None and (outside := _outside(f, real_root)):
             skipped.append(Skipped(rel, f"symlink to outside the folder (target: {outside})"))
             continue
-        if rel == "corpus.jsonl":  # `_beir_corpus` found notes beside it and no queries or qrels
+        if rel == "corpus.jsonl":  # `beir_corpus` found notes beside it and no queries or qrels
             skipped.append(Skipped(rel, "a collection's corpus file, not a note (no queries.jsonl or qrels/ beside "
                                         "it, so the folder is read as notes; ingest the file itself for its records)"))
             continue
@@ -734,7 +738,8 @@ class Dataset:
         if split == "test" or "test" not in self.splits():
             return [], 0
         qids = self.qrels(split)["qid"].unique().to_list()
-        return sorted(set(qids) & set(self.qrels("test")["qid"].to_list())), len(qids)
+        # A test file judging none of the queries shares none with dev: it must not stop tuning on dev.
+        return sorted(set(qids) & set(self._judged("test")["qid"].to_list())), len(qids)
 
     def check_apart_from_test(self, split: str, doing: str = "tuning") -> None:
         """InputError when `split` shares judged queries with the test split (`shared_with_test`): a dev file
@@ -750,7 +755,21 @@ class Dataset:
     def qrels(self, split: str, *, strict: bool = False) -> pl.DataFrame:
         """Judgements of `split` for the queries of the query file only: a judged query that is never asked
         would be averaged in as a zero. Judgements naming query ids missing from queries.jsonl or document
-        ids missing from the corpus are reported once, with counts (a logged warning; an error if `strict`)."""
+        ids missing from the corpus are reported once, with counts (a logged warning; an error if `strict`).
+        A split left with no judged query is an error: an empty run and NaN measures exited 0 (user trial AI)."""
+        from .runs import read_qrels
+
+        out = self._judged(split, strict=strict)
+        if not len(out):
+            f = self.root / "qrels" / f"{split}.tsv"
+            n_known = len(_ids(self.root / "queries.jsonl", ("_id", "id", "qid")))
+            n_lines = len(read_qrels(f))
+            held = f"its {n_lines} judgement(s) name none of the {n_known} queries in queries.jsonl" if n_lines else "it holds no judgements"
+            raise InputError(f"{f}: split {split!r} has no judged query to run or evaluate: {held}")
+        return out
+
+    def _judged(self, split: str, *, strict: bool = False) -> pl.DataFrame:
+        """`qrels` without its check that something is left."""
         from .runs import read_qrels
 
         check_split(split)
@@ -776,11 +795,7 @@ class Dataset:
             if msg not in _REPORTED:
                 _REPORTED.add(msg)
                 logging.getLogger("toolkit").warning("warning: %s", msg)
-        out = q.filter(pl.col("qid").is_in(known_q))
-        if not len(out):  # nothing to run, average or tune: an empty run and NaN means exiting 0 (user trial AI)
-            held = f"its {len(q)} judgement(s) name none of the {len(known_q)} queries in queries.jsonl" if len(q) else "it holds no judgements"
-            raise InputError(f"{f}: split {split!r} has no judged query to run or evaluate: {held}")
-        return out
+        return q.filter(pl.col("qid").is_in(known_q))
 
     def queries(self, split: str | None = None) -> pl.DataFrame:
         """All queries, or only those judged in `split`."""

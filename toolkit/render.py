@@ -21,14 +21,14 @@ from typing import Any
 import polars as pl
 
 from .errors import InputError
-from .terminal import BIDI, escape
+from .terminal import BIDI, C1, CONTROLS, escape
 
 _WS = re.compile(r"\s+")
 # C0 controls, DEL, the C1 controls and the bidi controls (`terminal`). Whitespace among them (tab, newline,
 # CR, VT, FF, 0x1c-0x1f, 0x85) is collapsed to a space first where a field is made one line; what is left is
 # shown as a visible escape (`\x1b`), never sent to the terminal.
-_CTRL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{BIDI}]")
-_CTRL_NO_NL = re.compile(f"[\\x00-\\x09\\x0b-\\x1f\\x7f-\\x9f{BIDI}]")
+_CTRL = re.compile(f"[{CONTROLS}]")
+_CTRL_NO_NL = re.compile(f"(?!\n)[{CONTROLS}]")
 
 
 def clean(text: Any) -> str:
@@ -45,7 +45,7 @@ def _visible(text: str) -> str:
     return _CTRL_NO_NL.sub(escape, text)
 
 
-_C1 = re.compile(f"[\\x7f-\\x9f{BIDI}]")
+_C1 = re.compile(f"[{C1}{BIDI}]")
 
 
 def _json_c1(text: str) -> str:
@@ -394,7 +394,7 @@ def provider_field(notes: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: n.get(k) for k in ("reranker", "expander", "embedder")} | {"warnings": list(n.get("provider_notes") or [])}
 
 
-def _header(r: Mapping[str, Any], title_chars: int) -> str:
+def _header(r: Mapping[str, Any], title_chars: int, id_chars: int | None = None) -> str:
     parts = [f"{r.get('rank', '?')}. score {_num(r.get('score'))}"]
     why = " · ".join(x for x in (f"fused {_num(_fused(r))}" if _fused_differs(r) else "", _rerank_text(r), _origin_text(r)) if x)
     if _prior_text(r):  # after a semicolon: the priors' factors are not one more list
@@ -407,9 +407,8 @@ def _header(r: Mapping[str, Any], title_chars: int) -> str:
     label = clean(r.get("doc_id", ""))
     if r.get("source") and clean(r["source"]) != label:  # a memory without a source is named once (user trial Z)
         parts.append(shorten_middle(clean(r["source"]), max(title_chars, 12)))
-    # A URL id of 1,500 characters took the whole budget, and results lost their text (user trial AI); the
-    # JSON output keeps ids whole.
-    label = shorten_middle(label, max(2 * title_chars, 24))
+    if id_chars is not None:  # a URL id of 1,500 characters took the whole budget (user trial AI); JSON keeps it whole
+        label = shorten_middle(label, id_chars)
     if r.get("title"):
         label = f"{shorten(clean(r['title']), title_chars)} [{label}]"
     parts.append(label)
@@ -422,8 +421,9 @@ MIN_SNIPPET = 40  # a result shown with less of its text than this is not worth 
 
 def _layout(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excerpt_chars: int) -> tuple[list[str], list[str], int]:
     """(headers, flags lines, snippet length) that fit `rows` into `max_chars`, shortening titles first."""
-    for title_chars in (60, 30, 12):
-        heads = [_header(r, title_chars) for r in rows]
+    # Ids are whole while they fit (an agent copies one into `hrt delete`), then shortened in the middle.
+    for title_chars, id_chars in ((60, None), (30, 60), (12, 24)):
+        heads = [_header(r, title_chars, id_chars) for r in rows]
         flags = [("   flags: " + ", ".join(_flag_words(r))) if _flags(r) else "" for r in rows]
         flags = [f if len(f) <= FLAGS_CHARS else f[: FLAGS_CHARS - 1] + "…" for f in flags]
         fixed = sum(len(x) + 1 for x in notes) + sum(len(h) + 1 for h in heads) + sum(len(f) + 1 for f in flags if f)

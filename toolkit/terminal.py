@@ -14,9 +14,13 @@ from typing import Any, TextIO
 # The bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069). Joiners (ZWJ/ZWNJ) stay:
 # scripts and emoji need them, and they reorder nothing.
 BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-# C0 controls (ESC, BEL, backspace, ...), DEL and the C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI); a
-# stream keeps tab, newline and carriage return (a progress bar redraws its line with it).
-_STREAM_CTRL = re.compile(f"[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f{BIDI}]")
+# DEL and the C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI), as a regex class's text.
+C1 = "\x7f-\x9f"
+# Every character that is never sent to a terminal as it is: the C0 controls (ESC, BEL, backspace, ...), C1, BIDI.
+CONTROLS = f"\x00-\x1f{C1}{BIDI}"
+# A stream keeps tab, newline and carriage return (a progress bar redraws its line with it). Cursor movement
+# (a nested bar's ESC[A) is escaped too: it could overwrite lines already written.
+_STREAM_CTRL = re.compile(f"(?![\t\n\r])[{CONTROLS}]")
 
 
 def escape(m: re.Match[str]) -> str:

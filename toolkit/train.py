@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .embed import quiet_model_load
 from .errors import InputError, ToolkitError
 from .files import write_text_atomic
 from .progress import progress_bar
@@ -227,7 +228,7 @@ def pseudo_pool(store: Any, n: int, *, seed: int = 0, depth: int = 30, level: st
 def load_cross_encoder(base_model: str | None, max_length: int):
     """A CrossEncoder with one output label on the CPU, from a local directory (default: the packaged
     all-MiniLM-L6-v2, which gets a fresh scoring head) without network access."""
-    from .embed import quiet_model_load, resolve_model
+    from .embed import resolve_model
 
     path = resolve_model(base_model or "all-MiniLM-L6-v2")[1]
     if not Path(path).exists():
@@ -682,7 +683,8 @@ def _train(store: Any, ds: Any, *, split: str, out: Path, base_model: str | None
                   f"replace {row['replace']:.4f}, blend {row['blend']:.4f}", file=sys.stderr)
         if best is None or row["blend"] > best["row"]["blend"]:
             best = {"row": row, "res": res, "scores": scores}
-            model.save(str(out))
+            with quiet_model_load():  # transformers draws a "Writing model shards" bar on save
+                model.save(str(out))
 
     res, row = best["res"], best["row"]
     p = _paired_p(res["blend"]["value"].to_numpy(), res["first_stage"]["value"].to_numpy())
