@@ -93,11 +93,13 @@ def test_a_real_sigint_while_waiting_for_input_exits_130_without_a_traceback(tmp
     assert err.strip() == "interrupted" and out == ""
 
 
-def test_a_closed_stdout_ends_quietly_with_141(tmp_path):
-    """`hrt presets | head -1` printed `error: [Errno 32] Broken pipe` and exited 2, like a real failure."""
+@pytest.mark.parametrize("args", [["presets"], ["--help"], ["--version"]])
+def test_a_closed_stdout_ends_quietly_with_141(tmp_path, args):
+    """`hrt presets | head -1` printed `error: [Errno 32] Broken pipe` and exited 2, like a real failure; `hrt --help
+    | true` exited 1 (click's own handling: the top-level help is printed before a command runs)."""
     r_fd, w_fd = os.pipe()
     os.close(r_fd)  # the reader is gone before anything is written
-    p = subprocess.run([HRT, "presets"], stdout=w_fd, stderr=subprocess.PIPE, text=True, timeout=120)
+    p = subprocess.run([HRT, *args], stdout=w_fd, stderr=subprocess.PIPE, text=True, timeout=120)
     os.close(w_fd)
     assert p.returncode == EXIT_BROKEN_PIPE == 141 and p.stderr == ""
 

@@ -54,7 +54,22 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); SIGTERM ends a command with 143
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as other Unix tools
 
 
+def _broken_pipe() -> None:
+    """The reader of stdout went away: exit 141 (128 + SIGPIPE) as other Unix tools, without a second error when
+    Python flushes stdout at exit."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 class _Group(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:  # noqa: D102
+        try:  # `hrt --help | true` and `--version`: printed while the top-level options are parsed, before invoke
+            return super().parse_args(ctx, args)
+        except BrokenPipeError:
+            _broken_pipe()
+            raise  # not reached
+
     def invoke(self, ctx: click.Context):  # noqa: D102 - turns expected errors into a message and an exit code
         from . import interrupts
 
@@ -80,9 +95,7 @@ class _Group(click.Group):
             click.echo(f"error: {e}", err=True)
             sys.exit(EXIT_BUSY if type(e).__name__ == "StoreBusyError" else EXIT_ERROR)
         except BrokenPipeError:  # `hrt presets | head -1`: not an error, nothing more to say
-            with contextlib.suppress(OSError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-            sys.exit(EXIT_BROKEN_PIPE)
+            _broken_pipe()
         except OSError as e:  # a folder without write permission, a full disk: the machine, not the input
             if debug:
                 raise
