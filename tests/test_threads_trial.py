@@ -79,3 +79,23 @@ def test_the_stage_cache_is_bounded_and_a_service_can_skip_it(tmp_path, monkeypa
         after = st.con.execute("SELECT count(*) FROM stage_cache").fetchone()[0]
     assert keys == STAGE_CACHE_KEYS and "cache_load" in newest  # the most recent set is still cached
     assert after == before
+
+
+def test_a_one_shot_search_leaves_no_query_vector_in_the_store(store):
+    """A service answering with `one_shot=True` still cached every distinct question's vector: about 3 KB of the
+    file per question, never removed (user trial AK: 1,000 questions, +3 MB). The stage cache path keeps caching
+    them, for evaluation runs that ask the same queries again."""
+    from toolkit.pipeline import run_pipeline
+
+    def cached() -> int:
+        return store.con.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+
+    before = cached()
+    for i in range(5):
+        res = run_pipeline(store, {"q": f"deploy failure number {i}"}, "default", one_shot=True)
+        assert len(res.final)
+    assert cached() == before
+    again = run_pipeline(store, {"q": "deploy failure number 0"}, "default", one_shot=True)
+    fresh = run_pipeline(store, {"q": "deploy failure number 0"}, "default")
+    assert again.final["doc_id"].to_list() == fresh.final["doc_id"].to_list()
+    assert cached() == before + 1  # the second, cached run stored its vector

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import duckdb
 import numpy as np
 import polars as pl
 import pytest
@@ -198,10 +199,12 @@ def test_a_store_with_duckdbs_vss_index_drops_it_on_open(tmp_path, embedder, cor
     path = tmp_path / "old.duckdb"
     with Store(path, embedder=embedder) as st:
         st.ingest(load_corpus(corpus_file))
-        st.con.execute("LOAD '" + vss_extension_path() + "'")
-        st.con.execute("SET hnsw_enable_experimental_persistence = true")
-        st.con.execute("CREATE INDEX embeddings_hnsw ON embeddings USING HNSW (vec) WITH (metric = 'cosine')")
         st._set_meta("vector_index", json.dumps({"kind": "hnsw", "metric": "cosine", "m": 16, "ef_construction": 128}))
+    con = duckdb.connect(str(path))  # as the older toolkit did (a Store now loads no extension once open)
+    con.execute("LOAD '" + vss_extension_path() + "'")
+    con.execute("SET hnsw_enable_experimental_persistence = true")
+    con.execute("CREATE INDEX embeddings_hnsw ON embeddings USING HNSW (vec) WITH (metric = 'cosine')")
+    con.close()
     with Store(path, embedder=embedder) as st:
         assert st.vector_index["engine"] == "usearch" and st.vector_index["m"] == 16
         assert st.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0] == 0

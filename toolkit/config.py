@@ -38,16 +38,19 @@ import difflib
 import fnmatch
 import functools
 import hashlib
+import ipaddress
 import json
 import math
 import os
 import re
+import socket
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -105,9 +108,63 @@ def _check_url(v: str | None) -> str | None:
         raise ValueError(
             f"the URL carries credentials ({why}); put the key in an environment variable and name it in api_key_env"
         )
-    if not re.match(r"^https?://", v):
+    if not re.match(r"^https?://", v, re.I):
         raise ValueError("must start with http:// or https://")
+    if _link_local(urlsplit(v).hostname or ""):
+        raise ValueError("points at a link-local address (a cloud's instance metadata service answers there, with the "
+                         "machine's credentials): no model provider does")
     return v
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host name spells, in any form the resolver reads (`0xa9fea9fe`, `169.254.169.254`, `[fe80::1]`)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.inet_ntoa(socket.inet_aton(host)))
+    except OSError:
+        return None
+
+
+def _link_local(host: str) -> bool:
+    ip = _ip(host)
+    return host.lower().rstrip(".") in {"metadata.google.internal", "metadata"} or (ip is not None and ip.is_link_local)
+
+
+def _loopback(host: str) -> bool:
+    ip = _ip(host)
+    return host.lower() == "localhost" or (ip is not None and ip.is_loopback)
+
+
+# Where model providers' APIs live: a key sent there from a config is what configs are for. Any other host is
+# named when a config file sends a key to it (`key_destinations`).
+KNOWN_PROVIDER_HOSTS = ("api.openai.com", "api.jina.ai", "api.cohere.com", "api.cohere.ai", "api.voyageai.com",
+                        "api.mistral.ai", "api.together.xyz", "api.fireworks.ai", "api.deepinfra.com", "openrouter.ai")
+
+
+def key_destinations(cfg: PipelineConfig) -> list[tuple[str, str, str]]:
+    """(section, variable, URL) of each provider `cfg` switches on that sends an environment variable's value.
+    A config names the variable, so a config someone else wrote can name any of your secrets (user trial AJ)."""
+    sections = [("retrieval.dense", cfg.retrieval.dense, cfg.retrieval.dense.enabled and cfg.retrieval.dense.provider == "http"),
+                ("rerank", cfg.rerank, cfg.rerank.provider == "http"), ("expansion", cfg.expansion, cfg.expansion.provider == "http")]
+    return [(name, s.api_key_env, s.url) for name, s, on in sections if on and s.api_key_env and s.url]
+
+
+def _warn_key_destinations(cfg: PipelineConfig, origin: str, stacklevel: int) -> None:
+    """A config file that sends a key anywhere but a known provider's API or this machine says so, and so does one
+    sending a key over unencrypted http to another machine: the value leaves with the first request."""
+    for section, var, url in key_destinations(cfg):
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        known = host in KNOWN_PROVIDER_HOSTS or _loopback(host)
+        clear = parts.scheme.lower() == "http" and not _loopback(host)
+        if known and not clear:
+            continue
+        how = " over unencrypted http" if clear else ""
+        warnings.warn(f"{origin}: {section} sends the value of ${var}{how} to {host}: a config names the variable it "
+                      "sends, so check a config you did not write before running it", ConfigWarning, stacklevel=stacklevel)
 
 
 def _no_pasted_key(data: Any) -> Any:
@@ -1031,7 +1088,19 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key repeated in one mapping is an error (YAML keeps the last silently)."""
+    """yaml.safe_load, except that a key repeated in one mapping is an error (YAML keeps the last silently), and
+    that a file may use at most `MAX_ALIASES` aliases: a 29 KB file of 3,000 aliases of one long list took 12 s
+    and 400 MB to load (user trial AJ); a config's `<<` merges need a few."""
+
+    MAX_ALIASES = 100
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases = getattr(self, "_aliases", 0) + 1
+            if self._aliases > self.MAX_ALIASES:
+                raise yaml.composer.ComposerError(None, None, f"more than {self.MAX_ALIASES} aliases (*name): not a config",
+                                                  self.peek_event().start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         lines: dict[Any, int] = {}
@@ -1074,6 +1143,8 @@ def _read_text(path: Path) -> tuple[dict[str, Any], str]:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise InputError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    except RecursionError:  # thousands of nested brackets: the parser runs out of stack
+        raise InputError(f"{path}: nested too deeply to be a config") from None
     if data is None:  # an empty file (or only comments) is a mistake, not "all defaults"
         raise InputError(f"{path}: the config file is empty; write the fields to set (or `{{}}` for all defaults)")
     return data, text
@@ -1181,17 +1252,26 @@ def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
             f"config: expected a preset name, a file path, a mapping or a PipelineConfig, got {type(path_or_name).__name__}"
         )
     p = Path(path_or_name)
+    name = str(path_or_name)
+    preset = PRESETS_DIR / f"{name}.yaml"
+    # A preset's name is the preset, even where a file of that name lies in the working directory: a cloned
+    # folder holding a file `default` made `--config default` send a key to its URL (user trial AJ). A Path, or
+    # a name with a folder in it (`./default`), is a file.
+    if isinstance(path_or_name, str) and "/" not in name and "\\" not in name and preset.is_file():
+        if p.is_file():
+            warnings.warn(f"config {name!r} is the preset of that name, not the file {name} in {Path.cwd()} "
+                          f"(./{name} names the file)", ConfigWarning, stacklevel=3)
+        return _validate(_read(preset), origin=f"preset {name} ({preset.name})")  # unchecked: see `_preset_dormant`
     if p.is_file():
         here = str(p.resolve())
         if here in chain:
             raise InputError(f"{path_or_name}: extends goes round in a circle ({' -> '.join([*chain, here])})")
         data, text = _read_text(p)
-        return _from_data(_file_relative(data, p, origin=str(path_or_name)), origin=str(path_or_name),
-                          edited=_edited_snapshot(text), folder=p.parent, chain=(*chain, here), stacklevel=4)
-    name = str(path_or_name)
-    preset = PRESETS_DIR / f"{name}.yaml"
-    if preset.is_file() and "/" not in name and "\\" not in name:
-        return _validate(_read(preset), origin=f"preset {name} ({preset.name})")  # unchecked: see `_preset_dormant`
+        cfg = _from_data(_file_relative(data, p, origin=str(path_or_name)), origin=str(path_or_name),
+                         edited=_edited_snapshot(text), folder=p.parent, chain=(*chain, here), stacklevel=4)
+        if not chain:  # the file asked for, with whatever it extends
+            _warn_key_destinations(cfg, str(path_or_name), stacklevel=4)
+        return cfg
     if p.is_dir():
         raise InputError(f"{path_or_name}: a directory, not a config file (a YAML or JSON file, or a preset name)")
     if p.suffix.lower() in (".yaml", ".yml", ".json"):

@@ -176,7 +176,70 @@ def booster_problem(text: Any, features: list[str]) -> str | None:
     for i, size in enumerate(sizes):
         if not body.startswith(f"Tree={i}\n".encode(), off):
             return _BAD + f"tree block {i} is not where tree_sizes= puts it"
+        why = _tree_problem(body[off : off + size].decode("utf-8", "replace"), len(features))
+        if why:
+            return _BAD + f"tree {i}: {why}"
         off += size
+    return None
+
+
+# Arrays of a tree block and their lengths (n = num_leaves), as LightGBM's text parser reads them: it aborts the
+# process on a length that differs, and follows feature and child indices without checking them (an index out
+# of range read memory out of bounds, a child that points back looped forever: user trial AJ). Written by hand
+# because LightGBM has no validating loader.
+_INTERNAL = ("split_feature", "split_gain", "threshold", "decision_type", "left_child", "right_child",
+             "internal_value", "internal_weight", "internal_count")
+_LEAF = ("leaf_value", "leaf_weight", "leaf_count")
+
+
+def _tree_problem(block: str, n_features: int) -> str | None:
+    """What is wrong with one `Tree=` block of a model reading `n_features` features, or None: every array the
+    right length and finite, feature indices in range, no categorical split (the trainer makes none), and the
+    children form one tree (each internal node and each leaf reached exactly once, a child node numbered after
+    its parent, as LightGBM numbers them)."""
+    kv = dict(ln.split("=", 1) for ln in block.splitlines()[1:] if "=" in ln)
+    try:
+        leaves = int(kv.get("num_leaves", ""))
+        arrays = {k: [float(x) for x in kv[k].split()] for k in (*_INTERNAL, *_LEAF) if k in kv}
+    except ValueError:
+        return "num_leaves= or an array holds something other than numbers"
+    if not 1 <= leaves <= 1 << 17:
+        return f"num_leaves={leaves} is out of range"
+    if kv.get("num_cat", "0") != "0":
+        return "a categorical split (num_cat is not 0), which this toolkit's models never have"
+    need = ("leaf_value",) if leaves == 1 else ("split_feature", "threshold", "left_child", "right_child", "leaf_value")
+    if missing := [k for k in need if k not in arrays]:
+        return f"no {missing[0]}= line"
+    for k, v in arrays.items():
+        if leaves == 1 and k != "leaf_value":  # a one-leaf tree: LightGBM reads its leaf_value only
+            continue
+        n = leaves if k in _LEAF else leaves - 1
+        if len(v) != n:
+            return f"{k}= holds {len(v)} values, num_leaves={leaves} needs {n}"
+        if not all(math.isfinite(x) for x in v):
+            return f"{k}= holds a value that is not a finite number"
+    if leaves == 1:
+        return None
+    if any(f != int(f) or not 0 <= f < n_features for f in arrays["split_feature"]):
+        return f"split_feature= names a feature outside 0..{n_features - 1}"
+    if any(d != int(d) or int(d) & 1 for d in arrays.get("decision_type", [])):
+        return "decision_type= holds a categorical or unknown split type"
+    reached_nodes, reached_leaves = [0] * (leaves - 1), [0] * leaves
+    for parent, pair in enumerate(zip(arrays["left_child"], arrays["right_child"], strict=True)):
+        for c in pair:
+            if c != int(c):
+                return "left_child=/right_child= hold a number that is not an index"
+            c = int(c)
+            if c >= 0:
+                if not parent < c < leaves - 1:
+                    return f"node {parent} has child node {c}: children come after their parent, below {leaves - 1}"
+                reached_nodes[c] += 1
+            elif -c - 1 < leaves:
+                reached_leaves[-c - 1] += 1
+            else:
+                return f"node {parent} has leaf {-c - 1}, beyond num_leaves={leaves}"
+    if reached_nodes[1:] != [1] * (leaves - 2) or reached_leaves != [1] * leaves:
+        return "its children do not form one tree (a node or leaf reached twice, or never)"
     return None
 
 

@@ -266,7 +266,8 @@ def prepare(
     `rerank_pool` = list depth whose documents all get reranker scores (default: the config's
     `rerank.top_n`), so that other fusion settings find their top-N already scored. `one_shot`: the caller
     re-scores with `cfg` only (`hrt search`), so inputs no other setting of `cfg` reads are not computed (the
-    learning-to-rank features, unless `cfg` fuses with the learned model or router), and nothing is cached.
+    learning-to-rank features, unless `cfg` fuses with the learned model or router), and neither the stage frames
+    nor the query vectors are cached (reranker scores are: a repeated question costs no second paid call).
     """
     cfg = load_config(cfg)
     from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
@@ -303,7 +304,7 @@ def prepare(
             prep.settings, prep.index = prepare_settings(cfg), store.index_record()
             return prep
     ltr = not one_shot or cfg.fusion.method == "learned" or cfg.fusion.router
-    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr)
+    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr, cache_queries=not one_shot)
     prep.settings, prep.index = prepare_settings(cfg), store.index_record()
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
     if use_cache and not one_shot and not store.read_only and not providers.degraded(prep):
@@ -312,7 +313,8 @@ def prepare(
 
 
 def _prepare(
-    store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None, ltr: bool = True
+    store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None, ltr: bool = True,
+    cache_queries: bool = True,
 ) -> Prepared:
     t: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -322,6 +324,8 @@ def _prepare(
     t["features"] = time.perf_counter() - t0
 
     lex_args, dense_args = _retrieval_args(cfg)
+    if dense_args is not None:  # a one-shot search leaves no query vector in the store (user trial AK: ~3 KB per query)
+        dense_args["cache_queries"] = cache_queries
     level, scope_filter = cfg.retrieval.level, cfg.retrieval.scope_filter
     skip = feats.select("qid", "skip_lexical")
     orig = queries.select("qid", pl.lit("orig").alias("variant"), pl.lit("orig").alias("kind"), "text")
@@ -598,7 +602,7 @@ def run_pipeline(
     (PyTerrier, BEIR and ir_datasets column names too; see `interop.queries_frame`) or a {qid: text} dict; ids
     must be unique and texts non-empty. `cfg`: a config, or a preset name or config file. `now`: the recency
     prior's reference time (default: the clock, or the config's `priors.as_of`). `one_shot=True`: a service
-    answering one search (`prepare(one_shot=True)`): nothing is cached in the store, and only what `cfg` reads is
+    answering one search (`prepare(one_shot=True)`): no stage frames or query vectors are cached in the store, and only what `cfg` reads is
     computed (user trial AB: a cached search took twice as long, and wrote ~100 KB of frames per distinct query).
 
     Returns a `Result`: `final` (the ranked results per query, up to max(output.n, 100) places: qid, rank, doc_id,

@@ -678,6 +678,25 @@ class Store:
         vi = self._meta("vector_index")
         if vi and '"usearch"' not in vi and not read_only:
             self._drop_vss_index()
+        self._sandbox()
+
+    def _sandbox(self) -> None:
+        """A store is data, and a store file may come from someone else: once the extensions the toolkit loads by
+        path are loaded, SQL kept in the file (a view, or a macro in the full-text index's schema) can read no
+        file, fetch nothing and load no extension. A planted `fts_main_chunks.tokenize` read a local file into the
+        error of every search, and a view over `meta` blocked `hrt info` on a FIFO (user trial AJ). The toolkit
+        itself reads and writes files through Python, never through DuckDB."""
+        self.con.execute("SET autoinstall_known_extensions = false")
+        self.con.execute("SET autoload_known_extensions = false")
+        self.con.execute("SET enable_external_access = false")
+        # The toolkit makes no views: one where it keeps a table (`chunks` over a renamed table, adding a file's
+        # text to every chunk) is someone else's SQL (4 ms per open).
+        views = [f"{s}.{v}" for s, v in self.con.execute(
+            "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal AND NOT temporary").fetchall()]
+        if views:
+            self.close()
+            raise StoreError(f"{self.path}: holds view(s) {', '.join(views[:5])}, which no toolkit store has: the file was "
+                             "changed to run SQL of its own when it is read; do not use it (ingest the documents again)")
 
     def _check_is_store(self) -> None:
         """Refuse a DuckDB file that is not a toolkit store before anything is written to it (`hrt ingest
@@ -1089,6 +1108,8 @@ class Store:
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
 
     def _embed_read_only(self, texts: list[str], hashes: list[str], emb: Embedder) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, emb.dim), dtype=np.float32)
         self._register("want", pl.DataFrame({"text_hash": hashes}))
         have = dict(
             self.con.execute(
@@ -2040,13 +2061,16 @@ class Store:
 
     def query_vectors(
         self, texts: Sequence[str], *, model: str | None = None, embedding: dict[str, Any] | None = None,
-        progress: bool = False,
+        progress: bool = False, cache: bool = True,
     ) -> np.ndarray:
-        """Query vectors from the store's model (or `model`); `embedding`: `make_embedder` options."""
+        """Query vectors from the store's model (or `model`); `embedding`: `make_embedder` options. `cache=False`
+        reads vectors the cache has and computes the others without storing them (a service's one-shot searches:
+        each distinct question added a vector to the file, for good)."""
         opts = dict(embedding or {})
         emb = self.embedder(opts.pop("model", None) or model, **opts)
         self._check_model(emb, dim_too=False)
-        qv = self.embed_cached(list(texts), emb, progress=progress)
+        texts = list(texts)
+        qv = self.embed_cached(texts, emb, progress=progress) if cache else self._embed_read_only(texts, [sha1(t) for t in texts], emb)
         if len(texts):
             self._check_dim(emb, qv.shape[1])
         return qv
@@ -2065,6 +2089,7 @@ class Store:
         progress: bool = False,
         index: str = "exact",
         ef_search: int | None = None,
+        cache_queries: bool = True,
     ) -> pl.DataFrame:
         """Cosine top-k for all queries by one matrix product per block of queries (vectors L2-normalised).
 
@@ -2077,7 +2102,7 @@ class Store:
                 return pl.DataFrame(schema=CAND_SCHEMA)
             self._no_embeddings()  # before the query vectors: no model loaded, nothing cached in an empty store
         qv = vectors if vectors is not None else self.query_vectors(
-            queries["text"].to_list(), embedding=embedding, progress=progress
+            queries["text"].to_list(), embedding=embedding, progress=progress, cache=cache_queries
         )
         if index not in ("exact", "hnsw"):
             raise InputError(f"dense index must be 'exact' or 'hnsw', got {index!r}")
