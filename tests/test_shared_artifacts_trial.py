@@ -47,7 +47,8 @@ def test_a_config_file_that_sends_a_key_elsewhere_says_where_before_anything_is_
 
 
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://0xa9fea9fe/x", "http://[fe80::1]:80/x",
-                                 "http://metadata.google.internal/computeMetadata/v1/"])
+                                 "http://metadata.google.internal/computeMetadata/v1/", "http://[::ffff:169.254.169.254]/x",
+                                 "http://[::ffff:a9fe:a9fe]/x", "http://[fd00:ec2::254]/latest/"])
 def test_a_link_local_url_is_refused(tmp_path, url):
     """A cloud's instance metadata service answers on the link-local address, with the machine's credentials."""
     with pytest.raises(InputError, match="link-local address"):
@@ -76,13 +77,23 @@ def test_sql_kept_in_a_store_file_can_read_no_file_and_a_view_is_refused(tmp_pat
     _plant(macro, f"CREATE OR REPLACE MACRO fts_main_chunks.tokenize(s) AS "
                   f"error('LEAK:' || (SELECT content FROM read_text('{secret}')))")
     r = CliRunner().invoke(main, ["search", "deploy", "--store", str(macro), "--mode", "lexical"])
-    assert r.exit_code == 2 and "holds SQL of its own that tried to reach a file" in r.stderr, r.output
+    assert r.exit_code == 2 and "SQL kept in the store file asked for it" in r.stderr, r.output
     assert "top-secret" not in r.output
     view = tmp_path / "view.duckdb"
     view.write_bytes(good.read_bytes())
     _plant(view, "ALTER TABLE chunks RENAME TO chunks_real", "CREATE VIEW chunks AS SELECT * FROM chunks_real")
     with pytest.raises(StoreError, match=r"holds view\(s\) main\.chunks, which no toolkit store has"):
         Store(view, read_only=True)
+    # A view over `meta`, the first table an open reads: refused before it runs (review of the first fix).
+    meta = tmp_path / "meta.duckdb"
+    meta.write_bytes(good.read_bytes())
+    _plant(meta, "ALTER TABLE meta RENAME TO meta_real",
+           f"CREATE VIEW meta AS SELECT key, value FROM meta_real UNION ALL SELECT 'x', error('LEAK:' || content) "
+           f"FROM read_text('{secret}')")
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match=r"holds view\(s\) main\.meta") as e:
+            Store(meta, read_only=read_only)
+        assert "top-secret" not in str(e.value)
 
 
 def _edit_tree0(booster: str, key: str, value: str) -> str:
@@ -114,6 +125,10 @@ def test_a_hand_edited_learned_model_is_refused_before_lightgbm_reads_it(tmp_pat
     }
     for (key, value), message in cases.items():
         assert message in (booster_problem(_edit_tree0(booster, key, value), feats) or ""), key
+    # A linear tree's leaf_features were not checked (an index out of range segfaulted), nor the header's counts
+    # (num_tree_per_iteration=0 divided by zero): review of the first fix.
+    assert "a linear tree" in booster_problem(_edit_tree0(booster, "is_linear", "1"), feats)
+    assert "num_tree_per_iteration=0" in booster_problem(booster.replace("num_tree_per_iteration=1", "num_tree_per_iteration=0"), feats)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**doc, "booster": _edit_tree0(booster, "right_child", " ".join([*right[:-1], "-99999"]))}))
     with pytest.raises(InputError, match="tree 0: node 13 has leaf 99998"):

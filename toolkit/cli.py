@@ -124,8 +124,9 @@ class _Group(click.Group):
             # not a traceback (duckdb is not imported here: `hrt --help` stays light).
             from_duckdb = type(e).__module__.lstrip("_").startswith("duckdb")
             if from_duckdb and type(e).__name__ == "PermissionException" and not debug:  # `Store._sandbox` at work
-                click.echo("error: the store holds SQL of its own that tried to reach a file or the network, and was "
-                           f"stopped ({str(e).splitlines()[0]}): the file was altered; do not use it", err=True)
+                click.echo("error: DuckDB refused SQL access to a file or the network, which a store never needs "
+                           f"({str(e).splitlines()[0]}): SQL kept in the store file asked for it, so the file was "
+                           "altered; do not use it", err=True)
                 sys.exit(EXIT_ERROR)
             if from_duckdb and type(e).__name__ == "IOException" and not debug:
                 click.echo(f"error: a store file is damaged or cannot be read: {str(e).splitlines()[0]}", err=True)

@@ -128,9 +128,15 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+# Metadata services answer at these names and addresses (AWS's IPv6 one is not link-local).
+_METADATA_HOSTS = {"metadata.google.internal", "metadata", "fd00:ec2::254"}
+
+
 def _link_local(host: str) -> bool:
     ip = _ip(host)
-    return host.lower().rstrip(".") in {"metadata.google.internal", "metadata"} or (ip is not None and ip.is_link_local)
+    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:169.254.169.254 reaches the IPv4 address
+    return (host.lower().rstrip(".") in _METADATA_HOSTS or (ip is not None and (ip.is_link_local or str(ip) in _METADATA_HOSTS))
+            or (mapped is not None and mapped.is_link_local))
 
 
 def _loopback(host: str) -> bool:

@@ -153,6 +153,9 @@ def booster_problem(text: Any, features: list[str]) -> str | None:
     if names.split() != list(features):
         return (f"field 'features' ({len(features)} names) does not match the booster's feature_names= line "
                 f"({len(names.split())} names) name for name, in order: the file was edited or mixed up")  # fmt: skip
+    for key in ("num_class", "num_tree_per_iteration"):  # 0 was a division by zero inside LightGBM (review of trial AJ)
+        if lines.get(key) != "1":
+            return _BAD + f"{key}={lines.get(key)}: a ranking model has 1"
     if lines.get("max_feature_idx") != str(len(features) - 1):
         return _BAD + f"max_feature_idx={lines.get('max_feature_idx')} does not match {len(features)} features"
     if "tree_sizes" not in lines:
@@ -207,6 +210,8 @@ def _tree_problem(block: str, n_features: int) -> str | None:
         return f"num_leaves={leaves} is out of range"
     if kv.get("num_cat", "0") != "0":
         return "a categorical split (num_cat is not 0), which this toolkit's models never have"
+    if kv.get("is_linear", "0") != "0":  # its leaf_features were not checked, and an index out of range segfaulted
+        return "a linear tree (is_linear), which this toolkit's models never have"
     need = ("leaf_value",) if leaves == 1 else ("split_feature", "threshold", "left_child", "right_child", "leaf_value")
     if missing := [k for k in need if k not in arrays]:
         return f"no {missing[0]}= line"

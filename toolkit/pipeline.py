@@ -299,7 +299,7 @@ def prepare(
             if prep.chunk_copies is None and cfg.retrieval.level == "chunk":  # cached before chunk collapsing
                 prep.chunk_copies = store.chunk_copies()
                 stale = True
-            if stale and not store.read_only:
+            if stale and not store.read_only and not one_shot:
                 store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
             prep.settings, prep.index = prepare_settings(cfg), store.index_record()
             return prep

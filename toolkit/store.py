@@ -649,6 +649,12 @@ class Store:
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
         self.con.execute("SET enable_progress_bar = false")
         self.con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
+        # An older store's vss HNSW index needs its extension to be dropped (`_drop_vss_index`); loaded now, since
+        # the sandbox below loads nothing, and found in the catalog, which runs none of the file's SQL.
+        if not read_only and self.con.execute(
+                "SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0]:
+            self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
+        self._sandbox()  # before any query reads the file's tables: one of them may be a planted view
         if memory_limit is not None:
             if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", memory_limit.strip(), re.I):
                 raise InputError(f"memory_limit must look like '4GB' or '512MB', got {memory_limit!r}")
@@ -678,7 +684,6 @@ class Store:
         vi = self._meta("vector_index")
         if vi and '"usearch"' not in vi and not read_only:
             self._drop_vss_index()
-        self._sandbox()
 
     def _sandbox(self) -> None:
         """A store is data, and a store file may come from someone else: once the extensions the toolkit loads by
@@ -695,8 +700,8 @@ class Store:
             "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal AND NOT temporary").fetchall()]
         if views:
             self.close()
-            raise StoreError(f"{self.path}: holds view(s) {', '.join(views[:5])}, which no toolkit store has: the file was "
-                             "changed to run SQL of its own when it is read; do not use it (ingest the documents again)")
+            raise StoreError(f"{self.path}: holds view(s) {', '.join(views[:5])}, which no toolkit store has (another "
+                             "program's DuckDB file, or a store changed to run SQL of its own when read): not opened")
 
     def _check_is_store(self) -> None:
         """Refuse a DuckDB file that is not a toolkit store before anything is written to it (`hrt ingest
@@ -1108,8 +1113,8 @@ class Store:
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
 
     def _embed_read_only(self, texts: list[str], hashes: list[str], emb: Embedder) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, emb.dim), dtype=np.float32)
+        if not texts:  # (not emb.dim: an endpoint would be asked for its size, a local model loaded)
+            return np.zeros((0, self.embedding_dim or 0), dtype=np.float32)
         self._register("want", pl.DataFrame({"text_hash": hashes}))
         have = dict(
             self.con.execute(
@@ -2162,8 +2167,7 @@ class Store:
             return
         old = json.loads(self._meta("vector_index") or "{}")
         if self.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0]:
-            self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
-            self.con.execute("DROP INDEX IF EXISTS embeddings_hnsw")
+            self.con.execute("DROP INDEX IF EXISTS embeddings_hnsw")  # (vss loaded in `__init__`)
         self.con.execute("DELETE FROM meta WHERE key = 'vector_index'")
         self._forget()
         if self._has_table("embeddings") and self._count_embeddings():
