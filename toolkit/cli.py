@@ -385,12 +385,13 @@ def _clashing_documents(st, docs, root: Path, others: list[str]) -> dict[str, tu
     stored document can only be the very file this ingest reads (`hrt ingest notes/`, then
     `hrt ingest notes/todo.md` after an edit)."""
     stored = _document_rows(st, [d["doc_id"] for d in docs])
-    mine = {d["doc_id"]: _origin(root, d["source"]) for d in docs if d["doc_id"] in stored}
+    records = {r: _collection_file(Path(r)) for r in (str(root), *others)}  # once per root, not per document
+    mine = {d["doc_id"]: _origin(root, d["source"], records[str(root)]) for d in docs if d["doc_id"] in stored}
     out = {}
     for i, row in stored.items():
         # The roots whose file of that name is still there (all of them when none is): a root the stored
         # document cannot have come from (no such file) does not make it another folder's.
-        files = [(r, _origin(Path(r), row[0])) for r in others]
+        files = [(r, _origin(Path(r), row[0], records[r])) for r in others]
         files = [(r, f) for r, f in files if f.is_file()] or files
         origins = [r for r, f in files if f != mine[i]]
         if origins:
@@ -398,12 +399,11 @@ def _clashing_documents(st, docs, root: Path, others: list[str]) -> dict[str, tu
     return out
 
 
-def _origin(root: Path, source) -> Path:
+def _origin(root: Path, source, collection: Path | None) -> Path:
     """The file a document ingested from `root` came from: a collection file (.jsonl, .json, .parquet), or
     a BEIR folder's corpus.jsonl, is itself the origin of every record (a record's source is its own field,
     or its id: two exports in one folder sharing an id are two origins, user trial AI); a note's source is
-    its path relative to the folder (a lone file's, its parent)."""
-    collection = _collection_file(root)
+    its path relative to the folder (a lone file's, its parent). `collection`: `_collection_file(root)`."""
     if collection is not None:
         return collection
     return (root if root.is_dir() else root.parent) / str(source)

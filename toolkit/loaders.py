@@ -153,7 +153,7 @@ def _lone_surrogate(value: Any, name: str = "") -> str | None:
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for k, v in items:
         key = f"{name}.{k}" if name else str(k)
-        if isinstance(k, str) and _SURROGATE.search(k):
+        if isinstance(k, str) and not k.isascii() and _SURROGATE.search(k):
             return key
         if (found := _lone_surrogate(v, key)) is not None:
             return found
