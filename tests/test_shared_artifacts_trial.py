@@ -156,3 +156,25 @@ def test_many_aliases_and_deep_nesting_are_refused_quickly(tmp_path):
     deep.write_text('{"description": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(InputError, match="nested too deeply"):
         load_config(deep)
+
+
+def test_a_tuning_space_file_is_read_as_a_config_is(tmp_path):
+    """Search-space files went through plain yaml.safe_load: no alias cap, repeated keys kept silently, and deep
+    nesting a traceback (review of the config fixes)."""
+    from toolkit.tune import load_space
+
+    many = tmp_path / "space.yaml"
+    many.write_text("fusion.rrf_k: &r [10, 20]\n" + "".join(f"k{i}: *r\n" for i in range(150)))
+    with pytest.raises(InputError, match="more than 100 aliases"):
+        load_space(many)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("fusion.rrf_k: [10, 20]\nfusion.rrf_k: [30]\n")
+    with pytest.raises(InputError, match="duplicate key"):
+        load_space(dup)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(InputError, match="nested too deeply"):
+        load_space(deep)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("fusion.rrf_k: [10, 60]\n")
+    assert load_space(ok) == {"fusion.rrf_k": [10, 60]}

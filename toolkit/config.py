@@ -1093,7 +1093,7 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class DataLoader(yaml.SafeLoader):
     """yaml.safe_load, except that a key repeated in one mapping is an error (YAML keeps the last silently), and
     that a file may use at most `MAX_ALIASES` aliases: a 29 KB file of 3,000 aliases of one long list took 12 s
     and 400 MB to load (user trial AJ); a config's `<<` merges need a few."""
@@ -1140,7 +1140,7 @@ def _read_text(path: Path) -> tuple[dict[str, Any], str]:
         if path.suffix.lower() == ".json":
             data = json.loads(text, object_pairs_hook=_unique_pairs)
         else:
-            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
+            data = yaml.load(text, Loader=DataLoader)  # a SafeLoader: plain data only
     except _DuplicateKey as e:
         raise InputError(f"{path}: invalid JSON: key {e.args[0]!r} appears twice in one object (only one value is kept)") from None
     except json.JSONDecodeError as e:

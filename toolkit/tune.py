@@ -25,7 +25,17 @@ import yaml
 
 from . import fusion
 from .compare import compare
-from .config import DEFAULT_PRESET, LABELS, PipelineConfig, Stage, fields, load_config, save_config, stage_of
+from .config import (
+    DEFAULT_PRESET,
+    LABELS,
+    DataLoader,
+    PipelineConfig,
+    Stage,
+    fields,
+    load_config,
+    save_config,
+    stage_of,
+)
 from .errors import InputError
 from .files import write_text_atomic
 from .heap import keep_freed_memory
@@ -106,10 +116,12 @@ def load_space(space: dict | str | Path | None) -> dict[str, Any]:
     if isinstance(space, dict):
         return space
     p = Path(space)
-    try:
-        d = yaml.safe_load(p.read_text())
+    try:  # configs' loader: safe, no repeated keys, a bounded number of aliases (a shared space file is data too)
+        d = yaml.load(p.read_text(), Loader=DataLoader)
     except (OSError, yaml.YAMLError) as e:
         raise InputError(f"{p}: cannot read the search space ({e})") from e
+    except RecursionError:
+        raise InputError(f"{p}: nested too deeply to be a search space") from None
     if not isinstance(d, dict):
         raise InputError(f"{p}: a search space maps config paths to distributions")
     return d
