@@ -225,7 +225,7 @@ def shorten_middle(text: str, limit: int) -> str:
     at their ends as often as at their starts: `.../2024-06-01.md`, `...?page=2`)."""
     if len(text) <= limit:
         return text
-    head = _cluster_start(text, (limit - 1) // 2 + (limit - 1) % 2)
+    head = _cluster_start(text, limit // 2)  # the start takes the odd character: limit // 2 + (limit - 1) // 2 + 1
     tail = len(text) - (limit - 1) // 2
     while tail < len(text) and _cluster_start(text, tail) != tail:
         tail += 1

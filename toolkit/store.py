@@ -1096,10 +1096,11 @@ class Store:
             "embed with the model (and dimensions) that made the store, or use a new store file for the other model"
         )
 
-    def embed_cached(self, texts: Sequence[str], emb: Embedder, *, progress: bool = False) -> np.ndarray:
-        """Embeddings for `texts`, computing only those not yet in the cache (keyed by model and text hash)."""
+    def embed_cached(self, texts: Sequence[str], emb: Embedder, *, progress: bool = False, store: bool = True) -> np.ndarray:
+        """Embeddings for `texts`, computing only those not yet in the cache (keyed by model and text hash).
+        `store=False` (or a read-only store): what is computed is not added to the cache."""
         hashes = [sha1(t) for t in texts]
-        if self.read_only:  # cannot write the cache: use what it has, compute the rest in memory
+        if self.read_only or not store:  # use what the cache has, compute the rest in memory
             return self._embed_read_only(list(texts), hashes, emb)
         self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
         self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
@@ -2074,8 +2075,7 @@ class Store:
         opts = dict(embedding or {})
         emb = self.embedder(opts.pop("model", None) or model, **opts)
         self._check_model(emb, dim_too=False)
-        texts = list(texts)
-        qv = self.embed_cached(texts, emb, progress=progress) if cache else self._embed_read_only(texts, [sha1(t) for t in texts], emb)
+        qv = self.embed_cached(list(texts), emb, progress=progress, store=cache)
         if len(texts):
             self._check_dim(emb, qv.shape[1])
         return qv
