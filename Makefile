@@ -46,10 +46,11 @@ browser-deps:
 # alone: 7.4 s against 5.0 s per process).
 # One torch thread per worker (OMP_NUM_THREADS=1): a worker per core already fills the cores, and two OpenMP
 # threads per worker beside DuckDB's spun on a busy core (embedding six short texts between two DuckDB writes took
-# 0.2-0.9 s with two threads, 0.1 s with one; benchmarks/RESULTS.md).
+# 0.2-0.9 s with two threads, 0.1 s with one; benchmarks/RESULTS.md). Likewise one DuckDB thread per store
+# (HRT_DUCKDB_THREADS=1): about 15% less CPU time on the store-heavy test files.
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check toolkit tests benchmarks data notebooks
-	env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder --nbval-lax tests notebooks
+	env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 HRT_DUCKDB_THREADS=1 HRT_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder --nbval-lax tests notebooks
 
 # Run the tutorials top to bottom as CI does, then strip their outputs (only checked cells keep theirs).
 notebooks: $(STAMP)

@@ -317,6 +317,33 @@ def test_ingest_in_batches_equals_one_batch_and_dense_matrix_keeps_doc_order(
         }
 
 
+def test_duckdb_threads_from_the_argument_or_the_environment_and_bad_values_create_nothing(tmp_path, monkeypatch):
+    """Parallel jobs that already fill the cores (a worker per core) give DuckDB one thread each."""
+
+    def threads(st: Store) -> int:
+        return int(st.con.execute("SELECT current_setting('threads')").fetchone()[0])
+
+    monkeypatch.delenv("HRT_DUCKDB_THREADS", raising=False)
+    with Store(tmp_path / "t.duckdb") as st:
+        default = threads(st)
+    assert default == duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    with Store(tmp_path / "t.duckdb", threads=1) as st:
+        assert threads(st) == 1
+    monkeypatch.setenv("HRT_DUCKDB_THREADS", "1")
+    with Store(tmp_path / "t.duckdb") as st:
+        assert threads(st) == 1
+    with Store(tmp_path / "t.duckdb", threads=3) as st:  # the argument wins
+        assert threads(st) == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("HRT_DUCKDB_THREADS", bad)
+        with pytest.raises(InputError, match="HRT_DUCKDB_THREADS"):
+            Store(tmp_path / "new.duckdb")
+    monkeypatch.delenv("HRT_DUCKDB_THREADS")
+    with pytest.raises(InputError, match="threads"):
+        Store(tmp_path / "new.duckdb", threads=0)
+    assert not (tmp_path / "new.duckdb").exists()
+
+
 def test_release_table_pages_evicts_cached_pages_and_restores_the_limit(tmp_path):
     """After a whole-table scan DuckDB keeps the pages until pressure; the release hands them back down to
     a 64 MB slack (table pages only: a temporary table stays) and leaves the memory limit as it was: the

@@ -432,14 +432,30 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+def duckdb_threads(threads: int | None = None) -> int | None:
+    """DuckDB's worker threads for a store: `threads`, else $HRT_DUCKDB_THREADS, else None (DuckDB's default, one
+    per core). Processes that already fill the cores (parallel jobs, test workers) set 1: on 2 cores two workers'
+    DuckDB threads competing for the other's core cost the test suite ~15% of its CPU time (benchmarks/RESULTS.md)."""
+    if threads is None:
+        raw = os.environ.get("HRT_DUCKDB_THREADS", "").strip()
+        if not raw:
+            return None
+        if not raw.isdigit() or int(raw) < 1:
+            raise InputError(f"HRT_DUCKDB_THREADS must be a whole number of threads (1 or more), got {raw!r}")
+        threads = int(raw)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InputError(f"threads must be a whole number of threads (1 or more), got {threads!r}")
+    return threads
+
+
+def _connect_waiting(path: Path, read_only: bool, wait_s: float, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """`_connect_replaying`, tried again while another process holds the file's lock, for up to `wait_s`
     seconds (backing off from 20 ms to 0.5 s). DuckDB has no lock timeout of its own."""
     start = time.monotonic()
     deadline, pause, said = start + max(0.0, wait_s), 0.02, -60.0
     while True:
         try:
-            return _connect_replaying(path, read_only)
+            return _connect_replaying(path, read_only, threads)
         except duckdb.Error as e:
             left = deadline - time.monotonic()
             if "Could not set lock" not in str(e) or left <= 0:
@@ -454,14 +470,15 @@ def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckD
         pause = min(pause * 2, 0.5)
 
 
-def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+def _connect_replaying(path: Path, read_only: bool, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """`duckdb.connect`, and the way out of a WAL DuckDB cannot replay: one written by a toolkit before
     `Store._drop_fts` (its re-creation of the BM25 index's schema fails to replay, "Cannot drop entry
     fts_main_chunks"), after which the store never opened again (user trial N). The WAL is moved aside (kept,
     renamed, for inspection) and the store opens as of its last checkpoint, with a warning that says so:
     writes after that checkpoint are in the moved file, not in the store. Without this, nothing opens it."""
+    config = {"threads": threads} if threads is not None else {}
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        return duckdb.connect(str(path), read_only=read_only, config=config)
     except duckdb.Error as e:
         wal = Path(f"{path}.wal")
         if "replaying WAL" not in str(e) or "fts_main" not in str(e) or not wal.exists():
@@ -472,7 +489,7 @@ def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection
             "warning: %s: its write-ahead log (written by an earlier version) could not be replayed; it was moved to %s "
             "and the store opened as of its last checkpoint: writes made after it are not in the store (ingest them "
             "again)", path, kept)
-        return duckdb.connect(str(path), read_only=read_only)
+        return duckdb.connect(str(path), read_only=read_only, config=config)
 
 
 def bind_without_pandas() -> None:
@@ -596,17 +613,19 @@ class Store:
 
     def __init__(
         self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None, memory_limit: str | None = None,
-        wait_s: float = 0.0,
+        wait_s: float = 0.0, threads: int | None = None,
     ) -> None:
         """`wait_s`: how long to keep trying when another process holds the file (DuckDB lets one process write,
         or several read, never both), before the `StoreBusyError`; 0 fails at once (user trial Z: a memory
         service's writer and readers, each opening the store briefly, failed instead of waiting their turn).
         `memory_limit` (e.g. "4GB"): DuckDB's working-memory cap for this store; past it DuckDB spills to
-        disk. Its default is 80% of the machine's memory, too much to share a laptop with a large index build."""
+        disk. Its default is 80% of the machine's memory, too much to share a laptop with a large index build.
+        `threads`: DuckDB's worker threads (default $HRT_DUCKDB_THREADS, else one per core)."""
         # "~/notes.duckdb" quoted past the shell: DuckDB expands the ~ itself, so every check here must too (the
         # existence check read ./~/notes.duckdb while DuckDB wrote $HOME/notes.duckdb, user trial AG)
         self.path = Path(path).expanduser()
         self.read_only = read_only
+        threads = duckdb_threads(threads)  # checked before anything is created
         self._dense_lock = threading.Lock()  # one thread builds the dense matrix of a generation
         self._embedder_lock = threading.Lock()
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
@@ -625,7 +644,7 @@ class Store:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.con = _Connection(_connect_waiting(self.path, read_only, wait_s))
+            self.con = _Connection(_connect_waiting(self.path, read_only, wait_s, threads))
         except duckdb.Error as e:
             if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
                 # A long-running holder (an agent keeping its memory open) never lets go: say so (user trial N).
