@@ -275,7 +275,12 @@ def test_id_warnings_say_which_ids_do_not_meet():
         "0 of 2 run queries have judgements in the dev qrels (run ids e.g. 'x-q1', qrels ids e.g. 'q1'), "
         "so every value is 0: do the query ids match?"
     ]
-    assert metrics.id_warnings(RUN, QRELS) == ["2 of 3 judged queries in the qrels are not in the run; each scores 0"]
+    # Both sides named: a padded "010" in the run beside "10" in the qrels shows at once (user trial AM).
+    assert metrics.id_warnings(RUN, QRELS) == [
+        "2 of 3 judged queries in the qrels are not in the run (e.g. 'q2', 'q3'); each scores 0; the run's 1 other "
+        "queries have no judgements there (e.g. 'q4')"]
+    assert metrics.id_warnings(RUN.filter(pl.col("qid") == "q1"), QRELS) == [
+        "2 of 3 judged queries in the qrels are not in the run (e.g. 'q2', 'q3'); each scores 0"]
     renamed = QRELS.filter(pl.col("qid") == "q1").with_columns((pl.col("doc_id") + ".md").alias("doc_id"))
     (msg,) = metrics.id_warnings(RUN, renamed)
     assert msg.startswith("none of the 5 documents the run retrieved for judged queries is judged in the qrels")
@@ -481,3 +486,28 @@ def test_a_query_judged_only_with_grade_0_counts_0_in_the_mean_as_in_trec_eval()
     rd = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"a": 1.0}}
     ref = [m.value for m in ir_measures.pytrec_eval.iter_calc([ir_measures.nDCG @ 10], qd, rd)]
     assert len(ref) == 2 and sum(ref) / len(ref) == agg["nDCG@10"]
+
+
+def test_judged_at_k_agrees_with_ir_measures():
+    """Judged@k (user trial AM: shallow judgements of a collection brought along, 80% of each top 10 unjudged
+    and nothing said): the share of the shown top k that is judged at all, as ir_measures' Judged."""
+    rng = np.random.default_rng(7)
+    doc_ids = [f"d{i}" for i in range(80)]
+    runs, qrels = [], []
+    for q in range(30):
+        n = int(rng.integers(1, 25))  # some queries retrieve fewer than k
+        docs = rng.choice(doc_ids, size=n, replace=False)
+        runs.append(pl.DataFrame({"qid": f"q{q}", "doc_id": docs, "score": rng.permutation(n).astype(float)}))
+        judged = rng.choice(doc_ids, size=int(rng.integers(1, 20)), replace=False)
+        qrels.append(pl.DataFrame({"qid": f"q{q}", "doc_id": judged, "rel": rng.choice([0, 1, 2], size=judged.size)}))
+    qrels.append(pl.DataFrame({"qid": "q-unrun", "doc_id": ["d1"], "rel": [1]}))  # not in the run: 0
+    run, qrel = pl.concat(runs), pl.concat(qrels).with_columns(pl.col("rel").cast(pl.Int64))
+    ours = evaluate(run, qrel, ["Judged@10", "Judged@5", "nDCG@10"])
+    qd = {q: dict(zip(g["doc_id"], g["rel"], strict=True)) for (q,), g in qrel.partition_by("qid", as_dict=True).items()}
+    rd = {q: dict(zip(g["doc_id"], g["score"], strict=True)) for (q,), g in run.partition_by("qid", as_dict=True).items()}
+    ref = {(m.query_id, str(m.measure)): m.value for m in ir_measures.iter_calc([ir_measures.Judged @ 10, ir_measures.Judged @ 5], qd, rd)}
+    got = {(q, m): v for q, m, v in ours.filter(pl.col("measure").str.starts_with("Judged")).iter_rows()}
+    assert got.keys() == ref.keys() and len(got) == 62
+    for key, v in ref.items():
+        assert got[key] == pytest.approx(v, abs=1e-9), key
+    assert got[("q-unrun", "Judged@10")] == 0.0

@@ -318,6 +318,10 @@ def test_a_range_beyond_the_fields_own_bounds_is_refused_while_one_only_the_base
     with pytest.raises(InputError, match="fusion.alpha"):
         tune(store, dataset, base="qmd", space={"fusion.method": ["convex"], "fusion.alpha": {"float": [0.0, 1.5]}},
              budget=2, folds=2, progress=False)
-    # alpha 1 under convex fusion of BM25 alone fuses nothing, but the range is sound: accepted, trials there pruned.
-    tune(store, dataset, base="bm25-only", space={"fusion.method": ["convex"], "fusion.alpha": {"float": [0.0, 1.0]}},
+    # The range is sound for a hybrid base: accepted.
+    tune(store, dataset, base="hybrid-rrf", space={"fusion.method": ["convex"], "fusion.alpha": {"float": [0.0, 1.0]}},
          budget=2, folds=2, progress=False)
+    # For BM25 alone no fusion setting moves anything: refused before any trial (user trial AM), not 40 equal trials.
+    with pytest.raises(InputError, match="nothing to tune"):
+        tune(store, dataset, base="bm25-only", space={"fusion.method": ["convex"], "fusion.alpha": {"float": [0.0, 1.0]}},
+             budget=2, folds=2, progress=False)

@@ -546,6 +546,21 @@ def _closing_embedder(emb):
             close()
 
 
+def _warn_judged_skipped(ds, split: str, corpus) -> str | None:
+    """Judged documents the corpus file holds but reading it left out (an empty record, a field of the wrong
+    type): no run can retrieve them, and `hrt run` said nothing when the store already matched the corpus (user
+    trial AM). Ids missing from the corpus file are `Dataset.qrels`' warning."""
+    judged = set(ds._judged(split)["doc_id"].to_list())
+    lost = sorted((judged & ds.corpus_ids()) - {d["doc_id"] for d in corpus})
+    if not lost:
+        return None
+    why = next((s.reason for s in getattr(corpus, "skipped", []) if repr(lost[0]) in s.reason), "left out when the corpus was read")
+    msg = (f"{len(lost)} judged document(s) of the {split} qrels are not in the store (e.g. {lost[0]!r}: {why}); "
+           "no run can retrieve them, so they count as misses")
+    click.echo(f"warning: {msg}", err=True)
+    return msg
+
+
 def _echo_skipped(docs, verbose: bool = False) -> None:
     """Say what the corpus left out (count and reasons; each one with -v), on stderr."""
     skipped = getattr(docs, "skipped", [])
@@ -819,6 +834,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     queries = ds.queries(split)
     _in_sample_note({cfg.name or "config": cfg}, ds, split, queries["qid"].to_list(), queries["text"].to_list())
     corpus = load_corpus(ds.root)
+    _warn_judged_skipped(ds, split, corpus)
     check_trec_ids(queries["qid"], "query", ds.root / "queries.jsonl")  # a TREC file cannot hold them
     check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
     t0 = time.perf_counter()
@@ -861,6 +877,64 @@ def _full_table(df: pl.DataFrame) -> str:
         return str(df)
 
 
+JUDGED = "Judged@10"
+SHALLOW_JUDGED = 0.5  # below this share of judged documents in the top 10 `hrt eval` says the values are lower bounds
+
+
+def _distinct_runs(run_paths: tuple[str, ...]) -> None:
+    """The same file given twice would be compared with itself (an empty significance block, user trial AM)."""
+    seen: dict[Path, str] = {}
+    for rp in run_paths:
+        key = Path(rp).resolve()
+        if key in seen:
+            raise ToolkitError(f"--run {rp!r} is the same file as --run {seen[key]!r}: give each run once")
+        seen[key] = rp
+
+
+def _baseline_run(baseline: str | None, run_paths: tuple[str, ...]) -> str:
+    """The --run that --baseline names, as the same file (`./runs/x.trec` is `runs/x.trec`), not the same string."""
+    if baseline is None:
+        return run_paths[0]
+    hit = [rp for rp in run_paths if Path(rp).resolve() == Path(baseline).resolve()]
+    if not hit:
+        raise ToolkitError(f"--baseline {baseline!r} is not one of the --run files ({', '.join(run_paths)})")
+    return hit[0]
+
+
+def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFrame | None, base: str, fmt: str) -> str:
+    """One row per run, each measure's mean and, for the runs against the baseline, p (Holm) beside it; CSV, or a
+    LaTeX tabular (booktabs; * marks p (Holm) <= 0.05). By hand: polars writes no LaTeX, and pandas' needs jinja2."""
+    def p_of(rp: str, m: str) -> tuple[float | None, bool]:
+        if sig is None or rp == base:
+            return None, False
+        r = sig.filter((pl.col("system") == rp) & (pl.col("measure") == m))
+        return (float(r["p_holm"][0]), bool(r["significant"][0])) if len(r) else (None, False)
+
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["run", *(c for m in ms for c in (m, f"{m} p_holm"))])
+        for rp, agg in out.items():
+            w.writerow([rp, *(c for m in ms for c in (f"{agg.get(m, float('nan')):.4f}",
+                                                        "" if p_of(rp, m)[0] is None else f"{p_of(rp, m)[0]:.4g}"))])
+        return buf.getvalue()
+
+    def tex(text: str) -> str:
+        return "".join("\\" + c if c in "&%$#_{}" else "\\textbackslash{}" if c == "\\" else c for c in text)
+
+    lines = ["\\begin{tabular}{l" + "r" * len(ms) + "}", "\\toprule",
+             "run & " + " & ".join(tex(m) for m in ms) + " \\\\", "\\midrule"]
+    for rp, agg in out.items():
+        cells = [f"{agg.get(m, float('nan')):.4f}" + ("$^{*}$" if p_of(rp, m)[1] else "") for m in ms]
+        lines.append(f"{tex(rp)} & " + " & ".join(cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}",
+              f"% * = p (Holm) <= 0.05 against {tex(base)}, paired randomisation test" if sig is not None else "% one run: no test"]
+    return "\n".join(lines) + "\n"
+
+
 TIES = {
     "trec": "score as float32 descending, ties by doc id descending; the rank column is ignored (trec_eval)",
     "rank": "the rank column (as written); ties in it by score as float32, then doc id descending",
@@ -873,7 +947,8 @@ TIES = {
 @click.option("--run", "run_path", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False), help="TREC run file (repeat to compare).")
 @click.option("--measures", default=",".join(DEFAULT_MEASURES), show_default=True, help="Comma-separated measures.")
 @click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures (2 for TREC DL).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "latex"]), default="table", show_default=True,
+              help="csv / latex: the table alone (one row per run; p (Holm) vs the baseline beside each measure), for a paper.")
 @click.option("--per-query", is_flag=True, help="Also print per-query values.")
 @click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
 @click.option("--ties", type=click.Choice(list(TIES)), default="trec", show_default=True, help="Order within a query: trec = score as float32 desc, then doc id desc (trec_eval); rank = the rank column.")
@@ -893,12 +968,15 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     import warnings
 
     from .loaders import Dataset
-    from .metrics import IdMismatchWarning, aggregate, evaluate, id_warnings, no_relevant
+    from .metrics import IdMismatchWarning, aggregate, evaluate, id_warnings, no_relevant, parse_measures
     from .runs import rank_conflicts, read_run
 
     ds = Dataset.open(dataset)
+    _distinct_runs(run_path)
+    base = _baseline_run(baseline, run_path)
     qrels = ds.qrels(split, strict=strict)
     ms = [m.strip() for m in measures.split(",") if m.strip()]
+    parse_measures(ms)  # an unknown name before any file is read
     if empty := no_relevant(qrels, rel_threshold):
         shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
         click.echo(f"note: {len(empty)} of {qrels['qid'].n_unique()} judged queries have no document graded "
@@ -906,6 +984,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     out = {}
     per = {}
     conflicts = {}
+    judged = {}
+    pooled = bool((qrels["rel"] <= 0).any())
     for rp in run_path:
         run_frame = read_run(rp)
         for msg in id_warnings(run_frame, qrels, f"the {split} qrels"):
@@ -913,24 +993,34 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IdMismatchWarning)  # said above, with the split
             pq = evaluate(run_frame, qrels, ms, rel_threshold=rel_threshold, ties=ties)
+            judged[rp] = aggregate(evaluate(run_frame, qrels, [JUDGED], ties=ties))[JUDGED]
         out[rp] = aggregate(pq)
         per[rp] = pq
         conflicts[rp] = rank_conflicts(run_frame)
+        # Pooled judgements (non-relevant ones judged too) that miss most of a run's top 10 (user trial AM: 83%, and
+        # nothing said). Qrels of relevant documents only (BEIR's, LoCoMo's) leave every top 10 mostly unjudged by design.
+        if pooled and judged[rp] < SHALLOW_JUDGED:
+            click.echo(f"note: {rp}: only {judged[rp]:.0%} of its top 10 documents are judged ({JUDGED} {judged[rp]:.3f}); "
+                       "unjudged documents count as not relevant, so its values are lower bounds: a system that finds "
+                       "relevant documents the judges never saw is undervalued", err=True)
     sig = None
     sig_notes: list[str] = []
     if len(run_path) > 1:
         from .compare import TEST_WORDS, SmallSampleWarning, compare
 
-        base = baseline or run_path[0]
-        if base not in per:
-            raise ToolkitError(f"--baseline {base!r} is not one of the --run files")
         stacked = pl.concat([pq.select(pl.lit(rp).alias("system"), pl.all()) for rp, pq in per.items()])
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SmallSampleWarning)
             sig = compare(stacked, base)
         sig_notes = [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
+    relevant = f"grade >= {rel_threshold} on the binary measures (R, P, RR, AP, Hit, Rprec); nDCG gains the grades"
+    if fmt in ("csv", "latex"):
+        click.echo(_paper_table(out, ms, sig, base, fmt), nl=False)
+        click.echo(f"note: {qrels['qid'].n_unique()} judged {split} queries; relevant: {relevant}; order: {TIES[ties]}", err=True)
+        return
     if fmt == "json":
-        doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "ties": TIES[ties], "runs": out}
+        doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "rel_threshold": rel_threshold,
+               "relevant": relevant, "ties": TIES[ties], "runs": out, JUDGED: judged}
         doc["rank_conflicts"] = conflicts
         if sig is not None:
             doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
@@ -945,7 +1035,6 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     for rp, agg in out.items():
         click.echo(f"{rp:<{width}}  " + "  ".join(f"{agg.get(m, float('nan')):>8.4f}" for m in ms))
     if sig is not None:
-        base = baseline or run_path[0]
         click.echo(f"\np (Holm) vs {base}, paired randomisation test:")
         for rp in run_path:
             if rp == base:
@@ -957,7 +1046,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             click.echo(f"{rp:<{width}}  " + "  ".join(cells))
         for note in sig_notes:
             click.echo(f"note: {note}")
-    click.echo(f"\norder: {TIES[ties]}")
+    click.echo(f"\nqueries: {qrels['qid'].n_unique()} judged in {split}; relevant: {relevant}")
+    click.echo(f"order: {TIES[ties]}")
     for rp, n in conflicts.items():
         if n:
             other = "rank" if ties == "trec" else "trec"
@@ -1005,13 +1095,17 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
-        st.ingest(load_corpus(ds.root), settings=_cache_settings(loaded.values(), cache), embed=_needs_vectors(loaded.values()),
+        corpus = load_corpus(ds.root)
+        lost = _warn_judged_skipped(ds, split, corpus)
+        st.ingest(corpus, settings=_cache_settings(loaded.values(), cache), embed=_needs_vectors(loaded.values()),
                   progress=_progress())
         rep = build_report(
             st, ds.queries(split), ds.qrels(split), loaded, baseline=base, dataset=ds.name, split=split,
             group_by=[g for g in group_by.split(",") if g], rel_threshold=rel_threshold, latency_sample=latency_sample,
         )
-    rep.notes[:0] = in_sample  # the HTML says it too, not only this terminal
+    # The HTML says it too, not only this terminal (user trial AM: dropped judgements were on stderr only).
+    rep.notes[:0] = [*in_sample, *(f"{ds.root / 'qrels' / f'{split}.tsv'}: {p}" for p in ds.qrels_problems(split)),
+                     *([lost] if lost else [])]
     rep.write_html(out)
     click.echo(_full_table(rep.ab))
     click.echo(f"report -> {out}")
@@ -1057,7 +1151,9 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     base_cfg = _load_cfg(base or DEFAULT_PRESET, None)
     with _closing_embedder(_auto_ingest_embedder([base_cfg], store_path)) as emb, \
             Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
-        st.ingest(load_corpus(ds.root), settings=_cache_settings([base_cfg], cache), embed=_needs_vectors([base_cfg]),
+        corpus = load_corpus(ds.root)
+        _warn_judged_skipped(ds, split, corpus)
+        st.ingest(corpus, settings=_cache_settings([base_cfg], cache), embed=_needs_vectors([base_cfg]),
                   progress=_progress())
         _, rep = run_tune(
             st, ds.root, split=split, base=base or DEFAULT_PRESET, space=space, method=method, budget=budget, measure=measure,

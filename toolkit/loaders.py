@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import glob
 import json
 import logging
 import math
@@ -635,7 +636,9 @@ def _folder_docs(
         yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": title[:200], "text": text, "metadata": {"path": rel}}
 
 
-_QUERY_FIELDS = frozenset({"_id", "id", "qid", "text", "query", "metadata", "scope"})
+# A query's id: BEIR's `_id`, and the names other tools write (ir_datasets' `query_id`, user trial AM).
+QUERY_ID_KEYS = ("_id", "id", "qid", "query_id")
+_QUERY_FIELDS = frozenset({*QUERY_ID_KEYS, "text", "query", "metadata", "scope"})
 
 
 def _flat_query_fields(o: Mapping[str, Any], meta: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -663,9 +666,9 @@ def load_queries(path: str | Path) -> pl.DataFrame:
         raise InputError(f"{p}: no such file")
     rows, seen = [], {}
     for n, o in _read_jsonl(p):
-        qid = o.get("_id", o.get("id", o.get("qid")))
+        qid = next((o[k] for k in QUERY_ID_KEYS if o.get(k) is not None), None)
         if qid is None:
-            raise InputError(f"{p}:{n}: missing query id (`_id`)")
+            raise InputError(f"{p}:{n}: missing query id (one of {', '.join(f'`{k}`' for k in QUERY_ID_KEYS)})")
         qid = str(qid)
         if qid in seen:
             raise InputError(f"{p}:{n}: duplicate query id {qid!r} (first at line {seen[qid]})")
@@ -762,23 +765,43 @@ class Dataset:
         out = self._judged(split, strict=strict)
         if not len(out):
             f = self.root / "qrels" / f"{split}.tsv"
-            n_known = len(_ids(self.root / "queries.jsonl", ("_id", "id", "qid")))
+            n_known = len(_ids(self.root / "queries.jsonl", QUERY_ID_KEYS))
             n_lines = len(read_qrels(f))
             held = f"its {n_lines} judgement(s) name none of the {n_known} queries in queries.jsonl" if n_lines else "it holds no judgements"
             raise InputError(f"{f}: split {split!r} has no judged query to run or evaluate: {held}")
         return out
 
+    def qrels_problems(self, split: str) -> list[str]:
+        """What the split's judgements name that the collection lacks (the warnings `qrels` logs once), in words,
+        for a report to carry: a terminal's warning is gone by the time someone reads the HTML (user trial AM)."""
+        return self._checked(split)[1]
+
     def _judged(self, split: str, *, strict: bool = False) -> pl.DataFrame:
         """`qrels` without its check that something is left."""
+        q, problems = self._checked(split)
+        if problems:
+            msg = f"{self.root / 'qrels' / f'{split}.tsv'}: " + "; ".join(problems)
+            if strict:
+                raise InputError(msg + " (--strict)")
+            if msg not in _REPORTED:
+                _REPORTED.add(msg)
+                logging.getLogger("toolkit").warning("warning: %s", msg)
+        return q
+
+    def _checked(self, split: str) -> tuple[pl.DataFrame, list[str]]:
+        """(the split's judgements of queries in queries.jsonl, the problems found)."""
         from .runs import read_qrels
 
         check_split(split)
         f = self.root / "qrels" / f"{split}.tsv"
         if not f.exists():
-            raise InputError(f"{f}: no qrels for split {split!r} (available: {', '.join(self.splits()) or 'none'})")
+            near = sorted(p.name for p in f.parent.glob(f"{glob.escape(split)}.*")) if f.parent.is_dir() else []
+            unread = (f"; {', '.join(near)} {'is' if len(near) == 1 else 'are'} not read: a split's judgements are "
+                      f"qrels/<split>.tsv (BEIR's TSV or TREC qrels lines)") if near else ""
+            raise InputError(f"{f}: no qrels for split {split!r} (available: {', '.join(self.splits()) or 'none'}){unread}")
         q = read_qrels(f)
-        known_q = sorted(_ids(self.root / "queries.jsonl", ("_id", "id", "qid")))
-        known_d = sorted(_ids(self.root / "corpus.jsonl", ("_id", "id", "doc_id")))
+        known_q = sorted(_ids(self.root / "queries.jsonl", QUERY_ID_KEYS))
+        known_d = sorted(self.corpus_ids())
         bad_q = q.filter(~pl.col("qid").is_in(known_q))
         bad_d = q.filter(~pl.col("doc_id").is_in(known_d))
         problems = []
@@ -788,14 +811,11 @@ class Dataset:
         if len(bad_d):
             problems.append(f"{len(bad_d)} judgement(s) name {bad_d['doc_id'].n_unique()} document id(s) not in the "
                             f"corpus (e.g. {bad_d['doc_id'][0]!r}; no run can retrieve them)")
-        if problems:
-            msg = f"{f}: " + "; ".join(problems)
-            if strict:
-                raise InputError(msg + " (--strict)")
-            if msg not in _REPORTED:
-                _REPORTED.add(msg)
-                logging.getLogger("toolkit").warning("warning: %s", msg)
-        return q.filter(pl.col("qid").is_in(known_q))
+        return q.filter(pl.col("qid").is_in(known_q)), problems
+
+    def corpus_ids(self) -> frozenset[str]:
+        """The document ids corpus.jsonl holds (read once per file version)."""
+        return _ids(self.root / "corpus.jsonl", ("_id", "id", "doc_id"))
 
     def queries(self, split: str | None = None) -> pl.DataFrame:
         """All queries, or only those judged in `split`."""

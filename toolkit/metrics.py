@@ -28,11 +28,14 @@ Conventions (those of trec_eval, so numbers are comparable with published ones):
   by k even when fewer documents were retrieved; a query with no relevant document scores 0.
 - RR@k: trec_eval has no cutoff for RR; RR@k is RR over the top k in the order above. (ir_measures'
   default pipeline computes RR@k with its msmarco provider, which can break ties differently.)
+- Judged@k (ir_measures' Judged): the share of the run's top k that is judged at all (any grade, 0 too), over
+  the min(k, retrieved) documents shown; not a trec_eval measure. Shallow judgements make every other value a
+  lower bound: unjudged documents count as not relevant.
 - Labels: the `measure` column holds each measure string as the caller wrote it ("MRR@10" stays
   "MRR@10"), so `aggregate(...)["MRR@10"]` finds it.
 
 Measures (case-insensitive, `@k` a positive cutoff): nDCG[@k], R[@k] / Recall[@k], P@k, RR[@k] / MRR[@k],
-AP[@k] / MAP[@k], Hit@k / Success@k, Rprec; and the trec_eval spellings ndcg_cut_10, P_5, recall_100, map,
+AP[@k] / MAP[@k], Hit@k / Success@k, Rprec, Judged[@k]; and the trec_eval spellings ndcg_cut_10, P_5, recall_100, map,
 map_cut_10, recip_rank, success_1 (the label keeps the spelling given).
 """
 
@@ -64,9 +67,10 @@ _NAMES: dict[str, tuple[str, str]] = {
     "hit": ("success", "required"),
     "success": ("success", "required"),
     "rprec": ("rprec", "none"),
+    "judged": ("judged", "optional"),
 }
 KNOWN = (
-    "nDCG[@k], R[@k] (Recall), P@k, RR[@k] / MRR[@k], AP[@k] / MAP[@k], Hit@k / Success@k, Rprec; "
+    "nDCG[@k], R[@k] (Recall), P@k, RR[@k] / MRR[@k], AP[@k] / MAP[@k], Hit@k / Success@k, Rprec, Judged[@k]; "
     "trec_eval names: ndcg, ndcg_cut_k, P_k, recall_k, map, map_cut_k, recip_rank, success_k, Rprec"
 )
 _MEASURE_RE = re.compile(r"^\s*([A-Za-z]+)\s*(?:@\s*(\d+))?\s*$")
@@ -236,7 +240,7 @@ def evaluate(
         r = r.filter(pl.col("pos") <= depth)
     # Order-preserving join: the cumulative count of relevant documents (AP) relies on the trec_eval order.
     r = r.join(q, on=["qid", "doc_id"], how="left", maintain_order="left").with_columns(
-        pl.col("rel").fill_null(0)
+        pl.col("rel").fill_null(0), *([pl.col("rel").is_not_null().cast(pl.Float64).alias("j")] if any(m.kind == "judged" for m in ms) else [])
     )
     r = r.with_columns(
         (pl.col("rel") >= rel_threshold).cast(pl.Float64).alias("b"),
@@ -266,11 +270,15 @@ def evaluate(
             e = _cut(b * pl.col("cb") / pos, k).sum()
         elif m.kind == "success":
             e = _cut(b, k).max()
+        elif m.kind == "judged":  # over the documents shown: min(k, retrieved), as ir_measures
+            e = _cut(pl.col("j"), k).sum()
+            num.append(_cut(pl.lit(1.0), k).sum().alias(f"shown{i}"))
         else:  # rprec
             e = pl.when(pos <= pl.col("nrel")).then(b).otherwise(0.0).sum()
         num.append(e.alias(f"m{i}"))
     cols = [f"m{i}" for i in range(len(ms))]
     wide = r.group_by("h").agg(pl.col("qid").first(), *num).drop("h")
+    shown = [f"shown{i}" for i, m in enumerate(ms) if m.kind == "judged"]
     if len(wide) and len(judged) and not wide["qid"].is_in(judged["qid"].implode()).any():
         # One is_in over a row per query (microseconds): ids that share nothing would otherwise be silent zeros.
         warnings.warn("evaluate: " + _unjudged(len(wide), wide["qid"].min(), judged["qid"].min(), "the qrels", len(judged)),
@@ -278,7 +286,7 @@ def evaluate(
     out = (
         queries.join(per_q, on="qid", how="left")
         .join(wide, on="qid", how="left")
-        .with_columns(pl.col(cols).fill_null(0.0))
+        .with_columns(pl.col(cols + shown).fill_null(0.0))
     )
     nrel = pl.col("nrel")
     fin: list[pl.Expr] = []
@@ -289,6 +297,8 @@ def evaluate(
             fin.append(_ratio(pl.col(c), nrel).alias(c))
         elif m.kind == "precision":
             fin.append((pl.col(c) / float(m.k)).alias(c))
+        elif m.kind == "judged":
+            fin.append(_ratio(pl.col(c), pl.col(f"shown{c[1:]}")).alias(c))
     out = out.with_columns(fin).select("qid", *cols).sort("qid")
     # Long form, query by query in the order of `measures`: each row's values as a list, exploded (no sort).
     return out.select(
@@ -366,7 +376,13 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
     if not len(hit):
         return [_unjudged(len(run_q), run_q["qid"].min(), judged["qid"].min(), where)]
     if len(hit) < len(judged):
-        out.append(f"{len(judged) - len(hit)} of {len(judged)} judged queries in {where} are not in the run; each scores 0")
+        missing = judged.join(hit, on="qid", how="anti")["qid"].sort()
+        extra = run_q.join(judged, on="qid", how="anti")["qid"].sort()
+        # Both sides named: "010" in the run beside "10" in the qrels is a padding to see at once (user trial AM).
+        out.append(f"{len(missing)} of {len(judged)} judged queries in {where} are not in the run (e.g. "
+                   f"{', '.join(map(repr, missing[:3]))}); each scores 0"
+                   + (f"; the run's {len(extra)} other queries have no judgements there (e.g. {', '.join(map(repr, extra[:3]))})"
+                      if len(extra) else ""))
     rows = run.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).join(hit, on="qid", how="semi")
     docs = qrels.select(pl.col("doc_id").cast(pl.Utf8)).unique()
     if len(rows) and not len(rows.join(docs, on="doc_id", how="semi")):

@@ -23,8 +23,9 @@ import yaml
 from . import providers
 from .compare import TEST_WORDS, SmallSampleWarning, compare
 from .config import LABELS, PipelineConfig, load_config
+from .errors import InputError
 from .files import write_text_atomic
-from .metrics import evaluate
+from .metrics import evaluate, no_relevant
 from .pipeline import prepare, rescore
 from .store import Store
 
@@ -46,7 +47,13 @@ class Report:
     latency: pl.DataFrame  # [system, stage, p50_ms, p95_ms]
     figures: dict[str, go.Figure] = field(default_factory=dict)
     configs: dict[str, PipelineConfig] = field(default_factory=dict)  # name -> the config compared
-    notes: list[str] = field(default_factory=list)  # caveats on the significance (too few queries, ...)
+    notes: list[str] = field(default_factory=list)  # caveats: too few queries, judgements dropped or with nothing relevant, ...
+    rel_threshold: int = 1  # the grade the binary measures count as relevant
+
+    @property
+    def n_queries(self) -> int:
+        """The judged queries every mean is over (a query missing from a run counts 0 there)."""
+        return self.per_query["qid"].n_unique() if len(self.per_query) else 0
 
     def config_diff(self) -> pl.DataFrame:
         """[field, <baseline>, <other systems>...]: every config field where a system differs from the baseline."""
@@ -78,6 +85,9 @@ class Report:
             f"<h1>Retrieval report: {html.escape(self.dataset)} ({html.escape(self.split)})</h1>",
             f"<p>Baseline: <b>{html.escape(self.baseline)}</b>. Significance: {html.escape(TEST_WORDS)}; "
             "significant = p (Holm) &lt;= 0.05, in either direction (read delta for which).</p>",
+            f"<p>Queries: <b>{self.n_queries}</b> judged in {html.escape(self.split)}, each counted in every mean. "
+            f"Relevant: grade &gt;= <b>{self.rel_threshold}</b> on the binary measures (R, P, MRR); nDCG gains the "
+            "grades. Unjudged documents count as not relevant (trec_eval).</p>",
             *(f"<p><b>Note:</b> {html.escape(n)}</p>" for n in self.notes),
         ]
         if self.configs:
@@ -210,6 +220,7 @@ def build_report(
     """Run each config over `queries`, evaluate, compare with `baseline`, and break results down."""
     if baseline not in configs:
         raise ValueError(f"baseline {baseline!r} is not one of the configs {list(configs)}")
+    _check_group_fields(queries, group_by or [])  # before any config runs
     measures = sorted(set(AB_MEASURES))
     per, lat, prov = [], [], {}
     for name, src in configs.items():
@@ -237,6 +248,9 @@ def build_report(
             [compare(per_query.filter(pl.col("measure") == m), baseline).with_columns(pl.lit(m).alias("measure")) for m in AB_MEASURES]
         )
     notes = list(dict.fromkeys(str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)))
+    if empty := no_relevant(qrels, rel_threshold):  # they pull every mean down: the reader must know (user trial AM)
+        notes.insert(0, f"{len(empty)} of {qrels['qid'].n_unique()} judged queries have no document graded >= {rel_threshold} "
+                        f"({', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}); each counts 0 on the binary measures, as in trec_eval")
     for w in caught:  # every warning still reaches the caller, the caveats once each
         if not issubclass(w.category, SmallSampleWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -250,7 +264,20 @@ def build_report(
     if len(latency):
         figs["Latency per stage (p50, ms)"] = _latency_fig(latency)
     return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, figs,
-                  configs={name: load_config(src) for name, src in configs.items()}, notes=notes)
+                  configs={name: load_config(src) for name, src in configs.items()}, notes=notes, rel_threshold=rel_threshold)
+
+
+def _check_group_fields(queries: pl.DataFrame, fields: list[str]) -> None:
+    """A group-by field no query holds gave one "None" group of every query, in silence (user trial AM); `hrt
+    tune --stratify` refuses the same mistake."""
+    if not fields:
+        return
+    metas = [json.loads(m) if m else {} for m in queries["metadata"].to_list()] if "metadata" in queries.columns else []
+    have = sorted({k for m in metas for k in m})
+    for f in fields:
+        if not any(f in m for m in metas):
+            raise InputError(f"group by {f!r}: no query has that metadata field (fields the queries have: "
+                             f"{', '.join(have) or 'none'})")
 
 
 def _breakdown(per_query: pl.DataFrame, queries: pl.DataFrame, fields: list[str]) -> pl.DataFrame:

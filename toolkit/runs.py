@@ -311,6 +311,12 @@ def rank_conflicts(run: pl.DataFrame) -> int:
     return int(by_rank.filter(diff)["qid"].n_unique())
 
 
+# Column names a qrels file's header line may use (user trial AM: `qid docid rel` stopped at "grade 'rel' is not a number").
+_HEADER_WORDS = frozenset({"query-id", "query_id", "queryid", "qid", "topic", "corpus-id", "corpus_id", "doc-id", "doc_id", "docid",
+                           "docno", "score", "rel", "relevance", "label", "grade", "judgement", "judgment", "iteration", "iter",
+                           "q0"})
+
+
 def read_qrels(path: str | Path) -> pl.DataFrame:
     """Qrels as [qid, doc_id, rel]: BEIR tsv (`query-id corpus-id score`, tab separated, header optional)
     or TREC (`qid 0 docid rel`, whitespace separated), told apart by the first line."""
@@ -319,9 +325,14 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
     if df.is_empty():
         return pl.DataFrame(schema=QRELS_SCHEMA)
     first = df["line"][0]
-    if first.split() == _BEIR_HEADER:
-        df = df.slice(1)
-        beir = True
+    fields = first.split()
+    if fields == _BEIR_HEADER or (len(fields) in (3, 4) and all(f.lower() in _HEADER_WORDS for f in fields)):
+        df = df.slice(1)  # BEIR's header, or another tool's column names (ir_datasets: query_id iteration doc_id relevance)
+        beir = len(fields) == 3
+    elif fields and not re.fullmatch(r"[+-]?\d+", fields[-1]) and not any(c.isdigit() for c in first):
+        raise InputError(f"{path}:1: {first.strip()!r} reads as a header this reader does not know (known: "
+                         f"'{' '.join(_BEIR_HEADER)}' or column names such as 'qid docid rel', 'query_id iteration "
+                         "doc_id relevance'); remove it or rename its columns")
     else:
         beir = "\t" in first and len(first.strip().split("\t")) == 3
     if beir:
