@@ -15,6 +15,7 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
 - "trickle": HTTP 200 with a long body sent a few bytes at a time (`trickle_bytes` every `trickle_every_s`,
   for at most `trickle_max_s`): never a gap long enough for a per-read timeout, so only a deadline stops it.
 - "tei": rerank wants TEI's `{"query", "texts"}` (HTTP 422 otherwise) and answers a bare list.
+- "voyage": rerank answers Voyage's `{"data": [{"index", "relevance_score"}]}`. "redirect": HTTP 308 to an https URL.
 - `fail_first = N`: the first N requests get HTTP 500, then the mode applies (tests retries).
 - `limit_first = N`: the first N requests get HTTP `limit_status` (429), with a `Retry-After: {retry_after}`
   header when `retry_after` is set (seconds or an HTTP date), then the mode applies.
@@ -169,6 +170,10 @@ class FakeServer:
         results.sort(key=lambda r: -r["relevance_score"])
         if mode == "wrong_shape":
             return 200, json.dumps({"data": [r["relevance_score"] for r in results]}).encode()
+        if mode == "voyage":  # Voyage's shape: the results under "data"
+            return 200, json.dumps({"object": "list", "data": results}).encode()
+        if mode == "redirect":  # http -> https, as a gateway answers: httpx follows none
+            return 308, b""
         if mode == "out_of_range":
             results.append({"index": len(docs), "relevance_score": 0.5})
         if mode == "partial":
@@ -217,6 +222,8 @@ def _make_handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", "application/json")
                 if code in (429, 503) and server.retry_after is not None:
                     self.send_header("Retry-After", server.retry_after)
+                if code == 308:
+                    self.send_header("Location", "https://rerank.internal/v1/rerank")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)

@@ -11,6 +11,7 @@ from conftest import write_beir
 from fake_servers import fake_server_fixture  # noqa: F401 - the fixture is used by name
 
 from toolkit.cli import main
+from toolkit.rerank import ProviderError
 from toolkit.store import Store
 
 
@@ -161,9 +162,15 @@ def test_a_retry_after_http_date_and_a_huge_one_are_capped(fake_server, monkeypa
     from toolkit.rerank import RETRY_AFTER_MAX_S, retry_after_seconds
 
     waits = _waits(monkeypatch)
-    fake_server.limit_first, fake_server.limit_status, fake_server.retry_after = 1, 503, "86400"
-    _embed_once(fake_server)
-    assert waits == [RETRY_AFTER_MAX_S]
+    fake_server.limit_first, fake_server.limit_status, fake_server.retry_after = 1, 503, "20"
+    _embed_once(fake_server)  # within the call's bound (timeout x attempts): waited as asked
+    assert waits == [20.0]
+    # Past that bound (user trial AN: an hour's Retry-After stalled a 1 s-timeout search for 62 s): not waited at all.
+    fake_server.limit_first, fake_server.retry_after = len(fake_server.requests) + 1, "86400"
+    with pytest.raises(ProviderError, match=r"rate limited, retry after 86400 s: past this call's bound of \d+ s"):
+        _embed_once(fake_server)
+    assert waits == [20.0]
+    assert retry_after_seconds("86400") == RETRY_AFTER_MAX_S
     assert retry_after_seconds(formatdate(1_000_010.0, usegmt=True), now=1_000_000.0) == 10.0
     assert retry_after_seconds(formatdate(999_990.0, usegmt=True), now=1_000_000.0) == 0.0  # already past
     assert retry_after_seconds("soon") is None and retry_after_seconds(None) is None
@@ -195,7 +202,10 @@ def test_lexical_only_report_and_tune_on_a_store_the_endpoint_embedded(tmp_path,
     r = CliRunner().invoke(main, ["report", "--dataset", str(beir), "--split", "test", "--config", "bm25-only",
                                   "--store", str(store), "--out", str(tmp_path / "r.html")])
     assert r.exit_code == 0, r.output
+    space = tmp_path / "space.yaml"  # no fusion field: fusing BM25 alone moves nothing (a space of those is refused)
+    space.write_text("threshold.min_score: {float: [0.0, 1.0]}\n")
     r = CliRunner().invoke(main, ["tune", "--dataset", str(beir), "--split", "test", "--force", "--base", "bm25-only",
-                                  "--store", str(store), "--out", str(tmp_path / "t.yaml"), "--budget", "3", "--folds", "2"])
+                                  "--store", str(store), "--out", str(tmp_path / "t.yaml"), "--budget", "3", "--folds", "2",
+                                  "--space", str(space)])
     assert r.exit_code == 0, r.output
     assert len(fake_server.requests) == before  # nothing was embedded, locally or remotely

@@ -195,14 +195,14 @@ def test_prepare_stores_no_key_in_the_embedder_fallback_status(tmp_path, corpus_
         res = run_pipeline(st, q, cfg)
     assert prep.embed_status is not None and "HTTP 401" in prep.embed_status["error"][0]
     assert_clean(json.dumps(prep.embed_status.to_dicts()), key)
-    assert res.per_query["provider_notes"].to_list() == [["embedder unavailable (HTTP 401): lexical results only"]]
+    assert res.per_query["provider_notes"].to_list() == [["embedder unavailable (HTTP 401 auth failed, key refused): lexical results only"]]
 
 
 def test_hrt_ingest_with_an_echoing_endpoint_prints_no_key(tmp_path, corpus_file, echo, key):
     echo.echo = "401"
     r = CliRunner().invoke(main, ["ingest", str(corpus_file), "--store", str(tmp_path / "http.duckdb"), "--embed-url",
                                   echo.embeddings_url, "--model", "fake-embed", "--api-key-env", "MYKEY"])
-    assert r.exit_code == 2 and "error: HTTP 401 from " in r.stderr
+    assert r.exit_code == 2 and "error: HTTP 401 auth failed, key refused, from " in r.stderr
     assert_clean(r.output + r.stderr, key)
 
 

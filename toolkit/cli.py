@@ -44,6 +44,9 @@ def _config_warnings() -> Iterator[None]:
                 click.echo(f"warning: {message}", err=True)
 
         warnings.showwarning = show
+        from .providers import ProviderFallbackWarning
+
+        warnings.filterwarnings("ignore", category=ProviderFallbackWarning)  # each command says it in its own words
         yield
 
 
@@ -1088,8 +1091,14 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     cache = store_path is None
     store_path = store_path or _default_store(ds)
     from .config import load_config
+    from .rerank_env import resolve_rerank
 
-    loaded = {label: load_config(src) for label, src in named.items()}
+    # The reranker HRT_RERANK_* names, as `hrt run` uses it (user trial AN: the report skipped it and said "ok").
+    loaded = {}
+    for label, src in named.items():
+        loaded[label], rr_source = resolve_rerank(load_config(src))
+        if rr_source.source == "environment":
+            click.echo(f"{label}: {rr_source.describe(loaded[label])}", err=True)
     _check_out(out, store_path)
     asked = ds.queries(split)
     in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())

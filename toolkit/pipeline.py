@@ -306,6 +306,7 @@ def prepare(
     ltr = not one_shot or cfg.fusion.method == "learned" or cfg.fusion.router
     prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr, cache_queries=not one_shot)
     prep.settings, prep.index = prepare_settings(cfg), store.index_record()
+    providers.warn_fallbacks(prep)
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
     if use_cache and not one_shot and not store.read_only and not providers.degraded(prep):
         store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})

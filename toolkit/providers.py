@@ -10,6 +10,7 @@ final stage shows it), as a line in search output, and as a count in `hrt run` a
 from __future__ import annotations
 
 import re
+import warnings
 
 import polars as pl
 
@@ -28,6 +29,9 @@ STATUS_SCHEMA = {
 }
 
 _REASONS = [
+    re.compile(r"HTTP 40[13] auth failed, (?:key refused|no key sent)"),
+    re.compile(r"rate limited, retry after [\d.e+]+ s"),
+    re.compile(r"HTTP 3\d\d redirect"),
     re.compile(r"HTTP \d{3}"),
     re.compile(r"timed out after [\d.]+ ?s|deadline of [\d.]+ ?s"),
     re.compile(r"malformed JSON"),
@@ -36,6 +40,7 @@ _REASONS = [
     re.compile(r"connection error"),
     re.compile(r"index \d+ out of range"),
     re.compile(r"returned no scores"),
+    re.compile(r"scored \d+ of the \d+ documents sent"),
     re.compile(r"no expansions for qid .*?(?= / |$)"),
     re.compile(r"unexpected [a-z ]+answer"),
 ]
@@ -80,6 +85,21 @@ def note(provider: str, error: str | None) -> str:
     """`reranker unavailable (HTTP 500): retrieval order kept`."""
     what, consequence = _WHAT[provider]
     return f"{what} ({reason(error)}): {consequence}"
+
+
+class ProviderFallbackWarning(UserWarning):
+    """A reranker, expander or embedding endpoint failed and `prepare` fell back (the retrieval order, no expansion,
+    lexical only): said once per prepare, so a service calling the API sees it without reading `per_query` (user
+    trial AN: a wrong key served un-reranked results in silence). `hrt` prints its own lines instead."""
+
+
+def warn_fallbacks(prep: object, *, stacklevel: int = 3) -> None:
+    """One `ProviderFallbackWarning` for a degraded `Prepared`: which provider fell back, for how many queries, why."""
+    if degraded(prep):
+        per_query = query_status(prep.queries, prep.rerank_status, prep.expansion_status, dense=True,  # type: ignore[attr-defined]
+                                 embed_status=getattr(prep, "embed_status", None))
+        warnings.warn(f"providers: {summary(per_query)}; the results are the fallback's", ProviderFallbackWarning,
+                      stacklevel=stacklevel)
 
 
 def degraded(prep: object) -> bool:

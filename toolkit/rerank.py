@@ -84,6 +84,7 @@ class _Answer:
         self.text = ""
         self.error: BaseException | None = None
         self.retry_after: str | None = None  # the answer's Retry-After header (429, 503)
+        self.location: str | None = None  # a redirect's target
         self.done = threading.Event()
 
 
@@ -100,6 +101,7 @@ def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, 
                 if len(body) > MAX_ANSWER_BYTES:
                     raise ProviderError(f"{url}: answer larger than {MAX_ANSWER_BYTES:,} bytes")
             out.retry_after = r.headers.get("retry-after")
+            out.location = r.headers.get("location")
             out.status, out.text = r.status_code, body.decode(r.encoding or "utf-8", errors="replace")
     except BaseException as e:  # handed to the caller, which decides what it means
         out.error = e
@@ -128,17 +130,17 @@ def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict
         raise httpx.TimeoutException(f"no complete answer within {timeout_s:g}s")
     if out.error is not None:
         raise out.error
-    if answer_headers is not None and out.retry_after is not None:
-        answer_headers["retry-after"] = out.retry_after
+    if answer_headers is not None:
+        answer_headers |= {k: v for k, v in (("retry-after", out.retry_after), ("location", out.location)) if v is not None}
     return out.status, out.text
 
 
 RETRY_AFTER_MAX_S = 30.0  # a longer Retry-After is waited this long: a search must not stall for minutes
 
 
-def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds a `Retry-After` header asks to wait (delay-seconds or an HTTP date), capped at
-    `RETRY_AFTER_MAX_S`; None when absent or unreadable (the exponential backoff applies then)."""
+def retry_after_seconds(value: str | None, *, now: float | None = None, cap: float = RETRY_AFTER_MAX_S) -> float | None:
+    """Seconds a `Retry-After` header asks to wait (delay-seconds or an HTTP date), capped at `cap`; None when
+    absent or unreadable (the exponential backoff applies then)."""
     if value is None or not value.strip():
         return None
     v = value.strip()
@@ -156,7 +158,7 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
         secs = when.timestamp() - (time.time() if now is None else now)
     if not math.isfinite(secs):
         return None
-    return min(max(secs, 0.0), RETRY_AFTER_MAX_S)
+    return min(max(secs, 0.0), cap)
 
 
 def _sleep(seconds: float) -> None:
@@ -192,9 +194,16 @@ def post_json(
     secrets = header_secrets(headers)
     last = ""
     wait: float | None = None  # what the last answer's Retry-After asked for
+    # The whole call's bound: timeout x attempts, what the docs promise a hanging endpoint costs (user trial AN: a
+    # Retry-After of an hour stalled a search with a 1 s timeout for 62 s, waiting 30 s twice).
+    budget, start = timeout_s * (retries + 1), time.monotonic()
     for attempt in range(retries + 1):
         if attempt:
-            _sleep(wait if wait is not None else backoff_s * 2 ** (attempt - 1))
+            pause = wait if wait is not None else backoff_s * 2 ** (attempt - 1)
+            if wait is not None and time.monotonic() - start + pause > budget:
+                raise ProviderError(f"{url}: {last}; rate limited, retry after {wait:g} s: past this call's bound of "
+                                    f"{budget:g} s (timeout x attempts), so not waited")
+            _sleep(pause)
         wait = None
         answer_headers: dict[str, str] = {}
         try:
@@ -211,10 +220,16 @@ def post_json(
         if status >= 500 or status == 429:
             last = f"HTTP {status}: {scrub(text, secrets, limit=200)}"
             if status in (429, 503):
-                wait = retry_after_seconds(answer_headers.get("retry-after"))
+                wait = retry_after_seconds(answer_headers.get("retry-after"), cap=math.inf)
             continue
+        if status in (401, 403):  # not an outage: the credentials (user trial AN: a 401 read "reranker unavailable")
+            sent = "key refused" if secrets else "no key sent (api_key_env names the variable holding it)"
+            raise ProviderError(f"HTTP {status} auth failed, {sent}, from {url}: {scrub(text, secrets, limit=300)}")
         if status >= 400:
             raise ProviderError(f"HTTP {status} from {url}: {scrub(text, secrets, limit=300)}")
+        if 300 <= status < 400:  # httpx follows none: http -> https or a trailing slash (it read as malformed JSON)
+            to = answer_headers.get("location")
+            raise ProviderError(f"HTTP {status} redirect from {url}" + (f" to {scrub(to, secrets, limit=200)}: set that URL" if to else ""))
         try:
             data = json.loads(text)
         except (ValueError, json.JSONDecodeError) as e:
@@ -237,9 +252,14 @@ def _number(v: Any) -> bool:
 
 
 def parse_rerank_response(data: Any, n: int) -> list[float | None]:
-    """Scores in request order from `{"results": [{"index", "relevance_score"}]}` (Cohere, Jina, vLLM) or a
-    bare list `[{"index", "score"}]` (TEI). Results may come in any order and omit documents (-> None)."""
-    items = data.get("results") if isinstance(data, dict) else data
+    """Scores in request order from `{"results": [{"index", "relevance_score"}]}` (Cohere, Jina, vLLM), `{"data":
+    [...]}` (Voyage) or a bare list `[{"index", "score"}]` (TEI). Results may come in any order and omit documents
+    (-> None)."""
+    items = data
+    if isinstance(data, dict):
+        voyage = data.get("data")
+        voyage = voyage if isinstance(voyage, list) and voyage and all(isinstance(i, dict) and "index" in i for i in voyage) else None
+        items = data.get("results", voyage)
     if not isinstance(items, list):
         raise ProviderError(f"unexpected rerank answer: expected a 'results' list, got {str(data)[:120]!r}")
     out: list[float | None] = [None] * n

@@ -52,7 +52,8 @@ class RerankSource:
         r = cfg.rerank
         what = r.provider
         details = [f"model {r.model}" if r.model else "", f"url {r.url}" if r.url else "", f"path {r.path}" if r.path else "",
-                   f"key from ${r.api_key_env}" if r.api_key_env else "",
+                   f"key from ${r.api_key_env}" if r.api_key_env else
+                   f"no key: none of {KEY_NAME_VAR}, {', '.join(KEY_VARS)} is set" if r.provider == "http" and self.source == "environment" else "",
                    f"timeout {r.timeout_s:g}s" if TIMEOUT_VAR in self.variables else "",
                    f"{r.retries} retr{'y' if r.retries == 1 else 'ies'}" if RETRIES_VAR in self.variables else ""]
         details = [d for d in details if d]
@@ -152,4 +153,27 @@ def resolve_rerank(cfg: PipelineConfig, environ: Mapping[str, str] | None = None
         out = cfg.with_updates(updates)
     except InputError as e:
         raise InputError(f"reranker from the environment ({', '.join(used)}): {e}") from None
+    if kind == "http":
+        _warn_key_sent(out.rerank, named=bool(key_name))
     return out, RerankSource("environment", tuple(used))
+
+
+def _warn_key_sent(r: RerankConfig, *, named: bool) -> None:
+    """Where an environment-chosen reranker sends a key, said before the first request (user trial AN: an internal
+    reranker's URL in HRT_RERANK_BASE_URL took the unrelated $OPENAI_API_KEY over plain http, without a word; a
+    config file saying the same warned)."""
+    import warnings
+    from urllib.parse import urlsplit
+
+    from .config import KNOWN_PROVIDER_HOSTS, ConfigWarning, _loopback
+
+    if not r.api_key_env:  # a local endpoint without auth is common: `describe` (hrt search -v) says it
+        return
+    host = urlsplit(r.url).hostname or ""
+    if urlsplit(r.url).scheme.lower() == "http" and not _loopback(host):
+        warnings.warn(f"reranker from the environment sends the value of ${r.api_key_env} over unencrypted http to {host}",
+                      ConfigWarning, stacklevel=3)
+    elif not named and host not in KNOWN_PROVIDER_HOSTS and not _loopback(host):
+        warnings.warn(f"reranker from the environment sends the value of ${r.api_key_env} (found set; no {KEY_NAME_VAR} "
+                      f"names it) to {host}: set {KEY_NAME_VAR} to the variable that endpoint's key is in",
+                      ConfigWarning, stacklevel=3)
