@@ -19,9 +19,10 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 def test_hrt_tune_draws_no_progress_bar_into_a_captured_stderr(tmp_path):
     """The README: bars only when stderr is a terminal. `hrt tune ... 2>file` wrote optuna's trial bars."""
+    (tmp_path / "space.yaml").write_text("threshold.min_score: {float: [0.0, 1.0]}\n")  # fusion moves nothing in BM25 alone
     r = CliRunner().invoke(main, ["tune", "--dataset", str(DEMO), "--split", "dev", "--store", str(tmp_path / "s.duckdb"),
                                   "--base", "bm25-only", "--budget", "2", "--folds", "2", "--no-anchors",
-                                  "--out", str(tmp_path / "t.yaml")])
+                                  "--space", str(tmp_path / "space.yaml"), "--out", str(tmp_path / "t.yaml")])
     assert r.exit_code == 0, r.output
     assert "\r" not in r.stderr and "%|" not in r.stderr and "it/s" not in r.stderr, r.stderr
 

@@ -1172,12 +1172,15 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
     d = rep.to_dict()
     keys = ("chosen", "rule", "base_dev", "best_dev", "candidate", "candidate_dev", "cv_heldout", "heldout_gain",
             "heldout_ci", "p_value", "cv_heldout_search", "cv_heldout_anchors")
-    click.echo(json.dumps({k: d[k] for k in keys} | {"changed": d["diff"], "candidate_changes": d["candidate_diff"]},
-                          indent=2, default=str))
+    click.echo(json.dumps({k: d[k] for k in keys} | {"seed": rep.seed, "changed": d["diff"], "candidate_changes": d["candidate_diff"],
+                                                     "notes": rep.notes}, indent=2, default=str))
     lo, hi = rep.heldout_ci
+    # The prose on stderr: stdout is one JSON object a script can read (user trial AL: json.load failed on it).
     click.echo(f"{rep.rule}\nheld-out gain over {rep.base}: {rep.heldout_gain:+.4f} {measure} (95% CI [{lo:+.4f}, {hi:+.4f}]); "
-               f"fields changed: {', '.join(rep.diff) or 'none'}")
-    click.echo(f"tuned config -> {out}")
+               f"fields changed: {', '.join(rep.diff) or 'none'}", err=True)
+    for line in rep.notes:
+        click.echo(f"note: {line}", err=True)
+    click.echo(f"tuned config -> {out} (seed {rep.seed})", err=True)
 
 
 @main.command(name="train-reranker")

@@ -448,6 +448,16 @@ def duckdb_threads(threads: int | None = None) -> int | None:
     return threads
 
 
+def similarities(q: np.ndarray, vecs: np.ndarray) -> np.ndarray:
+    """`q @ vecs.T` with the same numbers for a query whatever else is in its block. BLAS multiplies a one-row block
+    with another kernel (gemv) than a block of two or more rows (gemm, whose rows do not depend on the block's other
+    rows), and the last float32 bit differed: a query asked alone ordered five identical notes otherwise than the
+    same query run with its split (user trial AL). So one row goes in twice."""
+    if len(q) == 1:
+        return (np.vstack([q, q]) @ vecs.T)[:1]
+    return q @ vecs.T
+
+
 def _connect_waiting(path: Path, read_only: bool, wait_s: float, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """`_connect_replaying`, tried again while another process holds the file's lock, for up to `wait_s`
     seconds (backing off from 20 ms to 0.5 s). DuckDB has no lock timeout of its own."""
@@ -2137,7 +2147,7 @@ class Store:
             return self._dense_hnsw(queries, qv, top_k=top_k, level=level, ef_search=ef_search)
         m = self._dense_matrix()
         allowed = self._allowed_docs(m, filters)
-        return self._block_topk(m, lambda lo, hi: qv[lo:hi] @ m["vecs"].T, queries, scope_filter=scope_filter,
+        return self._block_topk(m, lambda lo, hi: similarities(qv[lo:hi], m["vecs"]), queries, scope_filter=scope_filter,
                                 allowed=allowed, level=level, top_k=top_k, block=block)
 
     # ------------------------------------------------------------------ HNSW (usearch)

@@ -109,6 +109,8 @@ class TuneReport:
     sensitivity: dict[str, float]
     history: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    seed: int = 0  # the folds' and the search's: on a few dozen queries it can tip the verdict (user trial AL)
+    notes: list[str] = field(default_factory=list)  # caveats on the verdict (`_verdict_notes`)
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -163,6 +165,26 @@ def _makes_config(base: PipelineConfig, key: str, value: Any) -> bool:
     except InputError:
         return False
     return True
+
+
+def _verdict_notes(p: float, ci: tuple[float, float], alpha: float | None, n: int) -> list[str]:
+    """What a reader of the verdict should know: a p near alpha (the folds, hence --seed, can tip it: on the demo
+    seed 1 shipped a change at p 0.037 where seeds 0 and 2-7 kept the base), and an interval that says otherwise
+    than the test (the percentile bootstrap on a few dozen queries is narrower than the sign-flip test)."""
+    out = []
+    if alpha is None or not np.isfinite(p):
+        return out
+    if alpha / 2 <= p < 2 * alpha:
+        out.append(f"p = {p:.3g} is near alpha {alpha:g}: another --seed (other folds) can tip the verdict; run a few "
+                   "before trusting it")
+    excludes_zero = ci[0] > 0 or ci[1] < 0
+    if excludes_zero and p >= alpha:
+        out.append(f"the gain's 95% bootstrap interval excludes 0 while the randomization test gives p >= {alpha:g}: on "
+                   f"{n} queries the percentile interval is the narrower of the two; the verdict follows the test")
+    elif not excludes_zero and p < alpha:
+        out.append(f"the gain's 95% bootstrap interval includes 0 while the randomization test gives p < {alpha:g}; the "
+                   "verdict follows the test")
+    return out
 
 
 def inert_in_space(space: dict[str, Any], base: PipelineConfig) -> dict[str, str]:
@@ -421,7 +443,10 @@ def tune(
     origin = str(space) if isinstance(space, (str, Path)) else "space"
     _validate(sp, base_cfg, origin)
     if inert := inert_in_space(sp, base_cfg):
-        said = "; ".join(f"{k}: {why}" for k, why in inert.items())
+        by_reason: dict[str, list[str]] = {}
+        for k, why in inert.items():
+            by_reason.setdefault(why, []).append(k)
+        said = "; ".join(f"{', '.join(keys)}: {why}" for why, keys in by_reason.items())
         if len(inert) == len(sp):
             raise InputError(f"{origin}: nothing in it can change the base's ranking ({said}): nothing to tune")
         warnings.warn(f"{origin}: left out of the search, they change nothing for this base: {said}", InertSettingWarning, stacklevel=2)
@@ -553,8 +578,8 @@ def tune(
             "name": f"{base_cfg.name}-tuned" if d.chosen != "base" else base_cfg.name,
             # The rule that decided, either way (user trial X: a config written with the gate off read like one
             # that passed it).
-            "description": f"{base_cfg.name} tuned on {on} for {measure} ({d.rule})" if d.chosen != "base"
-            else f"{base_cfg.description} (kept by tuning on {on}: {d.rule})",
+            "description": f"{base_cfg.name} tuned on {on} for {measure}, seed {seed} ({d.rule})" if d.chosen != "base"
+            else f"{base_cfg.description} (kept by tuning on {on}, seed {seed}: {d.rule})",
             # Changed settings remember the queries that chose them (after the base's own): numbers on those are in-sample.
             "tuned_on": [*(base_cfg.tuned_on or []), {"dataset": source, "split": split,
                                                       "query_keys": query_keys(qids, judged["text"].to_list())}]
@@ -597,6 +622,8 @@ def tune(
             "per_trial": t_trials / max(len(cache), 1),  # per setting re-scored (a setting tried twice is scored once)
             "total": time.perf_counter() - t_all,
         },
+        seed=seed,
+        notes=_verdict_notes(d.p_value, d.ci, alpha if gate else None, len(qids)),
     )
     if out is not None:
         save_config(best_cfg, out)
