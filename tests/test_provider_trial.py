@@ -106,3 +106,23 @@ def test_report_uses_the_reranker_the_environment_names(fake_server, tmp_path, m
     assert "bm25-only: reranker: http" in r.stderr and "from the environment (HRT_RERANK_PROVIDER, HRT_RERANK_BASE_URL)" in r.stderr
     assert any(q["path"] == "/v1/rerank" for q in fake_server.requests)
     assert json.dumps(fake_server.requests[-1]["body"]).count("documents") == 1
+
+
+def test_requests_hold_at_most_batch_size_documents_cut_to_max_chars(fake_server, caplog):
+    """Every call sent the whole pool (49 documents where TEI takes 32 by default: a 413 on every query), and a
+    216 KB title and a 105 KB query went whole (a provider refusing long inputs lost every query holding them)."""
+    import logging
+
+    docs = [f"deploy note {i}" for i in range(70)]
+    docs[5] = "deploy " + "x" * 10_000
+    rr = HttpReranker(fake_server.rerank_url, batch_size=32, max_chars=4000)
+    with caplog.at_level(logging.WARNING, logger="toolkit"):
+        scores = rr.score("deploy " + "q" * 6000, docs)
+        rr.score("deploy", ["y" * 5000])  # said once per reranker
+    sent = [q["body"] for q in fake_server.requests]
+    assert [len(b["documents"]) for b in sent[:3]] == [32, 32, 6]
+    assert max(len(d) for b in sent for d in b["documents"]) == 4000 and len(sent[0]["query"]) == 4000
+    assert scores == [1.0] * 70  # in request order across the batches: "deploy" shared with each
+    assert caplog.text.count("longer than rerank.max_chars (4000) are cut") == 1 and "10007 characters" in caplog.text
+    cfg = load_config("qmd")
+    assert (cfg.rerank.batch_size, cfg.rerank.max_chars) == (32, 4000)

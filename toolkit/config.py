@@ -387,6 +387,11 @@ class RerankConfig(_Endpoint):
     timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
     budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
     retries: Prepare[int] = Field(2, ge=0, le=10)
+    # http: documents per request (TEI refuses more than its --max-client-batch-size, 32 by default, with a 413),
+    # and characters of the query and of each passage sent (a cross-encoder reads ~512 tokens; a provider may
+    # refuse a longer input, and a 216 KB title cost every query holding it its reranking: user trial AN).
+    batch_size: Prepare[int] = Field(32, ge=1, le=1000)
+    max_chars: Prepare[int] = Field(4000, ge=100, le=1_000_000)
     path: Prepare[str | None] = None
     top_n: Prepare[int] = Field(40, ge=1, le=1000)
     blend: Rescore[Literal["replace", "position", "none"]] = "position"
@@ -794,6 +799,7 @@ _SWITCHED_OFF: tuple[_Off, ...] = (
     _Off(("expansion.provider",), _is("none")),
     _Off(("rerank.provider",), _is("none"), note="unless HRT_RERANK_PROVIDER switches a reranker on in hrt search or hrt run"),
     *(_Off((f"{s}.provider",), _is_not("http"), ("url", "api_key_env")) for s in ("expansion", "rerank")),
+    _Off(("rerank.provider",), _is_not("http"), ("max_chars", "batch_size")),
     *(_Off((f"{s}.provider",), _is_not("file"), ("path",)) for s in ("expansion", "rerank")),
     _Off(("rerank.blend",), _is_not("position"), ("buckets",)),
     _Off(("rerank.blend",), _is("none"), ("top_n", "score_normalization")),

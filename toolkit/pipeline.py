@@ -425,14 +425,19 @@ def _rerank(
         status = queries.select("qid", pl.lit("skipped").alias("status"), pl.lit("no reranker configured").alias("error"))
         return empty, status
     reranker = rerank.make_reranker(
-        rc.provider, model=rc.model, url=rc.url, api_key_env=rc.api_key_env, timeout_s=rc.timeout_s, retries=rc.retries, path=rc.path
+        rc.provider, model=rc.model, url=rc.url, api_key_env=rc.api_key_env, timeout_s=rc.timeout_s, retries=rc.retries, path=rc.path,
+        http_batch=rc.batch_size, max_chars=rc.max_chars,
     )
     pool_docs = rerank_pool(cands, rc.top_n, pool)
     # Each document is represented by its chunk with the most query-term hits, read with its title (the
     # passage format `hrt train-reranker` trains on, and the body the store embeds).
     pairs = rerank.doc_passages(store.chunks(), queries, pool_docs)
     budget = rc.budget_s if rc.provider == "http" else None  # a local model's time is work, not waiting
-    return rerank.rerank_scores(pairs, reranker, cache=store, progress=progress, budget_s=budget)
+    try:
+        return rerank.rerank_scores(pairs, reranker, cache=store, progress=progress, budget_s=budget)
+    finally:  # its connection: a service preparing per request left one open socket per search (user trial AN)
+        if (close := getattr(reranker, "close", None)) is not None:
+            close()
 
 
 def rerank_pool(cands: pl.DataFrame, top_n: int, depth: int | None = None) -> pl.DataFrame:

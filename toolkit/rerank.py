@@ -284,7 +284,9 @@ class HttpReranker:
     """A `/v1/rerank` endpoint: POST {model, query, documents, top_n} -> {results: [{index, relevance_score}]}.
 
     TEI's native `/rerank` wants `texts` instead of `documents`: on a 422 that mentions `texts` the request is
-    repeated in that shape, and later calls keep it.
+    repeated in that shape, and later calls keep it. At most `batch_size` documents go in one request (a
+    cross-encoder's scores do not depend on the documents beside them), and the query and each document are cut
+    to `max_chars` characters, with one logged warning per reranker naming the longest cut.
     """
 
     def __init__(
@@ -295,6 +297,8 @@ class HttpReranker:
         timeout_s: float = 10.0,
         retries: int = 2,
         backoff_s: float = 0.25,
+        batch_size: int = 32,
+        max_chars: int = 4000,
     ) -> None:
         if not url:
             raise ToolkitError(
@@ -308,6 +312,20 @@ class HttpReranker:
         self.secrets = header_secrets(self._headers)  # what `rerank_scores` scrubs from stored statuses
         self._client = None
         self._tei = False
+        self.batch_size, self.max_chars = max(1, int(batch_size)), max(1, int(max_chars))
+        self._said_cut = False
+
+    def _cut(self, texts: list[str]) -> list[str]:
+        """Texts past `max_chars` cut to it; the first time, one warning with the longest length."""
+        longest = max((len(t) for t in texts), default=0)
+        if longest <= self.max_chars:
+            return texts
+        if not self._said_cut:
+            self._said_cut = True
+            logging.getLogger("toolkit").warning(
+                "warning: reranker %s: texts longer than rerank.max_chars (%d) are cut to it before they are sent "
+                "(the longest so far: %d characters)", self.name, self.max_chars, longest)
+        return [t[: self.max_chars] for t in texts]
 
     def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
         if self._tei:
@@ -329,20 +347,24 @@ class HttpReranker:
             "timeout_s": self.timeout_s,
             "redact_answer": True,
         }
-        try:
-            data = post_json(self._client, self.url, self._payload(query, documents), **kw)
-        except ProviderError as e:
-            if self._tei or "HTTP 422" not in str(e) or "texts" not in str(e):
-                raise
-            self._tei = True
-            data = post_json(self._client, self.url, self._payload(query, documents), **kw)
-        scores = parse_rerank_response(data, len(documents))
+        query, *documents = self._cut([query, *documents])
+        scores: list[float | None] = []
+        for lo in range(0, len(documents), self.batch_size):
+            batch = documents[lo : lo + self.batch_size]
+            try:
+                data = post_json(self._client, self.url, self._payload(query, batch), **kw)
+            except ProviderError as e:
+                if self._tei or "HTTP 422" not in str(e) or "texts" not in str(e):
+                    raise
+                self._tei = True
+                data = post_json(self._client, self.url, self._payload(query, batch), **kw)
+            scores += parse_rerank_response(data, len(batch))
         # Every document was asked for (top_n = all): a partial answer would put the scored ones above the
         # unscored ones, an exact match among them, so it is a failed call and the retrieval order stands.
         missing = sum(x is None for x in scores)
         if missing:
             raise ProviderError(
-                f"the reranker scored {len(scores) - missing} of the {len(scores)} documents sent (top_n was {len(scores)})"
+                f"the reranker scored {len(scores) - missing} of the {len(scores)} documents sent (each one was asked for)"
             )
         return scores
 
@@ -537,6 +559,8 @@ def make_reranker(
     path: str | Path | None = None,
     batch_size: int = 32,
     max_length: int | None = None,
+    http_batch: int = 32,
+    max_chars: int = 4000,
 ) -> Reranker | None:
     """The reranker named by config `rerank.provider` ("none" -> None). Arguments a provider does not use are ignored."""
     if provider in (None, "none"):
@@ -544,7 +568,8 @@ def make_reranker(
     if provider == "cross-encoder":
         return CrossEncoderReranker(model or "", batch_size=batch_size, max_length=max_length)
     if provider == "http":
-        return HttpReranker(url or "", model, api_key_env=api_key_env, timeout_s=timeout_s, retries=retries)
+        return HttpReranker(url or "", model, api_key_env=api_key_env, timeout_s=timeout_s, retries=retries,
+                            batch_size=http_batch, max_chars=max_chars)
     if provider == "file":
         return FileReranker(path or "")
     raise ToolkitError(
