@@ -15,6 +15,7 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
 - "trickle": HTTP 200 with a long body sent a few bytes at a time (`trickle_bytes` every `trickle_every_s`,
   for at most `trickle_max_s`): never a gap long enough for a per-read timeout, so only a deadline stops it.
 - "tei": rerank wants TEI's `{"query", "texts"}` (HTTP 422 otherwise) and answers a bare list.
+- "too_long": embeddings answer HTTP 400 when an input is longer than 1,000 characters.
 - "voyage": rerank answers Voyage's `{"data": [{"index", "relevance_score"}]}`. "redirect": HTTP 308 to an https URL.
 - `fail_first = N`: the first N requests get HTTP 500, then the mode applies (tests retries).
 - `limit_first = N`: the first N requests get HTTP `limit_status` (429), with a `Retry-After: {retry_after}`
@@ -187,6 +188,8 @@ class FakeServer:
         return 200, json.dumps({"model": body.get("model"), "results": results}).encode()
 
     def _embeddings(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
+        if mode == "too_long" and any(len(t) > 1000 for t in body["input"]):  # an input past the model's context
+            return 400, b'{"error": "This model\'s maximum context length is 8192 tokens"}'
         if mode == "wrong_shape":
             return 200, json.dumps({"embeddings": [[1.0]]}).encode()
         dim = int(body.get("dimensions") or self.embed_dim) + (1 if mode == "wrong_dim" else 0)

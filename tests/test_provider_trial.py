@@ -126,3 +126,18 @@ def test_requests_hold_at_most_batch_size_documents_cut_to_max_chars(fake_server
     assert caplog.text.count("longer than rerank.max_chars (4000) are cut") == 1 and "10007 characters" in caplog.text
     cfg = load_config("qmd")
     assert (cfg.rerank.batch_size, cfg.rerank.max_chars) == (32, 4000)
+
+
+def test_an_embedding_input_the_endpoint_refuses_is_named(fake_server):
+    """`hrt ingest --embed-url` stopped on a provider 400 ("maximum context length") without saying which text."""
+    from toolkit.config import DenseConfig
+    from toolkit.embed import make_embedder
+
+    fake_server.mode = "too_long"
+    emb = make_embedder(**DenseConfig(provider="http", url=fake_server.embeddings_url, model="fake-embed", retries=0).embedder_args())
+    try:
+        with pytest.raises(ProviderError, match=r"HTTP 400 .*maximum context length.*the batch's longest text has 5,006 "
+                                                r"characters and starts 'Runbook: zzzz"):
+            emb.embed(["short", "Runbook: " + "z" * 4997])
+    finally:
+        emb.close()

@@ -58,8 +58,17 @@ class HttpEmbedder:
         if self._client is None:
             self._client = http_client(self.timeout_s)
         # post_json scrubs the key sent from its errors, and (redact_answer) from an answer `_parse` may quote
-        data = post_json(self._client, self.url, body, headers=self._headers, retries=self.retries,
-                         backoff_s=self.backoff_s, timeout_s=self.timeout_s, redact_answer=True)
+        try:
+            data = post_json(self._client, self.url, body, headers=self._headers, retries=self.retries,
+                             backoff_s=self.backoff_s, timeout_s=self.timeout_s, redact_answer=True)
+        except ProviderError as e:
+            # A refused input is most often one text past the model's context (user trial AN: "maximum context
+            # length", and nothing said which text): name the batch's longest.
+            if not any(f"HTTP {c}" in str(e) for c in (400, 413, 422)):
+                raise
+            i = max(range(len(texts)), key=lambda j: len(texts[j]))
+            raise ProviderError(f"{e} (the batch's longest text has {len(texts[i]):,} characters and starts "
+                                f"{texts[i][:60]!r}: an endpoint refuses inputs past its model's context)") from None
         return self._parse(data, len(texts))
 
     def _parse(self, data: Any, n: int) -> np.ndarray:
