@@ -55,3 +55,52 @@ def _space(tmp_path):
     p = tmp_path / "space.yaml"
     p.write_text("threshold.min_score: {float: [0.0, 0.5]}\n")
     return p
+
+
+def test_a_recency_run_names_the_time_it_measured_from_and_that_time_repeats_it(tmp_path):
+    """`hrt run` of a recency config read the clock and printed nothing: on another day 23 of 33 queries ranked
+    otherwise, and `hrt report` had no --as-of at all."""
+    import re
+
+    from conftest import DOCS
+
+    root = tmp_path / "ds"
+    (root / "qrels").mkdir(parents=True)
+    dated = [{**d, "metadata": {**d["metadata"], "date": f"2026-0{i + 1}-15"}} for i, d in enumerate(DOCS)]
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in dated))
+    (root / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "deploy version retry"}) + "\n")
+    (root / "qrels" / "test.tsv").write_text("q1\td1\t1\n")
+    cfg = tmp_path / "recent.yaml"
+    cfg.write_text("extends: bm25-only\npriors: {recency_field: date, recency_half_life_days: 30}\n")
+    args = ["run", "--dataset", str(root), "--split", "test", "--config", str(cfg), "--store", str(tmp_path / "s.duckdb")]
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a.trec")])
+    assert r.exit_code == 0, r.output
+    when = re.search(r"note: the recency prior measures age from (\S+) for queries without a date \(--as-of \1 repeats it\)", r.stderr)
+    assert when, r.stderr
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b.trec"), "--as-of", when.group(1)])
+    assert r.exit_code == 0 and "measures age from" not in r.stderr
+    assert (tmp_path / "a.trec").read_bytes() == (tmp_path / "b.trec").read_bytes()
+    out = tmp_path / "rep.html"
+    r = CliRunner().invoke(main, ["report", "--dataset", str(root), "--split", "test", "--config", f"recent={cfg}",
+                                  "--store", str(tmp_path / "s.duckdb"), "--latency-sample", "0", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "recent: the recency prior measures age from" in out.read_text()
+    r = CliRunner().invoke(main, ["report", "--dataset", str(root), "--split", "test", "--config", f"recent={cfg}",
+                                  "--store", str(tmp_path / "s.duckdb"), "--latency-sample", "0", "--out", str(out),
+                                  "--as-of", "2026-03-01"])
+    assert r.exit_code == 0 and "measures age from" not in out.read_text() and "as_of: &#x27;2026-03-01&#x27;" in out.read_text()
+
+
+def test_a_report_names_the_code_and_the_store_its_numbers_came_from(tmp_path, corpus_file):
+    from conftest import write_beir
+
+    from toolkit import __version__
+
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["report", "--dataset", str(ds), "--split", "test", "--config", "bm25-only",
+                                  "--store", str(tmp_path / "s.duckdb"), "--latency-sample", "0", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    with Store(tmp_path / "s.duckdb", read_only=True) as st:
+        gen = st.generation()
+    assert f"Provenance: hybrid-retrieval-toolkit {__version__}; store s.duckdb; generation {gen}; embeddings" in out.read_text()

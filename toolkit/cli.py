@@ -732,6 +732,20 @@ def _as_of_used(cfg) -> bool:
     return True
 
 
+def _pin_clock(cfg, label: str | None = None) -> tuple[object, str | None]:
+    """(`cfg` with `priors.as_of` set to now, a note saying so) when its recency prior would read the clock: a run
+    or report of it is then reproducible from what it printed (user trial AL: the same run on another day ranked 23
+    of 33 queries otherwise, and nothing said which time it used)."""
+    if cfg.priors.recency_field is None or cfg.priors.as_of is not None:
+        return cfg, None
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    who = f"{label}: " if label else ""
+    return (cfg.with_updates({"priors.as_of": now}),
+            f"{who}the recency prior measures age from {now} for queries without a date (--as-of {now} repeats it)")
+
+
 def _as_of_metadata(cfg, as_of: str | None) -> dict[str, str]:
     """The query's metadata for `--as-of`: its date under the field the recency prior reads as the query's
     date (`priors.recency_query_field`), as the Python API takes it from query metadata."""
@@ -827,6 +841,9 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
     if as_of is not None and _as_of_used(cfg):
         cfg = cfg.with_updates({"priors.as_of": as_of})
+    cfg, clock = _pin_clock(cfg)
+    if clock:
+        click.echo(f"note: {clock}", err=True)
     # Before any work: a bad name must not cost a whole run. A config name with spaces gives a dashed tag.
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
     if rr_source.source == "environment":
@@ -1071,8 +1088,11 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
 @click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures.")
 @click.option("--latency-sample", default=30, show_default=True, help="Queries timed one by one for per-stage p50/p95 (0 = skip).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write (self-contained).")
+@click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),
+              help="Reference time of the recency priors for queries without a date (as hrt run; default: each config's "
+                   "priors.as_of, else now, which the report then names).")
 @_WAIT_OPTION
-def report(dataset, split, configs, baseline, store_path, group_by, rel_threshold, latency_sample, out, wait_s) -> None:
+def report(dataset, split, configs, baseline, store_path, group_by, rel_threshold, latency_sample, out, as_of, wait_s) -> None:
     """Compare configs on a dataset: A/B table (R@1, R@5, P@3, nDCG@10, MRR@10, latency), significance
     against the baseline (randomisation test, Holm), break-downs by query metadata, per-stage latency,
     and plotly figures, in one self-contained HTML file."""
@@ -1094,11 +1114,17 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     from .rerank_env import resolve_rerank
 
     # The reranker HRT_RERANK_* names, as `hrt run` uses it (user trial AN: the report skipped it and said "ok").
-    loaded = {}
+    loaded, clocks = {}, []
     for label, src in named.items():
         loaded[label], rr_source = resolve_rerank(load_config(src))
         if rr_source.source == "environment":
             click.echo(f"{label}: {rr_source.describe(loaded[label])}", err=True)
+        if as_of is not None and loaded[label].priors.recency_field is not None:
+            loaded[label] = loaded[label].with_updates({"priors.as_of": as_of})
+        loaded[label], clock = _pin_clock(loaded[label], label)
+        if clock:
+            clocks.append(clock)
+            click.echo(f"note: {clock}", err=True)
     _check_out(out, store_path)
     asked = ds.queries(split)
     in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())
@@ -1114,7 +1140,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
         )
     # The HTML says it too, not only this terminal (user trial AM: dropped judgements were on stderr only).
     rep.notes[:0] = [*in_sample, *(f"{ds.root / 'qrels' / f'{split}.tsv'}: {p}" for p in ds.qrels_problems(split)),
-                     *([lost] if lost else [])]
+                     *([lost] if lost else []), *clocks]
     rep.write_html(out)
     click.echo(_full_table(rep.ab))
     click.echo(f"report -> {out}")

@@ -49,6 +49,7 @@ class Report:
     configs: dict[str, PipelineConfig] = field(default_factory=dict)  # name -> the config compared
     notes: list[str] = field(default_factory=list)  # caveats: too few queries, judgements dropped or with nothing relevant, ...
     rel_threshold: int = 1  # the grade the binary measures count as relevant
+    provenance: dict[str, str] = field(default_factory=dict)  # toolkit version, store, generation, embedding model
 
     @property
     def n_queries(self) -> int:
@@ -85,6 +86,7 @@ class Report:
             f"<h1>Retrieval report: {html.escape(self.dataset)} ({html.escape(self.split)})</h1>",
             f"<p>Baseline: <b>{html.escape(self.baseline)}</b>. Significance: {html.escape(TEST_WORDS)}; "
             "significant = p (Holm) &lt;= 0.05, in either direction (read delta for which).</p>",
+            *([f"<p>Provenance: {html.escape('; '.join(f'{k} {v}' for k, v in self.provenance.items()))}.</p>"] if self.provenance else []),
             f"<p>Queries: <b>{self.n_queries}</b> judged in {html.escape(self.split)}, each counted in every mean. "
             f"Relevant: grade &gt;= <b>{self.rel_threshold}</b> on the binary measures (R, P, MRR); nDCG gains the "
             "grades. Unjudged documents count as not relevant (trec_eval).</p>",
@@ -264,7 +266,17 @@ def build_report(
     if len(latency):
         figs["Latency per stage (p50, ms)"] = _latency_fig(latency)
     return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, figs,
-                  configs={name: load_config(src) for name, src in configs.items()}, notes=notes, rel_threshold=rel_threshold)
+                  configs={name: load_config(src) for name, src in configs.items()}, notes=notes, rel_threshold=rel_threshold,
+                  provenance=_provenance(store))
+
+
+def _provenance(store: Store) -> dict[str, str]:
+    """What a reader needs to tie the numbers to a code version and a store state (user trial AL: none of it was
+    recorded). No time: the same inputs give the same file."""
+    from . import __version__
+
+    return {"hybrid-retrieval-toolkit": __version__, "store": store.path.name, "generation": store.generation(),
+            "embeddings": store.embedding_model or "none"}
 
 
 def _check_group_fields(queries: pl.DataFrame, fields: list[str]) -> None:
