@@ -19,13 +19,22 @@ def test_a_query_asked_alone_scores_and_ranks_as_in_its_split(tmp_path, embedder
     notes = [{"doc_id": f"copy-{i}", "text": "Rotate the signing key before the webhook secret expires."} for i in range(5)]
     notes += [{"doc_id": f"other-{i}", "text": f"Runbook step {i}: check the {w} dashboard and page the owner."}
               for i, w in enumerate(["billing", "queue", "search", "auth", "cache", "deploy", "dns", "mail"])]
-    qs = pl.DataFrame({"qid": ["q1", "q2", "q3"], "text": ["when does the webhook secret expire", "queue dashboard", "page the owner"]})
+    texts = ["when does the webhook secret expire", "queue dashboard", "page the owner", "rotate the signing key",
+             "dns runbook", "who owns billing", "mail queue stuck", "cache dashboard", "auth step", "deploy check"]
+    qs = pl.DataFrame({"qid": [f"q{i}" for i in range(len(texts))], "text": texts})
     with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
         st.ingest(notes)
         together = st.dense_search(qs, top_k=13, scope_filter=False)
-        for qid in qs["qid"]:
-            alone = st.dense_search(qs.filter(pl.col("qid") == qid), top_k=13, scope_filter=False)
-            assert alone.equals(together.filter(pl.col("qid") == qid)), qid
+        # Alone, in the other order, and in blocks of every size from 2 to 9 at every position (a BLAS product's
+        # rows depend on the block's shape: the review found differences at 4, 5 and 8 rows).
+        for size in range(1, len(texts)):
+            for start in range(0, len(texts) - size + 1, 3):
+                part = qs.slice(start, size)
+                got = st.dense_search(part[::-1] if size % 2 else part, top_k=13, scope_filter=False)
+                for qid in part["qid"]:
+                    assert got.filter(pl.col("qid") == qid).equals(together.filter(pl.col("qid") == qid)), (qid, size, start)
+        copies = together.filter((pl.col("qid") == "q0") & pl.col("doc_id").str.starts_with("copy-"))
+        assert copies["doc_id"].to_list() == [f"copy-{i}" for i in range(5)] and copies["score"].n_unique() == 1
 
 
 def test_tune_records_its_seed_and_keeps_stdout_one_json_object(tmp_path):

@@ -448,14 +448,22 @@ def duckdb_threads(threads: int | None = None) -> int | None:
     return threads
 
 
-def similarities(q: np.ndarray, vecs: np.ndarray) -> np.ndarray:
-    """`q @ vecs.T` with the same numbers for a query whatever else is in its block. BLAS multiplies a one-row block
-    with another kernel (gemv) than a block of two or more rows (gemm, whose rows do not depend on the block's other
-    rows), and the last float32 bit differed: a query asked alone ordered five identical notes otherwise than the
-    same query run with its split (user trial AL). So one row goes in twice."""
-    if len(q) == 1:
-        return (np.vstack([q, q]) @ vecs.T)[:1]
-    return q @ vecs.T
+def exact_products(q: np.ndarray, vecs: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """q[row] . vecs[col] for each pair, each summed the same way whatever else is computed with it. A BLAS matrix
+    product's rows depend on the block's shape (its kernels sum in other orders): a query asked alone ordered five
+    identical notes otherwise than the same query run with its split (user trial AL). So the matrix product only
+    picks candidates, and their scores are these (float64): products, then numpy's pairwise sum over each pair's
+    own d numbers (measured: the same bits for a pair in any batch; BLAS's gemv is not, nor a 4-row gemm), in slices
+    of 8,192 pairs (12 MB at 384 dimensions; einsum took 6x as long)."""
+    out = np.empty(len(row), np.float64)
+    for s in range(0, len(row), 8192):
+        out[s : s + 8192] = (q[row[s : s + 8192]] * vecs[col[s : s + 8192]]).sum(axis=1)
+    return out
+
+
+# A candidate whose matrix-product score lies this close below the k-th is scored exactly too: the kernels' rounding
+# (a few float32 steps) must not decide which documents make the top k.
+PICK_SLACK = 1e-5
 
 
 def _connect_waiting(path: Path, read_only: bool, wait_s: float, threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -2147,8 +2155,8 @@ class Store:
             return self._dense_hnsw(queries, qv, top_k=top_k, level=level, ef_search=ef_search)
         m = self._dense_matrix()
         allowed = self._allowed_docs(m, filters)
-        return self._block_topk(m, lambda lo, hi: similarities(qv[lo:hi], m["vecs"]), queries, scope_filter=scope_filter,
-                                allowed=allowed, level=level, top_k=top_k, block=block)
+        return self._block_topk(m, lambda lo, hi: qv[lo:hi] @ m["vecs"].T, queries, scope_filter=scope_filter,
+                                allowed=allowed, level=level, top_k=top_k, block=block, exact=np.asarray(qv, dtype=np.float32))
 
     # ------------------------------------------------------------------ HNSW (usearch)
     # DuckDB's own HNSW (the vss extension, itself built on usearch) answers one query per SQL statement
@@ -2337,6 +2345,29 @@ class Store:
         return np.array([-1 if x is None else names.get(x, -3) for x in scopes], dtype=np.int64)
 
     @staticmethod
+    def _exact_block(m: dict[str, Any], qv: np.ndarray, vals: np.ndarray, kth: np.ndarray, lo: int, level: str,
+                     top_k: int, out: tuple[list, list, list, list]) -> None:
+        """The dense block's results from exact scores: every key at or above its query's k-th value less
+        `PICK_SLACK` (masked keys are -inf), all chunks of those documents scored by `exact_products`, then each
+        document's max at its first chunk reaching it and the order score desc, document order (`_rank_flat`)."""
+        rows, keys = np.nonzero(np.isfinite(vals) & (vals >= (kth - PICK_SLACK)[:, None]))
+        if level == "document":  # keys are documents: each of their chunks
+            starts, ends = m["starts"], m["doc_ends"]
+            lens = ends[keys] - starts[keys]
+            seg = np.r_[0, np.cumsum(lens)[:-1]] if len(lens) else np.zeros(0, np.int64)
+            cols = np.repeat(starts[keys], lens) + np.arange(int(lens.sum())) - np.repeat(seg, lens)
+            rows = np.repeat(rows, lens)
+        else:
+            cols = keys
+        val = exact_products(qv, m["vecs"], lo + rows, cols)
+        order = np.lexsort((cols, rows))  # by query, then layout (= document) order, as `_rank_flat` wants
+        if not len(order):
+            return
+        r, c, rank, score = _rank_flat(m, rows[order], cols[order], val[order], level=level, top_k=top_k)
+        for dst, part in zip(out, (lo + r, c, rank, score), strict=True):
+            dst.append(part)
+
+    @staticmethod
     def _best_chunk(m: dict[str, Any], sims: np.ndarray, rows: np.ndarray, docs: np.ndarray) -> np.ndarray:
         """Column of the best chunk (first reaching the document's max score) for each picked (row, doc).
 
@@ -2367,11 +2398,15 @@ class Store:
         top_k: int,
         block: int,
         matched_only: bool = False,
+        exact: np.ndarray | None = None,
     ) -> pl.DataFrame:
         """Top-k per query from chunk score blocks (`score_fn(lo, hi)` -> queries x chunks), shared by the
         dense and the lexical paths: scope and filter masks, document-level max with its best chunk, and
         the order score desc then document order. `matched_only` drops zero scores (BM25 non-matches);
-        ties are then judged on scores rounded to 1e-9 so float summation order cannot flip them."""
+        ties are then judged on scores rounded to 1e-9 so float summation order cannot flip them. `exact` (the
+        query vectors, dense): the block's products only pick the candidates (and any within `PICK_SLACK` of the
+        k-th), whose every chunk is then scored by `exact_products`, so a query's results do not depend on the
+        queries beside it."""
         n_q = len(queries)
         block = max(1, min(block, BLOCK_CELLS // max(len(m["chunk_ids"]), 1)))
         doc_code = m["doc_scope_code"]
@@ -2405,6 +2440,9 @@ class Store:
             k = min(top_k, vals.shape[1])
             part = np.argpartition(-vals, k - 1, axis=1)[:, :k] if k < vals.shape[1] else np.tile(np.arange(k), (len(vals), 1))
             pv = np.take_along_axis(vals, part, 1)
+            if exact is not None:
+                self._exact_block(m, exact, vals, pv.min(axis=1), lo, level, top_k, (out_q, out_k, out_r, out_s))
+                continue
             # argpartition picks arbitrarily among values tied with the k-th: redo those (rare) rows exactly,
             # so the top-k is "score desc, then document order" like the SQL paths.
             kth = pv.min(axis=1)
