@@ -167,7 +167,7 @@ def test_a_retry_after_http_date_and_a_huge_one_are_capped(fake_server, monkeypa
     assert waits == [20.0]
     # Past that bound (user trial AN: an hour's Retry-After stalled a 1 s-timeout search for 62 s): not waited at all.
     fake_server.limit_first, fake_server.retry_after = len(fake_server.requests) + 1, "86400"
-    with pytest.raises(ProviderError, match=r"rate limited, retry after 86400 s: past this call's bound of \d+ s"):
+    with pytest.raises(ProviderError, match=r"unavailable, retry after 86400 s: past this call.s bound of \d+ s"):
         _embed_once(fake_server)
     assert waits == [20.0]
     assert retry_after_seconds("86400") == RETRY_AFTER_MAX_S

@@ -202,7 +202,7 @@ def test_hrt_ingest_with_an_echoing_endpoint_prints_no_key(tmp_path, corpus_file
     echo.echo = "401"
     r = CliRunner().invoke(main, ["ingest", str(corpus_file), "--store", str(tmp_path / "http.duckdb"), "--embed-url",
                                   echo.embeddings_url, "--model", "fake-embed", "--api-key-env", "MYKEY"])
-    assert r.exit_code == 2 and "error: HTTP 401 auth failed, key refused, from " in r.stderr
+    assert r.exit_code == 2 and "error: HTTP 401 auth failed, key refused (sent as Authorization: Bearer), from " in r.stderr
     assert_clean(r.output + r.stderr, key)
 
 

@@ -511,3 +511,7 @@ def test_judged_at_k_agrees_with_ir_measures():
     for key, v in ref.items():
         assert got[key] == pytest.approx(v, abs=1e-9), key
     assert got[("q-unrun", "Judged@10")] == 0.0
+    # Without a cutoff: over everything retrieved (the review: a count, 2.0, came out where ir_measures says 0.5).
+    small = pl.DataFrame({"qid": "q", "doc_id": ["a", "b", "c", "d"], "score": [4.0, 3.0, 2.0, 1.0]})
+    judged = pl.DataFrame({"qid": "q", "doc_id": ["a", "c"], "rel": [1, 0]})
+    assert aggregate(evaluate(small, judged, ["Judged"]))["Judged"] == 0.5

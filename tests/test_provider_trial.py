@@ -31,6 +31,13 @@ def test_a_retry_after_past_the_calls_bound_is_not_waited(fake_server):
         rr.score("deploy", ["deploy server", "lunch"])
     assert time.monotonic() - t0 < 2.5 and len(fake_server.requests) == 1
     assert providers.reason(str(e.value)) == "rate limited, retry after 3600 s"
+    # An HTTP date past the bound is not waited either, and a 503 says "unavailable".
+    from email.utils import formatdate
+
+    fake_server.limit_first, fake_server.limit_status = len(fake_server.requests) + 5, 503
+    fake_server.retry_after = formatdate(time.time() + 600, usegmt=True)
+    with pytest.raises(ProviderError, match=r"unavailable, retry after 59\d(\.\d+)? s: past this call's bound"):
+        rr.score("deploy", ["deploy server"])
 
 
 def test_an_environment_reranker_says_where_it_sends_a_key():
@@ -42,9 +49,11 @@ def test_an_environment_reranker_says_where_it_sends_a_key():
         resolve_rerank(cfg, env)
     with pytest.warns(ConfigWarning, match=r"\$OPENAI_API_KEY \(found set; no HRT_RERANK_API_KEY_ENV names it\) to rr\.internal"):
         resolve_rerank(cfg, {**env, "HRT_RERANK_BASE_URL": "https://rr.internal/v1"})
-    with warnings.catch_warnings():  # named on purpose, over https; or a loopback endpoint: nothing to say
+    with warnings.catch_warnings():  # named on purpose, over https; a URL and key of one family; loopback: nothing to say
         warnings.simplefilter("error")
         resolve_rerank(cfg, {**env, "HRT_RERANK_BASE_URL": "https://rr.internal/v1", "HRT_RERANK_API_KEY_ENV": "RR_KEY"})
+        resolve_rerank(cfg, {"HRT_RERANK_PROVIDER": "http", "AGENT_MEMORY_RERANK_BASE_URL": "https://rr.internal/v1",
+                             "AGENT_MEMORY_RERANK_API_KEY": "k"})
         resolve_rerank(cfg, {**env, "HRT_RERANK_BASE_URL": "http://127.0.0.1:8080/v1"})
     out, src = resolve_rerank(cfg, {"HRT_RERANK_PROVIDER": "http", "HRT_RERANK_BASE_URL": "http://127.0.0.1:9/v1"})
     assert "no key: none of HRT_RERANK_API_KEY_ENV, AGENT_MEMORY_RERANK_API_KEY, OPENAI_API_KEY is set" in src.describe(out)
@@ -60,7 +69,7 @@ def test_an_auth_failure_says_so_and_a_library_caller_hears_of_the_fallback(fake
     fake_server.mode = "500"
     rr = HttpReranker(fake_server.rerank_url, api_key_env="RR_KEY", retries=0)
     fake_server.limit_first, fake_server.limit_status = len(fake_server.requests) + 1, 401
-    with pytest.raises(ProviderError, match="HTTP 401 auth failed, key refused, from"):
+    with pytest.raises(ProviderError, match=r"HTTP 401 auth failed, key refused \(sent as Authorization: Bearer\), from"):
         rr.score("q", ["a"])
     fake_server.limit_first = len(fake_server.requests) + 1
     with pytest.raises(ProviderError, match=r"HTTP 401 auth failed, no key sent \(api_key_env names"):

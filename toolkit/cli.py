@@ -44,9 +44,6 @@ def _config_warnings() -> Iterator[None]:
                 click.echo(f"warning: {message}", err=True)
 
         warnings.showwarning = show
-        from .providers import ProviderFallbackWarning
-
-        warnings.filterwarnings("ignore", category=ProviderFallbackWarning)  # each command says it in its own words
         yield
 
 
@@ -657,6 +654,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     stdin (`printf %s "$Q" | hrt search - --store S`), or put it after `--` (`hrt search --store S -- "-v flag"`).
     An empty --scope ("$SCOPE" unset) means no scope. Exit codes: README, "Exit codes".
     """
+    _own_provider_lines()
     from .pipeline import prepare, rescore
     from .render import origins, render
     from .rerank_env import resolve_rerank
@@ -830,6 +828,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     they would be retrieved and scored, so the run stops unless --prune (which removes them). Queries with
     `metadata.scope` only see documents of that scope.
     """
+    _own_provider_lines()
     from .loaders import Dataset, load_corpus
     from .pipeline import run_pipeline
     from .rerank_env import resolve_rerank
@@ -921,6 +920,20 @@ def _baseline_run(baseline: str | None, run_paths: tuple[str, ...]) -> str:
     return hit[0]
 
 
+def _own_provider_lines() -> None:
+    """For a command that prints its providers' fallbacks itself (search, run, report): the library's
+    `ProviderFallbackWarning` would say it twice. tune and the trainers show it (inside `_config_warnings`)."""
+    from .providers import ProviderFallbackWarning
+
+    warnings.filterwarnings("ignore", category=ProviderFallbackWarning)
+
+
+def _conflict_notes(conflicts: dict[str, int], ties: str) -> list[str]:
+    other = "rank" if ties == "trec" else "trec"
+    return [f"{rp}: in {n} queries the rank column and the float32 score order disagree; --ties {other} evaluates the "
+            "other order" for rp, n in conflicts.items() if n]
+
+
 def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFrame | None, base: str, fmt: str) -> str:
     """One row per run, each measure's mean and, for the runs against the baseline, p (Holm) beside it; CSV, or a
     LaTeX tabular (booktabs; * marks p (Holm) <= 0.05). By hand: polars writes no LaTeX, and pandas' needs jinja2."""
@@ -942,8 +955,10 @@ def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFr
                                                         "" if p_of(rp, m)[0] is None else f"{p_of(rp, m)[0]:.4g}"))])
         return buf.getvalue()
 
+    special = {"\\": "\\textbackslash{}", "~": "\\textasciitilde{}", "^": "\\textasciicircum{}"}
+
     def tex(text: str) -> str:
-        return "".join("\\" + c if c in "&%$#_{}" else "\\textbackslash{}" if c == "\\" else c for c in text)
+        return "".join("\\" + c if c in "&%$#_{}" else special.get(c, c) for c in text)
 
     lines = ["\\begin{tabular}{l" + "r" * len(ms) + "}", "\\toprule",
              "run & " + " & ".join(tex(m) for m in ms) + " \\\\", "\\midrule"]
@@ -968,7 +983,8 @@ TIES = {
 @click.option("--measures", default=",".join(DEFAULT_MEASURES), show_default=True, help="Comma-separated measures.")
 @click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures (2 for TREC DL).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "latex"]), default="table", show_default=True,
-              help="csv / latex: the table alone (one row per run; p (Holm) vs the baseline beside each measure), for a paper.")
+              help="csv / latex: the table alone, for a paper (one row per run; csv: p (Holm) vs the baseline beside each "
+                   "measure, latex: * where p (Holm) <= 0.05); notes on stderr.")
 @click.option("--per-query", is_flag=True, help="Also print per-query values.")
 @click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
 @click.option("--ties", type=click.Choice(list(TIES)), default="trec", show_default=True, help="Order within a query: trec = score as float32 desc, then doc id desc (trec_eval); rank = the rank column.")
@@ -988,7 +1004,15 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     import warnings
 
     from .loaders import Dataset
-    from .metrics import IdMismatchWarning, aggregate, evaluate, id_warnings, no_relevant, parse_measures
+    from .metrics import (
+        IdMismatchWarning,
+        aggregate,
+        evaluate,
+        id_warnings,
+        no_relevant,
+        parse_measures,
+        relevant_words,
+    )
     from .runs import rank_conflicts, read_run
 
     ds = Dataset.open(dataset)
@@ -1012,14 +1036,15 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             click.echo(f"warning: {rp}: {msg}", err=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IdMismatchWarning)  # said above, with the split
-            pq = evaluate(run_frame, qrels, ms, rel_threshold=rel_threshold, ties=ties)
-            judged[rp] = aggregate(evaluate(run_frame, qrels, [JUDGED], ties=ties))[JUDGED]
+            pq = evaluate(run_frame, qrels, [*ms, JUDGED], rel_threshold=rel_threshold, ties=ties)
+        judged[rp] = aggregate(pq)[JUDGED]
+        pq = pq if JUDGED in ms else pq.filter(pl.col("measure") != JUDGED)
         out[rp] = aggregate(pq)
         per[rp] = pq
         conflicts[rp] = rank_conflicts(run_frame)
         # Pooled judgements (non-relevant ones judged too) that miss most of a run's top 10 (user trial AM: 83%, and
         # nothing said). Qrels of relevant documents only (BEIR's, LoCoMo's) leave every top 10 mostly unjudged by design.
-        if pooled and judged[rp] < SHALLOW_JUDGED:
+        if pooled and len(run_frame) and judged[rp] < SHALLOW_JUDGED:
             click.echo(f"note: {rp}: only {judged[rp]:.0%} of its top 10 documents are judged ({JUDGED} {judged[rp]:.3f}); "
                        "unjudged documents count as not relevant, so its values are lower bounds: a system that finds "
                        "relevant documents the judges never saw is undervalued", err=True)
@@ -1033,10 +1058,15 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             warnings.simplefilter("always", SmallSampleWarning)
             sig = compare(stacked, base)
         sig_notes = [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
-    relevant = f"grade >= {rel_threshold} on the binary measures (R, P, RR, AP, Hit, Rprec); nDCG gains the grades"
+    relevant = relevant_words(rel_threshold)
     if fmt in ("csv", "latex"):
+        if per_query:
+            raise ToolkitError(f"--per-query goes with --format table or json, not {fmt} (one row per run)")
         click.echo(_paper_table(out, ms, sig, base, fmt), nl=False)
-        click.echo(f"note: {qrels['qid'].n_unique()} judged {split} queries; relevant: {relevant}; order: {TIES[ties]}", err=True)
+        # The caveats a paper's table must carry, on stderr (the review: a star without its "too few queries").
+        for line in [f"{qrels['qid'].n_unique()} judged {split} queries; relevant: {relevant}; order: {TIES[ties]}",
+                     *sig_notes, *_conflict_notes(conflicts, ties)]:
+            click.echo(f"note: {line}", err=True)
         return
     if fmt == "json":
         doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "rel_threshold": rel_threshold,
@@ -1068,10 +1098,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             click.echo(f"note: {note}")
     click.echo(f"\nqueries: {qrels['qid'].n_unique()} judged in {split}; relevant: {relevant}")
     click.echo(f"order: {TIES[ties]}")
-    for rp, n in conflicts.items():
-        if n:
-            other = "rank" if ties == "trec" else "trec"
-            click.echo(f"note: {rp}: in {n} queries the rank column and the float32 score order disagree; --ties {other} evaluates the other order")
+    for line in _conflict_notes(conflicts, ties):
+        click.echo(f"note: {line}")
     if per_query:
         for rp, pq in per.items():
             click.echo(f"\n{rp}")
@@ -1096,8 +1124,9 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     """Compare configs on a dataset: A/B table (R@1, R@5, P@3, nDCG@10, MRR@10, latency), significance
     against the baseline (randomisation test, Holm), break-downs by query metadata, per-stage latency,
     and plotly figures, in one self-contained HTML file."""
+    _own_provider_lines()
     from .loaders import Dataset, load_corpus
-    from .report import build_report
+    from .report import build_report, check_group_fields
     from .store import Store
 
     ds = Dataset.open(dataset)
@@ -1127,6 +1156,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
             click.echo(f"note: {clock}", err=True)
     _check_out(out, store_path)
     asked = ds.queries(split)
+    check_group_fields(asked, [g for g in group_by.split(",") if g])  # a typo must not cost an ingest
     in_sample = _in_sample_note(loaded, ds, split, asked["qid"].to_list(), asked["text"].to_list())
     with _closing_embedder(_auto_ingest_embedder(list(loaded.values()), store_path)) as emb, \
             Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:

@@ -272,7 +272,7 @@ def evaluate(
             e = _cut(b, k).max()
         elif m.kind == "judged":  # over the documents shown: min(k, retrieved), as ir_measures
             e = _cut(pl.col("j"), k).sum()
-            num.append(_cut(pl.lit(1.0), k).sum().alias(f"shown{i}"))
+            num.append((pl.len() if k is None else (pl.col("pos") <= k).sum()).cast(pl.Float64).alias(f"shown{i}"))
         else:  # rprec
             e = pl.when(pos <= pl.col("nrel")).then(b).otherwise(0.0).sum()
         num.append(e.alias(f"m{i}"))
@@ -391,6 +391,11 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
             f"e.g. {rows['doc_id'].min()!r}, qrels ids e.g. {docs['doc_id'].min()!r}): do the doc ids match the corpus?"
         )
     return out
+
+
+def relevant_words(rel_threshold: int) -> str:
+    """What counted as relevant, in the words every evaluation output states (user trial AM)."""
+    return f"grade >= {rel_threshold} on the binary measures (R, P, RR, AP, Hit, Rprec); nDCG gains the grades"
 
 
 def no_relevant(qrels: pl.DataFrame, rel_threshold: int = 1) -> list[str]:

@@ -30,7 +30,7 @@ STATUS_SCHEMA = {
 
 _REASONS = [
     re.compile(r"HTTP 40[13] auth failed, (?:key refused|no key sent)"),
-    re.compile(r"rate limited, retry after [\d.e+]+ s"),
+    re.compile(r"(?:rate limited|unavailable), retry after [\d.e+]+ s"),
     re.compile(r"HTTP 3\d\d redirect"),
     re.compile(r"HTTP \d{3}"),
     re.compile(r"timed out after [\d.]+ ?s|deadline of [\d.]+ ?s"),

@@ -25,7 +25,7 @@ from .compare import TEST_WORDS, SmallSampleWarning, compare
 from .config import LABELS, PipelineConfig, load_config
 from .errors import InputError
 from .files import write_text_atomic
-from .metrics import evaluate, no_relevant
+from .metrics import evaluate, no_relevant, relevant_words
 from .pipeline import prepare, rescore
 from .store import Store
 
@@ -88,8 +88,8 @@ class Report:
             "significant = p (Holm) &lt;= 0.05, in either direction (read delta for which).</p>",
             *([f"<p>Provenance: {html.escape('; '.join(f'{k} {v}' for k, v in self.provenance.items()))}.</p>"] if self.provenance else []),
             f"<p>Queries: <b>{self.n_queries}</b> judged in {html.escape(self.split)}, each counted in every mean. "
-            f"Relevant: grade &gt;= <b>{self.rel_threshold}</b> on the binary measures (R, P, MRR); nDCG gains the "
-            "grades. Unjudged documents count as not relevant (trec_eval).</p>",
+            f"Relevant: {html.escape(relevant_words(self.rel_threshold))}. Unjudged documents count as not relevant "
+            "(trec_eval).</p>",
             *(f"<p><b>Note:</b> {html.escape(n)}</p>" for n in self.notes),
         ]
         if self.configs:
@@ -222,7 +222,7 @@ def build_report(
     """Run each config over `queries`, evaluate, compare with `baseline`, and break results down."""
     if baseline not in configs:
         raise ValueError(f"baseline {baseline!r} is not one of the configs {list(configs)}")
-    _check_group_fields(queries, group_by or [])  # before any config runs
+    check_group_fields(queries, group_by or [])  # before any config runs
     measures = sorted(set(AB_MEASURES))
     per, lat, prov = [], [], {}
     for name, src in configs.items():
@@ -279,7 +279,7 @@ def _provenance(store: Store) -> dict[str, str]:
             "embeddings": store.embedding_model or "none"}
 
 
-def _check_group_fields(queries: pl.DataFrame, fields: list[str]) -> None:
+def check_group_fields(queries: pl.DataFrame, fields: list[str]) -> None:
     """A group-by field no query holds gave one "None" group of every query, in silence (user trial AM); `hrt
     tune --stratify` refuses the same mistake."""
     if not fields:

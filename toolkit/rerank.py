@@ -135,7 +135,7 @@ def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict
     return out.status, out.text
 
 
-RETRY_AFTER_MAX_S = 30.0  # a longer Retry-After is waited this long: a search must not stall for minutes
+RETRY_AFTER_MAX_S = 30.0  # `retry_after_seconds`' default cap (post_json bounds its waits by the call's own budget)
 
 
 def retry_after_seconds(value: str | None, *, now: float | None = None, cap: float = RETRY_AFTER_MAX_S) -> float | None:
@@ -181,7 +181,8 @@ def post_json(
 
     Each attempt has a wall-clock deadline of `timeout_s` (connect and all reads, see `post_within`).
     Retries (with exponential backoff from `backoff_s`) on timeouts, connection errors, 5xx and 429; a 429 or
-    503 answer's `Retry-After` (seconds or an HTTP date; at most `RETRY_AFTER_MAX_S`) replaces the backoff;
+    503 answer's `Retry-After` (seconds or an HTTP date) replaces the backoff when the wait and one more attempt fit
+    in timeout x attempts (the bound the docs promise), else the call fails at once saying so;
     other 4xx and malformed JSON fail at once, since repeating the request cannot fix them. Answer
     bodies and exceptions quoted in errors are scrubbed (`redact.scrub`) of the key sent in `headers`,
     which a server may echo back, and of anything else that looks like a credential. `redact_answer`
@@ -196,12 +197,13 @@ def post_json(
     wait: float | None = None  # what the last answer's Retry-After asked for
     # The whole call's bound: timeout x attempts, what the docs promise a hanging endpoint costs (user trial AN: a
     # Retry-After of an hour stalled a search with a 1 s timeout for 62 s, waiting 30 s twice).
-    budget, start = timeout_s * (retries + 1), time.monotonic()
+    budget, start, waited_for = timeout_s * (retries + 1), time.monotonic(), ""
     for attempt in range(retries + 1):
         if attempt:
             pause = wait if wait is not None else backoff_s * 2 ** (attempt - 1)
-            if wait is not None and time.monotonic() - start + pause > budget:
-                raise ProviderError(f"{url}: {last}; rate limited, retry after {wait:g} s: past this call's bound of "
+            # the wait and the next attempt's own deadline must both fit
+            if wait is not None and time.monotonic() - start + pause + timeout_s > budget:
+                raise ProviderError(f"{url}: {last}; {waited_for}, retry after {wait:g} s: past this call's bound of "
                                     f"{budget:g} s (timeout x attempts), so not waited")
             _sleep(pause)
         wait = None
@@ -221,9 +223,11 @@ def post_json(
             last = f"HTTP {status}: {scrub(text, secrets, limit=200)}"
             if status in (429, 503):
                 wait = retry_after_seconds(answer_headers.get("retry-after"), cap=math.inf)
+                waited_for = "rate limited" if status == 429 else "unavailable"
             continue
         if status in (401, 403):  # not an outage: the credentials (user trial AN: a 401 read "reranker unavailable")
-            sent = "key refused" if secrets else "no key sent (api_key_env names the variable holding it)"
+            sent = ("key refused (sent as Authorization: Bearer)" if secrets else
+                    "no key sent (api_key_env names the variable holding it)")
             raise ProviderError(f"HTTP {status} auth failed, {sent}, from {url}: {scrub(text, secrets, limit=300)}")
         if status >= 400:
             raise ProviderError(f"HTTP {status} from {url}: {scrub(text, secrets, limit=300)}")

@@ -136,7 +136,7 @@ def resolve_rerank(cfg: PipelineConfig, environ: Mapping[str, str] | None = None
         url = url.rstrip("/")
         updates["rerank.url"] = url if url.endswith("/rerank") else url + "/rerank"
         used.append(uvar)
-        key_name = env.get(KEY_NAME_VAR, "").strip()
+        key_name, kvar = env.get(KEY_NAME_VAR, "").strip(), None
         if key_name and not key_name.replace("_", "a").isalnum():  # never echo it: it may be a pasted key
             raise InputError(f"{KEY_NAME_VAR} must hold the NAME of the variable with the key (letters, digits, _), not the key")
         if key_name:
@@ -153,9 +153,14 @@ def resolve_rerank(cfg: PipelineConfig, environ: Mapping[str, str] | None = None
         out = cfg.with_updates(updates)
     except InputError as e:
         raise InputError(f"reranker from the environment ({', '.join(used)}): {e}") from None
-    if kind == "http":
-        _warn_key_sent(out.rerank, named=bool(key_name))
+    if kind == "http":  # a key "named" for the URL: by HRT_RERANK_API_KEY_ENV, or the URL's own family's key variable
+        _warn_key_sent(out.rerank, named=bool(key_name) or (uvar, kvar) in _SAME_FAMILY)
     return out, RerankSource("environment", tuple(used))
+
+
+# A base URL and a key variable of one family: agent-memory's pair, OpenAI's pair (the review: a warning for them said
+# "no HRT_RERANK_API_KEY_ENV names it" of the key the seed's own variables name).
+_SAME_FAMILY = {("AGENT_MEMORY_RERANK_BASE_URL", "AGENT_MEMORY_RERANK_API_KEY"), ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
 
 
 def _warn_key_sent(r: RerankConfig, *, named: bool) -> None:

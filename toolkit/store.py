@@ -466,14 +466,14 @@ def exact_products(q: np.ndarray, vecs: np.ndarray, row: np.ndarray, col: np.nda
 PICK_SLACK = 1e-5
 
 
-def _connect_waiting(path: Path, read_only: bool, wait_s: float, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
     """`_connect_replaying`, tried again while another process holds the file's lock, for up to `wait_s`
     seconds (backing off from 20 ms to 0.5 s). DuckDB has no lock timeout of its own."""
     start = time.monotonic()
     deadline, pause, said = start + max(0.0, wait_s), 0.02, -60.0
     while True:
         try:
-            return _connect_replaying(path, read_only, threads)
+            return _connect_replaying(path, read_only)
         except duckdb.Error as e:
             left = deadline - time.monotonic()
             if "Could not set lock" not in str(e) or left <= 0:
@@ -488,15 +488,14 @@ def _connect_waiting(path: Path, read_only: bool, wait_s: float, threads: int | 
         pause = min(pause * 2, 0.5)
 
 
-def _connect_replaying(path: Path, read_only: bool, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """`duckdb.connect`, and the way out of a WAL DuckDB cannot replay: one written by a toolkit before
     `Store._drop_fts` (its re-creation of the BM25 index's schema fails to replay, "Cannot drop entry
     fts_main_chunks"), after which the store never opened again (user trial N). The WAL is moved aside (kept,
     renamed, for inspection) and the store opens as of its last checkpoint, with a warning that says so:
     writes after that checkpoint are in the moved file, not in the store. Without this, nothing opens it."""
-    config = {"threads": threads} if threads is not None else {}
     try:
-        return duckdb.connect(str(path), read_only=read_only, config=config)
+        return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as e:
         wal = Path(f"{path}.wal")
         if "replaying WAL" not in str(e) or "fts_main" not in str(e) or not wal.exists():
@@ -507,7 +506,7 @@ def _connect_replaying(path: Path, read_only: bool, threads: int | None = None) 
             "warning: %s: its write-ahead log (written by an earlier version) could not be replayed; it was moved to %s "
             "and the store opened as of its last checkpoint: writes made after it are not in the store (ingest them "
             "again)", path, kept)
-        return duckdb.connect(str(path), read_only=read_only, config=config)
+        return duckdb.connect(str(path), read_only=read_only)
 
 
 def bind_without_pandas() -> None:
@@ -662,7 +661,7 @@ class Store:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.con = _Connection(_connect_waiting(self.path, read_only, wait_s, threads))
+            self.con = _Connection(_connect_waiting(self.path, read_only, wait_s))
         except duckdb.Error as e:
             if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
                 # A long-running holder (an agent keeping its memory open) never lets go: say so (user trial N).
@@ -685,6 +684,8 @@ class Store:
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
         self.con.execute("SET enable_progress_bar = false")
+        if threads is not None:  # a setting, not a connect option: another Store on the file may open without it
+            self.con.execute(f"SET threads = {int(threads)}")  # checked by `duckdb_threads`
         self.con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
         # An older store's vss HNSW index needs its extension to be dropped (`_drop_vss_index`); loaded now, since
         # the sandbox below loads nothing, and found in the catalog, which runs none of the file's SQL.
