@@ -10,9 +10,16 @@ dense list's weight is `clip(gap / adapt.gap_scale, min_weight, max_weight)` for
 list (no document stands out) counts less, a dense list with a clear winner counts more.
 
 Routes (per_query column `route`): "dense-led" (weight above 1.25), "bm25-led" (below 0.8), "balanced".
+
+A query the dense model cannot read gets the lowest weight: mostly letters outside the Latin script while the
+store's vectors come from an English-only model (`embed.ENGLISH_ONLY_MODELS`). Its gap is noise there: for a
+Japanese query the packaged MiniLM put a ramen menu first with a clear gap, and `default` ranked BM25's only
+match 4th (user trial AQ).
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 import polars as pl
 
@@ -33,9 +40,28 @@ def dense_gap(candidates: pl.DataFrame, depth: int = 10) -> pl.DataFrame:
     )
 
 
-def routes(gaps: pl.DataFrame, cfg: AdaptConfig) -> pl.DataFrame:
-    """[qid, dense_gap, dense_weight, route] for each query with a dense list."""
+def unread_queries(queries: pl.DataFrame, model: str | None) -> list[str]:
+    """Query ids whose letters are mostly (over half, of two or more) outside the Latin script, when `model` (the
+    store's embedding model id) is English-only; [] for any other model, whose languages are not known here."""
+    from .embed import ENGLISH_ONLY_MODELS
+
+    if not model or not model.startswith(ENGLISH_ONLY_MODELS):
+        return []
+    out = []
+    for qid, text in queries.select("qid", "text").iter_rows():
+        letters = [c for c in text if c.isalpha()]
+        latin = sum(c.isascii() or unicodedata.name(c, "").startswith("LATIN") for c in letters)
+        if len(letters) >= 2 and latin * 2 < len(letters):
+            out.append(str(qid))
+    return out
+
+
+def routes(gaps: pl.DataFrame, cfg: AdaptConfig, unread: list[str] | None = None) -> pl.DataFrame:
+    """[qid, dense_gap, dense_weight, route] for each query with a dense list; `unread` queries (`unread_queries`)
+    get `min_weight`."""
     w = (pl.col("dense_gap") / cfg.gap_scale).clip(cfg.min_weight, cfg.max_weight)
+    if unread:
+        w = pl.when(pl.col("qid").is_in(pl.Series(unread, dtype=pl.Utf8).implode())).then(pl.lit(cfg.min_weight)).otherwise(w)
     return gaps.with_columns(w.alias("dense_weight")).with_columns(
         pl.when(pl.col("dense_weight") > 1.25)
         .then(pl.lit("dense-led"))

@@ -17,6 +17,9 @@ import numpy as np
 from .errors import ToolkitError
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# Models trained on English text only (its ONNX and int8 variants record ids that start with it): on a query in
+# another script their cosines are noise (user trial AQ), which `adapt` must not read as a clear dense winner.
+ENGLISH_ONLY_MODELS = (DEFAULT_MODEL,)
 _PACKAGED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
 
 

@@ -473,7 +473,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     route = None
     if cfg.adapt.dense_gap:
         gaps = prep.derived("dense_gap", (cands,), lambda: adapt_stage.dense_gap(cands))
-        route = adapt_stage.routes(gaps, cfg.adapt)
+        model = (prep.index or {}).get("embedding_model")
+        unread = prep.derived(f"unread:{model}", (prep.queries,), lambda: adapt_stage.unread_queries(prep.queries, model))
+        route = adapt_stage.routes(gaps, cfg.adapt, unread)
         weights = adapt_stage.adapt_weights(weights, route)
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
     learned = cfg.fusion.method == "learned"
