@@ -29,3 +29,15 @@ def test_an_english_model_does_not_lead_a_query_in_another_script(tmp_path, embe
     assert per["ja"]["route"] == "bm25-led" and per["ja"]["dense_weight"] == 0.25
     assert res.final.filter((pl.col("qid") == "ja") & (pl.col("rank") == 1))["doc_id"].item() == "ja/lb"
     assert per["en"]["dense_weight"] > 0.25  # English queries keep the rule
+
+
+def test_bm25_finds_a_thai_word_inside_a_sentence(tmp_path):
+    """Thai is written without spaces: a whole run was one token, so `รหัสผ่าน` inside a sentence never matched
+    (and the note said no document holds it)."""
+    docs = [{"doc_id": "th/pw", "text": "วิธีรีเซ็ตรหัสผ่านสำหรับพนักงานใหม่"},
+            {"doc_id": "th/bill", "text": "ใบแจ้งหนี้ประจำเดือนส่งทางอีเมล"},
+            {"doc_id": "en/pw", "text": "How to reset a password for new staff."}]
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(docs, embed=False)
+        got = st.lexical_search(pl.DataFrame({"qid": ["a", "b"], "text": ["รหัสผ่าน", "ใบแจ้งหนี้"]}), top_k=3)
+    assert got.filter(pl.col("rank") == 1).sort("qid")["doc_id"].to_list() == ["th/pw", "th/bill"]

@@ -28,14 +28,16 @@ FTS_IGNORE = r"[^\p{L}\p{N}_]+"
 
 # What `lexical_text` adds, by version (a store records the one its BM25 index was built with and brings
 # older ones up to date, `Store._reanalyse_text`): 1 compound forms, 2 CJK characters and pairs, 3 NFKC and
-# case folding, kana voicing kept, Latin words next to CJK, non-ASCII words in compound forms. Versions 2-3
-# change only text with non-ASCII characters, so only those chunks are redone.
-ANALYSIS_VERSION = "3"
+# case folding, kana voicing kept, Latin words next to CJK, non-ASCII words in compound forms; 4 Thai, Lao, Khmer
+# and Myanmar as pairs too. Versions 2-4 change only text with non-ASCII characters, so only those chunks are redone.
+ANALYSIS_VERSION = "4"
 
-# Han, Hiragana, Katakana (and half-width), Hangul, and the ideographic marks 々 〆 〇 〻: scripts written
-# without spaces between words.
+# Han, Hiragana, Katakana (and half-width), Hangul, and the ideographic marks 々 〆 〇 〻; and Thai, Lao, Khmer
+# and Myanmar (user trial AQ: a Thai word inside a sentence was never found, the run being one token): scripts
+# written without spaces between words. (Their vowel and tone marks are stripped with the accents on both sides.)
 CJK_CHARS = ("\u3005-\u3007\u303b\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-             "\uff66-\uff9f\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0002fa1f")
+             "\uff66-\uff9f\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0002fa1f"
+             "\u0e00-\u0e7f\u0e80-\u0eff\u1000-\u109f\u1780-\u17ff")
 CJK = re.compile(f"[{CJK_CHARS}]")
 _CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
 
