@@ -207,7 +207,7 @@ def test_a_single_note_file_is_ingested_as_it_would_be_in_its_folder(tmp_path):
     (notes / "ops" / "tool.py").write_text("def kiwi():\n    pass\n")
     store = tmp_path / "s.duckdb"
     r = _ingest(notes / "note.md", "--store", store)
-    assert r.exit_code == 0 and "1 documents: 1 added" in r.output, r.output
+    assert r.exit_code == 0 and "1 document: 1 added" in r.output, r.output
     r = CliRunner().invoke(main, ["search", "kiwi", "--store", str(store), "--mode", "lexical", "--format", "json"])
     hit = json.loads(r.output)["results"][0]
     assert hit["doc_id"] == "note.md" and hit["title"] == "Deploy checklist"

@@ -187,13 +187,14 @@ def test_clean_makes_one_visible_line():
 @pytest.mark.parametrize("fmt", ["compact", "detailed", "json"])
 def test_bidi_overrides_are_shown_not_obeyed(fmt):
     """Trojan Source: a right-to-left override in a title makes the terminal draw 'd9 [admin]' from text that
-    reads otherwise. Every bidi control is shown as an escape; joiners (emoji, Persian) are kept."""
+    reads otherwise. Every embedding, override and isolate is shown as an escape; joiners (emoji, Persian) and the
+    marks Arabic and Hebrew text holds (ALM, LRM, RLM: they reorder no run; user trial AQ) are kept."""
     rows = [{"rank": 1, "score": 0.5, "doc_id": "d\u202e1", "title": "note \u202e]nimda[ 9d\u2066x\u2069\u200f",
              "text": "deploy \u061c text \u200d\u200c kept", "metadata": json.dumps({"k": "v\u202a"})}]
     out = render(rows, fmt=fmt, max_chars=5000)
-    bidi = {"\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"}
+    bidi = {"\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"}
     assert not bidi & set(out), fmt
-    assert "\u200d" in out and "\u200c" in out
+    assert "\u200d" in out and "\u200c" in out and "\u061c" in out and ("\u200f" in out or fmt == "compact")
     if fmt == "json":
         got = json.loads(out)["results"][0]
         assert got["title"] == rows[0]["title"] and got["doc_id"] == "d\u202e1"  # the data is unchanged

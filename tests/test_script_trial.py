@@ -41,3 +41,59 @@ def test_bm25_finds_a_thai_word_inside_a_sentence(tmp_path):
         st.ingest(docs, embed=False)
         got = st.lexical_search(pl.DataFrame({"qid": ["a", "b"], "text": ["รหัสผ่าน", "ใบแจ้งหนี้"]}), top_k=3)
     assert got.filter(pl.col("rank") == 1).sort("qid")["doc_id"].to_list() == ["th/pw", "th/bill"]
+
+
+def _clusters(text: str) -> list[str]:
+    import regex
+
+    return regex.findall(r"\X", text)
+
+
+def test_snippets_and_cuts_never_split_a_grapheme_cluster():
+    """A snippet began inside `🇺🇸🇪🇸` and showed the flag of Sweden; others began with a lone skin tone, Arabic
+    vowel mark or Thai vowel; `shorten` cut Devanagari conjuncts, decomposed Hangul and tag flags."""
+    from toolkit.loaders import _cut_title
+    from toolkit.render import shorten, shorten_middle, snippet
+
+    pieces = ["🇺🇸🇪🇸🇯🇵", "👍🏽", "👨‍👩‍👧", "🏴󠁧󠁢󠁳󠁣󠁴󠁿", "क्षत्रिय", "की", "ที่นี่", "مَرْحَبًا", "한국어", "e\u0301"]
+    text = " ".join(p * 3 for p in pieces) + " the deploy failed with ECONNREFUSED"
+    import unicodedata
+
+    whole = set(_clusters(text)) | set(_clusters(unicodedata.normalize("NFC", text)))  # snippets compose accents
+    for limit in range(40, 160, 3):
+        for body in (snippet(text, limit, "ECONNREFUSED"), shorten(text, limit), shorten_middle(text, limit)):
+            assert set(_clusters(body.replace("…", ""))) <= whole | {" "}, (limit, body)
+    for limit in range(1, 60):
+        assert set(_clusters(_cut_title(text, limit))) <= whole | {" "}
+
+
+def test_snippets_find_the_query_in_scripts_with_marks_and_full_width_letters():
+    from toolkit.render import snippet
+
+    pad = "ข้อความทั่วไปที่ไม่เกี่ยวข้อง " * 8
+    cases = [("लिंक", pad + " पासवर्ड रीसेट लिंक भेजा गया"), ("مرحبا", pad + " قال مَرْحَبًا للفريق"),
+             ("ECONNREFUSED", pad + " 接続エラー ＥＣＯＮＮＲＥＦＵＳＥＤ が出た"), ("รหัสผ่าน", pad + " ลืมรหัสผ่านแล้ว")]
+    for query, text in cases:
+        got = snippet(text, 80, query)
+        assert got.startswith("…"), (query, got)
+        shown = {"مرحبا": "مَرْحَبًا", "ECONNREFUSED": "ＥＣＯＮＮＲＥＦＵＳＥＤ"}.get(query, query)
+        assert shown in got, (query, got)
+
+
+def test_eval_table_columns_line_up_with_wide_run_names(tmp_path, corpus_file):
+    from click.testing import CliRunner
+    from conftest import write_beir
+
+    from toolkit.cli import main
+    from toolkit.terminal import display_width
+
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    runs = []
+    for name in ("BM25ラン.trec", "hybrid.trec"):
+        r = CliRunner().invoke(main, ["run", "--dataset", str(ds), "--split", "test", "--config", "bm25-only",
+                                      "--store", str(tmp_path / "s.duckdb"), "--out", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+        runs += ["--run", str(tmp_path / name)]
+    out = CliRunner().invoke(main, ["eval", "--dataset", str(ds), "--split", "test", *runs]).stdout.splitlines()
+    rows = [line for line in out[:3]]
+    assert len({display_width(line) for line in rows}) == 1, rows  # header and both runs end in the same column

@@ -664,7 +664,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     if query == "-":  # stdin: any text, whatever it starts with
         if sys.stdin is None:
             raise ToolkitError("the query is '-' (read it from stdin), but stdin is closed")
-        query = sys.stdin.read().strip()
+        query = sys.stdin.read().strip().removeprefix("\ufeff").strip()  # a Windows editor's BOM is not part of it
     scope = scope or None  # --scope "" is an unset variable, not the scope ''
     if not query.strip():
         raise ToolkitError("the query is empty")
@@ -1080,10 +1080,12 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             doc["per_query"] = {rp: pq.to_dicts() for rp, pq in per.items()}
         click.echo(json.dumps(doc, indent=2))
         return
-    width = max(len(r) for r in run_path)
-    click.echo(f"{'run':<{width}}  " + "  ".join(f"{m:>8}" for m in ms))
+    from .terminal import display_width, ljust
+
+    width = max(display_width(r) for r in run_path)
+    click.echo(f"{ljust('run', width)}  " + "  ".join(f"{m:>8}" for m in ms))
     for rp, agg in out.items():
-        click.echo(f"{rp:<{width}}  " + "  ".join(f"{agg.get(m, float('nan')):>8.4f}" for m in ms))
+        click.echo(f"{ljust(rp, width)}  " + "  ".join(f"{agg.get(m, float('nan')):>8.4f}" for m in ms))
     if sig is not None:
         click.echo(f"\np (Holm) vs {base}, paired randomisation test:")
         for rp in run_path:
@@ -1093,7 +1095,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             for m in ms:
                 r = sig.filter((pl.col("system") == rp) & (pl.col("measure") == m))
                 cells.append(f"{r['p_holm'][0]:>7.3g}{'*' if r['significant'][0] else ' '}" if len(r) else f"{'':>8}")
-            click.echo(f"{rp:<{width}}  " + "  ".join(cells))
+            click.echo(f"{ljust(rp, width)}  " + "  ".join(cells))
         for note in sig_notes:
             click.echo(f"note: {note}")
     click.echo(f"\nqueries: {qrels['qid'].n_unique()} judged in {split}; relevant: {relevant}")

@@ -163,8 +163,11 @@ def _lone_surrogate(value: Any, name: str = "") -> str | None:
 
 TEXT_FIELDS = ("text", "contents")  # where a record's text is looked for when no --text-field is given
 ID_FIELDS = ("_id", "id", "doc_id")  # a record's id: the first of these present
+# A precomputed embedding: `vector`, or `embedding` as the engines' exports (and `hrt export`'s mappings) name it
+# (user trial AP: an `embedding` column was kept as 8.6 KB of metadata per document and the text embedded again).
+VECTOR_FIELDS = ("vector", "embedding")
 # Top-level keys that are document fields; every other key of a record (but its text field) is metadata.
-DOC_FIELDS = frozenset({*ID_FIELDS, "title", "source", "scope", "metadata", "vector"})
+DOC_FIELDS = frozenset({*ID_FIELDS, "title", "source", "scope", "metadata", *VECTOR_FIELDS})
 
 
 def _record_text(obj: Mapping[str, Any], where: str, text_field: str | None, hint: str = "--text-field") -> tuple[str, str]:
@@ -294,6 +297,9 @@ def _doc_from_record(
     if title is not None and not isinstance(title, str):
         raise InputError(f"{where}: field `title` must be a string, got {type(title).__name__}")
     meta = _record_metadata(obj, where, text_key)
+    # The other id fields of the record are data, not the id (user trial AP: an Elasticsearch export's `_id` beside
+    # the application's own `doc_id` lost the latter): kept as metadata under their names.
+    meta = {**{k: v for k in ID_FIELDS if k != id_key and (v := _plain(obj.get(k), where, k)) is not None}, **meta}
     doc = {
         "doc_id": doc_id,
         "source": (_ident(obj.get("source"), where, "source") or _ident(meta.get("source"), where, "metadata.source")
@@ -303,10 +309,13 @@ def _doc_from_record(
         "text": text,
         "metadata": meta,
     }
-    if obj.get("vector") is not None:  # a precomputed embedding (toolkit.vectors)
+    given = [k for k in VECTOR_FIELDS if obj.get(k) is not None]
+    if len(given) > 1:
+        raise InputError(f"{where}: fields `{'` and `'.join(given)}` both hold a vector: keep one (`vector`)")
+    if given:  # a precomputed embedding (toolkit.vectors)
         from .vectors import check_vector
 
-        doc["vector"] = check_vector(obj["vector"], where)
+        doc["vector"] = check_vector(obj[given[0]], where, given[0])
     return doc
 
 
@@ -633,7 +642,7 @@ def _folder_docs(
         # An empty file gets no title either, so it is skipped as an empty document (not indexed by name).
         title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "")
         top = rel.split("/")[0] if "/" in rel else None
-        yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": title[:200], "text": text, "metadata": {"path": rel}}
+        yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": _cut_title(title), "text": text, "metadata": {"path": rel}}
 
 
 # A query's id: BEIR's `_id`, and the names other tools write (ir_datasets' `query_id`, user trial AM).
@@ -655,6 +664,16 @@ def _flat_query_fields(o: Mapping[str, Any], meta: Mapping[str, Any], where: str
         out[str(k)] = v
     typed_values(out, where, label="field `{}`")
     return out
+
+
+def _cut_title(title: str, limit: int = 200) -> str:
+    """A file's heading as its title, at most `limit` characters, never cut inside an emoji or a letter with its
+    marks (user trial AQ: a title ended in a lone joiner)."""
+    if len(title) <= limit:
+        return title
+    from .render import _cluster_start
+
+    return title[: _cluster_start(title, limit)]
 
 
 def load_queries(path: str | Path) -> pl.DataFrame:

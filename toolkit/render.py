@@ -232,53 +232,46 @@ def shorten_middle(text: str, limit: int) -> str:
     return text[:head] + "…" + text[tail:]
 
 
-_JOINERS = {"\u200d", "\ufe0e", "\ufe0f", "\u20e3"}  # zero-width joiner, variation selectors, keycap
-
-
 def _cluster_start(t: str, i: int) -> int:
-    """The largest cut point <= i that does not split a character cluster of `t`: not before a combining
-    mark, joiner, variation selector or skin tone, not after a joiner, not between a flag's two regional
-    indicators. Python has no grapheme segmentation in its standard library, and these are the cases that
-    left a lone accent, skin tone or half a flag in a snippet (user trial L)."""
-    def part_of_previous(j: int) -> bool:
-        c = t[j]
-        return (unicodedata.combining(c) > 0 or c in _JOINERS or "\U0001f3fb" <= c <= "\U0001f3ff"
-                or t[j - 1] == "\u200d" or (_regional(c) and _regional(t[j - 1]) and _ri_run(t, j) % 2 == 1))
+    """The largest cut point <= i that does not split a grapheme cluster of `t` (Unicode's extended clusters, as
+    the `regex` module's \\X finds them): not inside an accent, an emoji with its skin tone or joiners, a flag, a
+    Devanagari or Thai letter with its vowel signs, decomposed Hangul, a tag flag (user trials L and AQ: the hand
+    rules before missed Indic and Thai marks, jamo and tag sequences). ASCII has no clusters to split."""
+    if i <= 0 or i >= len(t) or t.isascii():
+        return max(0, min(i, len(t)))
+    import regex  # ~10 ms, and only text with non-ASCII characters needs it
 
-    while 0 < i < len(t) and part_of_previous(i):
-        i -= 1
+    last = 0
+    for m in regex.finditer(r"\X", t):
+        if m.end() > i:
+            return last if m.start() < i else i
+        last = m.end()
     return i
 
 
-def _regional(c: str) -> bool:
-    return "\U0001f1e6" <= c <= "\U0001f1ff"
+# A word: letters and digits with their marks (a Hindi or Thai word's vowel signs are marks, not separators).
+_TERM = r"[\w\p{M}][\w\p{M}.\-/:]*[\w\p{M}]|\w"
 
 
-def _ri_run(t: str, j: int) -> int:
-    """How many regional indicators stand right before position j (a flag is a pair of them)."""
-    n = 0
-    while j - n - 1 >= 0 and _regional(t[j - n - 1]):
-        n += 1
-    return n
-
-
-_TERM = re.compile(r"\w[\w.\-/:]*\w|\w")
-
-
-def _fold(text: str) -> str:
-    """Lower case without accents, one character for each (NFC) character, so offsets stay those of the text:
-    BM25 strips accents, so "resume" finds "résumé" and the snippet must show it."""
+def _fold(text: str) -> tuple[str, list[int]]:
+    """(`text` lower-cased, NFKC'd character by character (full-width ＥＣＯＮＮ is econn, as BM25 reads it),
+    without accents and without combining marks, the position in `text` of each character kept): BM25 strips
+    accents, so "resume" finds "résumé", "مرحبا" finds "مَرْحَبًا" (user trial AQ), and the snippet must show them."""
     if text.isascii():
-        return text.lower()
-    out = []
-    for c in text:
-        low = c.lower()
-        base = unicodedata.normalize("NFD", low)[0] if len(low) == 1 else c
-        # Accents off Latin, Greek and Cyrillic letters only: a Hangul syllable's first jamo or a kana without
-        # its voicing mark is another character (CJK query pairs are matched as they are).
-        latin_like = ord(base) < 0x0250 or 0x0370 <= ord(base) < 0x0530
-        out.append(base if latin_like and not unicodedata.combining(base) else low)
-    return "".join(out)
+        return text.lower(), list(range(len(text)))
+    out, pos = [], []
+    for i, c in enumerate(text):
+        if unicodedata.category(c) == "Mn":  # a mark on the letter before: stripped, as BM25 strips accents
+            continue
+        k = unicodedata.normalize("NFKC", c)
+        k = k if len(k) == 1 else c
+        low = k.lower() if len(k.lower()) == 1 else k
+        # Accents off Latin, Greek and Cyrillic letters only: a Hangul syllable's first jamo or a kana without its
+        # voicing mark is another character (CJK query pairs are matched as they are).
+        base = unicodedata.normalize("NFD", low)[0]
+        out.append(base if ord(base) < 0x0250 or 0x0370 <= ord(base) < 0x0530 else low)
+        pos.append(i)
+    return "".join(out), pos
 
 
 def _snippet_terms(query: str) -> set[str]:
@@ -291,7 +284,9 @@ def _snippet_terms(query: str) -> set[str]:
     def wanted(w: str) -> bool:
         return (len(w) >= 3 or (len(w) == 2 and any(c.isdigit() for c in w))) and not _is_stopword(w.lower())
 
-    out = {_fold(w) for w in _TERM.findall(unicodedata.normalize("NFC", query)) if wanted(w) and not CJK.search(w)}
+    import regex
+
+    out = {_fold(w)[0] for w in regex.findall(_TERM, unicodedata.normalize("NFC", query)) if wanted(w) and not CJK.search(w)}
     for run in re.findall(f"[{CJK_CHARS}]+", unicodedata.normalize("NFKC", query)):
         out |= {run[i : i + 2] for i in range(len(run) - 1)} or {run}
     return out
@@ -306,7 +301,7 @@ def snippet(text: str, limit: int, query: str | None = None) -> str:
     if not query or len(t) <= limit or limit < 40:
         return shorten(t, limit)
     t = unicodedata.normalize("NFC", t)  # decomposed accents (as macOS writes) fold like composed ones
-    low = _fold(t)  # one character per character ("İ".lower() is two): offsets in `low` are offsets in `t`
+    low, pos = _fold(t)  # `pos`: where in `t` each character of `low` stands
     hits: list[tuple[int, str]] = []
     for term in _snippet_terms(query):
         at = low.find(term)
@@ -319,19 +314,21 @@ def snippet(text: str, limit: int, query: str | None = None) -> str:
     if not hits:
         return shorten(t, limit)
 
+    hits = [(pos[at], term) for at, term in hits]  # in `t`'s offsets (a stripped mark made `low` shorter)
+
     def covered(start: int) -> int:
         return len({term for at, term in hits if start <= at and at + len(term) <= start + limit - 2})
 
     lead = limit // 5
-    best, best_n = 0, covered(0)
+    best, best_n, first = 0, covered(0), 0
     for at, _ in sorted(hits):
         start = max(0, at - lead)
         if (n := covered(start)) > best_n:
-            best, best_n = start, n
+            best, best_n, first = start, n, at
     if best == 0:
         return shorten(t, limit)
-    space = t.find(" ", best, best + 20)  # begin at a word
-    best = space + 1 if space >= 0 else best
+    space = t.find(" ", best, min(best + 20, first))  # begin at a word, before the hit (a script without spaces has none)
+    best = space + 1 if space >= 0 else _cluster_start(t, best)  # never inside a cluster (a flag read as another)
     return "…" + shorten(t[best:], limit - 1)
 
 

@@ -129,8 +129,9 @@ class IngestReport:
             if self.partly_embedded else ""
         )
         return (
-            f"{self.documents} documents: {self.added} added, {self.changed} changed, {self.unchanged} unchanged, "
-            f"{self.removed} removed; {self.chunks_written} chunks written; embeddings: "
+            f"{self.documents} document{'s' if self.documents != 1 else ''}: {self.added} added, {self.changed} changed, "
+            f"{self.unchanged} unchanged, {self.removed} removed; {self.chunks_written} chunk{'s' if self.chunks_written != 1 else ''} "
+            "written; embeddings: "
             f"{self.embeddings_computed} {self.embeddings_how}, {self.embeddings_from_cache} from cache; "
             f"BM25 index {('updated in place' if self.fts_in_place else 'rebuilt') if self.fts_rebuilt else 'unchanged'}{partly}"
             + (f"; HNSW vector index {self.vector_index}" if self.vector_index else "")

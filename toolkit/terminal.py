@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any, TextIO
 
-# The bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069). Joiners (ZWJ/ZWNJ) stay:
-# scripts and emoji need them, and they reorder nothing.
-BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+# The bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder what follows.
+# The marks (ALM U+061C, LRM U+200E, RLM U+200F) stay, as joiners (ZWJ/ZWNJ) do: ordinary in Arabic and Hebrew text,
+# they reorder no run, and shown as `\u200f` they were noise a screen reader read aloud (user trial AQ).
+BIDI = "\u202a-\u202e\u2066-\u2069"
 # DEL and the C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI), as a regex class's text.
 C1 = "\x7f-\x9f"
 # Every character that is never sent to a terminal as it is: the C0 controls (ESC, BEL, backspace, ...), C1, BIDI.
@@ -52,3 +53,17 @@ class VisibleStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes in a terminal: wide and full-width characters two, combining marks and joiners none
+    (a table of run names in Japanese drifted right by one column per character, user trial AQ)."""
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf")
+               else 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+def ljust(text: str, width: int) -> str:
+    """`text` padded with spaces to `width` terminal columns (`display_width`)."""
+    return text + " " * max(0, width - display_width(text))

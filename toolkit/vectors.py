@@ -56,16 +56,16 @@ def _check_lengths(vectors: list[tuple[str, Any]], source: str) -> None:
             )
 
 
-def check_vector(v: Any, where: str) -> list[float]:
-    """A finite, non-zero list of numbers, or an InputError naming where it came from."""
+def check_vector(v: Any, where: str, field: str = VECTOR_FIELD) -> list[float]:
+    """A finite, non-zero list of numbers, or an InputError naming where it came from (and its `field`)."""
     if not isinstance(v, list | tuple | np.ndarray) or len(v) == 0:
-        raise InputError(f"{where}: field `{VECTOR_FIELD}` must be a non-empty list of numbers")
+        raise InputError(f"{where}: field `{field}` must be a non-empty list of numbers")
     try:
         out = [float(x) for x in v]
     except (TypeError, ValueError) as e:
-        raise InputError(f"{where}: field `{VECTOR_FIELD}` must hold numbers only") from e
+        raise InputError(f"{where}: field `{field}` must hold numbers only") from e
     if not all(math.isfinite(x) for x in out) or not any(out):
-        raise InputError(f"{where}: field `{VECTOR_FIELD}` has NaN/infinite values or is all zeros")
+        raise InputError(f"{where}: field `{field}` has NaN/infinite values or is all zeros")
     checked = _Vector(out)
     checked.where = where
     return checked
