@@ -21,3 +21,48 @@ def test_an_embedding_column_is_the_documents_vector_and_other_ids_stay_as_metad
         load_corpus([{"_id": "a", "text": "x", "vector": vec, "embedding": vec}])
     with pytest.raises(InputError, match="field `embedding` has NaN"):
         load_corpus([{"_id": "a", "text": "x", "embedding": [float("nan")] * 8}])
+
+
+def test_topics_frames_keep_their_columns_and_refuse_ids_no_judgement_can_name():
+    """A pandas topics frame's `date` was dropped (the recency prior used "now" where the same topics as JSONL used
+    their dates); float ids became "1.0"; a null id crashed the run; list and boolean ids became "['x']" and "True"."""
+    import json
+
+    import pandas as pd
+
+    from toolkit.interop import queries_frame
+
+    got = queries_frame(pd.DataFrame({"qid": ["q1"], "query": ["deploy"], "date": ["2020-01-02"], "team": ["infra"]}))
+    assert json.loads(got["metadata"][0]) == {"date": "2020-01-02", "team": "infra"}
+    for bad, match in (({"qid": [1.0, 2.0], "query": ["a", "b"]}, "column qid holds Float64"),
+                       ({"qid": ["a", None], "query": ["a", "b"]}, "1 query id\\(s\\) are missing")):
+        with pytest.raises(InputError, match=match):
+            queries_frame(pd.DataFrame(bad))
+    with pytest.raises(InputError, match="cannot read the frame"):
+        queries_frame(pd.DataFrame({"qid": ["a", 2], "query": ["x", "y"]}))
+
+
+def test_query_files_refuse_odd_ids_and_read_a_topic_title(tmp_path):
+    from toolkit.loaders import load_queries
+
+    f = tmp_path / "q.jsonl"
+    for bad in ('{"_id": ["x"], "text": "a"}', '{"_id": true, "text": "a"}', '{"_id": 1.5, "text": "a"}'):
+        f.write_text(bad + "\n")
+        with pytest.raises(InputError, match=r"q\.jsonl:1: field `_id` must be a string or an integer"):
+            load_queries(f)
+    f.write_text('{"query_id": "301", "title": "international organized crime", "text": null}\n')
+    assert load_queries(f).row(0)[:2] == ("301", "international organized crime")
+
+
+def test_conflicting_grades_give_ranx_and_ir_measures_the_grade_the_toolkit_scores():
+    import pandas as pd
+
+    from toolkit.interop import qrels_frame, to_ranx
+
+    frame = pd.DataFrame({"qid": ["a", "a"], "docno": ["x", "x"], "label": [2, 0]})
+    with pytest.warns(UserWarning, match="judged with different grades.*the highest grade is used"):
+        q = qrels_frame(frame)
+    assert q.rows() == [("a", "x", 2)]
+    pytest.importorskip("ranx")
+    with pytest.warns(UserWarning):
+        assert to_ranx(frame).to_dict() == {"a": {"x": 2}}

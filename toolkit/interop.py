@@ -89,7 +89,18 @@ def queries_frame(queries: Any) -> pl.DataFrame:
         return from_ir_datasets(queries[len(IRDS_PREFIX):])[0]
     if isinstance(queries, str) or hasattr(queries, "__fspath__"):
         raise InputError(f"queries: got a path ({queries}); load it with Dataset.open(...).queries(split) or load_queries(path)")
-    df = _rename(_to_polars(queries, "queries"), QUERY_COLUMNS, "queries", ("qid", "text"))
+    try:
+        df = _rename(_to_polars(queries, "queries"), QUERY_COLUMNS, "queries", ("qid", "text"))
+    except (TypeError, ValueError, pl.exceptions.PolarsError) as e:  # pyarrow's "Expected bytes, got a 'int'"
+        raise InputError(f"queries: cannot read the frame ({type(e).__name__}: {e}); give each column one type "
+                         "(ids as text)") from None
+    # Ids as text or integers, as documents' (user trial AP: a CSV column with a gap read as floats gave "1.0",
+    # which no judgement names; a null id crashed the run).
+    if df["qid"].dtype.is_float() or df["qid"].dtype == pl.Boolean or isinstance(df["qid"].dtype, pl.List | pl.Struct):
+        raise InputError(f"queries: column qid holds {df['qid'].dtype} values (e.g. {df['qid'][0]!r}): ids must be text or "
+                         "integers (a CSV id column with a missing value reads as floats: read it as text)")
+    if df["qid"].null_count():
+        raise InputError(f"queries: {df['qid'].null_count()} query id(s) are missing (null)")
     df = df.with_columns(pl.col("qid").cast(pl.Utf8), pl.col("text").cast(pl.Utf8))
     empty = df.filter(pl.col("text").is_null() | (pl.col("text").str.strip_chars() == ""))
     if len(empty):
@@ -99,8 +110,31 @@ def queries_frame(queries: Any) -> pl.DataFrame:
         raise InputError(f"queries: duplicate query id {df.filter(dup)['qid'][0]!r}")
     if "scope" not in df.columns:
         df = df.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
+    extra = [c for c in df.columns if c not in ("qid", "text", "scope", "metadata")]
+    if extra:  # other columns are the query's metadata, as a query file's other fields are (its `date` is its as-of)
+        df = df.with_columns(pl.Series("metadata", _extra_metadata(df, extra), dtype=pl.Utf8))
     keep = ["qid", "text", "scope"] + (["metadata"] if "metadata" in df.columns else [])
     return df.select(keep).with_columns(pl.col("scope").cast(pl.Utf8))
+
+
+def _extra_metadata(df: pl.DataFrame, extra: list[str]) -> list[str]:
+    """Each row's `metadata` (JSON text) with the frame's other columns added under their names, checked as a query
+    file's fields are (user trial AP: a topics frame's `date` column was dropped, so the recency prior used "now"
+    where the same topics as JSONL used their dates). A key of `metadata` itself wins."""
+    import json
+
+    from .loaders import _flat_query_fields, _plain
+
+    out = []
+    for row in df.select("qid", *extra, *(["metadata"] if "metadata" in df.columns else [])).iter_rows(named=True):
+        where = f"queries: query {row['qid']!r}"
+        meta = row.get("metadata")
+        meta = json.loads(meta) if isinstance(meta, str) and meta else (meta or {})
+        if not isinstance(meta, dict):
+            raise InputError(f"{where}: column `metadata` must hold objects (or their JSON)")
+        fields = {k: _plain(row[k], where, k) for k in extra if row[k] is not None}
+        out.append(json.dumps({**_flat_query_fields(fields, meta, where), **meta}))
+    return out
 
 
 def qrels_frame(qrels: Any) -> pl.DataFrame:
@@ -127,7 +161,22 @@ def qrels_frame(qrels: Any) -> pl.DataFrame:
     raw = _to_polars(qrels, "qrels")
     df = _rename(raw, QREL_COLUMNS, "qrels", ("qid", "doc_id", "rel"))
     source = next(c for c in ("rel", *QREL_COLUMNS["rel"]) if c in raw.columns)  # the column _rename took
-    return df.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), _int_grades(df, source))
+    return _one_grade(df.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), _int_grades(df, source)))
+
+
+def _one_grade(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per (query, document), its highest grade, as `metrics.evaluate` scores it, and said when two grades
+    disagree: ranx kept the last and ir_measures both, so the three disagreed on one frame (user trial AP)."""
+    if not df.select(pl.struct("qid", "doc_id").is_duplicated().any()).item():
+        return df
+    conflict = df.group_by("qid", "doc_id").agg(pl.col("rel").n_unique().alias("n")).filter(pl.col("n") > 1)
+    if len(conflict):
+        import warnings
+
+        warnings.warn(f"qrels: {len(conflict)} (query, document) pair(s) judged with different grades, e.g. query "
+                      f"{conflict['qid'][0]!r} document {conflict['doc_id'][0]!r}: the highest grade is used", UserWarning,
+                      stacklevel=3)
+    return df.group_by("qid", "doc_id", maintain_order=True).agg(pl.col("rel").max())
 
 
 def _int_grades(df: pl.DataFrame, source: str) -> pl.Series:

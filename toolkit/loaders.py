@@ -647,7 +647,7 @@ def _folder_docs(
 
 # A query's id: BEIR's `_id`, and the names other tools write (ir_datasets' `query_id`, user trial AM).
 QUERY_ID_KEYS = ("_id", "id", "qid", "query_id")
-_QUERY_FIELDS = frozenset({*QUERY_ID_KEYS, "text", "query", "metadata", "scope"})
+_QUERY_FIELDS = frozenset({*QUERY_ID_KEYS, "text", "query", "title", "metadata", "scope"})
 
 
 def _flat_query_fields(o: Mapping[str, Any], meta: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -685,16 +685,17 @@ def load_queries(path: str | Path) -> pl.DataFrame:
         raise InputError(f"{p}: no such file")
     rows, seen = [], {}
     for n, o in _read_jsonl(p):
-        qid = next((o[k] for k in QUERY_ID_KEYS if o.get(k) is not None), None)
-        if qid is None:
+        key = next((k for k in QUERY_ID_KEYS if o.get(k) is not None), None)
+        if key is None:
             raise InputError(f"{p}:{n}: missing query id (one of {', '.join(f'`{k}`' for k in QUERY_ID_KEYS)})")
-        qid = str(qid)
+        qid = _ident(o[key], f"{p}:{n}", key)  # text or an integer, as a document's id (not "['x']" or "True")
         if qid in seen:
             raise InputError(f"{p}:{n}: duplicate query id {qid!r} (first at line {seen[qid]})")
         seen[qid] = n
-        text = o.get("text", o.get("query"))
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f"{p}:{n}: query {qid!r} has an empty text")
+        # A TREC topic's text is its `title` (user trial AP: "empty text" for a topic whose text was there).
+        text = next((o[k] for k in ("text", "query", "title") if isinstance(o.get(k), str) and o[k].strip()), None)
+        if text is None:
+            raise InputError(f"{p}:{n}: query {qid!r} has no text (field `text`, `query` or `title`)")
         meta = o.get("metadata") or {}
         if not isinstance(meta, dict):
             raise InputError(f"{p}:{n}: field `metadata` must be an object")
