@@ -66,3 +66,14 @@ def test_conflicting_grades_give_ranx_and_ir_measures_the_grade_the_toolkit_scor
     pytest.importorskip("ranx")
     with pytest.warns(UserWarning):
         assert to_ranx(frame).to_dict() == {"a": {"x": 2}}
+
+
+def test_pyterrier_ranks_count_from_one_and_a_frames_nan_metadata_is_null():
+    import pandas as pd
+
+    from toolkit.interop import run_frame
+
+    got = run_frame(pd.DataFrame({"qid": ["q", "q"], "docno": ["a", "b"], "rank": [0, 1], "score": [2.0, 1.0]}))
+    assert got["rank"].to_list() == [1, 2]
+    (doc,) = load_corpus(pd.DataFrame({"_id": ["a"], "text": ["x"], "ratio": [float("nan")]}))
+    assert doc["metadata"] == {}  # a missing value: not stored (it was NaN, typed as the text 'NaN')

@@ -97,3 +97,24 @@ def test_eval_table_columns_line_up_with_wide_run_names(tmp_path, corpus_file):
     out = CliRunner().invoke(main, ["eval", "--dataset", str(ds), "--split", "test", *runs]).stdout.splitlines()
     rows = [line for line in out[:3]]
     assert len({display_width(line) for line in rows}) == 1, rows  # header and both runs end in the same column
+
+
+def test_a_decomposed_folder_name_is_found_by_its_composed_spelling(tmp_path):
+    """macOS writes file names decomposed (NFD): `--scope 한국어` said no document has that scope, and `hrt delete
+    한국어/메모.md` said no such id, for names that look identical."""
+    import unicodedata
+
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    folder = tmp_path / unicodedata.normalize("NFD", "한국어")
+    folder.mkdir(parents=True)
+    (folder / unicodedata.normalize("NFD", "메모.md")).write_text("ECONNREFUSED on the payment gateway\n")
+    (tmp_path / "other.md").write_text("ECONNREFUSED elsewhere\n")
+    store = str(tmp_path.parent / "kr.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(tmp_path), "--store", store, "--no-embed"]).exit_code == 0
+    r = CliRunner().invoke(main, ["search", "ECONNREFUSED", "--store", store, "--mode", "lexical", "--scope", "한국어"])
+    assert r.exit_code == 0 and "no stored document has scope" not in r.stderr and "메모" in unicodedata.normalize("NFC", r.stdout)
+    r = CliRunner().invoke(main, ["delete", "한국어/메모.md", "--store", store])
+    assert r.exit_code == 0, r.output

@@ -684,6 +684,8 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
                            "(--mode lexical); `hrt ingest` without --no-embed adds dense search", err=True)
                 cfg, _ = resolve_rerank(_load_cfg(None, "lexical").with_updates({"output.n": n}))
             _warn_dense_coverage(embedded, chunks)
+        if scope is not None and (stored := st.stored_form("scope", scope)) != scope:  # 한국어 typed, 한국어 (NFD) stored
+            q = q.with_columns(pl.lit(stored, pl.Utf8).alias("scope"))
         prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
         top = res.shown()  # output.n is n

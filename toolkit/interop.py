@@ -218,7 +218,10 @@ def run_frame(run: Any) -> pl.DataFrame:
         df = df.sort(["qid", "score", "doc_id"], descending=[False, True, True]).with_columns(
             pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")
         )
-    return df.select("qid", "doc_id", pl.col("rank").cast(pl.Int64), pl.col("score").cast(pl.Float64)).sort("qid", "rank")
+    rank = pl.col("rank").cast(pl.Int64)
+    if len(df) and df["rank"].min() == 0:  # PyTerrier counts from 0; runs (and docs/frames.md) from 1 (user trial AP)
+        rank = rank + 1
+    return df.select("qid", "doc_id", rank.alias("rank"), pl.col("score").cast(pl.Float64)).sort("qid", "rank")
 
 
 def _namedtuples(obj: Any) -> Any:

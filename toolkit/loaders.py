@@ -215,7 +215,9 @@ def _plain(value: Any, where: str, name: str, depth: int = 0) -> Any:
     if isinstance(value, float) and math.isinf(value):  # 1e400 in JSON: stored, it became null without a word
         raise InputError(f"{where}: field `{name}`: {value} (a number beyond the float range) cannot be stored as "
                          "metadata; write it as a string")
-    if value is None or isinstance(value, str | bool | int | float):  # NaN: a frame's missing value, stored as null
+    if isinstance(value, float) and math.isnan(value):  # a frame's missing value: null (as the comment promised; a
+        return None  # NaN was stored as NaN and typed as the text 'NaN', user trial AP)
+    if value is None or isinstance(value, str | bool | int | float):
         return value
     if isinstance(value, date | time):  # datetime and pandas' Timestamp are dates too
         return value.isoformat()

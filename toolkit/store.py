@@ -1449,9 +1449,23 @@ class Store:
         with _write_lock(self.path):
             return self._delete(ids, missing_ok)
 
+    def stored_form(self, column: str, value: str) -> str:
+        """The spelling the store holds of `value` in documents' `column` ("doc_id" or "scope"), when it differs only
+        in Unicode normalisation: a folder name macOS wrote decomposed (NFD) looks the same as the composed one
+        typed (user trial AQ: `--scope 한국어` and `hrt delete 한국어/메모.md` found nothing). `value` when none."""
+        if column not in ("doc_id", "scope") or value.isascii():
+            return value
+        rows = self.con.execute(f"SELECT DISTINCT {column} FROM documents WHERE nfc_normalize({column}) = nfc_normalize(?) "
+                                f"LIMIT 2", [value]).fetchall()
+        return rows[0][0] if len(rows) == 1 else value
+
     def _delete(self, ids: list[str], missing_ok: bool) -> int:
         held = {r[0] for r in self.con.execute("SELECT doc_id FROM documents WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))",
                                                [ids]).fetchall()}
+        if len(held) < len(set(ids)):  # an id typed composed, stored decomposed (or the reverse): the stored spelling
+            ids = [i if i in held else self.stored_form("doc_id", i) for i in ids]
+            held |= {r[0] for r in self.con.execute("SELECT doc_id FROM documents WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))",
+                                                    [ids]).fetchall()}
         if (absent := [i for i in ids if i not in held]) and not missing_ok:
             more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
             raise InputError(f"{self.path}: no document with id {', '.join(map(repr, absent[:3]))}{more}: nothing was "
