@@ -64,10 +64,15 @@ def test_query_endpoint_of_another_dimension_is_a_clear_error(tmp_path, corpus_f
 
 def test_local_model_of_another_dimension_is_a_clear_error(tmp_path):
     path = tmp_path / "p.duckdb"
-    with Store(path) as st:  # 8-d vectors labelled as the packaged model, which makes 384-d ones
+    # 8-d vectors labelled as the packaged model, which makes 384-d ones: refused at ingest (user trial AP; the first
+    # search refused them before)
+    with Store(path) as st, pytest.raises(InputError, match=r"vectors of 8 numbers, but .*all-MiniLM-L6-v2 makes 384-d"):
         st.ingest(load_corpus(_vector_corpus(tmp_path)), model=DEFAULT_MODEL)
-    with Store(path, read_only=True) as st, pytest.raises(StoreError, match=r"8-d embeddings of .*all-MiniLM-L6-v2.* makes 384-d vectors"):
-        st.dense_search(_query(), embedding={"model": "all-MiniLM-L6-v2"})
+    # vectors of another model searched with the packaged one: the store's size is named
+    with Store(path) as st:
+        st.ingest(load_corpus(_vector_corpus(tmp_path)), model="org/eight-d")
+    with Store(path, read_only=True) as st, pytest.raises(StoreError, match=r"8-d embeddings of 'org/eight-d'"):
+        st.dense_search(_query(), embedding={"model": "org/eight-d"}, vectors=np.ones((1, 384), dtype=np.float32))
 
 
 def test_ingest_with_another_endpoint_model_is_refused_naming_both(tmp_path, corpus_file, fake_server, monkeypatch):

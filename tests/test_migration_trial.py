@@ -77,3 +77,13 @@ def test_pyterrier_ranks_count_from_one_and_a_frames_nan_metadata_is_null():
     assert got["rank"].to_list() == [1, 2]
     (doc,) = load_corpus(pd.DataFrame({"_id": ["a"], "text": ["x"], "ratio": [float("nan")]}))
     assert doc["metadata"] == {}  # a missing value: not stored (it was NaN, typed as the text 'NaN')
+
+
+def test_vectors_of_the_wrong_size_for_a_known_model_are_refused_at_ingest(tmp_path):
+    """8-d vectors named as the packaged MiniLM's were stored, and only the first search refused them."""
+    from toolkit.store import Store
+
+    docs = [{"_id": "a", "text": "x", "vector": [0.1] * 8}]
+    with Store(tmp_path / "s.duckdb") as st, pytest.raises(InputError, match="vectors of 8 numbers, but "
+                                                                            "sentence-transformers/all-MiniLM-L6-v2 makes 384-d"):
+        st.ingest(load_corpus(docs), model="sentence-transformers/all-MiniLM-L6-v2")

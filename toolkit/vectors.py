@@ -71,6 +71,10 @@ def check_vector(v: Any, where: str, field: str = VECTOR_FIELD) -> list[float]:
     return checked
 
 
+# Vector sizes of models whose size is known without loading them: the packaged one.
+KNOWN_DIMS = {"all-MiniLM-L6-v2": 384}
+
+
 class PrecomputedEmbedder:
     """Looks chunk bodies up by sha1 in a table of supplied vectors (L2-normalised here)."""
 
@@ -85,6 +89,10 @@ class PrecomputedEmbedder:
         dims = {len(v) for v in by_hash.values()}
         self.model_id, self.source = model_id, source
         self._dim = dims.pop() if dims else 0
+        known = KNOWN_DIMS.get(model_id.removeprefix("sentence-transformers/"))
+        if known and self._dim and self._dim != known:  # refused here, not at the first search (user trial AP)
+            raise InputError(f"{source}: vectors of {self._dim} numbers, but {model_id} makes {known}-d vectors: name the "
+                             "model that made them (--model / model=)")
         self._by_hash = by_hash
 
     @property
