@@ -150,3 +150,23 @@ def test_an_embedding_input_the_endpoint_refuses_is_named(fake_server):
             emb.embed(["short", "Runbook: " + "z" * 4997])
     finally:
         emb.close()
+
+
+def test_cached_reranker_scores_can_be_dropped(fake_server, tmp_path, corpus_file):
+    """New weights served under the same model name and URL: the old scores were reused for ever, and nothing but
+    a new store dropped them."""
+    from conftest import write_beir
+
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    store = str(tmp_path / "s.duckdb")
+    env = {"HRT_RERANK_PROVIDER": "http", "HRT_RERANK_BASE_URL": fake_server.rerank_url.removesuffix("/rerank")}
+    args = ["run", "--dataset", str(ds), "--split", "test", "--config", "bm25-only", "--store", store, "--out", str(tmp_path / "r.trec")]
+    assert CliRunner().invoke(main, args, env=env).exit_code == 0
+    info = json.loads(CliRunner().invoke(main, ["info", "--store", store]).stdout)
+    (name, n), = info["reranker_scores"].items()
+    assert n > 0 and name.endswith("/v1/rerank")
+    calls = len(fake_server.requests)
+    assert CliRunner().invoke(main, args, env=env).exit_code == 0 and len(fake_server.requests) == calls  # cached
+    r = CliRunner().invoke(main, ["clear-cache", "--store", store, "--model", name])
+    assert r.exit_code == 0 and f"dropped {n:,} cached reranker score(s)" in r.stderr
+    assert CliRunner().invoke(main, args, env=env).exit_code == 0 and len(fake_server.requests) > calls  # asked again

@@ -1422,6 +1422,24 @@ def delete(doc_ids, store_path, missing_ok, wait_s) -> None:
     click.echo(f"deleted {gone} document(s) of {len(set(doc_ids))} asked", err=True)
 
 
+@main.command(name="clear-cache")
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
+@click.option("--model", default=None, help="Only this reranker's scores (model@url for an http reranker, as `hrt info` "
+                                          "lists them; default: every reranker's).")
+@_WAIT_OPTION
+def clear_cache(store_path, model, wait_s) -> None:
+    """Drop cached reranker scores and the stage frames built from them, so the next search asks the reranker
+    again (an endpoint that now serves other weights under the same name). Documents, vectors and indexes stay."""
+    from .store import Store, no_such_store
+
+    if not Path(store_path).expanduser().exists():
+        raise no_such_store(store_path)
+    with Store(store_path, wait_s=_wait(wait_s, False)) as st:
+        got = st.clear_caches(model=model)
+    click.echo(f"dropped {got.get('rerank_cache', 0):,} cached reranker score(s) and {got['stage_cache']:,} cached stage "
+               "set(s)", err=True)
+
+
 @main.command()
 def presets() -> None:
     """List the shipped pipeline presets (use with --config NAME)."""

@@ -996,6 +996,8 @@ class Store:
             "bm25_text_current": not self.stale_text(),
             "vector_index": self.vector_index,
             "generation": self.generation(),
+            # cached scores per reranker (`hrt clear-cache --model` takes these names)
+            "reranker_scores": dict(self.con.execute("SELECT model, count(*) FROM rerank_cache GROUP BY model ORDER BY model").fetchall()),
         }
 
     def stale_text(self) -> bool:
@@ -1774,6 +1776,30 @@ class Store:
         )
 
     # ------------------------------------------------------------------ stage cache
+    def clear_caches(self, *, rerank: bool = True, model: str | None = None) -> dict[str, int]:
+        """Drop cached reranker scores (all, or one provider's: its `cache_key`, "model@url" for http) and the stage
+        frames built from them; {table: rows dropped}. The corpus, its vectors and indexes are untouched: the next
+        search asks the provider again. For an endpoint that now serves other weights under the same name (user
+        trial AN: the old scores were reused for ever, and no command dropped them)."""
+        self._check_writable("clearing the caches")
+        lock = _write_lock(self.path)
+        with lock:
+            out = {}
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                if rerank:
+                    where, args = ("WHERE model = ?", [model]) if model else ("", [])
+                    out["rerank_cache"] = self.con.execute(f"SELECT count(*) FROM rerank_cache {where}", args).fetchone()[0]
+                    self.con.execute(f"DELETE FROM rerank_cache {where}", args)
+                out["stage_cache"] = self.con.execute("SELECT count(DISTINCT key) FROM stage_cache").fetchone()[0]
+                self.con.execute("DELETE FROM stage_cache")  # frames hold reranker scores: none may outlive them
+                self.con.execute("COMMIT")
+            except BaseException:
+                self.con.execute("ROLLBACK")
+                raise
+        self._memo.clear()
+        return out
+
     def put_frames(self, key: str, frames: dict[str, pl.DataFrame | None]) -> None:
         """Keep the outputs of expensive stages under `key` (Parquet bytes: exact types, compact). Skipped while
         another thread writes: that write's commit empties the cache anyway, and a search must not wait for a
