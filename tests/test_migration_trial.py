@@ -87,3 +87,27 @@ def test_vectors_of_the_wrong_size_for_a_known_model_are_refused_at_ingest(tmp_p
     with Store(tmp_path / "s.duckdb") as st, pytest.raises(InputError, match="vectors of 8 numbers, but "
                                                                             "sentence-transformers/all-MiniLM-L6-v2 makes 384-d"):
         st.ingest(load_corpus(docs), model="sentence-transformers/all-MiniLM-L6-v2")
+
+
+def test_an_embedding_field_that_is_not_a_vector_stays_metadata():
+    """The review: `embedding: "text-embedding-3-small"` (a record naming its model) stopped the ingest."""
+    (doc,) = load_corpus([{"id": "a", "text": "hello", "embedding": "text-embedding-3-small"}])
+    assert "vector" not in doc and doc["metadata"] == {"embedding": "text-embedding-3-small"}
+
+
+def test_topics_columns_without_a_json_form_or_with_non_dates_are_left_out_once(caplog):
+    """The review: a Duration column refused the whole frame; a `created_at` column of non-dates warned per row."""
+    import json
+    import logging
+    from datetime import timedelta
+
+    import polars as pl
+
+    from toolkit.interop import queries_frame
+
+    frame = pl.DataFrame({"qid": [f"q{i}" for i in range(50)], "text": ["x"] * 50, "took": [timedelta(seconds=1)] * 50,
+                          "created_at": ["soon"] * 50, "w": [float("nan")] * 50, "team": ["infra"] * 50})
+    with caplog.at_level(logging.WARNING, logger="toolkit"):
+        got = queries_frame(frame)
+    assert json.loads(got["metadata"][0]) == {"team": "infra"}  # NaN: missing
+    assert caplog.text.count("`took`") == 1 and caplog.text.count("`created_at`") == 1

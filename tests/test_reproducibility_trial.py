@@ -113,3 +113,18 @@ def test_a_report_names_the_code_and_the_store_its_numbers_came_from(tmp_path, c
     with Store(tmp_path / "s.duckdb", read_only=True) as st:
         gen = st.generation()
     assert f"Provenance: hybrid-retrieval-toolkit {__version__}; store s.duckdb; generation {gen}; embeddings" in out.read_text()
+
+
+def test_pair_scores_are_the_same_bits_grouped_or_not_in_any_slice():
+    import numpy as np
+
+    from toolkit.store import exact_products
+
+    rng = np.random.default_rng(3)
+    vecs, q = rng.standard_normal((500, 384)).astype(np.float32), rng.standard_normal((40, 384)).astype(np.float32)
+    row, col = np.sort(rng.integers(0, 40, 3000)), rng.integers(0, 500, 3000)
+    grouped = exact_products(q, vecs, row, col)
+    shuffled = rng.permutation(3000)
+    assert np.array_equal(exact_products(q, vecs, row[shuffled], col[shuffled]), grouped[shuffled])
+    for a, z in ((0, 1), (5, 6), (17, 900), (2999, 3000)):
+        assert np.array_equal(exact_products(q, vecs, row[a:z], col[a:z]), grouped[a:z])

@@ -118,3 +118,15 @@ def test_a_decomposed_folder_name_is_found_by_its_composed_spelling(tmp_path):
     assert r.exit_code == 0 and "no stored document has scope" not in r.stderr and "메모" in unicodedata.normalize("NFC", r.stdout)
     r = CliRunner().invoke(main, ["delete", "한국어/메모.md", "--store", store])
     assert r.exit_code == 0, r.output
+
+
+def test_thai_pairs_are_of_letters_so_the_word_outranks_scattered_letters(tmp_path):
+    """The review: pairs over letters and marks shrank to single letters, and a document of scattered letters
+    (0.515) outranked the one holding the exact word (0.446)."""
+    docs = [{"doc_id": "scattered", "text": "ทุกคน นั่ง ที่ ทาง นี้ และ ที่ นั่น"},
+            {"doc_id": "right", "text": "เอกสารอยู่ที่นี่แล้วนะครับ"},
+            {"doc_id": "other", "text": "ใบแจ้งหนี้ประจำเดือน"}]
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(docs, embed=False)
+        got = st.lexical_search(pl.DataFrame({"qid": ["q"], "text": ["ที่นี่"]}), top_k=3)
+    assert got.sort("rank")["doc_id"][0] == "right"

@@ -20,6 +20,8 @@ in CJK terms those marks are written as the half-width marks (ﾞ ﾟ), letters 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 import unicodedata
 
@@ -29,8 +31,17 @@ FTS_IGNORE = r"[^\p{L}\p{N}_]+"
 # What `lexical_text` adds, by version (a store records the one its BM25 index was built with and brings
 # older ones up to date, `Store._reanalyse_text`): 1 compound forms, 2 CJK characters and pairs, 3 NFKC and
 # case folding, kana voicing kept, Latin words next to CJK, non-ASCII words in compound forms; 4 Thai, Lao, Khmer
-# and Myanmar as pairs too. Versions 2-4 change only text with non-ASCII characters, so only those chunks are redone.
-ANALYSIS_VERSION = "4"
+# and Myanmar as pairs too; 5 Indic vowel signs kept as letters. Versions 2-5 change only text with non-ASCII
+# characters, so only those chunks are redone.
+ANALYSIS_VERSION = "5"
+# The characters each version after 3 (the last whose text analysis shipped) changes: a store analysed by 3 re-indexes
+# only chunks holding one of them (`Store._reanalyse_text`), not every chunk with a curly quote.
+CHANGED_SINCE_3 = r"[\x{0900}-\x{0dff}\x{0e00}-\x{0eff}\x{1000}-\x{109f}\x{1780}-\x{17ff}]"  # RE2 (DuckDB) syntax
+
+# Indic scripts (Devanagari to Malayalam) write most vowels as signs, which FTS's accent stripping removed with the
+# accents: काम ("work") and कम ("less") were one term (user trial AQ). Each vowel sign is indexed as its script's
+# independent vowel letter (ा as आ), a letter the stripping keeps.
+_INDIC = re.compile("[\u0900-\u0dff]")
 
 # Han, Hiragana, Katakana (and half-width), Hangul, and the ideographic marks 々 〆 〇 〻; and Thai, Lao, Khmer
 # and Myanmar (user trial AQ: a Thai word inside a sentence was never found, the run being one token): scripts
@@ -92,6 +103,18 @@ def compound_forms(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+_SPACELESS_MARKED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
+
+
+def base_letters(run: str) -> str:
+    """A run of Thai, Lao, Khmer or Myanmar without its vowel and tone marks: pairs are of letters, as BM25's accent
+    stripping leaves them (pairs over marks shrank to single letters, so scattered letters outranked the word:
+    the review of user trial AQ's fix). Other runs as they are."""
+    if not _SPACELESS_MARKED.search(run):
+        return run
+    return "".join(c for c in run if not unicodedata.category(c).startswith("M"))
+
+
 def cjk_terms(text: str) -> list[str]:
     """Each CJK character of `text` and each pair of neighbours within a run of them, in order and with
     repeats (BM25 counts them): "数据库" gives 数 据 库 数据 据库. A one-character run gives the character.
@@ -99,13 +122,26 @@ def cjk_terms(text: str) -> list[str]:
     Kana voicing marks are written as half-width marks (`_KANA_MARKS`), which FTS's accent stripping keeps."""
     out: list[str] = []
     for m in _CJK_RUN.finditer(text):
-        run = m.group(0)
+        run = base_letters(m.group(0))
         out.extend(run)
         out.extend(run[i : i + 2] for i in range(len(run) - 1))
     out = [unicodedata.normalize("NFD", t).translate(_KANA_MARKS) for t in out]
     for m in _WORD.finditer(text):
         if CJK.search(w := m.group(0)) and (rest := [p for p in _CJK_RUN.split(w) if p.strip("_")]):
             out.extend(rest)
+    return out
+
+
+@functools.cache
+def _indic_vowels() -> dict[int, str]:
+    """{vowel sign: its independent vowel letter} for the Indic blocks, by Unicode name ("DEVANAGARI VOWEL SIGN AA"
+    -> "DEVANAGARI LETTER AA"): a table by hand would be 120 entries to get wrong."""
+    out = {}
+    for cp in range(0x0900, 0x0E00):
+        script, sep, vowel = unicodedata.name(chr(cp), "").partition(" VOWEL SIGN ")
+        if sep:
+            with contextlib.suppress(KeyError):  # a sign without a letter of its own
+                out[cp] = unicodedata.lookup(f"{script} LETTER {vowel}")
     return out
 
 
@@ -117,6 +153,8 @@ def lexical_text(text: str) -> str:
     characters); the output is unchanged by the windowing unless one word is longer than `WINDOW`."""
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text)
+        if _INDIC.search(text):
+            text = text.translate(_indic_vowels())
     extra = compound_forms(text) + (cjk_terms(text) if CJK.search(text) else [])
     out = f"{text}\n{' '.join(extra)}" if extra else text
     return out if out.isascii() else out.casefold()

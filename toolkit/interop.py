@@ -122,9 +122,22 @@ def _extra_metadata(df: pl.DataFrame, extra: list[str]) -> list[str]:
     file's fields are (user trial AP: a topics frame's `date` column was dropped, so the recency prior used "now"
     where the same topics as JSONL used their dates). A key of `metadata` itself wins."""
     import json
+    import logging
 
     from .loaders import _flat_query_fields, _plain
+    from .metatypes import is_date_field, parse_date
 
+    log = logging.getLogger("toolkit")
+    usable = []
+    for c in extra:  # judged once per column (the review: a warning per row, a whole frame refused for one column)
+        dt = df[c].dtype
+        if isinstance(dt, pl.Duration | pl.Binary | pl.Object | pl.Time):
+            log.warning("warning: queries: column `%s` (%s) is not kept as metadata: no JSON form", c, dt)
+        elif is_date_field(c) and any(parse_date(v) is None for v in df[c].drop_nulls().to_list()):
+            log.warning("warning: queries: column `%s` holds values that are not dates; not kept as metadata", c)
+        else:
+            usable.append(c)
+    extra = usable
     out = []
     for row in df.select("qid", *extra, *(["metadata"] if "metadata" in df.columns else [])).iter_rows(named=True):
         where = f"queries: query {row['qid']!r}"

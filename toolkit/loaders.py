@@ -167,7 +167,7 @@ ID_FIELDS = ("_id", "id", "doc_id")  # a record's id: the first of these present
 # (user trial AP: an `embedding` column was kept as 8.6 KB of metadata per document and the text embedded again).
 VECTOR_FIELDS = ("vector", "embedding")
 # Top-level keys that are document fields; every other key of a record (but its text field) is metadata.
-DOC_FIELDS = frozenset({*ID_FIELDS, "title", "source", "scope", "metadata", *VECTOR_FIELDS})
+DOC_FIELDS = frozenset({*ID_FIELDS, "title", "source", "scope", "metadata", "vector"})
 
 
 def _record_text(obj: Mapping[str, Any], where: str, text_field: str | None, hint: str = "--text-field") -> tuple[str, str]:
@@ -258,6 +258,8 @@ def _record_metadata(obj: Mapping[str, Any], where: str, text_key: str) -> dict[
     for k, v in obj.items():
         if k in DOC_FIELDS or k == text_key or v is None:  # None: a frame's missing value, as if absent
             continue
+        if k == "embedding" and _is_numbers(v):  # the document's vector (`_doc_from_record`), not metadata
+            continue
         if not isinstance(k, str):
             raise InputError(f"{where}: field name {k!r} must be a string")
         flat[k] = v = _plain(v, where, k)
@@ -311,7 +313,8 @@ def _doc_from_record(
         "text": text,
         "metadata": meta,
     }
-    given = [k for k in VECTOR_FIELDS if obj.get(k) is not None]
+    # `vector` always; `embedding` when it holds numbers (a record may name its embedding model so: metadata then)
+    given = [k for k in VECTOR_FIELDS if obj.get(k) is not None and (k == "vector" or _is_numbers(obj[k]))]
     if len(given) > 1:
         raise InputError(f"{where}: fields `{'` and `'.join(given)}` both hold a vector: keep one (`vector`)")
     if given:  # a precomputed embedding (toolkit.vectors)
@@ -319,6 +322,13 @@ def _doc_from_record(
 
         doc["vector"] = check_vector(obj[given[0]], where, given[0])
     return doc
+
+
+def _is_numbers(v: Any) -> bool:
+    """A list (or array) of numbers: what a vector field holds."""
+    if isinstance(v, str | bytes) or not hasattr(v, "__len__") or not len(v):
+        return False
+    return all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in v)
 
 
 def _check_unique(

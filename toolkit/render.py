@@ -251,6 +251,7 @@ def _cluster_start(t: str, i: int) -> int:
 
 # A word: letters and digits with their marks (a Hindi or Thai word's vowel signs are marks, not separators).
 _TERM = r"[\w\p{M}][\w\p{M}.\-/:]*[\w\p{M}]|\w"
+_ASCII_TERM = re.compile(r"\w[\w.\-/:]*\w|\w")
 
 
 def _fold(text: str) -> tuple[str, list[int]]:
@@ -284,10 +285,15 @@ def _snippet_terms(query: str) -> set[str]:
     def wanted(w: str) -> bool:
         return (len(w) >= 3 or (len(w) == 2 and any(c.isdigit() for c in w))) and not _is_stopword(w.lower())
 
-    import regex
+    if query.isascii():  # no marks to keep with their letters: the standard library's words (and no regex import)
+        words = _ASCII_TERM.findall(query)
+    else:
+        import regex
 
-    out = {_fold(w)[0] for w in regex.findall(_TERM, unicodedata.normalize("NFC", query)) if wanted(w) and not CJK.search(w)}
+        words = regex.findall(_TERM, unicodedata.normalize("NFC", query))
+    out = {_fold(w)[0] for w in words if wanted(w) and not CJK.search(w)}
     for run in re.findall(f"[{CJK_CHARS}]+", unicodedata.normalize("NFKC", query)):
+        run = "".join(c for c in run if unicodedata.category(c) != "Mn")  # as `_fold` strips them from the text
         out |= {run[i : i + 2] for i in range(len(run) - 1)} or {run}
     return out
 

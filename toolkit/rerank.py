@@ -319,6 +319,15 @@ class HttpReranker:
         self.batch_size, self.max_chars = max(1, int(batch_size)), max(1, int(max_chars))
         self._said_cut = False
 
+    def cut_pairs(self, pairs: pl.DataFrame) -> pl.DataFrame:
+        """`pairs`' query and text cut to `max_chars` (what `score` would send), said once: `rerank_scores` caches
+        scores under the hash of the text sent (the review: a score of a cut text was reused for another cut)."""
+        longest = pairs.select(pl.max_horizontal(pl.col("query").str.len_chars().max(), pl.col("text").str.len_chars().max())).item()
+        if longest is None or longest <= self.max_chars:
+            return pairs
+        self._cut(["x" * longest])  # the warning, once per reranker
+        return pairs.with_columns(pl.col("query").str.slice(0, self.max_chars), pl.col("text").str.slice(0, self.max_chars))
+
     def _cut(self, texts: list[str]) -> list[str]:
         """Texts past `max_chars` cut to it; the first time, one warning with the longest length."""
         longest = max((len(t) for t in texts), default=0)
@@ -763,6 +772,8 @@ def rerank_scores(
         if top_n < 1:
             raise InputError(f"rerank top_n must be at least 1, got {top_n}")
         pairs = pairs.filter(pl.int_range(pl.len()).over("qid") < top_n)
+    if hasattr(reranker, "cut_pairs"):  # hashed as sent: a cached score is for that text
+        pairs = reranker.cut_pairs(pairs)
     pairs = pairs.with_columns(
         _hashes(pairs["query"]).alias("query_hash"), _hashes(pairs["text"]).alias("text_hash")
     )

@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from . import interrupts
-from .analysis import ANALYSIS_VERSION, FTS_IGNORE, lexical_text
+from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_text
 from .chunking import chunk_body, chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
@@ -453,10 +453,16 @@ def exact_products(q: np.ndarray, vecs: np.ndarray, row: np.ndarray, col: np.nda
     """q[row] . vecs[col] for each pair, each summed the same way whatever else is computed with it. A BLAS matrix
     product's rows depend on the block's shape (its kernels sum in other orders): a query asked alone ordered five
     identical notes otherwise than the same query run with its split (user trial AL). So the matrix product only
-    picks candidates, and their scores are these (float64): products, then numpy's pairwise sum over each pair's
-    own d numbers (measured: the same bits for a pair in any batch; BLAS's gemv is not, nor a 4-row gemm), in slices
-    of 8,192 pairs (12 MB at 384 dimensions; einsum took 6x as long)."""
+    picks candidates, and their scores are these (float32 products and sums, returned as float64): numpy's pairwise
+    sum over each pair's own d numbers (measured: the same bits for a pair in any batch; BLAS's gemv is not, nor a
+    4-row gemm). Pairs grouped by query (as the callers give them) take one broadcast product per query (2.5x the
+    speed of gathering the query's vector for every pair, the same bits); others go in slices of 8,192 pairs."""
     out = np.empty(len(row), np.float64)
+    if len(row) and bool(np.all(row[1:] >= row[:-1])):
+        bounds = np.flatnonzero(np.r_[True, row[1:] != row[:-1], True])
+        for a, z in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            out[a:z] = (vecs[col[a:z]] * q[row[a]]).sum(axis=1)
+        return out
     for s in range(0, len(row), 8192):
         out[s : s + 8192] = (q[row[s : s + 8192]] * vecs[col[s : s + 8192]]).sum(axis=1)
     return out
@@ -516,13 +522,14 @@ def bind_without_pandas() -> None:
 
 
 def _rank_flat(
-    m: dict[str, Any], row: np.ndarray, col: np.ndarray, val: np.ndarray, *, level: str, top_k: int
+    m: dict[str, Any], row: np.ndarray, col: np.ndarray, val: np.ndarray, *, level: str, top_k: int, few: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Top-k per query from flat (query row, chunk column, score) triples grouped by row (and sorted by column
     within a row where documents have several chunks and the level is document), for the sparse BM25 and the
     HNSW paths: each document's max at its first chunk reaching it (document level),
     then score desc and document (or chunk) order, ties with the k-th score kept before the exact order.
-    Returns (row, column, rank, score). Hand-written: numpy/scipy have no segmented top-k."""
+    Returns (row, column, rank, score). Hand-written: numpy/scipy have no segmented top-k. `few`: each row holds
+    about top_k triples (dense search's exact candidates), so one sort of them all beats a partition per row."""
     doc = m["doc_of_chunk"][col]
     if level == "document" and len(m["starts"]) != len(m["doc_of_chunk"]) and len(val):
         starts = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (doc[1:] != doc[:-1])])
@@ -533,6 +540,12 @@ def _rank_flat(
         row, col, val, doc = row[best], col[best], val[best], doc[best]
     key = doc if level == "document" else col
     # Per query, keep the top_k values (and anything tied with the k-th), then order exactly.
+    if few:
+        sel = np.lexsort((key, -val, row))
+        r = row[sel]
+        rank = np.arange(len(sel)) - np.searchsorted(r, r) + 1
+        ok = rank <= top_k
+        return r[ok], col[sel][ok], rank[ok], val[sel][ok]
     n_rows = int(row[-1]) + 1 if len(row) else 0
     bounds = np.searchsorted(row, np.arange(n_rows + 1))
     pick = []
@@ -638,7 +651,8 @@ class Store:
         service's writer and readers, each opening the store briefly, failed instead of waiting their turn).
         `memory_limit` (e.g. "4GB"): DuckDB's working-memory cap for this store; past it DuckDB spills to
         disk. Its default is 80% of the machine's memory, too much to share a laptop with a large index build.
-        `threads`: DuckDB's worker threads (default $HRT_DUCKDB_THREADS, else one per core)."""
+        `threads`: DuckDB's worker threads (default $HRT_DUCKDB_THREADS, else one per core). DuckDB keeps one
+        database per file in a process, so Stores on one file share the setting: the last one given wins."""
         # "~/notes.duckdb" quoted past the shell: DuckDB expands the ~ itself, so every check here must too (the
         # existence check read ./~/notes.duckdb while DuckDB wrote $HOME/notes.duckdb, user trial AG)
         self.path = Path(path).expanduser()
@@ -1608,16 +1622,23 @@ class Store:
     _NON_ASCII_SQL = f"FROM chunks c JOIN documents d USING (doc_id) WHERE regexp_matches({_BODY}, ?)"
     _NON_ASCII = r"[^\x{00}-\x{7f}]"
 
+    def _restale(self) -> str:
+        """The chunks the move from the store's analysis version to this one indexes differently, as an RE2 pattern
+        of their text: from 3 (the last version shipped before 4), only Indic, Thai, Lao, Khmer and Myanmar text
+        (`analysis.CHANGED_SINCE_3`: the review found every store with a curly quote re-indexed whole); from an
+        older or unknown one, any non-ASCII text."""
+        return CHANGED_SINCE_3 if self.lexical_analysis == "3" else self._NON_ASCII
+
     def _non_ascii_chunks(self) -> bool:
-        """Whether any stored chunk holds a non-ASCII character: the only text a change of analysis version
-        (2 and 3) indexes differently, hence what `_reanalyse_text` redoes."""
-        return self.con.execute("SELECT EXISTS (SELECT 1 " + self._NON_ASCII_SQL + ")", [self._NON_ASCII]).fetchone()[0]
+        """Whether any stored chunk holds text a change of analysis version indexes differently (`_restale`), hence
+        what `_reanalyse_text` redoes."""
+        return self.con.execute("SELECT EXISTS (SELECT 1 " + self._NON_ASCII_SQL + ")", [self._restale()]).fetchone()[0]
 
     def _reanalyse_text(self) -> int:
-        """Recompute `lex_text` of the chunks holding non-ASCII text (the only ones an older analysis indexed
-        differently); the caller rebuilds the BM25 index. Returns how many changed."""
+        """Recompute `lex_text` of the chunks an older analysis indexed differently (`_restale`); the caller rebuilds
+        the BM25 index. Returns how many changed."""
         rows = self.con.execute("SELECT c.chunk_id, " + self._BODY + ", c.lex_text " + self._NON_ASCII_SQL,
-                                [self._NON_ASCII]).fetchall()
+                                [self._restale()]).fetchall()
         changed = [(cid, new) for cid, body, old in rows if (new := lexical_text(body)) != old]
         if changed:
             self._register("relex", pl.DataFrame(changed, schema={"chunk_id": pl.Utf8, "lex_text": pl.Utf8}, orient="row"))
@@ -2373,7 +2394,7 @@ class Store:
             n_cols = len(m["chunk_ids"])
             pairs = np.unique(np.r_[row * n_cols + col, np.repeat(np.arange(len(q)), take) * n_cols + stranded[best.ravel()]])
             row, col = pairs // n_cols, pairs % n_cols
-        val = np.einsum("ij,ij->i", q[row], m["vecs"][col]).astype(np.float64)
+        val = exact_products(q, m["vecs"], row, col)  # the same numbers exact search gives
         order = np.lexsort((col, row))  # by query, then layout (= document) order, as `_rank_flat` wants
         ranked = _rank_flat(m, row[order], col[order], val[order], level=level, top_k=top_k)
         return _candidates(m, queries, *([x] for x in ranked))
@@ -2405,7 +2426,7 @@ class Store:
         order = np.lexsort((cols, rows))  # by query, then layout (= document) order, as `_rank_flat` wants
         if not len(order):
             return
-        r, c, rank, score = _rank_flat(m, rows[order], cols[order], val[order], level=level, top_k=top_k)
+        r, c, rank, score = _rank_flat(m, rows[order], cols[order], val[order], level=level, top_k=top_k, few=True)
         for dst, part in zip(out, (lo + r, c, rank, score), strict=True):
             dst.append(part)
 
