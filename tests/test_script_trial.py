@@ -130,3 +130,26 @@ def test_thai_pairs_are_of_letters_so_the_word_outranks_scattered_letters(tmp_pa
         st.ingest(docs, embed=False)
         got = st.lexical_search(pl.DataFrame({"qid": ["q"], "text": ["ที่นี่"]}), top_k=3)
     assert got.sort("rank")["doc_id"][0] == "right"
+
+
+def test_hindi_vowel_signs_tell_words_apart(tmp_path):
+    """BM25's accent stripping removed Devanagari vowel signs: काम ("work") and कम ("less") were one term."""
+    docs = [{"doc_id": "work", "text": "आज बहुत काम है"}, {"doc_id": "less", "text": "आज पानी कम है"}]
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(docs, embed=False)
+        got = st.lexical_search(pl.DataFrame({"qid": ["kaam", "kam"], "text": ["काम", "कम"]}), top_k=2)
+    assert got.filter(pl.col("rank") == 1).sort("qid")["doc_id"].to_list() == ["work", "less"]  # kaam, kam
+    assert got.filter(pl.col("qid") == "kam").height == 1  # "less" only
+
+
+def test_a_store_of_the_previous_analysis_reindexes_only_the_scripts_it_changed(tmp_path):
+    """The review: moving to a new analysis version re-indexed the whole BM25 index of any store with a curly quote."""
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest([{"doc_id": "a", "text": "café “résumé” notes"}], embed=False)
+        st._set_meta("lexical_analysis", "3")
+        assert not st.stale_text()
+        rep = st.ingest([{"doc_id": "a", "text": "café “résumé” notes"}], embed=False)
+        assert not rep.fts_rebuilt
+        st._set_meta("lexical_analysis", "3")
+        st.ingest([{"doc_id": "a", "text": "café “résumé” notes"}, {"doc_id": "b", "text": "อยู่ที่นี่"}], embed=False)
+        assert st.lexical_analysis != "3" and not st.stale_text()
