@@ -325,19 +325,23 @@ class HttpReranker:
         longest = pairs.select(pl.max_horizontal(pl.col("query").str.len_chars().max(), pl.col("text").str.len_chars().max())).item()
         if longest is None or longest <= self.max_chars:
             return pairs
-        self._cut(["x" * longest])  # the warning, once per reranker
+        self._say_cut(longest)
         return pairs.with_columns(pl.col("query").str.slice(0, self.max_chars), pl.col("text").str.slice(0, self.max_chars))
 
-    def _cut(self, texts: list[str]) -> list[str]:
-        """Texts past `max_chars` cut to it; the first time, one warning with the longest length."""
-        longest = max((len(t) for t in texts), default=0)
-        if longest <= self.max_chars:
-            return texts
+    def _say_cut(self, longest: int) -> None:
+        """The first time texts are cut: one warning with the longest length."""
         if not self._said_cut:
             self._said_cut = True
             logging.getLogger("toolkit").warning(
                 "warning: reranker %s: texts longer than rerank.max_chars (%d) are cut to it before they are sent "
                 "(the longest so far: %d characters)", self.name, self.max_chars, longest)
+
+    def _cut(self, texts: list[str]) -> list[str]:
+        """Texts past `max_chars` cut to it (`_say_cut`)."""
+        longest = max((len(t) for t in texts), default=0)
+        if longest <= self.max_chars:
+            return texts
+        self._say_cut(longest)
         return [t[: self.max_chars] for t in texts]
 
     def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
