@@ -39,7 +39,7 @@ def pool(store: Store, queries: pl.DataFrame, depth: int = DEPTH) -> pl.DataFram
     """[qid, query, doc_id, chunk_id, text]: the passages `prepare` would send to a reranker."""
     cfg = load_config("qmd").with_updates({"rerank.top_n": depth})
     prep = prepare(store, queries, cfg, use_cache=False)
-    docs = rerank_pool(prep.candidates, prep.features, cfg, depth)
+    docs = rerank_pool(prep.candidates, depth)
     return rerank.doc_passages(store.chunks(), queries, docs)
 
 
