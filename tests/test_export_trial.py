@@ -197,3 +197,15 @@ def test_the_lancedb_analyzer_note_names_the_language_it_builds():
     res = export_config(load_config("hybrid-rrf").with_updates({"retrieval.lexical.stemmer": "german"}), "lancedb")
     assert "language='German'" in res.analyzer_note and "its stopword list is that language's" in res.analyzer_note
     assert any("approximate (HNSW)" in x for x in export_config("vector-only", "weaviate").notes)
+
+
+def test_a_stemmer_left_to_the_store_is_not_called_an_unknown_one():
+    """User trial AR: tutorial 06's LanceDB export said "no None stemmer" for a config that leaves the stemmer to
+    the store."""
+    from toolkit.config import load_config
+    from toolkit.export import export_config
+
+    cfg = load_config("qmd").with_updates({"retrieval.lexical.stemmer": None})
+    notes = export_config(cfg, "lancedb").notes
+    assert not any("None stemmer" in n for n in notes)
+    assert any("leaves the stemmer to the store" in n for n in notes)

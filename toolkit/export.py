@@ -606,7 +606,10 @@ def _lancedb(cfg: PipelineConfig, store_dims: int | None = None) -> tuple[str, l
         language=_lance_language(cfg), level=r.level,
     )
     notes = ["a Python module: `from <file> import search`; `python <file>` runs a smoke test on a throwaway table"]
-    if r.lexical.stemmer not in _LANCE_LANGUAGES and r.lexical.stemmer != "none" and _searched(cfg)[0]:
+    if r.lexical.stemmer is None and _searched(cfg)[0]:  # left to the store, and no store was given (user trial AR)
+        notes.append("the config leaves the stemmer to the store (porter unless it was ingested with another) and no "
+                     "store was given: the module stems English")
+    elif r.lexical.stemmer not in _LANCE_LANGUAGES and r.lexical.stemmer != "none" and _searched(cfg)[0]:
         notes.append(f"LanceDB's full-text index has no {r.lexical.stemmer} stemmer: the module stems English")
     if cfg.rerank.provider == "cross-encoder" and cfg.rerank.model and cfg.rerank.blend == "replace":
         notes.append(f"to rerank as the toolkit does, apply lancedb.rerankers.CrossEncoderReranker(model_name={cfg.rerank.model!r}) "
