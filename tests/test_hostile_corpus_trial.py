@@ -209,17 +209,23 @@ def test_a_closed_stderr_still_ends_in_the_exit_code_of_the_error(tmp_path):
 
 
 def test_prune_refused_for_a_file_skipped_this_time_says_why_and_what_to_do(tmp_path):
-    """An emptied note made `--prune` advise "give this ingest the --include of the one that added them", which
-    does not fit: the file was skipped this time, and needs fixing or deleting."""
+    """A note that became binary made `--prune` advise "give this ingest the --include of the one that added them",
+    which does not fit: the file was skipped this time, and needs fixing or deleting. An emptied note is a deleted
+    one (a fresh ingest would not hold it; user trial AS: refusing it stopped every later sync): pruned."""
     notes = tmp_path / "notes"
     notes.mkdir()
     for i in range(3):
         (notes / f"n{i}.md").write_text(f"note {i} text")
     store = tmp_path / "s.duckdb"
     assert _hrt("ingest", notes, "--store", store, "--no-embed").exit_code == 0
-    (notes / "n1.md").write_text("")
+    (notes / "n1.md").write_bytes(b"\x00\x01\x02binary\x00" * 20)
     r = _hrt("ingest", notes, "--store", store, "--no-embed", "--prune")
     assert r.exit_code == 2, r.output
-    assert "(e.g. 'n1.md', skipped: empty document" in r.stderr and "fix those files, or delete them" in r.stderr
+    assert "(e.g. 'n1.md', skipped: " in r.stderr and "fix those files, or delete them" in r.stderr
     with Store(store, read_only=True) as st:
         assert st.stats()["documents"] == 3  # nothing was changed
+    (notes / "n1.md").write_text("")
+    r = _hrt("ingest", notes, "--store", store, "--no-embed", "--prune")
+    assert r.exit_code == 0 and "1 removed" in r.output, r.output
+    with Store(store, read_only=True) as st:
+        assert sorted(st.doc_sources()["doc_id"]) == ["n0.md", "n2.md"]

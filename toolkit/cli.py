@@ -284,7 +284,6 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
     if id_prefix is not None:
         check_id_prefix(id_prefix, "--id-prefix")
-    docs = load_corpus(source, text_field=text_field, include=include, exclude=exclude, id_prefix=id_prefix)
     root = Path(source).resolve()
     given = None
     if vectors_path:
@@ -302,6 +301,9 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
             raise ToolkitError(f"--embed-url/--api-key-env/--model: {msgs or 'invalid'}") from None
         given = _dense_embedder(dense)
     with Store(store_path, embedder=given, wait_s=wait_s) as st:
+        # Read once the store is ours: two runs waiting for it (cron's, --wait) took it in no fixed order, and the one
+        # that had read the folder first could write an older copy over a newer one (user trial AS).
+        docs = load_corpus(source, text_field=text_field, include=include, exclude=exclude, id_prefix=id_prefix)
         base = st.settings or IndexSettings()
         over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords}.items() if v is not None}
         settings = replace(base, **over)
@@ -317,7 +319,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         gen = st.generation()
         try:
             rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
-                            prune=prune, progress=_progress())
+                            prune=(id_prefix or True) if prune else False, progress=_progress())
         except BaseException as e:
             _interrupted_write(e, st, gen)
             raise
@@ -357,15 +359,18 @@ def _refuse_pruning_files_on_disk(st, docs, root: Path, id_prefix: str | None) -
     before anything is removed."""
     read = {d["doc_id"] for d in docs}
     prefix = id_prefix or ""
+    skipped = {sk.where: sk.reason for sk in getattr(docs, "skipped", [])}
+    # An emptied file is a deleted note: a fresh ingest would not hold it either (user trial AS: one blanked page kept
+    # its old text searchable, and --prune refused every later sync).
     on_disk = [i for i in st.doc_sources()["doc_id"].to_list()
-               if i not in read and i.startswith(prefix) and (root / i[len(prefix):]).is_file()]
+               if i not in read and i.startswith(prefix) and (root / i[len(prefix):]).is_file()
+               and not skipped.get(i[len(prefix):], "").startswith("empty document")]
     if on_disk:
-        # A file skipped this time (emptied, now binary) needs fixing, not the --include of another ingest (user trial AI).
-        skipped = {sk.where: sk.reason for sk in getattr(docs, "skipped", [])}
+        # A file skipped this time (now binary, undecodable) needs fixing, not the --include of another ingest (user trial AI).
         bad = [i for i in on_disk if i[len(prefix):] in skipped]
         example = bad[0] if bad else on_disk[0]
         why = f", skipped: {skipped[example[len(prefix):]]}" if bad else ""
-        advice = ("fix those files, or delete them" if len(bad) == len(on_disk) else
+        advice = ("fix those files, or delete them (or remove their documents with hrt delete ID)" if len(bad) == len(on_disk) else
                   "give this ingest the --include (and --exclude) of the one that added them" + (", fix the skipped files"
                   if bad else "") + ", or delete those files first")
         raise ToolkitError(

@@ -1266,10 +1266,11 @@ class Store:
         embed: bool = True,
         model: str | None = None,
         backend: str = "auto",
-        prune: bool = False,
+        prune: bool | str = False,
         progress: bool = False,
     ) -> IngestReport:
-        """Add or update documents (idempotent). `prune=True` also removes stored documents not in `docs`.
+        """Add or update documents (idempotent). `prune=True` also removes stored documents not in `docs`; a string
+        prunes only the stored ids that start with it (a folder ingested with its own id prefix).
         `backend`: the local embedding runtime (`toolkit.embed.make_embedder`).
 
         `docs` is a `Corpus` from `load_corpus`, or dicts / a polars or pandas frame, which go through
@@ -1296,7 +1297,7 @@ class Store:
         embed: bool,
         model: str | None,
         backend: str,
-        prune: bool,
+        prune: bool | str,
         progress: bool,
     ) -> IngestReport:
         from .loaders import Corpus, load_corpus
@@ -1331,9 +1332,11 @@ class Store:
         existing = dict(self.con.execute("SELECT doc_id, content_hash FROM documents").fetchall())
         incoming = {d["doc_id"] for d in docs}
         todo = [d for d in docs if rechunk_all or existing.get(d["doc_id"]) != content_hash[d["doc_id"]]]
-        removed = sorted(set(existing) - incoming) if prune else []
+        # A prefix prunes only the ids under it: another folder's documents (its own --id-prefix) stay (user trial AS:
+        # two folders synced into one store with --prune removed each other's documents, every run, without a word).
+        removed = sorted(i for i in set(existing) - incoming if not isinstance(prune, str) or i.startswith(prune)) if prune else []
         added = sum(1 for d in todo if d["doc_id"] not in existing)
-        if rechunk_all and not prune and (kept_old := sorted(set(existing) - incoming)):
+        if rechunk_all and (kept_old := sorted(set(existing) - incoming - set(removed))):
             # The documents left out would keep the old chunks while `index_settings` names the new size: one
             # store with two chunkings (BM25 lengths and dense scores mixed), reported as one.
             raise InputError(
