@@ -65,3 +65,15 @@ def test_prune_with_an_id_prefix_removes_only_that_folders_documents(tmp_path):
     assert r.exit_code == 0 and "1 removed" in r.output, r.output
     with Store(store, read_only=True) as st:
         assert sorted(st.doc_sources()["doc_id"]) == ["a/done.md", "b/todo.md"]
+
+
+def test_a_symlinked_folder_is_named_as_not_followed(tmp_path):
+    """`-v` named every file left out but not the files of a symlinked folder, which were never read."""
+    (tmp_path / "wiki").mkdir()
+    (tmp_path / "wiki" / "a.md").write_text("alpha\n")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "b.md").write_text("beta\n")
+    (tmp_path / "wiki" / "shared-link").symlink_to(tmp_path / "shared", target_is_directory=True)
+    r = _hrt("ingest", tmp_path / "wiki", "--store", tmp_path / "s.duckdb", "--no-embed", "-v")
+    assert r.exit_code == 0, r.output
+    assert "skipped shared-link: symlinked folder, not followed" in r.stderr

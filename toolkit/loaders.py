@@ -606,6 +606,11 @@ def _folder_docs(
     return the secret from a search. A symlink to another file inside the folder is read as usual. A file
     named on its own (`files`) is the caller's choice and is read wherever it points."""
     real_root = root.resolve()
+    if files is None:  # a folder symlink is not followed (rglob does not): said, as every file left out is (user trial AS)
+        for d in sorted(x for x in root.rglob("*") if x.is_symlink() and x.is_dir()):
+            if not _left_out(d.relative_to(root), exclude):
+                skipped.append(Skipped(d.relative_to(root).as_posix(), "symlinked folder, not followed (ingest its target "
+                                       "itself, or copy it into the folder)"))
     for f in sorted(x for x in root.rglob("*") if x.is_file()) if files is None else files:
         rel = f.relative_to(root).as_posix()
         if why_not := _left_out(f.relative_to(root), exclude):
@@ -616,7 +621,10 @@ def _folder_docs(
             skipped.append(Skipped(shown, "file name is not valid UTF-8: rename it"))
             continue
         if files is None and (outside := _outside(f, real_root)):
-            skipped.append(Skipped(rel, f"symlink to outside the folder (target: {outside})"))
+            # a file deleted while the folder was read is not a symlink (user trial AS)
+            why = "deleted while the folder was read" if not f.exists() and not f.is_symlink() else \
+                f"symlink to outside the folder (target: {outside})"
+            skipped.append(Skipped(rel, why))
             continue
         if rel == "corpus.jsonl":  # `beir_corpus` found notes beside it and no queries or qrels
             skipped.append(Skipped(rel, "a collection's corpus file, not a note (no queries.jsonl or qrels/ beside "
