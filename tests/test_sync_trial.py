@@ -77,3 +77,32 @@ def test_a_symlinked_folder_is_named_as_not_followed(tmp_path):
     r = _hrt("ingest", tmp_path / "wiki", "--store", tmp_path / "s.duckdb", "--no-embed", "-v")
     assert r.exit_code == 0, r.output
     assert "skipped shared-link: symlinked folder, not followed" in r.stderr
+
+
+def test_prune_keeps_documents_another_folder_still_holds_under_nested_or_no_prefixes(tmp_path):
+    """The review of the prefix fix: a prefix is text, so `--id-prefix wiki/ --prune` removed what `wiki/eng/`
+    put there, and a plain `--prune` every prefixed folder's documents."""
+    for name, text in (("a", "alpha"), ("b", "beta")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.md").write_text(text + "\n")
+    store = tmp_path / "s.duckdb"
+    assert _hrt("ingest", tmp_path / "b", "--store", store, "--no-embed", "--id-prefix", "wiki/eng/", "--prune").exit_code == 0
+    r = _hrt("ingest", tmp_path / "a", "--store", store, "--no-embed", "--id-prefix", "wiki/", "--prune")
+    assert r.exit_code == 0 and "0 removed" in r.output and "--prune kept 1 stored document(s)" in r.stderr, r.output
+    r = _hrt("ingest", tmp_path / "a", "--store", store, "--no-embed", "--prune")  # no prefix at all
+    assert r.exit_code == 0 and "--prune kept" in r.stderr, r.output
+    with Store(store, read_only=True) as st:
+        assert "wiki/eng/b.md" in st.doc_sources()["doc_id"].to_list()
+    (tmp_path / "b" / "b.md").unlink()  # gone from its folder: the next sync of that folder removes it
+    (tmp_path / "b" / "c.md").write_text("gamma\n")
+    r = _hrt("ingest", tmp_path / "b", "--store", store, "--no-embed", "--id-prefix", "wiki/eng/", "--prune")
+    assert r.exit_code == 0 and "1 removed" in r.output, r.output
+    with Store(store, read_only=True) as st:
+        # (a plain --prune of folder a took its own old wiki/ copy: the same folder, not another one)
+        assert sorted(st.doc_sources()["doc_id"]) == ["a.md", "wiki/eng/c.md"]
+
+
+def test_a_missing_source_is_said_before_the_store_is_waited_for(tmp_path):
+    r = _hrt("ingest", tmp_path / "nope", "--store", tmp_path / "new" / "s.duckdb", "--no-embed")
+    assert r.exit_code == 2 and "nope: no such file or folder" in r.output
+    assert not (tmp_path / "new").exists()

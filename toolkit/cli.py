@@ -284,6 +284,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
     if id_prefix is not None:
         check_id_prefix(id_prefix, "--id-prefix")
+    if not Path(source).exists():  # before the store is opened (and waited for): a typo is one line at once
+        raise ToolkitError(f"{source}: no such file or folder")
     root = Path(source).resolve()
     given = None
     if vectors_path:
@@ -316,10 +318,11 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         before = _clashing_documents(st, docs, root, others) if roots and str(root) not in roots else {}
         if prune and root.is_dir():
             _refuse_pruning_files_on_disk(st, docs, root, id_prefix)
+        prunable, kept = _prunable(st, docs, root, others, id_prefix) if prune else (frozenset(), [])
         gen = st.generation()
         try:
             rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
-                            prune=(id_prefix or True) if prune else False, progress=_progress())
+                            prune=prunable if prune else False, progress=_progress())
         except BaseException as e:
             _interrupted_write(e, st, gen)
             raise
@@ -339,6 +342,9 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
                    "wrote it): whether those "
                    "were earlier versions of these files or another folder's documents cannot be told; give each folder "
                    "its own --id-prefix to keep both (from now on the store records its folders)", err=True)
+    if kept:  # --prune left them: another folder ingested into this store still has their files
+        click.echo(f"note: --prune kept {len(kept)} stored document(s) that another folder ingested into this store still "
+                   f"holds (e.g. {kept[0]!r}); give each folder its own --id-prefix", err=True)
     if stale:  # a deleted or renamed file stays searchable until pruned: say so
         also = (f"; the store also holds what was ingested from {_roots_text(others)}, which --prune would remove too"
                 if others else "; --prune removes them")
@@ -376,6 +382,28 @@ def _refuse_pruning_files_on_disk(st, docs, root: Path, id_prefix: str | None) -
         raise ToolkitError(
             f"--prune would remove {len(on_disk):,} stored document(s) whose files are still in {root} but were not "
             f"read this time (e.g. {example!r}{why}): {advice}; nothing was changed")
+
+
+def _prunable(st, docs, root: Path, others: list[str], id_prefix: str | None) -> tuple[frozenset[str], list[str]]:
+    """(the stored documents --prune may remove, those it keeps): the ones this ingest did not read, under its
+    --id-prefix, except those whose file another folder ingested into the store still holds. A prefix is text, so
+    `wiki/` also covers `wiki/eng/`, and a plain --prune covers every prefix: the review of user trial AS's fix
+    removed another folder's documents both ways."""
+    read = {d["doc_id"] for d in docs}
+    prefix = id_prefix or ""
+    stored = st.doc_sources().filter(pl.col("doc_id").str.starts_with(prefix))
+    gone = stored.filter(~pl.col("doc_id").is_in(list(read)))
+    if not others or not len(gone):
+        return frozenset(gone["doc_id"].to_list()), []
+    records = {r: _collection_file(Path(r)) for r in others}
+
+    def theirs(doc_id: str, source: str) -> bool:
+        # A folder's id is its prefix then its source: another prefix, and another folder holding the file
+        own = doc_id.endswith(str(source)) and doc_id[: len(doc_id) - len(str(source))] == prefix
+        return not own and any(_origin(Path(r), source, records[r]).is_file() for r in others if r != str(root))
+
+    kept = sorted(i for i, src in gone.select("doc_id", "source").iter_rows() if theirs(i, src))
+    return frozenset(set(gone["doc_id"].to_list()) - set(kept)), kept
 
 
 def _document_rows(st, doc_ids: list[str]) -> dict[str, tuple]:

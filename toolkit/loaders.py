@@ -606,12 +606,20 @@ def _folder_docs(
     return the secret from a search. A symlink to another file inside the folder is read as usual. A file
     named on its own (`files`) is the caller's choice and is read wherever it points."""
     real_root = root.resolve()
-    if files is None:  # a folder symlink is not followed (rglob does not): said, as every file left out is (user trial AS)
-        for d in sorted(x for x in root.rglob("*") if x.is_symlink() and x.is_dir()):
+    if files is None:  # one walk: the files, and the folder symlinks it does not follow
+        entries = list(root.rglob("*"))
+        files = sorted(x for x in entries if x.is_file())
+        # Said, as every file left out is (user trial AS: a symlinked folder's files were never read, and -v was silent).
+        for d in sorted(x for x in entries if x.is_symlink() and x.is_dir()):
             if not _left_out(d.relative_to(root), exclude):
-                skipped.append(Skipped(d.relative_to(root).as_posix(), "symlinked folder, not followed (ingest its target "
-                                       "itself, or copy it into the folder)"))
-    for f in sorted(x for x in root.rglob("*") if x.is_file()) if files is None else files:
+                inside = d.resolve().is_relative_to(real_root)
+                skipped.append(Skipped(d.relative_to(root).as_posix(), "symlinked folder, not followed (" + (
+                    "its target is in the folder and read there)" if inside else
+                    "ingest its target itself, or copy it into the folder)")))
+        walked = True
+    else:
+        walked = False
+    for f in files:
         rel = f.relative_to(root).as_posix()
         if why_not := _left_out(f.relative_to(root), exclude):
             skipped.append(why_not)
@@ -620,7 +628,7 @@ def _folder_docs(
             shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
             skipped.append(Skipped(shown, "file name is not valid UTF-8: rename it"))
             continue
-        if files is None and (outside := _outside(f, real_root)):
+        if walked and (outside := _outside(f, real_root)):
             # a file deleted while the folder was read is not a symlink (user trial AS)
             why = "deleted while the folder was read" if not f.exists() and not f.is_symlink() else \
                 f"symlink to outside the folder (target: {outside})"
@@ -655,7 +663,7 @@ def _folder_docs(
         except UnicodeDecodeError as e:
             line = body[: e.start].count(b"\n") + 1
             raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
-        if files is None and len(data) > LARGE_FILE_BYTES:
+        if walked and len(data) > LARGE_FILE_BYTES:
             logging.getLogger("toolkit").warning(
                 "note: %s is %.1f MB of text, so it will be many chunks and much of the ingest's time; "
                 "--exclude '%s' leaves it out", rel, len(data) / 2**20, rel)

@@ -473,6 +473,13 @@ def exact_products(q: np.ndarray, vecs: np.ndarray, row: np.ndarray, col: np.nda
 PICK_SLACK = 1e-5
 
 
+def _may_prune(prune: bool | str | frozenset[str], doc_id: str) -> bool:
+    """Whether `Store.ingest(prune=...)` removes `doc_id` when the input lacks it."""
+    if isinstance(prune, frozenset):
+        return doc_id in prune
+    return not isinstance(prune, str) or doc_id.startswith(prune)
+
+
 def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
     """`_connect_replaying`, tried again while another process holds the file's lock, for up to `wait_s`
     seconds (backing off from 20 ms to 0.5 s). DuckDB has no lock timeout of its own."""
@@ -1266,11 +1273,12 @@ class Store:
         embed: bool = True,
         model: str | None = None,
         backend: str = "auto",
-        prune: bool | str = False,
+        prune: bool | str | frozenset[str] = False,
         progress: bool = False,
     ) -> IngestReport:
         """Add or update documents (idempotent). `prune=True` also removes stored documents not in `docs`; a string
-        prunes only the stored ids that start with it (a folder ingested with its own id prefix).
+        prunes only the stored ids that start with it (a folder ingested with its own id prefix), a set only the
+        ids in it (`hrt ingest --prune`: not another folder's documents).
         `backend`: the local embedding runtime (`toolkit.embed.make_embedder`).
 
         `docs` is a `Corpus` from `load_corpus`, or dicts / a polars or pandas frame, which go through
@@ -1297,7 +1305,7 @@ class Store:
         embed: bool,
         model: str | None,
         backend: str,
-        prune: bool | str,
+        prune: bool | str | frozenset[str],
         progress: bool,
     ) -> IngestReport:
         from .loaders import Corpus, load_corpus
@@ -1334,7 +1342,7 @@ class Store:
         todo = [d for d in docs if rechunk_all or existing.get(d["doc_id"]) != content_hash[d["doc_id"]]]
         # A prefix prunes only the ids under it: another folder's documents (its own --id-prefix) stay (user trial AS:
         # two folders synced into one store with --prune removed each other's documents, every run, without a word).
-        removed = sorted(i for i in set(existing) - incoming if not isinstance(prune, str) or i.startswith(prune)) if prune else []
+        removed = sorted(i for i in set(existing) - incoming if _may_prune(prune, i)) if prune else []
         added = sum(1 for d in todo if d["doc_id"] not in existing)
         if rechunk_all and (kept_old := sorted(set(existing) - incoming - set(removed))):
             # The documents left out would keep the old chunks while `index_settings` names the new size: one
@@ -1342,8 +1350,11 @@ class Store:
             raise InputError(
                 f"changing the chunking ({old_settings.chunk_size}/{old_settings.chunk_overlap} -> "
                 f"{settings.chunk_size}/{settings.chunk_overlap}) re-chunks every document, but {len(kept_old):,} stored "
-                f"document(s) are not in this input (e.g. {kept_old[0]!r}): ingest the whole corpus, add --prune "
-                "(prune=True) to remove them, or use a new store file for the new chunking")
+                f"document(s) are not in this input (e.g. {kept_old[0]!r}): "
+                + ("they are not this folder's to remove (another prefix or folder): ingest those too with the new "
+                   "chunking, or use a new store file" if prune else
+                   "ingest the whole corpus, add --prune (prune=True) to remove them, or use a new store file for the "
+                   "new chunking"))
 
         # Everything is checked before anything is written: empty documents, then typed metadata (dates,
         # numbers; a bad date stops the ingest here).
