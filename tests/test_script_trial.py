@@ -153,3 +153,14 @@ def test_a_store_of_the_previous_analysis_reindexes_only_the_scripts_it_changed(
         st._set_meta("lexical_analysis", "3")
         st.ingest([{"doc_id": "a", "text": "café “résumé” notes"}, {"doc_id": "b", "text": "อยู่ที่นี่"}], embed=False)
         assert st.lexical_analysis != "3" and not st.stale_text()
+
+
+def test_the_api_finds_a_decomposed_scope_by_its_composed_spelling(tmp_path):
+    """The CLI mapped `--scope` to the stored spelling; a query's scope given through the API stayed unmatched."""
+    import unicodedata
+
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest([{"doc_id": "m", "text": "ECONNREFUSED on the gateway", "scope": unicodedata.normalize("NFD", "한국어")}],
+                  embed=False)
+        got = st.lexical_search(pl.DataFrame({"qid": ["q"], "text": ["ECONNREFUSED"], "scope": ["한국어"]}), top_k=3)
+    assert got["doc_id"].to_list() == ["m"]

@@ -19,6 +19,13 @@ def _hrt(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def _folders(tmp_path, files: dict[str, str]) -> None:
+    """{"a/todo.md": text, ...} written under tmp_path, folders made."""
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+
+
 def test_a_run_that_waited_for_the_store_reads_the_folder_as_it_is_then(tmp_path):
     """Two cron runs waiting with --wait: the one that had read the folder first could take the store second and
     write an older copy over a newer one (2 of 5 tries). The folder is read once the store is the run's."""
@@ -51,9 +58,7 @@ def test_a_run_that_waited_for_the_store_reads_the_folder_as_it_is_then(tmp_path
 def test_prune_with_an_id_prefix_removes_only_that_folders_documents(tmp_path):
     """Two folders synced into one store, each with its own --id-prefix and --prune: each run removed the other
     folder's documents, every time, without a word (300 wiki documents gone)."""
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "todo.md").write_text(f"todo of {name}\n")
+    _folders(tmp_path, {"a/todo.md": "todo of a\n", "b/todo.md": "todo of b\n"})
     store = tmp_path / "s.duckdb"
     for _ in range(2):
         for name in ("a", "b"):
@@ -69,10 +74,7 @@ def test_prune_with_an_id_prefix_removes_only_that_folders_documents(tmp_path):
 
 def test_a_symlinked_folder_is_named_as_not_followed(tmp_path):
     """`-v` named every file left out but not the files of a symlinked folder, which were never read."""
-    (tmp_path / "wiki").mkdir()
-    (tmp_path / "wiki" / "a.md").write_text("alpha\n")
-    (tmp_path / "shared").mkdir()
-    (tmp_path / "shared" / "b.md").write_text("beta\n")
+    _folders(tmp_path, {"wiki/a.md": "alpha\n", "shared/b.md": "beta\n"})
     (tmp_path / "wiki" / "shared-link").symlink_to(tmp_path / "shared", target_is_directory=True)
     r = _hrt("ingest", tmp_path / "wiki", "--store", tmp_path / "s.duckdb", "--no-embed", "-v")
     assert r.exit_code == 0, r.output
@@ -82,9 +84,7 @@ def test_a_symlinked_folder_is_named_as_not_followed(tmp_path):
 def test_prune_keeps_documents_another_folder_still_holds_under_nested_or_no_prefixes(tmp_path):
     """The review of the prefix fix: a prefix is text, so `--id-prefix wiki/ --prune` removed what `wiki/eng/`
     put there, and a plain `--prune` every prefixed folder's documents."""
-    for name, text in (("a", "alpha"), ("b", "beta")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / f"{name}.md").write_text(text + "\n")
+    _folders(tmp_path, {"a/a.md": "alpha\n", "b/b.md": "beta\n"})
     store = tmp_path / "s.duckdb"
     assert _hrt("ingest", tmp_path / "b", "--store", store, "--no-embed", "--id-prefix", "wiki/eng/", "--prune").exit_code == 0
     r = _hrt("ingest", tmp_path / "a", "--store", store, "--no-embed", "--id-prefix", "wiki/", "--prune")

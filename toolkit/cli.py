@@ -717,13 +717,11 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
                            "(--mode lexical); `hrt ingest` without --no-embed adds dense search", err=True)
                 cfg, _ = resolve_rerank(_load_cfg(None, "lexical").with_updates({"output.n": n}))
             _warn_dense_coverage(embedded, chunks)
-        if scope is not None and (stored := st.stored_form("scope", scope)) != scope:  # 한국어 typed, 한국어 (NFD) stored
-            q = q.with_columns(pl.lit(stored, pl.Utf8).alias("scope"))
         prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
         top = res.shown()  # output.n is n
         if scope is not None and not len(top):
-            _note_unknown_scope(st.doc_sources(), scope)
+            _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
         if cfg.retrieval.lexical.enabled:
             _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
         docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
@@ -986,8 +984,9 @@ def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFr
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["run", *(c for m in ms for c in (m, f"{m} p_holm"))])
         for rp, agg in out.items():
-            w.writerow([rp, *(c for m in ms for c in (f"{agg.get(m, float('nan')):.4f}",
-                                                        "" if p_of(rp, m)[0] is None else f"{p_of(rp, m)[0]:.4g}"))])
+            ps = [p_of(rp, m)[0] for m in ms]
+            w.writerow([rp, *(c for m, p in zip(ms, ps, strict=True)
+                              for c in (f"{agg.get(m, float('nan')):.4f}", "" if p is None else f"{p:.4g}"))])
         return buf.getvalue()
 
     special = {"\\": "\\textbackslash{}", "~": "\\textasciitilde{}", "^": "\\textasciicircum{}"}

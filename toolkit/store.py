@@ -1489,6 +1489,15 @@ class Store:
                                 f"LIMIT 2", [value]).fetchall()
         return rows[0][0] if len(rows) == 1 else value
 
+    def _stored_scopes(self, queries: pl.DataFrame) -> pl.DataFrame:
+        """`queries` with each scope in the store's spelling (`stored_form`), for every search path (the CLI mapped
+        `--scope` alone, and the API's scopes stayed unmatched). ASCII scopes cost nothing."""
+        if "scope" not in queries.columns:
+            return queries
+        asked = [x for x in queries["scope"].drop_nulls().unique().to_list() if not x.isascii()]
+        mapping = {x: got for x in asked if (got := self.stored_form("scope", x)) != x}
+        return queries.with_columns(pl.col("scope").replace(mapping)) if mapping else queries
+
     def _delete(self, ids: list[str], missing_ok: bool) -> int:
         held = {r[0] for r in self.con.execute("SELECT doc_id FROM documents WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))",
                                                [ids]).fetchall()}
@@ -1925,6 +1934,7 @@ class Store:
             raise StoreError(f"{self.path} has no BM25 index; run `hrt ingest` first")
         if self._emptied():
             return pl.DataFrame(schema=CAND_SCHEMA)
+        queries = self._stored_scopes(queries) if scope_filter else queries
         if len(queries) <= _SQL_PATH_MAX_QUERIES and getattr(self, "_lex_cache", None) is None:
             # A few queries in a fresh process (`hrt search`): one SQL join over the postings of their terms
             # beats reading every posting into a matrix (and importing scipy) for them.
@@ -2225,6 +2235,7 @@ class Store:
         )
         if index not in ("exact", "hnsw"):
             raise InputError(f"dense index must be 'exact' or 'hnsw', got {index!r}")
+        queries = self._stored_scopes(queries) if scope_filter else queries
         if vectors is not None and len(qv):
             self._check_dim(None, np.asarray(qv).reshape(len(qv), -1).shape[1])
         scoped = scope_filter and "scope" in queries.columns and queries["scope"].is_not_null().any()
