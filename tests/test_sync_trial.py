@@ -19,6 +19,17 @@ def _hrt(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def _replace_and_sync(tmp_path, store, folder: str, prefix: str, gone: str, new: str) -> list[str]:
+    """Delete `folder/gone`, add `folder/new`, sync the folder with --prune under `prefix`: one document removed;
+    the store's ids after it."""
+    (tmp_path / folder / gone).unlink()
+    (tmp_path / folder / new).write_text(f"{new}\n")
+    r = _hrt("ingest", tmp_path / folder, "--store", store, "--no-embed", "--id-prefix", prefix, "--prune")
+    assert r.exit_code == 0 and "1 removed" in r.output, r.output
+    with Store(store, read_only=True) as st:
+        return sorted(st.doc_sources()["doc_id"])
+
+
 def _folders(tmp_path, files: dict[str, str]) -> None:
     """{"a/todo.md": text, ...} written under tmp_path, folders made."""
     for rel, text in files.items():
@@ -64,12 +75,7 @@ def test_prune_with_an_id_prefix_removes_only_that_folders_documents(tmp_path):
         for name in ("a", "b"):
             r = _hrt("ingest", tmp_path / name, "--store", store, "--no-embed", "--id-prefix", f"{name}/", "--prune")
             assert r.exit_code == 0 and "0 removed" in r.output, r.output
-    (tmp_path / "a" / "todo.md").unlink()
-    (tmp_path / "a" / "done.md").write_text("done\n")
-    r = _hrt("ingest", tmp_path / "a", "--store", store, "--no-embed", "--id-prefix", "a/", "--prune")
-    assert r.exit_code == 0 and "1 removed" in r.output, r.output
-    with Store(store, read_only=True) as st:
-        assert sorted(st.doc_sources()["doc_id"]) == ["a/done.md", "b/todo.md"]
+    assert _replace_and_sync(tmp_path, store, "a", "a/", gone="todo.md", new="done.md") == ["a/done.md", "b/todo.md"]
 
 
 def test_a_symlinked_folder_is_named_as_not_followed(tmp_path):
@@ -93,13 +99,9 @@ def test_prune_keeps_documents_another_folder_still_holds_under_nested_or_no_pre
     assert r.exit_code == 0 and "--prune kept" in r.stderr, r.output
     with Store(store, read_only=True) as st:
         assert "wiki/eng/b.md" in st.doc_sources()["doc_id"].to_list()
-    (tmp_path / "b" / "b.md").unlink()  # gone from its folder: the next sync of that folder removes it
-    (tmp_path / "b" / "c.md").write_text("gamma\n")
-    r = _hrt("ingest", tmp_path / "b", "--store", store, "--no-embed", "--id-prefix", "wiki/eng/", "--prune")
-    assert r.exit_code == 0 and "1 removed" in r.output, r.output
-    with Store(store, read_only=True) as st:
-        # (a plain --prune of folder a took its own old wiki/ copy: the same folder, not another one)
-        assert sorted(st.doc_sources()["doc_id"]) == ["a.md", "wiki/eng/c.md"]
+    # b.md gone from its folder: the next sync of that folder removes it. (A plain --prune of folder a took its own
+    # old wiki/ copy above: the same folder, not another one.)
+    assert _replace_and_sync(tmp_path, store, "b", "wiki/eng/", gone="b.md", new="c.md") == ["a.md", "wiki/eng/c.md"]
 
 
 def test_a_missing_source_is_said_before_the_store_is_waited_for(tmp_path):
