@@ -89,7 +89,7 @@ def test_records_and_frames_get_the_defaults_and_errors_of_a_jsonl_line():
     got = load_corpus([{"_id": 7, "title": "T", "text": "x", "metadata": '{"scope": "ops"}'}, {"id": "e", "text": ""}])
     assert [(d["doc_id"], d["scope"], d["title"]) for d in got] == [("7", "ops", "T")]
     assert [(s.where, s.reason.split(" (")[0]) for s in got.skipped] == [("record 1", "empty document")]
-    with pytest.raises(InputError, match=r"record 1: missing document id \(field `_id`"):
+    with pytest.raises(InputError, match=r"record 1: missing document id \(one of `_id`"):
         load_corpus([{"_id": "a", "text": "x"}, {"text": "y"}])
     with pytest.raises(InputError, match=r"row 0, document 'a': no text field `text` or `contents` \(the record has: doc_id, title\)"):
         load_corpus(pl.DataFrame({"doc_id": ["a"], "title": ["t"]}))

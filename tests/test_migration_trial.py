@@ -111,3 +111,16 @@ def test_topics_columns_without_a_json_form_or_with_non_dates_are_left_out_once(
         got = queries_frame(frame)
     assert json.loads(got["metadata"][0]) == {"team": "infra"}  # NaN: missing
     assert caplog.text.count("`took`") == 1 and caplog.text.count("`created_at`") == 1
+
+
+def test_a_pyterrier_corpus_with_docno_ingests_whether_docno_is_a_column_or_the_index():
+    """PyTerrier names a corpus's ids `docno` (its iterators and frames); a frame with them as a column, or as its
+    named index, was refused with "missing document id" (the index was dropped on the way to records)."""
+    import pandas as pd
+
+    as_column = pd.DataFrame({"docno": ["d1", "d2"], "text": ["alpha", "beta"]})
+    as_index = as_column.set_index("docno")
+    for frame in (as_column, as_index, as_column.to_dict("records")):
+        assert [d["doc_id"] for d in load_corpus(frame)] == ["d1", "d2"]
+    with pytest.raises(InputError, match="row 0: missing document id .*`docno`"):  # an unnamed index is no id
+        load_corpus(pd.DataFrame({"text": ["a"]}, index=["i0"]))

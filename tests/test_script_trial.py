@@ -164,3 +164,12 @@ def test_the_api_finds_a_decomposed_scope_by_its_composed_spelling(tmp_path):
                   embed=False)
         got = st.lexical_search(pl.DataFrame({"qid": ["q"], "text": ["ECONNREFUSED"], "scope": ["한국어"]}), top_k=3)
     assert got["doc_id"].to_list() == ["m"]
+
+
+def test_an_emoji_sequence_in_a_run_name_takes_the_two_columns_a_terminal_gives_it():
+    """`display_width` summed a ZWJ family (three emoji and two joiners) as six columns and a flag as four, so an
+    eval table with such a run name put its numbers four columns off; control characters still count one."""
+    from toolkit.terminal import display_width, ljust
+
+    assert [display_width(s) for s in ("👨\u200d👩\u200d👧", "🇫🇷", "👍🏽", "e\u0301", "日本", "a\tb")] == [2, 2, 2, 1, 4, 3]
+    assert display_width(ljust("run 👨\u200d👩\u200d👧", 10)) == display_width(ljust("run", 10)) == 10

@@ -108,3 +108,32 @@ def test_a_missing_source_is_said_before_the_store_is_waited_for(tmp_path):
     r = _hrt("ingest", tmp_path / "nope", "--store", tmp_path / "new" / "s.duckdb", "--no-embed")
     assert r.exit_code == 2 and "nope: no such file or folder" in r.output
     assert not (tmp_path / "new").exists()
+
+
+def test_a_pruned_files_text_leaves_no_vector_in_the_cache(tmp_path, embedder):
+    """`hrt delete` drops a memory's cached vector (user trial Z), but a file removed from a synced folder with
+    --prune kept its vectors in the embedding cache for ever: the removed text stayed recoverable from its vector,
+    and the cache grew by every removal. A text another document still has keeps its vector, and so does a changed
+    file's old text (a reverted edit, or earlier chunk settings, are not embedded again)."""
+    from toolkit.loaders import load_corpus
+
+    _folders(tmp_path, {"w/gone.md": "the secret rotation plan\n", "w/edit.md": "draft one of the runbook\n",
+                        "w/same.md": "shared paragraph\n", "w/twin.md": "shared paragraph\n"})
+    path = tmp_path / "s.duckdb"
+
+    def sync() -> None:
+        with Store(path, embedder=embedder) as st:
+            st.ingest(load_corpus(tmp_path / "w"), prune=True)
+
+    sync()
+    with Store(path, read_only=True) as st:
+        hashes = {t.strip(): h for t, h in st.con.execute("SELECT text, text_hash FROM chunks").fetchall()}
+        assert st.con.execute("SELECT count(DISTINCT text_hash) FROM embedding_cache").fetchone()[0] == 3
+    (tmp_path / "w/gone.md").unlink()
+    (tmp_path / "w/edit.md").write_text("draft two of the runbook\n")
+    (tmp_path / "w/twin.md").unlink()
+    sync()
+    with Store(path, read_only=True) as st:
+        left = {t: st.con.execute("SELECT count(*) FROM embedding_cache WHERE text_hash = ?", [h]).fetchone()[0]
+                for t, h in hashes.items()}
+    assert left == {"the secret rotation plan": 0, "draft one of the runbook": 1, "shared paragraph": 1}

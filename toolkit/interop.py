@@ -42,6 +42,14 @@ RUN_COLUMNS = {
 }
 
 
+def named_index_as_columns(frame: Any) -> Any:
+    """A pandas frame with its named index as columns: PyTerrier frames put qid (or a corpus's docno) in the index
+    after some transformations, and `to_dict("records")` / `pl.from_pandas` would drop it. An unnamed index is no
+    field of the data and stays out."""
+    names = getattr(frame.index, "names", [getattr(frame.index, "name", None)])
+    return frame.reset_index() if any(n is not None for n in names) else frame
+
+
 def _to_polars(obj: Any, what: str) -> pl.DataFrame:
     """A polars frame from a polars or pandas frame (or anything `pl.DataFrame` takes: dicts, rows)."""
     if isinstance(obj, pl.DataFrame):
@@ -50,10 +58,7 @@ def _to_polars(obj: Any, what: str) -> pl.DataFrame:
         return obj.collect()
     mod = type(obj).__module__
     if mod.startswith("pandas"):
-        # PyTerrier frames put qid in the index after some transformations; keep a named index as a column.
-        if getattr(obj.index, "name", None) is not None or any(n is not None for n in getattr(obj.index, "names", [])):
-            obj = obj.reset_index()
-        return pl.from_pandas(obj)
+        return pl.from_pandas(named_index_as_columns(obj))
     if isinstance(obj, Mapping) and obj and all(isinstance(v, str) for v in obj.values()):
         return pl.DataFrame({"qid": list(obj), "text": list(obj.values())})  # {qid: text}
     try:

@@ -53,6 +53,7 @@ from typing import Any
 import polars as pl
 
 from .errors import InputError
+from .interop import named_index_as_columns
 from .metatypes import is_date_field, parse_date, typed_values
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
@@ -162,7 +163,8 @@ def _lone_surrogate(value: Any, name: str = "") -> str | None:
 
 
 TEXT_FIELDS = ("text", "contents")  # where a record's text is looked for when no --text-field is given
-ID_FIELDS = ("_id", "id", "doc_id")  # a record's id: the first of these present
+# A record's id: the first of these present (`docno`: PyTerrier's corpus iterators and frames).
+ID_FIELDS = ("_id", "id", "doc_id", "docno")
 # A precomputed embedding: `vector`, or `embedding` as the engines' exports (and `hrt export`'s mappings) name it
 # (user trial AP: an `embedding` column was kept as 8.6 KB of metadata per document and the text embedded again).
 VECTOR_FIELDS = ("vector", "embedding")
@@ -295,7 +297,7 @@ def _doc_from_record(
     id_key = next((k for k in ID_FIELDS if k in obj), "id")
     doc_id = _ident(obj.get(id_key), where, id_key)
     if doc_id is None or doc_id.strip() == "":
-        raise InputError(f"{where}: missing document id (field `_id`, `id` or `doc_id`)")
+        raise InputError(f"{where}: missing document id (one of {_fields(ID_FIELDS)})")
     text_key, text = _record_text(obj, where, text_field, hint)
     title = obj.get("title")
     if title is not None and not isinstance(title, str):
@@ -480,7 +482,8 @@ def _record_rows(source: object) -> Iterator[tuple[str, Mapping[str, Any]]]:
         label = "row"
     elif "pandas" in sys.modules and isinstance(source, sys.modules["pandas"].DataFrame):
         pd = sys.modules["pandas"]
-        rows = ({k: None if pd.api.types.is_scalar(v) and pd.isna(v) else v for k, v in r.items()} for r in source.to_dict("records"))
+        records = named_index_as_columns(source).to_dict("records")
+        rows = ({k: None if pd.api.types.is_scalar(v) and pd.isna(v) else v for k, v in r.items()} for r in records)
         label = "row"
     elif isinstance(source, Mapping | bytes) or not isinstance(source, Iterable):
         raise InputError(f"documents must be a path, a frame or an iterable of dicts, got {type(source).__name__}")
@@ -715,7 +718,7 @@ def load_queries(path: str | Path) -> pl.DataFrame:
     for n, o in _read_jsonl(p):
         key = next((k for k in QUERY_ID_KEYS if o.get(k) is not None), None)
         if key is None:
-            raise InputError(f"{p}:{n}: missing query id (one of {', '.join(f'`{k}`' for k in QUERY_ID_KEYS)})")
+            raise InputError(f"{p}:{n}: missing query id (one of {_fields(QUERY_ID_KEYS)})")
         qid = _ident(o[key], f"{p}:{n}", key)  # text or an integer, as a document's id (not "['x']" or "True")
         if qid in seen:
             raise InputError(f"{p}:{n}: duplicate query id {qid!r} (first at line {seen[qid]})")
@@ -737,6 +740,11 @@ def load_queries(path: str | Path) -> pl.DataFrame:
 
 
 _REPORTED: set[str] = set()  # qrels problems already reported in this process (each command reads qrels twice)
+
+
+def _fields(keys: tuple[str, ...]) -> str:
+    """`a`, `b`, `c`: the fields an error names, from the tuple the reader reads (one list, not a second)."""
+    return ", ".join(f"`{k}`" for k in keys)
 
 
 def _ids(path: Path, keys: tuple[str, ...]) -> frozenset[str]:
@@ -863,7 +871,7 @@ class Dataset:
 
     def corpus_ids(self) -> frozenset[str]:
         """The document ids corpus.jsonl holds (read once per file version)."""
-        return _ids(self.root / "corpus.jsonl", ("_id", "id", "doc_id"))
+        return _ids(self.root / "corpus.jsonl", ID_FIELDS)
 
     def queries(self, split: str | None = None) -> pl.DataFrame:
         """All queries, or only those judged in `split`."""

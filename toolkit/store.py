@@ -1401,7 +1401,10 @@ class Store:
         try:
             gone = [d["doc_id"] for d in todo] + removed
             touched = self._chunk_ids(gone) if rebuild and not whole else []
-            self._remove_documents(gone)
+            # A pruned document's vectors go (below); a changed one's old text keeps its vector cached, so that a
+            # reverted edit or a return to earlier chunk settings is not embedded again (`hrt delete` drops them).
+            gone_hashes = self._remove_documents(removed)
+            self._remove_documents([d["doc_id"] for d in todo])
             if value_rows:
                 self._register("newvalues", values_frame(value_rows, "doc_id"))
                 self.con.execute("INSERT INTO doc_values SELECT doc_id, field, num, ts, text FROM newvalues")
@@ -1436,6 +1439,7 @@ class Store:
                 self._set_meta("embedding_model", emb.model_id)
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_backend", getattr(emb, "backend", "torch"))
+            self._drop_unused_vectors(gone_hashes)  # after the new chunks: a text a changed file took on keeps its vector
             if reanalyse:
                 self._reanalyse_text()
             in_place = False
@@ -1519,14 +1523,7 @@ class Store:
         self.con.execute("BEGIN TRANSACTION")
         try:
             touched = self._chunk_ids(gone)
-            self.con.execute("CREATE OR REPLACE TEMP TABLE gone_hashes AS SELECT DISTINCT text_hash FROM chunks "
-                             "WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [gone])
-            self._remove_documents(gone)
-            # A deleted memory leaves no vector behind (user trial Z found them in the embedding cache under its
-            # text's hash): the cache rows of its chunks go too, unless another chunk still has that text.
-            self.con.execute("DELETE FROM embedding_cache WHERE text_hash IN (SELECT g.text_hash FROM gone_hashes g "
-                             "ANTI JOIN chunks c USING (text_hash))")
-            self.con.execute("DROP TABLE gone_hashes")
+            self._drop_unused_vectors(self._remove_documents(gone))
             self._update_fts(touched, settings)
             self._commit_write()
         except BaseException as e:
@@ -1534,11 +1531,14 @@ class Store:
         self._after_write()
         return len(gone)
 
-    def _remove_documents(self, gone: Sequence[str]) -> None:
-        """Delete documents with everything stored per document (inside the caller's transaction)."""
+    def _remove_documents(self, gone: Sequence[str]) -> list[str]:
+        """Delete documents with everything stored per document (inside the caller's transaction). Returns the text
+        hashes of their chunks, for `_drop_unused_vectors` once the replacing chunks (if any) are written."""
         if not gone:
-            return
+            return []
         self._register("gone", pl.DataFrame({"doc_id": list(gone)}, schema={"doc_id": pl.Utf8}))
+        hashes = [r[0] for r in self.con.execute(
+            "SELECT DISTINCT text_hash FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone)").fetchall()]
         self.con.execute("DELETE FROM documents WHERE doc_id IN (SELECT doc_id FROM gone)")
         if self._has_table("embeddings"):
             self.con.execute("DELETE FROM embeddings WHERE chunk_id IN "
@@ -1546,6 +1546,19 @@ class Store:
         self.con.execute("DELETE FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone)")
         self.con.execute("DELETE FROM doc_values WHERE doc_id IN (SELECT doc_id FROM gone)")
         self.con.unregister("gone")
+        return hashes
+
+    def _drop_unused_vectors(self, hashes: Sequence[str]) -> None:
+        """A removed document's chunks leave no vector behind, unless another chunk still has their text (inside the
+        caller's transaction). User trial Z found a deleted memory's vector in the embedding cache under its text's
+        hash; a file pruned from a synced folder (`--prune`) left its vectors the same way: the text of a document
+        removed from the folder stayed recoverable from its vector, and the cache grew with every removal."""
+        if not hashes:
+            return
+        self._register("gone_hashes", pl.DataFrame({"text_hash": list(hashes)}, schema={"text_hash": pl.Utf8}))
+        self.con.execute("DELETE FROM embedding_cache WHERE text_hash IN (SELECT g.text_hash FROM gone_hashes g "
+                         "ANTI JOIN chunks c USING (text_hash))")
+        self.con.unregister("gone_hashes")
 
     def _chunk_ids(self, doc_ids: Sequence[str]) -> list[str]:
         if not doc_ids:

@@ -56,12 +56,16 @@ class VisibleStream:
 
 
 def display_width(text: str) -> int:
-    """Columns `text` takes in a terminal: wide and full-width characters two, combining marks and joiners none
-    (a table of run names in Japanese drifted right by one column per character, user trial AQ)."""
+    """Columns `text` takes in a terminal: wide and full-width characters two, combining marks and joiners none, an
+    emoji sequence (ZWJ family, flag, skin tone) one emoji's two (a table of run names in Japanese drifted right by
+    one column per character, user trial AQ). wcwidth keeps the Unicode tables terminals follow; control characters,
+    which it gives no width (-1), count one column each, as they did here before."""
     import unicodedata
 
-    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf")
-               else 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+    from wcwidth import wcswidth
+
+    controls = sum(unicodedata.category(c) == "Cc" for c in text)
+    return controls + max(0, wcswidth("".join(c for c in text if unicodedata.category(c) != "Cc") if controls else text))
 
 
 def ljust(text: str, width: int) -> str:
