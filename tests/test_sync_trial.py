@@ -4,10 +4,10 @@ test is a place where it did not."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
-import time
 
 from click.testing import CliRunner
 
@@ -55,9 +55,19 @@ def test_a_run_that_waited_for_the_store_reads_the_folder_as_it_is_then(tmp_path
     def run():
         result["r"] = _hrt("ingest", notes, "--store", store, "--no-embed", "--prune", "--wait", "60")
 
-    t = threading.Thread(target=run)
-    t.start()
-    time.sleep(1.5)  # the run is waiting for the store now
+    class Waiting(logging.Handler):  # the run says it waits for the store before it reads anything
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting up to" in record.getMessage():
+                waiting.set()
+
+    waiting, handler = threading.Event(), Waiting()
+    logging.getLogger("toolkit").addHandler(handler)
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+        assert waiting.wait(60), "the run never waited for the store"
+    finally:
+        logging.getLogger("toolkit").removeHandler(handler)
     (notes / "x.md").write_text("version TWO\n")
     holder.communicate("go\n", timeout=30)
     t.join(90)
@@ -137,3 +147,22 @@ def test_a_pruned_files_text_leaves_no_vector_in_the_cache(tmp_path, embedder):
         left = {t: st.con.execute("SELECT count(*) FROM embedding_cache WHERE text_hash = ?", [h]).fetchone()[0]
                 for t, h in hashes.items()}
     assert left == {"the secret rotation plan": 0, "draft one of the runbook": 1, "shared paragraph": 1}
+
+
+def test_a_file_deleted_while_the_folder_is_read_is_named_as_deleted_not_as_a_symlink(tmp_path, monkeypatch):
+    """The walk lists the files, then reads them: a file cron's other job deleted in between was skipped as a
+    "symlink to outside the folder", a reason that sent the reader looking for a link that never existed."""
+    from toolkit import loaders
+
+    _folders(tmp_path, {"w/a.md": "alpha\n", "w/b.md": "beta\n"})
+    utf8 = loaders._utf8
+
+    def delete_b_on_its_turn(rel: str) -> bool:  # called per file between the walk and the read
+        if rel == "b.md":
+            (tmp_path / "w/b.md").unlink()
+        return utf8(rel)
+
+    monkeypatch.setattr(loaders, "_utf8", delete_b_on_its_turn)
+    docs = loaders.load_corpus(tmp_path / "w")
+    assert [d["doc_id"] for d in docs] == ["a.md"]
+    assert [(s.where, s.reason) for s in docs.skipped] == [("b.md", "deleted while the folder was read")]
