@@ -124,3 +124,25 @@ def test_a_pyterrier_corpus_with_docno_ingests_whether_docno_is_a_column_or_the_
         assert [d["doc_id"] for d in load_corpus(frame)] == ["d1", "d2"]
     with pytest.raises(InputError, match="row 0: missing document id .*`docno`"):  # an unnamed index is no id
         load_corpus(pd.DataFrame({"text": ["a"]}, index=["i0"]))
+
+
+def test_an_engines_export_is_read_through_its_wrapper(tmp_path):
+    """An Elasticsearch dump (`_id` beside `_source`) and a Weaviate export (`id` and `vector` beside `properties`)
+    were refused ("no text field", the record has: _id, _index, _score, _source) until flattened by hand."""
+    import json
+
+    es = tmp_path / "es.jsonl"
+    es.write_text("\n".join(json.dumps(r) for r in [
+        {"_index": "docs", "_id": "a1", "_score": 1.0, "_source": {"title": "Deploy", "body": "ECONNREFUSED", "team": "infra"}},
+        {"_index": "docs", "_id": "a2", "_score": 1.0, "_source": {"title": "Lunch", "body": "moved", "id": "app-2"}},
+    ]) + "\n")
+    got = load_corpus(es, text_field="_source.body")
+    assert [(d["doc_id"], d["title"], d["text"], d["metadata"]) for d in got] == [
+        ("a1", "Deploy", "ECONNREFUSED", {"team": "infra"}), ("a2", "Lunch", "moved", {"id": "app-2"})]
+    assert load_corpus(es, text_field="body")[0]["text"] == "ECONNREFUSED"
+    vec = [0.5] * 8
+    (obj,) = load_corpus([{"class": "Note", "id": "w1", "vector": vec, "properties": {"text": "hello", "scope": "ops"}}])
+    assert (obj["doc_id"], obj["text"], obj["scope"], obj["vector"], obj["metadata"]) == ("w1", "hello", "ops", vec, {})
+    # A record with its text at the top keeps a `properties` field as metadata.
+    (flat,) = load_corpus([{"id": "f", "text": "t", "properties": {"colour": "red"}}])
+    assert flat["metadata"] == {"properties": {"colour": "red"}}

@@ -15,7 +15,7 @@ missing optional field gets the same default and a missing id or text the same e
 
 A record (JSONL line, Parquet or frame row, dict) is read as:
 
-- id: `_id`, `id` or `doc_id` (the first present), a string or an integer; text: `text`, else `contents`
+- id: `_id`, `id`, `doc_id` or `docno` (the first present), a string or an integer; text: `text`, else `contents`
   (or the field named by `text_field`), a string; `title`: a string; `source`, `scope`: a string or an
   integer, else taken from `metadata` (source defaults to the id); `vector`: a precomputed embedding.
 - metadata: the `metadata` object (or JSON text) plus every other top-level field, so a flat record
@@ -27,6 +27,8 @@ A record (JSONL line, Parquet or frame row, dict) is read as:
   are stored as JSON (a date as ISO 8601 text).
 - a field of the wrong type is an error naming the record and the field, never turned into text (a list
   id stored as "['x']" can be found by no one).
+- an engine's export is read through its wrapper (`NESTED_FIELDS`): an Elasticsearch/OpenSearch hit's `_source`
+  with its `_id`, a Weaviate object's `properties` with its `id` and `vector`.
 """
 
 from __future__ import annotations
@@ -288,12 +290,34 @@ def _short(v: Any, limit: int = 60) -> str:
     return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
+# Where other engines' exports nest a document's fields: an Elasticsearch/OpenSearch hit (`_id` beside `_source`), a
+# Weaviate object (`id` beside `properties`). Their own bookkeeping beside it (`_index`, `_score`, `class`, ...) is
+# no field of the document.
+NESTED_FIELDS = {"_source": ("_id",), "properties": ("id", "vector")}
+
+
+def _unwrapped(obj: Mapping[str, Any], text_field: str | None) -> tuple[Mapping[str, Any], str | None]:
+    """A record whose fields sit under `_source` or `properties` (an engine's export), with no text field at the top,
+    read as those fields plus the id (and vector) beside them; `--text-field _source.body` names a field inside.
+    Other records as they are (a record with a text field keeps a `properties` field as metadata)."""
+    for wrapper, beside in NESTED_FIELDS.items():
+        inner = obj.get(wrapper)
+        if not isinstance(inner, Mapping):
+            continue
+        field = text_field[len(wrapper) + 1:] if text_field and text_field.startswith(f"{wrapper}.") else text_field
+        if any(n in obj for n in ((text_field,) if text_field else TEXT_FIELDS)):
+            return obj, text_field
+        return {**{k: obj[k] for k in beside if k in obj and k not in inner}, **inner}, field
+    return obj, text_field
+
+
 def _doc_from_record(
     obj: Mapping[str, Any], where: str, text_field: str | None = None, hint: str = "--text-field"
 ) -> dict[str, Any]:
     """One record (a JSONL line, a Parquet or frame row, a dict) as a document: the only place defaults
     are filled in and fields checked, so every way into the store gets the same rules (module docstring:
     which fields are read, and that every other top-level field is metadata)."""
+    obj, text_field = _unwrapped(obj, text_field)
     id_key = next((k for k in ID_FIELDS if k in obj), "id")
     doc_id = _ident(obj.get(id_key), where, id_key)
     if doc_id is None or doc_id.strip() == "":
