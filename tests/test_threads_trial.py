@@ -99,3 +99,34 @@ def test_a_one_shot_search_leaves_no_query_vector_in_the_store(store):
     fresh = run_pipeline(store, {"q": "deploy failure number 0"}, "default")
     assert again.final["doc_id"].to_list() == fresh.final["doc_id"].to_list()
     assert cached() == before + 1  # the second, cached run stored its vector
+
+
+def test_a_store_closed_under_a_search_names_itself_in_the_searching_thread(store):
+    """A service closed its Store on shutdown while a worker thread still searched: the worker died on DuckDB's bare
+    "Connection Error: Connection already closed!", which names no store and reads like a driver bug."""
+    import polars as pl
+    import pytest
+
+    from toolkit.errors import StoreError
+
+    queries = pl.DataFrame({"qid": [str(i) for i in range(40)], "text": ["deploy failed ECONNREFUSED"] * 40})
+    errors, started = [], threading.Event()
+
+    def search() -> None:
+        try:
+            while True:
+                store.lexical_search(queries, top_k=5)
+                started.set()
+        except Exception as e:  # the loop ends with the store's close
+            errors.append(e)
+            started.set()
+
+    t = threading.Thread(target=search)
+    t.start()
+    assert started.wait(60)
+    store.close()
+    t.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], StoreError), errors
+    assert str(store.path) in str(errors[0])
+    with pytest.raises(StoreError, match="is closed"):
+        store.lexical_search(queries, top_k=5)

@@ -57,7 +57,7 @@ BLOCK_CELLS = 32_000_000
 # stays below pyarrow's import (~60 ms).
 LEAN_MAX_DOCUMENTS = 100_000
 # The names the store registers frames under (the closed list `_register` checks before naming one in SQL).
-_REGISTERED = frozenset({"want", "need", "newvec", "gone", "newvalues", "newdocs", "newchunks", "ids", "vids",
+_REGISTERED = frozenset({"want", "need", "newvec", "gone", "gone_hashes", "newvalues", "newdocs", "newchunks", "ids", "vids",
                          "cids", "rq", "rp"})
 _SQL_PATH_MAX_QUERIES = 8  # below this many queries, and with no term matrix read yet, BM25 runs in SQL
 # From this many chunks on, BM25 top-k works on the sparse scores (`Store._sparse_topk`) instead of blocks.
@@ -344,7 +344,71 @@ class _Closed:
         self._path = path
 
     def __getattr__(self, name: str) -> NoReturn:
+        self.refuse()
+
+    def refuse(self) -> NoReturn:
         raise StoreError(f"store {self._path} is closed (use it inside its `with` block, or open it again)")
+
+
+class _Calls:
+    """The store's calls under way, per thread, so that `close` lets the other threads' calls finish first. A service
+    closing its Store on shutdown while a worker searched killed the worker with DuckDB's bare "Connection already
+    closed!", or "No open result set" when the close fell between a statement and its fetch."""
+
+    WAIT_S = 30.0  # how long `close` waits for them; then it closes anyway, with a warning
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._cond = threading.Condition()
+        self._by_thread: dict[int, int] = {}
+        self._closing = False
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        tid = threading.get_ident()
+        with self._cond:
+            if self._closing and tid not in self._by_thread:  # begun after the close: it would not be waited for
+                _Closed(self._path).refuse()
+            self._by_thread[tid] = self._by_thread.get(tid, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._by_thread[tid] -= 1
+                if not self._by_thread[tid]:
+                    del self._by_thread[tid]
+                    self._cond.notify_all()
+
+    def wait_for_others(self, timeout_s: float) -> int:
+        """Refuse new calls of other threads, and wait until none is inside a call, for at most `timeout_s`; the
+        calls still running."""
+        me = threading.get_ident()
+        with self._cond:
+            self._closing = True
+            self._cond.wait_for(lambda: all(t == me for t in self._by_thread), timeout_s)
+            return sum(n for t, n in self._by_thread.items() if t != me)
+
+
+def _counted(cls: type) -> type:
+    """Every public method and property of `cls` runs inside `self._calls.running()` (`_Calls`): one rule, so a
+    method added later is covered too. Private helpers run inside a public call."""
+    import functools
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with self._calls.running():
+                return fn(self, *args, **kwargs)
+        return call
+
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_") or name == "close":
+            continue
+        if isinstance(member, property) and member.fget is not None:
+            setattr(cls, name, property(wrap(member.fget), member.fset, member.fdel, member.__doc__))
+        elif callable(member) and not isinstance(member, staticmethod | classmethod | type):
+            setattr(cls, name, wrap(member))
+    return cls
 
 
 class _Connection:
@@ -646,8 +710,10 @@ def _write_lock(path: Path) -> threading.RLock:
     return _process_lock(path, "write")
 
 
+@_counted
 class Store:
-    """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`."""
+    """A DuckDB file with the corpus, its indexes and caches. Use as a context manager or call `close()`: a close
+    waits for the other threads' calls under way (up to `_Calls.WAIT_S`), and later calls raise a StoreError."""
 
     def __init__(
         self, path: str | Path, *, read_only: bool = False, embedder: Embedder | None = None, memory_limit: str | None = None,
@@ -665,6 +731,7 @@ class Store:
         self.path = Path(path).expanduser()
         self.read_only = read_only
         threads = duckdb_threads(threads)  # checked before anything is created
+        self._calls = _Calls(self.path)  # the calls under way, which `close` lets finish
         self._dense_lock = threading.Lock()  # one thread builds the dense matrix of a generation
         self._embedder_lock = threading.Lock()
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
@@ -854,10 +921,14 @@ class Store:
         """Close the file (again is a no-op); any later use of the store raises a StoreError naming it. A store
         file this object created and nothing was stored in (a failed first ingest, a mistyped path) is removed."""
         if not isinstance(self.con._con, _Closed):
+            if still := self._calls.wait_for_others(_Calls.WAIT_S):
+                logging.getLogger("toolkit").warning(
+                    "warning: closing store %s while %d call(s) of other threads still run after %.0f s: they fail",
+                    self.path, still, _Calls.WAIT_S)
             drop = self._drop_if_empty and self._is_empty()
+            con, self.con._con = self.con._con, _Closed(self.path)  # later calls name the store
             self.con.close_cursors()
-            self.con._con.close()
-            self.con._con = _Closed(self.path)
+            con.close()
             if drop and self._unused():
                 for f in (self.path, Path(f"{self.path}.wal")):
                     f.unlink(missing_ok=True)
