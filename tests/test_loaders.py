@@ -127,12 +127,12 @@ def test_a_note_with_nul_bytes_is_skipped_as_binary(tmp_path):
     root.mkdir()
     (root / "ok.md").write_text("# ok\nfine\n")
     (root / "dump.md").write_bytes(b"# looks like markdown\n\x00\x01\x02 core dump")
-    (root / "wide.txt").write_bytes("hi".encode("utf-16"))
+    (root / "wide.txt").write_bytes("hi".encode("utf-16"))  # with its byte order mark: text (user trial AT)
+    (root / "bare16.txt").write_bytes("hi".encode("utf-16-le"))  # without: nothing says it is text
     corpus = load_corpus(root)
-    assert [d["doc_id"] for d in corpus] == ["ok.md"]
+    assert [(d["doc_id"], d["text"]) for d in corpus] == [("ok.md", "# ok\nfine\n"), ("wide.txt", "hi")]
     reasons = {s.where: s.reason for s in corpus.skipped}
-    assert reasons["dump.md"] == "binary content (NUL bytes)"
-    assert reasons["wide.txt"].startswith("binary content (NUL bytes; UTF-16 text? re-encode it as UTF-8")
+    assert reasons == {"dump.md": "binary content (NUL bytes)", "bare16.txt": "binary content (NUL bytes)"}
     assert corpus.skipped_summary() == "2 not indexed: 2 binary content"
 
 

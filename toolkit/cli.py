@@ -876,6 +876,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     cfg, clock = _pin_clock(cfg)
     if clock:
         click.echo(f"note: {clock}", err=True)
+    cfg = _deep_enough(cfg, depth)
     # Before any work: a bad name must not cost a whole run. A config name with spaces gives a dashed tag.
     tag = check_tag(tag or re.sub(r"\s+", "-", (cfg.name or "hrt").strip()) or "hrt")
     if rr_source.source == "environment":
@@ -921,6 +922,22 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
 
     click.echo(f"{cfg.name}: {final['qid'].n_unique()}/{len(queries)} queries, {len(final)} results in {took:.1f}s; "
                f"providers: {summary(res.per_query)} -> {'stdout' if out == '-' else out}", err=True)
+
+
+def _deep_enough(cfg, depth: int):
+    """The config with `output.n` raised to the run's `--depth`: the final lists stopped at output.n (100), so
+    `--depth 1000` wrote 100 results per query without a word, and R@1000 and MAP were measured on a shallow run
+    (user trial AU). Retrieval lists shorter than the depth bound the run too: said, with the fields to raise."""
+    if depth > cfg.output.n:
+        cfg = cfg.with_updates({"output.n": depth})
+    r = cfg.retrieval
+    short = [f"retrieval.{name}.top_k = {lst.top_k}" for name, lst in (("lexical", r.lexical), ("dense", r.dense))
+             if lst.enabled and lst.top_k < depth]
+    if short and all(lst.top_k < depth for lst in (r.lexical, r.dense) if lst.enabled):
+        click.echo(f"note: --depth {depth}: each query's results come from lists of at most "
+                   f"{' and '.join(short)} documents, so a query may get fewer than {depth}; raise them in the config "
+                   "for a deeper run", err=True)
+    return cfg
 
 
 def _full_table(df: pl.DataFrame) -> str:
@@ -1033,7 +1050,9 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     descending, and the rank column is ignored (`--ties rank` evaluates the rank column's order instead).
     Runs written by `hrt run` keep their ranks under that re-sort, so both give the same numbers there.
     With several runs, each is tested against the baseline (paired randomisation test, Holm-corrected
-    across runs; * = significant at 0.05).
+    across runs, per measure; * = significant at 0.05). Every judged query is in every mean, as trec_eval -c
+    averages: a run that misses a query scores 0 there. Run lines naming ids the dataset lacks, and measures
+    that look past a run's depth, are named.
     """
     import warnings
 
@@ -1041,11 +1060,14 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     from .metrics import (
         IdMismatchWarning,
         aggregate,
+        depth_notes,
         evaluate,
         id_warnings,
         no_relevant,
         parse_measures,
         relevant_words,
+        run_depth,
+        unknown_run_ids,
     )
     from .runs import rank_conflicts, read_run
 
@@ -1064,9 +1086,12 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     conflicts = {}
     judged = {}
     pooled = bool((qrels["rel"] <= 0).any())
+    depths = {}
     for rp in run_path:
         run_frame = read_run(rp)
-        for msg in id_warnings(run_frame, qrels, f"the {split} qrels"):
+        depths[rp] = run_depth(run_frame)
+        for msg in [*id_warnings(run_frame, qrels, f"the {split} qrels"),
+                    *unknown_run_ids(run_frame, ds.query_ids(), ds.corpus_ids(), str(dataset))]:
             click.echo(f"warning: {rp}: {msg}", err=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IdMismatchWarning)  # said above, with the split
@@ -1092,20 +1117,24 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             warnings.simplefilter("always", SmallSampleWarning)
             sig = compare(stacked, base)
         sig_notes = [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
+    deep_notes = depth_notes(depths, ms)
     relevant = relevant_words(rel_threshold)
+    counted = f"{qrels['qid'].n_unique()} judged {split} queries, each in every mean (missing from a run: 0, as trec_eval -c)"
     if fmt in ("csv", "latex"):
         if per_query:
             raise ToolkitError(f"--per-query goes with --format table or json, not {fmt} (one row per run)")
         click.echo(_paper_table(out, ms, sig, base, fmt), nl=False)
         # The caveats a paper's table must carry, on stderr (the review: a star without its "too few queries").
-        for line in [f"{qrels['qid'].n_unique()} judged {split} queries; relevant: {relevant}; order: {TIES[ties]}",
-                     *sig_notes, *_conflict_notes(conflicts, ties)]:
+        for line in [f"{counted}; relevant: {relevant}; order: {TIES[ties]}", *sig_notes, *deep_notes,
+                     *_conflict_notes(conflicts, ties)]:
             click.echo(f"note: {line}", err=True)
         return
     if fmt == "json":
         doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "rel_threshold": rel_threshold,
                "relevant": relevant, "ties": TIES[ties], "runs": out, JUDGED: judged}
         doc["rank_conflicts"] = conflicts
+        doc["missing_queries"] = "score 0 (as trec_eval -c)"
+        doc["notes"] = deep_notes
         if sig is not None:
             doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
             doc["significance_test"] = TEST_WORDS
@@ -1121,7 +1150,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     for rp, agg in out.items():
         click.echo(f"{ljust(rp, width)}  " + "  ".join(f"{agg.get(m, float('nan')):>8.4f}" for m in ms))
     if sig is not None:
-        click.echo(f"\np (Holm) vs {base}, paired randomisation test:")
+        click.echo(f"\np (Holm across the runs, per measure) vs {base}, paired randomisation test:")
         for rp in run_path:
             if rp == base:
                 continue
@@ -1130,9 +1159,9 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
                 r = sig.filter((pl.col("system") == rp) & (pl.col("measure") == m))
                 cells.append(f"{r['p_holm'][0]:>7.3g}{'*' if r['significant'][0] else ' '}" if len(r) else f"{'':>8}")
             click.echo(f"{ljust(rp, width)}  " + "  ".join(cells))
-        for note in sig_notes:
-            click.echo(f"note: {note}")
-    click.echo(f"\nqueries: {qrels['qid'].n_unique()} judged in {split}; relevant: {relevant}")
+    for note in [*sig_notes, *deep_notes]:
+        click.echo(f"note: {note}")
+    click.echo(f"\nqueries: {counted}; relevant: {relevant}")
     click.echo(f"order: {TIES[ties]}")
     for line in _conflict_notes(conflicts, ties):
         click.echo(f"note: {line}")

@@ -55,6 +55,7 @@ from typing import Any
 import polars as pl
 
 from .errors import InputError
+from .ids import near_miss
 from .interop import named_index_as_columns
 from .metatypes import is_date_field, parse_date, typed_values
 
@@ -191,6 +192,13 @@ def _record_text(obj: Mapping[str, Any], where: str, text_field: str | None, hin
     return found, text
 
 
+def _newlines(text: str) -> str:
+    """Windows' (CRLF) and classic Mac's (CR) line ends as newlines: the same notes saved on another system are the
+    same documents, with the same chunks and hashes. Kept, a CRLF copy of 23 notes was 23 changed documents, one
+    chunk more, and other results for 14 of 40 queries (user trial AT)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
 def _ident(value: Any, where: str, name: str) -> str | None:
     """An id, source or scope as text: a string or an integer (BEIR ids are sometimes numbers). Anything else
     is an error naming the field: `str()` made "['x']" of a list id, a document no one can look up."""
@@ -323,9 +331,11 @@ def _doc_from_record(
     if doc_id is None or doc_id.strip() == "":
         raise InputError(f"{where}: missing document id (one of {_fields(ID_FIELDS)})")
     text_key, text = _record_text(obj, where, text_field, hint)
+    text = _newlines(text)
     title = obj.get("title")
     if title is not None and not isinstance(title, str):
         raise InputError(f"{where}: field `title` must be a string, got {type(title).__name__}")
+    title = _newlines(title) if title else title
     meta = _record_metadata(obj, where, text_key)
     # The other id fields of the record are data, not the id (user trial AP: an Elasticsearch export's `_id` beside
     # the application's own `doc_id` lost the latter): kept as metadata under their names.
@@ -680,16 +690,22 @@ def _folder_docs(
                 skipped.append(Skipped(rel, f"not indexed by default: add --include '*{f.suffix}'"))
                 continue
         data = f.read_bytes()
-        if b"\0" in data:  # whatever the name says: a NUL byte is never in a text note (UTF-16 is refused too)
-            utf16 = "; UTF-16 text? re-encode it as UTF-8" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
-            skipped.append(Skipped(rel, f"binary content (NUL bytes{utf16})"))
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its byte order mark (Notepad's "Unicode"): text
+            try:
+                text = data.decode("utf-16")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{f}: starts as UTF-16 text but is not valid UTF-16 (byte {e.start}); re-encode "
+                                 "the file as UTF-8") from e
+        elif b"\0" in data:  # whatever the name says: a NUL byte is never in a text note
+            skipped.append(Skipped(rel, "binary content (NUL bytes)"))
             continue
-        body = data[len(BOM) :] if data.startswith(BOM) else data  # a BOM is no part of the text or its title
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = body[: e.start].count(b"\n") + 1
-            raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
+        else:
+            body = data[len(BOM) :] if data.startswith(BOM) else data  # a BOM is no part of the text or its title
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = body[: e.start].count(b"\n") + 1
+                raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
         if walked and len(data) > LARGE_FILE_BYTES:
             logging.getLogger("toolkit").warning(
                 "note: %s is %.1f MB of text, so it will be many chunks and much of the ingest's time; "
@@ -880,18 +896,24 @@ class Dataset:
                       f"qrels/<split>.tsv (BEIR's TSV or TREC qrels lines)") if near else ""
             raise InputError(f"{f}: no qrels for split {split!r} (available: {', '.join(self.splits()) or 'none'}){unread}")
         q = read_qrels(f)
-        known_q = sorted(_ids(self.root / "queries.jsonl", QUERY_ID_KEYS))
+        known_q = sorted(self.query_ids())
         known_d = sorted(self.corpus_ids())
         bad_q = q.filter(~pl.col("qid").is_in(known_q))
         bad_d = q.filter(~pl.col("doc_id").is_in(known_d))
         problems = []
         if len(bad_q):
             problems.append(f"{len(bad_q)} judgement(s) name {bad_q['qid'].n_unique()} query id(s) not in queries.jsonl "
-                            f"(e.g. {bad_q['qid'][0]!r}; left out of every average)")
+                            f"(e.g. {bad_q['qid'][0]!r}; left out of every average{near_miss(bad_q['qid'], known_q)})")
         if len(bad_d):
+            # A run from elsewhere may still name them, and they count there (user trial AU): only ingested runs cannot.
             problems.append(f"{len(bad_d)} judgement(s) name {bad_d['doc_id'].n_unique()} document id(s) not in the "
-                            f"corpus (e.g. {bad_d['doc_id'][0]!r}; no run can retrieve them)")
+                            f"corpus (e.g. {bad_d['doc_id'][0]!r}; no run of this corpus can retrieve them"
+                            f"{near_miss(bad_d['doc_id'], known_d)})")
         return q.filter(pl.col("qid").is_in(known_q)), problems
+
+    def query_ids(self) -> frozenset[str]:
+        """The query ids queries.jsonl holds (read once per file version)."""
+        return _ids(self.root / "queries.jsonl", QUERY_ID_KEYS)
 
     def corpus_ids(self) -> frozenset[str]:
         """The document ids corpus.jsonl holds (read once per file version)."""

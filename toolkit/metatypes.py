@@ -50,6 +50,7 @@ DATE_FORMATS: tuple[str, ...] = (
     "%Y/%m/%d (%a) %H:%M",  # LongMemEval session dates: 2023/05/20 (Sat) 02:21
 )
 _EPOCH_TEXT = re.compile(r"^-?\d{9,11}(?:\.\d+)?$")
+_EPOCH_MIN, _EPOCH_MAX = 1e8, 1e11  # the same 9 to 11 digits for a number
 # RFC 2822 (e-mail, HTTP): an optional weekday, then day, English month, year, time and zone.
 _RFC2822 = re.compile(r"^(?:[A-Za-z]{3},\s*)?\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{1,2}:\d{2}")
 DATE_FIELD = re.compile(r"^(date|datetime|timestamp|created|updated|modified)$|(_at|_date|_time)$", re.I)
@@ -65,8 +66,12 @@ def parse_date(value: Any) -> datetime | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        try:  # past year 9999 (e.g. milliseconds) or before year 1: not a date here
-            return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None) if math.isfinite(value) else None
+        # Seconds since 1970 as a number of 9 to 11 digits, as for text (1973 to 5138): 45622 (a spreadsheet's serial
+        # day) or 2024 (a year) read as seconds was a date in January 1970, silently (user trial AT).
+        if not math.isfinite(value) or not _EPOCH_MIN <= abs(value) < _EPOCH_MAX:
+            return None
+        try:
+            return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None)
         except (ValueError, OverflowError, OSError):
             return None
     if not isinstance(value, str) or not value.strip():
@@ -127,10 +132,13 @@ def typed_values(
                 digits = str(v).strip().lstrip("-").split(".")[0]
                 ms = (isinstance(v, int | float) and not isinstance(v, bool) and 1e11 < abs(v) < 1e14) or (
                     isinstance(v, str) and digits.isdigit() and 12 <= len(digits) <= 14)
-                hint = " (it looks like milliseconds since 1970, e.g. JavaScript's Date.now(): divide by 1000)" if ms else ""
+                serial = isinstance(v, int | float) and not isinstance(v, bool) and 10_000 <= v < 100_000
+                hint = (" (it looks like milliseconds since 1970, e.g. JavaScript's Date.now(): divide by 1000)" if ms else
+                        " (it looks like a spreadsheet's serial day number: export the column as dates, e.g. 2024-11-26)"
+                        if serial else "")
                 raise InputError(
                     f"{where}: {label.format(k)}: cannot read {v!r} as a date{hint}; accepted: ISO 8601 (2024-01-25, "
-                    f"2024-01-25T09:30:00Z), RFC 2822 (Tue, 24 Nov 2026 10:00:00 +0100), seconds since 1970 (a number, or "
+                    f"2024-01-25T09:30:00Z), RFC 2822 (Tue, 24 Nov 2026 10:00:00 +0100), seconds since 1970 (a number or "
                     f"a string of 9 to 11 digits), or one of {', '.join(DATE_FORMATS)} "
                     "(a field named date/…_at/…_date/…_time is read as a date: rename it if it is not one)"
                 )

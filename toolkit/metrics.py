@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -390,6 +390,54 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
             f"none of the {len(rows)} documents the run retrieved for judged queries is judged in {where} (run ids "
             f"e.g. {rows['doc_id'].min()!r}, qrels ids e.g. {docs['doc_id'].min()!r}): do the doc ids match the corpus?"
         )
+    return out
+
+
+def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str], doc_ids: Collection[str], where: str) -> list[str]:
+    """Run lines naming query or document ids `where` (the collection) lacks, in words: trec_eval drops them in
+    silence, and so did `hrt eval` while some ids met. Two files joined with their byte order marks, document ids
+    uppercased or written in NFD by a Mac made 1 to 35 queries score lower with no word (user trial AT). An id that
+    differs from a known one only by case, normalisation or spaces is shown beside it (`ids.near_miss`)."""
+    from .ids import near_miss
+
+    out = []
+    if query_ids:
+        qs = run.select(pl.col("qid").cast(pl.Utf8)).unique().filter(~pl.col("qid").is_in(list(query_ids)))["qid"].sort()
+        if len(qs):
+            out.append(f"{len(qs)} query id(s) are not in {where}'s queries (e.g. {', '.join(map(repr, qs[:3]))}); their "
+                       f"lines are not scored{near_miss(qs, query_ids)}")
+    if doc_ids:
+        ds = run.select(pl.col("doc_id").cast(pl.Utf8)).filter(~pl.col("doc_id").is_in(list(doc_ids)))["doc_id"]
+        if len(ds):
+            distinct = ds.unique().sort()
+            out.append(f"{len(ds)} line(s) name {len(distinct)} document id(s) not in {where}'s corpus (e.g. "
+                       f"{', '.join(map(repr, distinct[:3]))}); they count as not relevant{near_miss(distinct, doc_ids)}")
+    return out
+
+
+def run_depth(run: pl.DataFrame) -> int:
+    """Results in the run's longest query list (0 for an empty run)."""
+    return int(run.group_by("qid").len()["len"].max() or 0) if len(run) else 0
+
+
+def depth_notes(depths: Mapping[str, int], measures: Iterable[str]) -> list[str]:
+    """Measures that look past a run's depth, in words: R@100 of a run cut at 10 ranks counts ranks it never returned,
+    and two runs of unequal depth then differ by depth, not ranking (user trial AU: a 'significant' R@100 win was one of
+    depth alone). Measures without a cutoff (AP, nDCG, R) are named only when the runs' depths differ."""
+    ms = parse_measures(measures)
+    out = []
+    for name, d in depths.items():
+        past = [m.label for m in ms if m.k is not None and m.kind != "judged" and m.k > d > 0]
+        if past:
+            out.append(f"{name} holds at most {d} results per query: its {', '.join(past)} "
+                       f"{'counts' if len(past) == 1 else 'count'} ranks past {d} that it never returned (as trec_eval does)")
+    if len(set(depths.values())) > 1:
+        lo = min(depths.values())
+        deep = [m.label for m in ms if m.kind != "judged" and (m.k is None or m.k > lo)]
+        if deep:
+            shown = ", ".join(f"{n} {d}" for n, d in depths.items())
+            out.append(f"the runs differ in depth ({shown} results per query): their {', '.join(deep)} differ by depth "
+                       "as well as by ranking")
     return out
 
 

@@ -7,6 +7,7 @@ only the error path goes back to find the offending line number.
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -32,14 +33,23 @@ _BEIR_HEADER = ["query-id", "corpus-id", "score"]
 
 def _lines(path: Path) -> pl.DataFrame:
     """Non-blank lines of a text file with their 1-based line numbers. A UTF-8 byte order mark (Windows
-    editors, Excel exports) is dropped: kept, it would become part of the first query id or header."""
+    editors, Excel exports) is dropped: kept, it would become part of the first query id or header. So is one
+    at the start of a later line, with a warning: files each written with one and joined (`cat a b`) made the
+    first query id of the second file '\ufeffq23', a query no judgement names (user trial AT)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        utf16 = "; UTF-16 text? re-encode it as UTF-8" if path.read_bytes()[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}){utf16}") from None
     lines = text.splitlines()
+    joined = [i for i, line in enumerate(lines) if line.startswith("\ufeff")]
+    if joined:
+        logging.getLogger("toolkit").warning(
+            "warning: %s:%d: a byte order mark starts the line (files joined with theirs?); dropped%s", path, joined[0] + 1,
+            f" (and at {len(joined) - 1} more line(s))" if len(joined) > 1 else "")
+        lines = [line.removeprefix("\ufeff") for line in lines]
     df = pl.DataFrame({"line": pl.Series(lines, dtype=pl.Utf8)}).with_row_index("lineno", offset=1)
     return df.filter(pl.col("line").str.strip_chars() != "")
 
@@ -66,13 +76,13 @@ def _cast(parts: pl.DataFrame, col: str, dtype: pl.DataType, path: Path, what: s
     return out
 
 
-def _int_grades(parts: pl.DataFrame, col: str, path: Path) -> pl.Series:
-    """Integer grades; "1.0" is accepted (some tools write floats), "0.5" is not (trec_eval grades are ints)."""
-    as_float = _cast(parts, col, pl.Float64, path, "relevance grade")
-    frac = as_float != as_float.round(0)
+def _int_grades(parts: pl.DataFrame, col: str, path: Path, what: str = "relevance grade") -> pl.Series:
+    """Integers; "1.0" is accepted (some tools write floats: grades, and ranks), "0.5" is not (trec_eval's are ints)."""
+    as_float = _cast(parts, col, pl.Float64, path, what)
+    frac = (as_float != as_float.round(0)) | as_float.is_infinite()
     if frac.any():
         i = frac.arg_max()
-        raise InputError(f"{path}:{parts['lineno'][i]}: relevance grade {parts[col][i]!r} is not an integer")
+        raise InputError(f"{path}:{parts['lineno'][i]}: {what} {parts[col][i]!r} is not an integer")
     return as_float.cast(pl.Int64)
 
 
@@ -114,7 +124,7 @@ def read_run(path: str | Path) -> pl.DataFrame:
             "lineno": parts["lineno"],
             "qid": parts["qid"],
             "doc_id": parts["doc_id"],
-            "rank": _cast(parts, "rank", pl.Int64, path, "rank"),
+            "rank": _int_grades(parts, "rank", path, "rank"),
             "score": score,
         }
     )

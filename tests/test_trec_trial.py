@@ -1,0 +1,81 @@
+"""User trial AU: an IR researcher with years of trec_eval, Anserini and ir_measures habits, checking `hrt eval` and
+`hrt run` against them. The values agreed (to 1e-9, every measure); each test is a place where the tool measured
+something else than the user asked for, or said less than trec_eval's own conventions need said."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import write_beir
+
+from toolkit.cli import main
+
+
+def _hrt(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _run_lines(rows) -> str:
+    return "".join(f"{q} Q0 {d} {r} {s} t\n" for q, d, r, s in rows)
+
+
+def test_run_depth_above_100_gives_that_many_results_or_says_what_bounds_it(tmp_path, corpus_file):
+    """`hrt run --depth 1000` wrote 100 results per query (output.n) without a word: R@1000 and MAP were measured on
+    a run 10x shallower than asked for."""
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    cfg = tmp_path / "deep.yaml"
+    cfg.write_text("extends: bm25-only\noutput:\n  n: 1\n")  # a config's own small n: --depth still decides
+    r = _hrt("run", "--dataset", ds, "--config", cfg, "--depth", 5, "--store", tmp_path / "s.duckdb", "--out", tmp_path / "r.trec")
+    assert r.exit_code == 0, r.output
+    per_query = [line.split()[0] for line in (tmp_path / "r.trec").read_text().splitlines()]
+    assert max(per_query.count(q) for q in set(per_query)) > 1  # more than output.n: the depth asked for
+    cfg.write_text("extends: bm25-only\nretrieval:\n  lexical:\n    top_k: 3\n")
+    r = _hrt("run", "--dataset", ds, "--config", cfg, "--depth", 5, "--store", tmp_path / "s.duckdb", "--out", tmp_path / "r.trec")
+    assert r.exit_code == 0 and "lists of at most retrieval.lexical.top_k = 3 documents" in r.output, r.output
+
+
+def test_eval_names_measures_past_a_runs_depth_and_runs_of_unequal_depth(tmp_path, corpus_file):
+    """A run cut at 1 result against the same run at 3: R@3 and AP 'significantly' differ by depth alone, and nothing
+    said so; the footer did not say that a missing query counts 0 (trec_eval -c)."""
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    rows = [(q, d, r, 10 - r) for q, docs in (("q1", "d1 d2 d3"), ("q2", "d4 d2 d1"), ("q3", "d6 d4 d5")) for r, d in
+            enumerate(docs.split(), 1)]
+    (tmp_path / "deep.trec").write_text(_run_lines(rows))
+    (tmp_path / "top1.trec").write_text(_run_lines([x for x in rows if x[2] == 1]))
+    r = _hrt("eval", "--dataset", ds, "--run", tmp_path / "top1.trec", "--run", tmp_path / "deep.trec", "--measures", "R@3,AP,nDCG@1")
+    assert r.exit_code == 0, r.output
+    assert "top1.trec holds at most 1 results per query: its R@3 counts ranks past 1 that it never returned" in r.output
+    assert "the runs differ in depth" in r.output and "their R@3, AP differ by depth" in r.output
+    assert "missing from a run: 0, as trec_eval -c" in r.output
+    doc = json.loads(_hrt("eval", "--dataset", ds, "--run", tmp_path / "top1.trec", "--measures", "R@3", "--format", "json").stdout)
+    assert doc["notes"] and doc["missing_queries"].startswith("score 0")
+
+
+def test_eval_names_run_ids_the_dataset_lacks_and_how_they_differ(tmp_path, corpus_file, caplog):
+    """Two run files joined with their byte order marks, and document ids uppercased or written in NFD by a Mac:
+    the lines were dropped or scored 0 in silence while the other ids met (trec_eval drops them silently too)."""
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    part_a = _run_lines([("q1", "d1", 1, 3.0), ("q1", "d2", 2, 2.0)])
+    part_b = _run_lines([("q2", "D2", 1, 3.0), ("q3", "d5", 1, 3.0)])
+    (tmp_path / "joined.trec").write_bytes(("\ufeff" + part_a + "\ufeff" + part_b).encode())
+    r = _hrt("eval", "--dataset", ds, "--run", tmp_path / "joined.trec")
+    assert r.exit_code == 0, r.output
+    assert "joined.trec:3: a byte order mark starts the line" in caplog.text  # dropped: q2 is q2
+    assert "1 line(s) name 1 document id(s) not in" in r.output and "'D2' differs from 'd2' only by case" in r.output
+    (tmp_path / "nfd.trec").write_text(_run_lines([("q1", "d1", 1, 3.0), ("q\u0301x", "d2", 1, 2.0)]))
+    r = _hrt("eval", "--dataset", ds, "--run", tmp_path / "nfd.trec")
+    assert "1 query id(s) are not in" in r.output and "their lines are not scored" in r.output, r.output
+
+
+def test_a_rank_written_as_a_float_is_read_and_a_fraction_is_named(tmp_path):
+    """trec_eval ignores the rank column; '1.0' (as some tools write it) was refused as "not a number"."""
+    from toolkit.errors import InputError
+    from toolkit.runs import read_run
+
+    (tmp_path / "r.trec").write_text("q1 Q0 d1 1.0 2.5 t\nq1 Q0 d2 2 1.5 t\n")
+    assert read_run(tmp_path / "r.trec")["rank"].to_list() == [1, 2]
+    (tmp_path / "r.trec").write_text("q1 Q0 d1 1.5 2.5 t\n")
+    with pytest.raises(InputError, match=r"r.trec:1: rank '1.5' is not an integer"):
+        read_run(tmp_path / "r.trec")
