@@ -35,7 +35,8 @@ def test_date_formats_and_fields():
     assert parse_date("2024-01-25T09:30:00+02:00") == datetime(2024, 1, 25, 7, 30)
     assert parse_date("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56)  # LoCoMo
     assert parse_date("2023/05/20 (Sat) 02:21") == datetime(2023, 5, 20, 2, 21)  # LongMemEval
-    assert parse_date(0) == datetime(1970, 1, 1)
+    assert parse_date(1_700_000_000) == datetime(2023, 11, 14, 22, 13, 20)  # seconds since 1970: 9 to 11 digits
+    assert parse_date(0) is None and parse_date(45622) is None and parse_date(2024) is None  # a placeholder, a day number, a year
     assert parse_date("May") is None and parse_date("last tuesday") is None and parse_date(True) is None
     vals = {f: (num, ts, text) for f, num, ts, text in typed_values({"updated_at": "2024-02-01", "hits": 3, "time": "evening", "tags": ["x"]}, "w")}
     assert vals["updated_at"] == (None, datetime(2024, 2, 1), "2024-02-01")

@@ -48,7 +48,7 @@ def test_eval_names_measures_past_a_runs_depth_and_runs_of_unequal_depth(tmp_pat
     assert r.exit_code == 0, r.output
     assert "top1.trec holds at most 1 results per query: its R@3 counts ranks past 1 that it never returned" in r.output
     assert "the runs differ in depth" in r.output and "their R@3, AP differ by depth" in r.output
-    assert "missing from a run: 0, as trec_eval -c" in r.output
+    assert "scores 0 there, and counts in its mean (as trec_eval -c)" in r.output
     doc = json.loads(_hrt("eval", "--dataset", ds, "--run", tmp_path / "top1.trec", "--measures", "R@3", "--format", "json").stdout)
     assert doc["notes"] and doc["missing_queries"].startswith("score 0")
 
@@ -79,3 +79,21 @@ def test_a_rank_written_as_a_float_is_read_and_a_fraction_is_named(tmp_path):
     (tmp_path / "r.trec").write_text("q1 Q0 d1 1.5 2.5 t\n")
     with pytest.raises(InputError, match=r"r.trec:1: rank '1.5' is not an integer"):
         read_run(tmp_path / "r.trec")
+
+
+def test_an_interval_that_says_otherwise_than_the_test_is_noted_where_both_are_shown(tmp_path, corpus_file):
+    """The report printed the demo's MRR@10 delta [0.003, 0.190] (excluding 0) beside p (Holm) 0.055 with no star and
+    no word: the percentile bootstrap is narrower than the sign-flip test on a few dozen queries. A LaTeX table for a
+    paper lost the query count and the threshold (they went to stderr only)."""
+    import polars as pl
+
+    from toolkit.compare import interval_notes
+
+    sig = pl.DataFrame({"system": ["qmd", "rrf"], "measure": ["MRR@10", "MRR@10"], "p_value": [0.055, 0.30],
+                        "ci_low": [0.0032, -0.1], "ci_high": [0.1896, 0.1]})
+    (note,) = interval_notes(sig)
+    assert note.startswith("qmd, MRR@10: the 95% bootstrap interval excludes 0") and "the verdict follows the test" in note
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    (tmp_path / "r.trec").write_text(_run_lines([("q1", "d1", 1, 2.0)]))
+    tex = _hrt("eval", "--dataset", ds, "--run", tmp_path / "r.trec", "--format", "latex").stdout
+    assert "% 3 judged test queries, each in every mean" in tex and "% relevant: grade >= 1" in tex

@@ -449,7 +449,7 @@ def _collection_file(root: Path) -> Path | None:
 
     if root.is_dir():
         return beir_corpus(root)
-    return root if root.suffix in COLLECTION_SUFFIXES else None
+    return root if root.suffix.lower() in COLLECTION_SUFFIXES else None
 
 
 def _roots_text(roots: list[str]) -> str:
@@ -984,9 +984,12 @@ def _conflict_notes(conflicts: dict[str, int], ties: str) -> list[str]:
             "other order" for rp, n in conflicts.items() if n]
 
 
-def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFrame | None, base: str, fmt: str) -> str:
+def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFrame | None, base: str, fmt: str,
+                 counted: str = "") -> str:
     """One row per run, each measure's mean and, for the runs against the baseline, p (Holm) beside it; CSV, or a
-    LaTeX tabular (booktabs; * marks p (Holm) <= 0.05). By hand: polars writes no LaTeX, and pandas' needs jinja2."""
+    LaTeX tabular (booktabs; * marks p (Holm) <= 0.05) whose comment lines say what was counted (`counted`: a table
+    pasted into a paper keeps the query count and threshold, user trial AU). By hand: polars writes no LaTeX, and
+    pandas' needs jinja2."""
     def p_of(rp: str, m: str) -> tuple[float | None, bool]:
         if sig is None or rp == base:
             return None, False
@@ -1018,6 +1021,7 @@ def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFr
         lines.append(f"{tex(rp)} & " + " & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}",
               f"% * = p (Holm) <= 0.05 against {tex(base)}, paired randomisation test" if sig is not None else "% one run: no test"]
+    lines += [f"% {line}" for line in counted.splitlines() if line]
     return "\n".join(lines) + "\n"
 
 
@@ -1123,7 +1127,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     if fmt in ("csv", "latex"):
         if per_query:
             raise ToolkitError(f"--per-query goes with --format table or json, not {fmt} (one row per run)")
-        click.echo(_paper_table(out, ms, sig, base, fmt), nl=False)
+        click.echo(_paper_table(out, ms, sig, base, fmt, f"{counted}\nrelevant: {relevant}"), nl=False)
         # The caveats a paper's table must carry, on stderr (the review: a star without its "too few queries").
         for line in [f"{counted}; relevant: {relevant}; order: {TIES[ties]}", *sig_notes, *deep_notes,
                      *_conflict_notes(conflicts, ties)]:
@@ -1150,7 +1154,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     for rp, agg in out.items():
         click.echo(f"{ljust(rp, width)}  " + "  ".join(f"{agg.get(m, float('nan')):>8.4f}" for m in ms))
     if sig is not None:
-        click.echo(f"\np (Holm across the runs, per measure) vs {base}, paired randomisation test:")
+        click.echo(f"\np (Holm) vs {base}, paired randomisation test (Holm across the runs, per measure):")
         for rp in run_path:
             if rp == base:
                 continue
@@ -1161,7 +1165,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             click.echo(f"{ljust(rp, width)}  " + "  ".join(cells))
     for note in [*sig_notes, *deep_notes]:
         click.echo(f"note: {note}")
-    click.echo(f"\nqueries: {counted}; relevant: {relevant}")
+    click.echo(f"\nqueries: {qrels['qid'].n_unique()} judged in {split}; relevant: {relevant}")
+    click.echo("missing: a judged query a run lacks scores 0 there, and counts in its mean (as trec_eval -c)")
     click.echo(f"order: {TIES[ties]}")
     for line in _conflict_notes(conflicts, ties):
         click.echo(f"note: {line}")
@@ -1360,9 +1365,9 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
     if export_data:
         data = pl.read_parquet(Path(out) / "training_data.parquet")
         dest = Path(export_data)
-        if dest.suffix == ".csv":
+        if dest.suffix.lower() == ".csv":
             data.write_csv(dest)
-        elif dest.suffix in (".jsonl", ".ndjson"):
+        elif dest.suffix.lower() in (".jsonl", ".ndjson"):
             data.write_ndjson(dest)
         else:
             data.write_parquet(dest)

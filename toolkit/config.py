@@ -1139,9 +1139,15 @@ def _read(path: Path) -> dict[str, Any]:
 def _read_text(path: Path) -> tuple[dict[str, Any], str]:
     """(the parsed config, the file's text): the text for `_edited_snapshot`, without reading the file twice."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as e:
         raise InputError(f"{path}: cannot read config: {e.strerror or e}") from None
+    try:  # a byte order mark (Windows editors) is no part of the config, in YAML or JSON
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:  # a config saved as cp1252 or UTF-16 ended in a traceback (user trial AT)
+        line = raw[: e.start].count(b"\n") + 1
+        utf16 = " (UTF-16?)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise InputError(f"{path}:{line}: not UTF-8 text{utf16}: save the config as UTF-8") from None
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text, object_pairs_hook=_unique_pairs)

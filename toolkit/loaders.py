@@ -117,7 +117,8 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8") from e
+                utf16 = " (UTF-16?)" if lineno == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+                raise InputError(f"{path}:{lineno}: not valid UTF-8{utf16} (byte {e.start}); re-encode the file as UTF-8") from e
             if not line.strip():
                 continue
             try:
@@ -126,7 +127,10 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise InputError(f"{path}:{lineno}: {e} is not JSON (Python's json writes it for a float that is not "
                                  "a number): write null, a number or a string") from None
             except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from e
+                # Lines ended by a lone CR (classic Mac) are one line here: say so, or "Extra data" is all one reads.
+                cr = "; its lines end with a lone CR (classic Mac): save the file with LF line ends" if "\r" in line.rstrip(
+                    "\r\n") and e.msg.startswith("Extra data") else ""
+                raise InputError(f"{path}:{lineno}: malformed JSON ({e.msg.removesuffix(' at')} at column {e.colno}){cr}") from e
             except RecursionError:  # thousands of nested brackets: the decoder runs out of stack
                 raise InputError(f"{path}:{lineno}: metadata nested too deeply (more than {MAX_METADATA_DEPTH} "
                                  "levels of lists or objects)") from None
@@ -473,9 +477,12 @@ def load_corpus(
     if note:  # one note: read as it would be in its folder (id and source its file name, no scope)
         alone: list[Skipped] = []
         return _check_unique(_folder_docs(p.parent, alone, include, files=[p]), p, alone)
-    if p.is_file() and p.suffix in COLLECTION_SUFFIXES - {".parquet"}:
-        return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}", text_field)) for n, o in _read_jsonl(p)), p)
-    if p.is_file() and p.suffix == ".parquet":
+    if p.is_file() and p.suffix.lower() in COLLECTION_SUFFIXES - {".parquet"}:
+        # A collection's corpus reaches `hrt run`, `eval` and `tune` too, which take no --text-field (user trial AT).
+        hint = ("`hrt ingest --text-field` (a collection's corpus.jsonl, as `hrt run` reads it, keeps its text in `text`: "
+                "rename the field there)") if beir else "--text-field"
+        return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}", text_field, hint)) for n, o in _read_jsonl(p)), p)
+    if p.is_file() and p.suffix.lower() == ".parquet":
         try:
             rows = pl.read_parquet(p).to_dicts()
         except Exception as e:
@@ -496,7 +503,7 @@ def _note_file(p: Path, include: tuple[str, ...]) -> bool:
     """Whether a file given alone is a note: a name a folder would read as one (known text extension, an
     `include` match), or, without an extension (README, NEWS, README.Debian: `_extensionless`), text by
     content. A collection file (.jsonl, .json, .parquet) never is."""
-    if p.suffix in COLLECTION_SUFFIXES:
+    if p.suffix.lower() in COLLECTION_SUFFIXES:
         return False
     if _named_note(p.name, include):
         return True
@@ -555,9 +562,25 @@ def _excluded(rel: str, exclude: tuple[str, ...], folder: bool = False) -> str |
     """The first `exclude` pattern matching a path relative to the folder (a folder also matches a pattern
     for everything in it: "logs/huge/*" takes the folder logs/huge), else None."""
     for pat in exclude:
-        if fnmatch.fnmatchcase(rel, pat) or folder and pat.endswith("*") and fnmatch.fnmatchcase(rel + "/", pat):
+        if _glob(rel, pat) or folder and pat.endswith("*") and _glob(rel + "/", pat):
             return pat
     return None
+
+
+def _glob(rel: str, pat: str) -> bool:
+    """A path matches a pattern whatever the case of either, as extensions are read (`.MD` is a note): `--exclude
+    '*.md'` left NOTES.MD in the store (user trial AT)."""
+    return fnmatch.fnmatchcase(rel.lower(), pat.lower())
+
+
+def _unmatched_patterns(root: Path, rels: list[str], include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
+    """A warning for each --include or --exclude pattern that matches nothing in the folder: a typo, or a Windows
+    path (`sub\\*`), excluded nothing without a word (user trial AT)."""
+    for flag, pats in (("--include", include), ("--exclude", exclude)):
+        for pat in pats:
+            if not any(_excluded(r, (pat,), folder=True) or _excluded(r, (pat,)) for r in rels):
+                slash = " (paths in patterns take /, not \\)" if "\\" in pat else ""
+                logging.getLogger("toolkit").warning("warning: %s '%s' matches nothing in %s%s", flag, pat, root, slash)
 
 
 def _left_out(rel: Path, exclude: tuple[str, ...]) -> Skipped | None:
@@ -578,7 +601,7 @@ def _left_out(rel: Path, exclude: tuple[str, ...]) -> Skipped | None:
 
 def _named_note(rel: str, include: tuple[str, ...]) -> bool:
     """A note by its name alone (path relative to the folder): a known text extension or an `include` match."""
-    return Path(rel).suffix.lower() in TEXT_SUFFIXES or any(fnmatch.fnmatchcase(rel, pat) for pat in include)
+    return Path(rel).suffix.lower() in TEXT_SUFFIXES or any(_glob(rel, pat) for pat in include)
 
 
 def _named(where: str, r: Mapping[str, Any]) -> str:
@@ -646,6 +669,7 @@ def _folder_docs(
     if files is None:  # one walk: the files, and the folder symlinks it does not follow
         entries = list(root.rglob("*"))
         files = sorted(x for x in entries if x.is_file())
+        _unmatched_patterns(root, [x.relative_to(root).as_posix() for x in entries], include, exclude)
         # Said, as every file left out is (user trial AS: a symlinked folder's files were never read, and -v was silent).
         for d in sorted(x for x in entries if x.is_symlink() and x.is_dir()):
             if not _left_out(d.relative_to(root), exclude):
@@ -710,6 +734,7 @@ def _folder_docs(
             logging.getLogger("toolkit").warning(
                 "note: %s is %.1f MB of text, so it will be many chunks and much of the ingest's time; "
                 "--exclude '%s' leaves it out", rel, len(data) / 2**20, rel)
+        text = _newlines(text)
         # An empty file gets no title either, so it is skipped as an empty document (not indexed by name).
         title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "")
         top = rel.split("/")[0] if "/" in rel else None

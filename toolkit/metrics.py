@@ -415,17 +415,25 @@ def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str], doc_ids: Coll
     return out
 
 
-def run_depth(run: pl.DataFrame) -> int:
-    """Results in the run's longest query list (0 for an empty run)."""
-    return int(run.group_by("qid").len()["len"].max() or 0) if len(run) else 0
+def run_depth(run: pl.DataFrame) -> int | None:
+    """The depth a run was cut at: the length of its longest query list when at least 90% of its queries have that
+    many results; None for an empty run, or one whose lists end where retrieval ran out (a small corpus), of which
+    nothing is cut."""
+    if not len(run):
+        return None
+    lens = run.group_by("qid").len()["len"]
+    top = int(lens.max())
+    return top if (lens == top).mean() >= 0.9 else None
 
 
-def depth_notes(depths: Mapping[str, int], measures: Iterable[str]) -> list[str]:
-    """Measures that look past a run's depth, in words: R@100 of a run cut at 10 ranks counts ranks it never returned,
-    and two runs of unequal depth then differ by depth, not ranking (user trial AU: a 'significant' R@100 win was one of
-    depth alone). Measures without a cutoff (AP, nDCG, R) are named only when the runs' depths differ."""
+def depth_notes(depths: Mapping[str, int | None], measures: Iterable[str]) -> list[str]:
+    """Measures that look past the depth a run was cut at (`run_depth`), in words: R@100 of a run cut at 10 ranks
+    counts ranks it never returned, and two runs cut at unequal depths then differ by depth, not ranking (user trial
+    AU: a 'significant' R@100 win was one of depth alone). Measures without a cutoff (AP, nDCG, R) are named only when
+    the runs' depths differ."""
     ms = parse_measures(measures)
     out = []
+    depths = {n: d for n, d in depths.items() if d}
     for name, d in depths.items():
         past = [m.label for m in ms if m.k is not None and m.kind != "judged" and m.k > d > 0]
         if past:

@@ -21,7 +21,7 @@ import polars as pl
 import yaml
 
 from . import providers
-from .compare import TEST_WORDS, SmallSampleWarning, compare
+from .compare import TEST_WORDS, SmallSampleWarning, compare, interval_notes
 from .config import LABELS, PipelineConfig, load_config
 from .errors import InputError
 from .files import write_text_atomic
@@ -250,6 +250,7 @@ def build_report(
             [compare(per_query.filter(pl.col("measure") == m), baseline).with_columns(pl.lit(m).alias("measure")) for m in AB_MEASURES]
         )
     notes = list(dict.fromkeys(str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)))
+    notes += interval_notes(sig)
     if empty := no_relevant(qrels, rel_threshold):  # they pull every mean down: the reader must know (user trial AM)
         notes.insert(0, f"{len(empty)} of {qrels['qid'].n_unique()} judged queries have no document graded >= {rel_threshold} "
                         f"({', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}); each counts 0 on the binary measures, as in trec_eval")

@@ -337,12 +337,16 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
     first = df["line"][0]
     fields = first.split()
     if fields == _BEIR_HEADER or (len(fields) in (3, 4) and all(f.lower() in _HEADER_WORDS for f in fields)):
-        df = df.slice(1)  # BEIR's header, or another tool's column names (ir_datasets: query_id iteration doc_id relevance)
+        # BEIR's header, or another tool's column names (ir_datasets: query_id iteration doc_id relevance); the same line
+        # again further down is the header of a second file joined to the first (user trial AT), not a judgement.
+        df = df.slice(1).filter(pl.col("line").str.strip_chars() != first.strip())
         beir = len(fields) == 3
     elif fields and not re.fullmatch(r"[+-]?\d+", fields[-1]) and not any(c.isdigit() for c in first):
+        sep = next((c for c in ",;" if c in first and len(fields) < 3), None)
         raise InputError(f"{path}:1: {first.strip()!r} reads as a header this reader does not know (known: "
                          f"'{' '.join(_BEIR_HEADER)}' or column names such as 'qid docid rel', 'query_id iteration "
-                         "doc_id relevance'); remove it or rename its columns")
+                         "doc_id relevance'); remove it or rename its columns"
+                         + (f" (its fields are separated by {sep!r}: qrels take tabs, or TREC's spaces)" if sep else ""))
     else:
         beir = "\t" in first and len(first.strip().split("\t")) == 3
     if beir:

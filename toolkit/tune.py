@@ -24,7 +24,7 @@ import polars as pl
 import yaml
 
 from . import fusion
-from .compare import compare
+from .compare import compare, interval_disagrees
 from .config import (
     DEFAULT_PRESET,
     LABELS,
@@ -177,13 +177,8 @@ def _verdict_notes(p: float, ci: tuple[float, float], alpha: float | None, n: in
     if alpha / 2 <= p < 2 * alpha:
         out.append(f"p = {p:.3g} is near alpha {alpha:g}: another --seed (other folds) can tip the verdict; run a few "
                    "before trusting it")
-    excludes_zero = ci[0] > 0 or ci[1] < 0
-    if excludes_zero and p >= alpha:
-        out.append(f"the gain's 95% bootstrap interval excludes 0 while the randomization test gives p >= {alpha:g}: on "
-                   f"{n} queries the percentile interval is the narrower of the two; the verdict follows the test")
-    elif not excludes_zero and p < alpha:
-        out.append(f"the gain's 95% bootstrap interval includes 0 while the randomization test gives p < {alpha:g}; the "
-                   "verdict follows the test")
+    if words := interval_disagrees(p, ci, alpha):
+        out.append(f"the gain's {words.removeprefix('the ')} ({n} queries)")
     return out
 
 

@@ -131,7 +131,7 @@ def read_vectors(path: str | Path) -> PrecomputedEmbedder:
     if not p.exists():
         raise InputError(f"{p}: no such vectors file")
     try:
-        df = pl.read_parquet(p) if p.suffix == ".parquet" else pl.read_ndjson(p)
+        df = pl.read_parquet(p) if p.suffix.lower() == ".parquet" else pl.read_ndjson(p)
     except Exception as e:
         raise InputError(f"{p}: cannot read vectors ({e})") from e
     need = {"text_hash", VECTOR_FIELD, "model"}
@@ -170,7 +170,7 @@ def write_vectors(frame: pl.DataFrame, out: str | Path, model: str, meta: dict[s
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     df = frame.with_columns(pl.lit(model).alias("model"))
-    if out.suffix in (".jsonl", ".ndjson"):
+    if out.suffix.lower() in (".jsonl", ".ndjson"):
         df.write_ndjson(out)
     else:
         df.write_parquet(out, metadata={"hrt": json.dumps(meta or {})})
