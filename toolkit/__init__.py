@@ -30,16 +30,22 @@ _EXPORTS = {
     "load_corpus": "loaders",
     "load_queries": "loaders",
     "PipelineConfig": "config",
+    "InertSettingWarning": "config",
     "load_config": "config",
     "save_config": "config",
     "prepare": "pipeline",
     "rescore": "pipeline",
     "run_pipeline": "pipeline",
+    "Prepared": "pipeline",
+    "Result": "pipeline",
+    "ProviderFallbackWarning": "providers",
     "evaluate": "metrics",
+    "IdMismatchWarning": "metrics",
     "compare": "compare",
     "experiment": "experiment",
     "tune": "tune",
     "tune_dataset": "tune",
+    "TuneReport": "tune",
     "train_fusion": "train_fusion",
     "Session": "session",
     "Lab": "lab",
@@ -61,16 +67,16 @@ _EXPORTS = {
     "StoreBusyError": "errors",
 }
 __all__ = [  # the same names as _EXPORTS (a test checks)
-    "__version__", "Store", "Dataset", "load_corpus", "load_queries", "PipelineConfig", "load_config",
-    "save_config", "prepare", "rescore", "run_pipeline", "evaluate", "compare", "experiment", "tune",
-    "tune_dataset", "train_fusion", "Session", "Lab", "export_config", "write_export", "read_run", "write_run", "read_qrels",
+    "__version__", "Store", "Dataset", "load_corpus", "load_queries", "PipelineConfig", "InertSettingWarning", "load_config",
+    "save_config", "prepare", "rescore", "run_pipeline", "Prepared", "Result", "ProviderFallbackWarning", "evaluate",
+    "IdMismatchWarning", "compare", "experiment", "tune", "tune_dataset", "TuneReport", "train_fusion", "Session", "Lab", "export_config", "write_export", "read_run", "write_run", "read_qrels",
     "queries_frame", "qrels_frame", "run_frame", "to_pandas", "to_ir_measures", "to_ranx", "from_ir_datasets",
     "ToolkitError", "InputError", "StoreError", "StoreBusyError",
 ]
 
 if TYPE_CHECKING:  # what a type checker sees (it cannot follow `__getattr__`); never run (a test checks it matches)
     from .compare import compare
-    from .config import PipelineConfig, load_config, save_config
+    from .config import InertSettingWarning, PipelineConfig, load_config, save_config
     from .errors import InputError, StoreBusyError, StoreError, ToolkitError
     from .experiment import experiment
     from .export import export_config, write_export
@@ -85,13 +91,14 @@ if TYPE_CHECKING:  # what a type checker sees (it cannot follow `__getattr__`); 
     )
     from .lab import Lab
     from .loaders import Dataset, load_corpus, load_queries
-    from .metrics import evaluate
-    from .pipeline import prepare, rescore, run_pipeline
+    from .metrics import IdMismatchWarning, evaluate
+    from .pipeline import Prepared, Result, prepare, rescore, run_pipeline
+    from .providers import ProviderFallbackWarning
     from .runs import read_qrels, read_run, write_run
     from .session import Session
     from .store import Store
     from .train_fusion import train_fusion
-    from .tune import tune, tune_dataset
+    from .tune import TuneReport, tune, tune_dataset
 
 
 def __getattr__(name: str) -> Any:
@@ -104,7 +111,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names (tab completion offered `Any`, `TYPE_CHECKING`, `importlib`, `sys`, user trial AV)."""
+    return sorted(__all__)
 
 
 _FUNCTIONS_OVER_MODULES = frozenset(n for n, m in _EXPORTS.items() if n == m)

@@ -1301,12 +1301,13 @@ def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
     )
 
 
-def save_config(cfg: PipelineConfig, path: str | Path) -> Path:
+def save_config(cfg: PipelineConfig | str | Path, path: str | Path) -> Path:
     """Write YAML (.yaml/.yml) or JSON (.json); both load back to an equal config (inf included). A relative
     path is written absolute: a config built in Python reads it from the working directory, a file from its
-    folder, so the file means the same files wherever it is loaded (a model name stays a name)."""
+    folder, so the file means the same files wherever it is loaded (a model name stays a name). `cfg` may be a preset
+    name or a file too, as everywhere a config goes."""
     p = Path(path)
-    d = cfg.to_dict()
+    d = load_config(cfg).to_dict()
     for path_, kind, section, value in _relative_paths(d):
         if kind == "file" or Path(value).exists():
             section[path_.rsplit(".", 1)[-1]] = str(Path(value).absolute())

@@ -26,7 +26,7 @@ from .interop import qrels_frame, queries_frame
 from .metrics import IdMismatchWarning, cutoff_depth, evaluate, parse_measures
 from .pipeline import Result, prepare, prepare_key, rescore
 from .provenance import InSampleWarning, in_sample_notes
-from .store import Store
+from .store import Store, need_store
 
 DEFAULT_MEASURES = ("nDCG@10", "R@10", "MRR@10")
 CORRECTIONS = ("holm", "bonferroni", "none")
@@ -110,7 +110,7 @@ def experiment(
     if baseline is not None and baseline not in systems:
         raise InputError(f"baseline {baseline!r}: no such system (have {', '.join(names)})")
 
-    _warn_unknown_docs(store, qr)  # before the runs, which may take minutes
+    _warn_unknown_docs(need_store(store), qr)  # before the runs, which may take minutes
     for line in in_sample_notes(systems, q["qid"].to_list(), q["text"].to_list()):  # as `hrt run` says it
         warnings.warn(line, InSampleWarning, stacklevel=2)
     results, _ = run_systems(store, q, systems, progress=progress)

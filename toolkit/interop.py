@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -92,8 +93,11 @@ def queries_frame(queries: Any) -> pl.DataFrame:
     the query."""
     if isinstance(queries, str) and queries.startswith(IRDS_PREFIX):
         return from_ir_datasets(queries[len(IRDS_PREFIX):])[0]
-    if isinstance(queries, str) or hasattr(queries, "__fspath__"):
+    if hasattr(queries, "__fspath__") or isinstance(queries, str) and Path(queries).exists():
         raise InputError(f"queries: got a path ({queries}); load it with Dataset.open(...).queries(split) or load_queries(path)")
+    if isinstance(queries, str):  # a query's text where a set of queries goes (user trial AV)
+        raise InputError(f"queries: got a string ({queries[:60]!r}), not a set of queries: give one as "
+                         "{'q1': 'its text'} (or a frame with qid and text columns)")
     try:
         df = _rename(_to_polars(queries, "queries"), QUERY_COLUMNS, "queries", ("qid", "text"))
     except (TypeError, ValueError, pl.exceptions.PolarsError) as e:  # pyarrow's "Expected bytes, got a 'int'"
@@ -166,6 +170,12 @@ def qrels_frame(qrels: Any) -> pl.DataFrame:
         if got is None:
             raise InputError(f"ir_datasets {qrels[len(IRDS_PREFIX):]!r}: has no qrels")
         return got
+    if hasattr(qrels, "__fspath__") or isinstance(qrels, str):  # a qrels file (BEIR tsv or TREC), as `hrt eval` reads
+        from .runs import read_qrels
+
+        if not Path(qrels).is_file():
+            raise InputError(f"qrels: {qrels}: no such file")
+        return read_qrels(qrels)
     if type(qrels).__module__.startswith("ranx"):
         qrels = qrels.to_dict()
     if isinstance(qrels, Mapping) and all(isinstance(v, Mapping) for v in qrels.values()):
@@ -219,6 +229,7 @@ def run_frame(run: Any) -> pl.DataFrame:
     score`, ir_measures `query_id, doc_id, score`), a {qid: {doc_id: score}} dict, a `ranx.Run`, or
     ir_measures `ScoredDoc`s. A missing rank is derived from the score in trec_eval's order (highest
     first, ties by doc id descending); a missing score is -rank."""
+    run = _run_of(run)
     if type(run).__module__.startswith("ranx"):
         run = run.to_dict()
     if isinstance(run, Mapping) and all(isinstance(v, Mapping) for v in run.values()):
@@ -240,6 +251,24 @@ def run_frame(run: Any) -> pl.DataFrame:
     if len(df) and df["rank"].min() == 0:  # PyTerrier counts from 0; runs (and docs/frames.md) from 1 (user trial AP)
         rank = rank + 1
     return df.select("qid", "doc_id", rank.alias("rank"), pl.col("score").cast(pl.Float64)).sort("qid", "rank")
+
+
+def _is_result(obj: Any) -> bool:
+    """A pipeline `Result` (told by its shape: importing the pipeline here would load it for every conversion)."""
+    return type(obj).__name__ == "Result" and callable(getattr(obj, "run", None)) and hasattr(obj, "final")
+
+
+def _run_of(obj: Any) -> Any:
+    """A pipeline `Result` as its run (`Result.run()`: every result, the collapsed copies after theirs); a TREC run
+    file as `runs.read_run` reads it; anything else as it is. `evaluate(result, qrels)`, `write_run`, `to_ranx` and
+    `to_pandas` refused a Result with a polars error that did not name `.run()` (user trial AV)."""
+    if _is_result(obj):
+        return obj.run()
+    if hasattr(obj, "__fspath__") or isinstance(obj, str) and Path(obj).is_file():
+        from .runs import read_run
+
+        return read_run(obj)
+    return obj
 
 
 def _namedtuples(obj: Any) -> Any:
@@ -264,6 +293,7 @@ def to_pandas(frame: pl.DataFrame, style: str = "pyterrier") -> Any:
     }
     if style not in names:
         raise InputError(f"style {style!r}: expected one of {', '.join(names)}")
+    frame = frame.run() if _is_result(frame) else frame
     return frame.rename({k: v for k, v in names[style].items() if k in frame.columns}).to_pandas()
 
 
@@ -283,6 +313,8 @@ def _qrels_or_run(obj: Any, kind: str | None) -> tuple[str, Any]:
         raise InputError(f"kind {kind!r}: expected 'qrels' or 'run'")
     if type(obj).__module__.startswith("ranx"):
         return kind or ("qrels" if type(obj).__name__ == "Qrels" else "run"), obj
+    if _is_result(obj):
+        return "run", obj.run()
     if isinstance(obj, Mapping) and all(isinstance(v, Mapping) for v in obj.values()):
         return kind or "run", obj
     df = _to_polars(_namedtuples(obj), kind or "qrels or run")

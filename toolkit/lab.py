@@ -348,7 +348,7 @@ def priors_controls(cfg: PipelineConfig, fields: dict[str, str]) -> dict[str, W.
 
 
 class Lab:
-    """Widgets and panels over a `Session`; see the module docstring. The lab holds no state of its own
+    """Widgets and panels over a `Session` (the module's text follows, in `help`). The lab holds no state of its own
     beyond what is on screen (pending widget changes, the picked failure case, figure slots)."""
 
     config = _from_session("config", "The current config (`PipelineConfig`).")
@@ -434,6 +434,7 @@ class Lab:
         return lab
 
     def close(self) -> None:
+        """Stop pending updates and close the store if the lab opened it (`Lab.from_dataset`)."""
         self._debouncer.cancel()
         if self._owns_store:
             self.store.close()
@@ -518,6 +519,7 @@ class Lab:
 
     # -------------------------------------------------------------- display
     def show(self) -> None:
+        """Display the controls and panels (what a notebook does with `lab` as a cell's last line)."""
         from IPython.display import display
 
         display(self.widget)
@@ -834,3 +836,6 @@ def _warn_if_test(ds: Any, split: str) -> None:
         return
     warnings.warn(f"lab on {why}: settings chosen by watching these queries are tuned on test, and their metrics "
                   "there are not results (tune on dev, report on test)", UserWarning, stacklevel=3)
+
+
+Lab.__doc__ = f"{Lab.__doc__}\n{__doc__}"  # `help(Lab)` shows the module's guide too (user trial AV)

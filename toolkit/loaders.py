@@ -97,6 +97,11 @@ class Corpus(list):
         # Kept by reference: the folder reader fills it while `_check_unique` consumes its documents.
         self.skipped: list[Skipped] = skipped if skipped is not None else []
 
+    def __repr__(self) -> str:
+        """A count, not the documents (a notebook printed 187,040 characters of a 316-document corpus, user trial AV)."""
+        first = f", first {self[0].get('doc_id')!r}" if self else ""
+        return f"Corpus({len(self)} documents{first}; {self.skipped_summary() or 'nothing skipped'})"
+
     def skipped_summary(self) -> str:
         """'3 not indexed: 2 empty document, 1 binary content' (empty string when nothing was skipped)."""
         if not self.skipped:
@@ -842,8 +847,13 @@ class Dataset:
 
     root: Path
 
+    def __post_init__(self) -> None:
+        # `Dataset("data/demo")` as `Dataset.open` takes it (a str failed at `root / ...`, user trial AV); frozen, hence:
+        object.__setattr__(self, "root", Path(self.root))
+
     @classmethod
     def open(cls, path: str | Path) -> Dataset:
+        """The collection at `path`, checked: an error when the folder has no corpus.jsonl."""
         root = Path(path)
         if not (root / "corpus.jsonl").exists():
             raise InputError(f"{root}: not a BEIR dataset directory (no corpus.jsonl)")
@@ -854,6 +864,7 @@ class Dataset:
         return self.root.resolve().name
 
     def splits(self) -> list[str]:
+        """The names of the judged splits: qrels/<split>.tsv."""
         return sorted(f.stem for f in (self.root / "qrels").glob("*.tsv"))
 
     def shared_with_test(self, split: str) -> tuple[list[str], int]:

@@ -183,7 +183,10 @@ def evaluate(
     """Per-query values [qid, measure, value] of `measures` for `run` [qid, doc_id, score, ...] against
     `qrels` [qid, doc_id, rel]; see the module docstring for the trec_eval conventions followed.
 
-    `level="source"` evaluates sources instead of documents (one result per source, as dedup by source
+    `gain`: "linear" (nDCG gains the grade, as trec_eval) or "exp" (2^grade - 1). `ties`: "trec" (each query's run
+    re-sorted by score as float32, ties by doc id descending, as trec_eval) or "rank" (the rank column's order).
+    A judged query the run lacks scores 0 and counts in the mean (trec_eval -c); `only_run_queries=True` averages
+    over the run's queries only. `level="source"` evaluates sources instead of documents (one result per source, as dedup by source
     would show it): each doc id is mapped through `doc_source` [doc_id, source], each query's list keeps
     the first (best-placed) document of every source, and a source's grade is the max grade of its docs.
     """
@@ -204,6 +207,7 @@ def evaluate(
         raise InputError(f"ties {ties!r}: expected 'trec' (score as float32, then doc id) or 'rank'")
     if ties == "rank":
         _need(run, ("rank",), "run (ties='rank')")
+    level = "doc" if level == "document" else level  # the config's word (`retrieval.level: document`) too
     if level not in ("doc", "source"):
         raise InputError(f"level {level!r}: expected 'doc' or 'source'")
     if not isinstance(rel_threshold, int) or isinstance(rel_threshold, bool) or rel_threshold < 1:

@@ -88,6 +88,13 @@ class Prepared:
     # The store's embedding model and index settings (`Store.index_record`): a learned model compares them.
     index: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
+    def __repr__(self) -> str:
+        """One line, not every frame (a notebook printed 196 lines of polars tables, user trial AV)."""
+        lists = self.candidates["list_id"].n_unique() if "list_id" in self.candidates.columns else 0
+        return (f"Prepared({len(self.queries)} queries, {len(self.candidates):,} candidates from {lists} lists, "
+                f"{len(self.rerank_scores) if self.rerank_scores is not None else 0:,} reranker scores; "
+                f"prepared in {sum(self.timings.values()):.2f} s)")
+
     def derived(self, name: str, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """`build()` cached until one of `sources` (frames, which are immutable) is replaced: the config-free
         encodings of the cached stages that every `rescore` would otherwise recompute."""
@@ -109,6 +116,13 @@ class Result:
     removed: pl.DataFrame
     timings: dict[str, float] = field(default_factory=dict)
     n: int | None = None  # the config's output.n: how many results of each query are shown
+
+    def __repr__(self) -> str:
+        """One line: how many queries and results, and where each part is (a notebook printed every frame)."""
+        queries = self.final["qid"].n_unique() if len(self.final) else 0
+        ms = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items())
+        return (f"Result({queries} queries, {len(self.final):,} results in .final, {self.n or 'all'} shown per query "
+                f"(.shown()), .run(depth) for evaluation, .per_query notes, .trace ({len(self.trace):,} rows); {ms})")
 
     def shown(self) -> pl.DataFrame:
         """The results a reader is shown, in order: each query's first `output.n` rows of `final` (which
@@ -231,8 +245,9 @@ def check_store(store: Store, cfg: PipelineConfig) -> None:
     """A config that names index settings (stemmer, stopwords, embedding model) runs only on a store built
     with them: BM25 and dense scores depend on the index, which `hrt ingest` builds and the store owns."""
     from .embed import embedder_model_id
+    from .store import need_store
 
-    lex, den, have = cfg.retrieval.lexical, cfg.retrieval.dense, store.settings
+    lex, den, have = cfg.retrieval.lexical, cfg.retrieval.dense, need_store(store).settings
     pinned = []
     if lex.enabled and have is not None:
         pinned += [("retrieval.lexical.stemmer", lex.stemmer, have.stemmer, "--stemmer"),

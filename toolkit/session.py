@@ -50,7 +50,7 @@ from .interop import qrels_frame, queries_frame
 from .metrics import aggregate, cutoff_depth, evaluate, parse_measures
 from .pipeline import Prepared, Result, prepare, rescore
 from .provenance import in_sample_notes, query_keys
-from .store import Store
+from .store import Store, need_store
 
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "MRR@10")
 BONUS_KEY = re.compile(r"^fusion\.rank_bonus@(\d+)$")  # control keys that edit one band of fusion.rank_bonus
@@ -141,8 +141,10 @@ def _examples(ids: pl.Series, n: int = 3) -> str:
 
 
 class Session:
-    """Interactive tuning state of one pipeline config over a query set; see the module docstring.
+    """Interactive tuning state of one pipeline config over a query set (the module's text follows, in `help`).
 
+    `measures`: what `metrics`, `deltas` and the panels show (default nDCG@10, R@5, MRR@10); `k`: how deep the
+    failure cases and the inspector look (a relevant document missing from the first `k` results is a failure).
     `rel_threshold`: the grade binary measures (R, P, RR, AP) and the failure cases count as relevant
     (2 for TREC DL; nDCG uses every grade). `on_notice(message, error)` is called whenever the status message changes (a view shows it live,
     e.g. "recomputing candidates" before a slow prepare). `source`: (dataset name, split) the queries come from,
@@ -165,7 +167,7 @@ class Session:
         source: tuple[str, str] | None = None,
     ) -> None:
         keep_freed_memory()  # a live session re-scores every query per change: see toolkit.heap
-        self.store = store
+        self.store = need_store(store)
         self.queries = queries_frame(queries)  # pandas / PyTerrier / BEIR names too (toolkit.interop)
         self.measures = [m.label for m in parse_measures(measures)]
         self.k = k
@@ -554,3 +556,6 @@ class Session:
             msg = f"wrote {label} to {written}" + (f"; not carried over: {', '.join(map(str, missing))}" if missing else "; everything carried over" if missing is not None else "")
         self.last_export = msg
         return msg
+
+
+Session.__doc__ = f"{Session.__doc__}\n{__doc__}"  # `help(Session)` shows the module's guide too (user trial AV)

@@ -587,6 +587,16 @@ def _connect_replaying(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection
         return duckdb.connect(str(path), read_only=read_only)
 
 
+def need_store(obj: Any, what: str = "store") -> Store:
+    """`obj` if it is a `Store`; else an error saying how to make one. A path passed where a Store goes failed with
+    "'str' object has no attribute 'settings'" (user trial AV)."""
+    if isinstance(obj, Store):
+        return obj
+    if isinstance(obj, str | os.PathLike):
+        raise InputError(f"{what}: got a path ({obj}); pass an open store: `with toolkit.Store({str(obj)!r}) as st: ...`")
+    raise InputError(f"{what}: expected a toolkit.Store, got {type(obj).__name__}")
+
+
 def bind_without_pandas() -> None:
     """For a short single-threaded process (the `hrt` command): bound parameters do not import pandas (`_Connection`)."""
     _Connection.refuse_pandas = True
@@ -769,6 +779,11 @@ class Store:
                 raise StoreBusyError(f"{self.path}: the store is in use by another process, which holds its lock: "
                                      f"{holder} (DuckDB lets one process open a file for writing, or several for "
                                      f"reading, not both: {instead}){waited} ({str(e).splitlines()[0]})") from e
+            if "different configuration than existing connections" in str(e):  # this process has it open already
+                other = "writable" if read_only else "read-only"
+                raise StoreError(f"{self.path}: this process has the store open {other} already (another Store object, "
+                                 f"e.g. from an earlier notebook cell): use that one, or close it first; DuckDB opens a "
+                                 f"file one way per process ({str(e).splitlines()[0]})") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
@@ -978,6 +993,13 @@ class Store:
         raise TypeError(f"a Store cannot be pickled or sent to another process: open one there, Store({str(self.path)!r}, "
                         "read_only=True) for searches (a Result, a config and a Prepared can be sent)")
 
+    def __repr__(self) -> str:
+        """Path and state, without a query (a closed store must print too)."""
+        if isinstance(self.con._con, _Closed):
+            return f"Store({str(self.path)!r}, closed)"
+        mode = "read-only" if self.read_only else "writable"
+        return f"Store({str(self.path)!r}, {mode}, embedding model {self.embedding_model or 'none'})"
+
     def __enter__(self) -> Store:
         return self
 
@@ -1067,6 +1089,7 @@ class Store:
             self._set_meta("ingest_roots", json.dumps([*roots, r]))
 
     def stats(self) -> dict[str, Any]:
+        """Counts of what the store holds (documents, sources, scopes, chunks, vectors, caches), as `hrt info` shows."""
         n_docs, n_src, n_scope = self.con.execute(
             "SELECT count(*), count(DISTINCT source), count(DISTINCT scope) FROM documents"
         ).fetchone()

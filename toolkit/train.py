@@ -549,7 +549,7 @@ def train_reranker(
     level: str = "document",
     seed: int = 0,
     force: bool = False,
-    progress: bool = True,
+    progress: bool = False,
 ) -> TrainReport:
     """Train a reranker on the judgements of `split` of the BEIR dataset at `dataset_dir`, save it to `out`
     (loadable by `CrossEncoderReranker(out)`), and evaluate it on held-out queries of the same split.

@@ -391,7 +391,7 @@ def _notes(held_out: dict[str, dict[str, float]], early_stopped: bool, calibrate
 def train_fusion(
     sources: list[tuple[Any, str | Path, int]], out: str | Path, *, split: str = "dev",
     config: str | PipelineConfig = "learned", seed: int = 0, holdout: float = 0.2, rounds: int = 400,
-    balance: float = 0.5, prior: float = 2.0, force: bool = False, progress: bool = True,
+    balance: float = 0.5, prior: float = 2.0, force: bool = False, progress: bool = False,
     pseudo_stores: list[Any] | None = None, pseudo: int = 300,
 ) -> FusionTrainReport:
     """Train one model on the `split` of every (open store, dataset dir, rel threshold) in `sources`, write

@@ -115,6 +115,12 @@ class TuneReport:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
 
+    def __repr__(self) -> str:
+        """The verdict in one line (the whole trial history is in `.history`)."""
+        return (f"TuneReport({self.trials} trials, {self.folds} folds, {self.measure}: shipped {self.chosen!r} "
+                f"(base {self.base} {self.base_dev:.4f}; {self.method} search; held-out gain {self.heldout_gain:+.4f}, "
+                f"p {self.p_value:.3g}); .rule says why, .diff what changed)")
+
 
 def load_space(space: dict | str | Path | None) -> dict[str, Any]:
     if space is None:
@@ -406,7 +412,7 @@ def tune(
     seed: int = 0,
     out: str | Path | None = None,
     force: bool = False,
-    progress: bool = True,
+    progress: bool = False,
     anchors: bool = True,
     alpha: float = 0.05,
     gate: bool = True,
