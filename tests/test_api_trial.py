@@ -83,3 +83,17 @@ def test_a_preset_name_saves_and_a_store_open_twice_in_one_process_says_so(tmp_p
         st.ingest([{"_id": "a", "text": "alpha"}], embed=False)
         with pytest.raises(StoreError, match="this process has the store open writable already .* use that one"):
             Store(tmp_path / "s.duckdb", read_only=True)
+
+
+def test_every_config_field_says_what_it_does_in_help_the_schema_and_the_labs_tooltips():
+    """None of the config's fields had a description: `help(cfg.guard)` printed pydantic's "A base class for creating
+    Pydantic models", and what `guard.depth` or `adapt.gap_scale` mean stood only in config.py's comments."""
+    from toolkit.config import FIELD_HELP, FIELD_STAGES
+
+    cfg = toolkit.load_config("default")
+    assert set(FIELD_HELP) == set(FIELD_STAGES) and all(FIELD_HELP.values()), [k for k, v in FIELD_HELP.items() if not v]
+    doc = type(cfg.guard).__doc__
+    assert "exact-token guard" in doc and "depth: How deep in BM25's list" in doc and "Pydantic" not in doc
+    assert "fusion: How the BM25 and dense lists" in toolkit.PipelineConfig.__doc__
+    schema = toolkit.PipelineConfig.model_json_schema()
+    assert schema["$defs"]["AdaptConfig"]["properties"]["gap_scale"]["description"].startswith("The gap that gives")

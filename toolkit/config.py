@@ -244,39 +244,43 @@ class _Endpoint(_Model):
 
 
 class LexicalConfig(_Model):
-    enabled: Prepare[bool] = True
-    top_k: Prepare[int] = Field(100, ge=1, le=10_000)
-    k1: Prepare[float] = Field(1.2, ge=0.0, le=10.0)
-    b: Prepare[float] = Field(0.75, ge=0.0, le=1.0)
+    """The BM25 lists (DuckDB full-text search over the store's chunks)."""
+
+    enabled: Prepare[bool] = Field(True, description="Retrieve a BM25 list (DuckDB full-text search) for each query variant.")
+    top_k: Prepare[int] = Field(100, ge=1, le=10_000, description="Places in each BM25 list (documents or chunks, by `retrieval.level`).")
+    k1: Prepare[float] = Field(1.2, ge=0.0, le=10.0, description="BM25 term-frequency saturation (higher: repeated terms count for more).")
+    b: Prepare[float] = Field(0.75, ge=0.0, le=1.0, description="BM25 length normalisation (0: none, 1: full).")
     # The index is built at ingest (`hrt ingest --stemmer/--stopwords`) and belongs to the store. Unset,
     # a pipeline runs on whatever index the store has; set, `prepare` checks the store was built so and
     # stops with a clear error otherwise (a config tuned on one index says so when run on another).
-    stemmer: Prepare[Stemmer | None] = None
-    stopwords: Prepare[Stopwords | None] = None
+    stemmer: Prepare[Stemmer | None] = Field(None, description="The stemmer the store's BM25 index must have been built with (`hrt ingest --stemmer`); unset: whatever the store has.")
+    stopwords: Prepare[Stopwords | None] = Field(None, description="The stopword list the store's BM25 index must have been built with; unset: whatever the store has.")
 
 
 class DenseConfig(_Endpoint):
-    enabled: Prepare[bool] = True
-    top_k: Prepare[int] = Field(100, ge=1, le=10_000)
+    """The dense lists: cosine between the query's embedding and the store's chunk vectors."""
+
+    enabled: Prepare[bool] = Field(True, description="Retrieve a dense list (cosine between query and chunk embeddings) for each query variant.")
+    top_k: Prepare[int] = Field(100, ge=1, le=10_000, description="Places in each dense list.")
     # exact: every stored vector, one matrix product per block of queries. hnsw: the store's usearch index
     # (`hrt ingest --vector-index hnsw`; approximate, for ~100k chunks and up; scoped or filtered queries
     # still search exactly), with ef_search unset meaning the index's own (512 unless built otherwise).
-    index: Prepare[Literal["exact", "hnsw"]] = "exact"
-    ef_search: Prepare[int | None] = Field(None, ge=1, le=10_000)
+    index: Prepare[Literal["exact", "hnsw"]] = Field("exact", description="exact: every stored vector; hnsw: the store's approximate usearch index (`hrt ingest --vector-index hnsw`).")
+    ef_search: Prepare[int | None] = Field(None, ge=1, le=10_000, description="HNSW search breadth (higher: better recall, slower); unset: the index's own.")
     # Local: the store's embeddings fix the model, so unset (null) means the store's own; set, `prepare`
     # checks it against the store. http: the model name the endpoint serves (required).
-    model: Prepare[str | None] = Field(None, min_length=1)
+    model: Prepare[str | None] = Field(None, min_length=1, description="The query embedding model: local, unset means the store's own (set, it is checked against it); http, the name the endpoint serves.")
     # How queries are embedded (`toolkit.embed.make_embedder`). Local: auto = ONNX Runtime when installed
     # (same vectors as torch within float tolerance), else torch; onnx-int8 is a different model id.
     # http: an OpenAI-compatible /v1/embeddings endpoint serving `model`.
-    backend: Prepare[Literal["auto", "torch", "onnx", "onnx-int8"]] = "auto"
-    provider: Prepare[Literal["local", "http"]] = "local"
-    url: Prepare[str | None] = None
-    api_key_env: Prepare[str | None] = None
-    dimensions: Prepare[int | None] = Field(None, ge=1, le=65_536)
-    batch_size: Prepare[int] = Field(64, ge=1, le=4096)
-    timeout_s: Prepare[float] = Field(30.0, gt=0.0, le=600.0)
-    retries: Prepare[int] = Field(2, ge=0, le=10)
+    backend: Prepare[Literal["auto", "torch", "onnx", "onnx-int8"]] = Field("auto", description="How a local model embeds queries: auto (ONNX Runtime when installed, else torch), torch, onnx, or onnx-int8 (a model of its own).")
+    provider: Prepare[Literal["local", "http"]] = Field("local", description="local (the packaged model) or http (an OpenAI-compatible /v1/embeddings endpoint).")
+    url: Prepare[str | None] = Field(None, description="The http provider's /v1/embeddings URL.")
+    api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the http provider's key (never the key itself).")
+    dimensions: Prepare[int | None] = Field(None, ge=1, le=65_536, description="Vector size to ask an http provider for (models that can shorten their vectors); unset: the model's own.")
+    batch_size: Prepare[int] = Field(64, ge=1, le=4096, description="Texts per embedding request or batch.")
+    timeout_s: Prepare[float] = Field(30.0, gt=0.0, le=600.0, description="Seconds an http embedding request may take.")
+    retries: Prepare[int] = Field(2, ge=0, le=10, description="Retries of a failed http embedding request (with backoff).")
 
     @model_validator(mode="after")
     def _provider_needs(self) -> DenseConfig:
@@ -295,43 +299,49 @@ class DenseConfig(_Endpoint):
 
 
 class RetrievalConfig(_Model):
+    """Which lists are retrieved for each query variant, and at what level."""
+
     # What one place in a BM25 or dense list is: a document (scored by its best chunk, top_k documents) or a
     # chunk (top_k chunks, several of one document possible). Either way fusion ranks documents, each at its
     # best chunk's place, and a result is one document shown by that chunk (user trial S expected several
     # chunks of one document as results; qrels judge documents, so runs rank documents).
-    level: Prepare[Literal["document", "chunk"]] = "document"
+    level: Prepare[Literal["document", "chunk"]] = Field("document", description="What one place of a BM25 or dense list is: a document (scored by its best chunk) or a chunk.")
     lexical: LexicalConfig = LexicalConfig()
     dense: DenseConfig = DenseConfig()
-    scope_filter: Prepare[bool] = True
+    scope_filter: Prepare[bool] = Field(True, description="A query with a scope sees only documents of that scope.")
 
 
 # ------------------------------------------------------------------ routing
 class RoutingConfig(_Model):
+    """Per-query routes from the query's words: conversational and technical queries."""
+
     # Routes decide which lists are retrieved and expanded (prepare); the boost only weighs the lexical
     # lists of technical queries in fusion (rescore).
-    enabled: Prepare[bool] = False
-    conversational_stopword_ratio: Prepare[float] = Field(0.5, ge=0.0, le=1.0)
-    conversational_min_tokens: Prepare[int] = Field(4, ge=0, le=1000)
-    conversational_skip_lexical: Prepare[bool] = True
-    conversational_skip_expansion: Prepare[bool] = True
-    technical_lexical_boost: Rescore[float] = Field(1.0, gt=0.0, le=100.0)
+    enabled: Prepare[bool] = Field(False, description="Route each query by its words: conversational queries may skip BM25 and expansion, technical ones get the lexical boost.")
+    conversational_stopword_ratio: Prepare[float] = Field(0.5, ge=0.0, le=1.0, description="Share of stopwords from which a query (with no technical token) counts as conversational.")
+    conversational_min_tokens: Prepare[int] = Field(4, ge=0, le=1000, description="Fewest words a conversational query has.")
+    conversational_skip_lexical: Prepare[bool] = Field(True, description="Conversational queries get no BM25 list (needs dense retrieval on).")
+    conversational_skip_expansion: Prepare[bool] = Field(True, description="Conversational queries are not expanded.")
+    technical_lexical_boost: Rescore[float] = Field(1.0, gt=0.0, le=100.0, description="Weight multiplying the BM25 lists of queries with a technical token (camelCase, snake_case, error codes, versions, paths) in fusion.")
 
 
 # ------------------------------------------------------------------ expansion
 class ExpansionConfig(_Endpoint):
-    provider: Prepare[Literal["none", "file", "http"]] = "none"
-    path: Prepare[str | None] = None
-    url: Prepare[str | None] = None
-    model: Prepare[str | None] = None
-    api_key_env: Prepare[str | None] = None
-    timeout_s: Prepare[float] = Field(20.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
-    budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
-    max_lex: Prepare[int] = Field(2, ge=0, le=10)
-    max_vec: Prepare[int] = Field(2, ge=0, le=10)
-    max_hyde: Prepare[int] = Field(1, ge=0, le=10)
-    strong_signal_skip: Prepare[bool] = True
-    strong_signal_min: Prepare[float] = Field(0.85, ge=0.0, le=1.0)
-    strong_signal_gap: Prepare[float] = Field(0.15, ge=0.0, le=1.0)
+    """Query expansion: rewrites and hypothetical answers searched beside the query as asked."""
+
+    provider: Prepare[Literal["none", "file", "http"]] = Field("none", description="Query expansion: none, file (precomputed JSONL) or http (an OpenAI-compatible chat endpoint).")
+    path: Prepare[str | None] = Field(None, description="The file provider's JSONL of expansions.")
+    url: Prepare[str | None] = Field(None, description="The http provider's chat completions URL.")
+    model: Prepare[str | None] = Field(None, description="The model the http provider serves.")
+    api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the expansion provider's key.")
+    timeout_s: Prepare[float] = Field(20.0, gt=0.0, le=600.0, description="Wall-clock deadline of one expansion call (connect and all reads).")
+    budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0, description="Seconds all expansion calls of one run may take; then expansion is switched off for the rest.")
+    max_lex: Prepare[int] = Field(2, ge=0, le=10, description="Keyword rewrites per query (searched by BM25).")
+    max_vec: Prepare[int] = Field(2, ge=0, le=10, description="Semantic rewrites per query (searched by dense retrieval).")
+    max_hyde: Prepare[int] = Field(1, ge=0, le=10, description="Hypothetical answers per query (HyDE; searched by dense retrieval).")
+    strong_signal_skip: Prepare[bool] = Field(True, description="Skip expansion when BM25 already has a clear winner (see strong_signal_min and _gap).")
+    strong_signal_min: Prepare[float] = Field(0.85, ge=0.0, le=1.0, description="Normalised BM25 top score (|x|/(1+|x|)) from which the signal counts as strong.")
+    strong_signal_gap: Prepare[float] = Field(0.15, ge=0.0, le=1.0, description="Gap between BM25's first and second normalised scores that a strong signal needs too.")
 
     @model_validator(mode="after")
     def _provider_needs(self) -> ExpansionConfig:
@@ -346,20 +356,22 @@ class ExpansionConfig(_Endpoint):
 
 # ------------------------------------------------------------------ fusion
 class FusionConfig(_Model):
+    """How the BM25 and dense lists of every variant become one ranking."""
+
     # learned: a LambdaMART model (`hrt train-fusion`) scores the cached features; weights, k, bonus unused.
-    method: Rescore[Literal["rrf", "convex", "learned"]] = "rrf"
-    model: Rescore[str | None] = None  # learned fusion model file; None = the shipped model
+    method: Rescore[Literal["rrf", "convex", "learned"]] = Field("rrf", description="How the lists are fused: rrf (reciprocal ranks), convex (alpha-weighted normalised scores) or learned (a LambdaMART model).")
+    model: Rescore[str | None] = Field(None, description="The learned fusion model file (`hrt train-fusion`); unset: the shipped model.")
     # rrf/convex: weight BM25 vs dense per query by the model's learned router (2p and 2(1 - p)).
-    router: Rescore[bool] = False
-    rrf_k: Rescore[int] = Field(60, gt=0, le=10_000)
-    lexical_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)
-    dense_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)
-    original_weight: Rescore[float] = Field(2.0, ge=0.0, le=100.0)
-    expansion_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)
+    router: Rescore[bool] = Field(False, description="Weight BM25 against dense per query by the learned model's router (rrf and convex).")
+    rrf_k: Rescore[int] = Field(60, gt=0, le=10_000, description="RRF's k: each list gives 1/(k + rank); smaller k favours the top places.")
+    lexical_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0, description="Weight of the BM25 lists in fusion.")
+    dense_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0, description="Weight of the dense lists in fusion.")
+    original_weight: Rescore[float] = Field(2.0, ge=0.0, le=100.0, description="Weight of the lists of the query as asked (QMD counts it twice against its expansions).")
+    expansion_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0, description="Weight of the lists of each expansion.")
     # (last rank of the band, bonus): [(1, .05), (3, .02)] = rank 1 gets .05, ranks 2-3 get .02 (RRF only).
-    rank_bonus: Rescore[list[_Band]] = [(1, 0.05), (3, 0.02)]
-    alpha: Rescore[float] = Field(0.5, ge=0.0, le=1.0)
-    normalization: Rescore[Literal["minmax", "zscore", "rank", "fixed"]] = "minmax"
+    rank_bonus: Rescore[list[_Band]] = Field([(1, 0.05), (3, 0.02)], description="RRF bonus by original-list rank: (last rank of the band, bonus), e.g. [(1, .05), (3, .02)].")
+    alpha: Rescore[float] = Field(0.5, ge=0.0, le=1.0, description="Convex fusion: the dense share (1 - alpha for BM25).")
+    normalization: Rescore[Literal["minmax", "zscore", "rank", "fixed"]] = Field("minmax", description="Convex fusion: how each list's scores are put on one scale (minmax, zscore, rank, or fixed: |x|/(1+|x|) and (cos+1)/2).")
 
     @field_validator("rank_bonus")
     @classmethod
@@ -378,27 +390,29 @@ class FusionConfig(_Model):
 
 # ------------------------------------------------------------------ rerank
 class RerankConfig(_Endpoint):
+    """The reranker, and how its scores are blended with the fused order (guarded: only the top_n, by position)."""
+
     # Scores are prepared whenever a provider is set, for every document a fused top_n could hold
     # (`pipeline.rerank_pool`); how (and whether) they are blended is decided live.
-    provider: Prepare[Literal["none", "cross-encoder", "http", "file"]] = "none"
-    model: Prepare[str | None] = None
-    url: Prepare[str | None] = None
-    api_key_env: Prepare[str | None] = None
-    timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0)  # wall-clock deadline of one call (connect + all reads)
-    budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0)  # all http calls of one run; then switched off
-    retries: Prepare[int] = Field(2, ge=0, le=10)
+    provider: Prepare[Literal["none", "cross-encoder", "http", "file"]] = Field("none", description="The reranker: none, cross-encoder (a local model), http (a /v1/rerank endpoint) or file (precomputed scores).")
+    model: Prepare[str | None] = Field(None, description="The cross-encoder's path or id, or the model an http endpoint serves.")
+    url: Prepare[str | None] = Field(None, description="The http reranker's /v1/rerank URL.")
+    api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the reranker's key.")
+    timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0, description="Wall-clock deadline of one reranker call (connect and all reads).")
+    budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0, description="Seconds all reranker calls of one run may take; then reranking is switched off for the rest.")
+    retries: Prepare[int] = Field(2, ge=0, le=10, description="Retries of a failed reranker call (with backoff).")
     # http: documents per request (TEI refuses more than its --max-client-batch-size, 32 by default, with a 413),
     # and characters of the query and of each passage sent (a cross-encoder reads ~512 tokens; a provider may
     # refuse a longer input, and a 216 KB title cost every query holding it its reranking: user trial AN).
-    batch_size: Prepare[int] = Field(32, ge=1, le=1000)
-    max_chars: Prepare[int] = Field(4000, ge=100, le=1_000_000)
-    path: Prepare[str | None] = None
-    top_n: Prepare[int] = Field(40, ge=1, le=1000)
-    blend: Rescore[Literal["replace", "position", "none"]] = "position"
+    batch_size: Prepare[int] = Field(32, ge=1, le=1000, description="Documents per http rerank request.")
+    max_chars: Prepare[int] = Field(4000, ge=100, le=1_000_000, description="Characters of the query and of each document sent to an http reranker (longer ones are cut, with a warning).")
+    path: Prepare[str | None] = Field(None, description="The file provider's precomputed scores.")
+    top_n: Prepare[int] = Field(40, ge=1, le=1000, description="How many fused places are reranked.")
+    blend: Rescore[Literal["replace", "position", "none"]] = Field("position", description="How reranker scores enter: position (mixed with the fused order by bucket weight), replace (the reranker's order), or none.")
     # (last fused rank of the bucket, retrieval weight); YAML writes inf as .inf.
-    buckets: Rescore[list[_Bucket]] = [(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)]
+    buckets: Rescore[list[_Bucket]] = Field([(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)], description="Position blend: (last fused rank of the bucket, retrieval weight), the last ending at .inf; e.g. ranks 1-3 keep 75% retrieval.")
     # none: the provider's raw score (agent-memory replaces the fused score with the relevance_score as is).
-    score_normalization: Rescore[Literal["minmax", "sigmoid", "none"]] = "minmax"
+    score_normalization: Rescore[Literal["minmax", "sigmoid", "none"]] = Field("minmax", description="How reranker scores are scaled before blending: minmax per query, sigmoid, or none (raw).")
 
     @field_validator("buckets")
     @classmethod
@@ -434,12 +448,14 @@ class RerankConfig(_Endpoint):
 
 # ------------------------------------------------------------------ adapt
 class AdaptConfig(_Model):
+    """A per-query dense weight from a label-free signal: how clearly the dense list's top stands out."""
+
     # Per-query dense list weight = clip(dense top-1 minus top-10 cosine / gap_scale) (adapt.py).
     # All live: the gaps are read from the cached dense lists.
-    dense_gap: Rescore[bool] = False
-    gap_scale: Rescore[float] = Field(0.16, gt=0.0, le=2.0)
-    min_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0)
-    max_weight: Rescore[float] = Field(4.0, ge=0.0, le=100.0)
+    dense_gap: Rescore[bool] = Field(False, description="Weight the dense list per query by how clearly its top result stands out (first minus tenth cosine).")
+    gap_scale: Rescore[float] = Field(0.16, gt=0.0, le=2.0, description="The gap that gives the dense list weight 1 (weight = gap / gap_scale, clipped).")
+    min_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0, description="Lowest per-query dense weight.")
+    max_weight: Rescore[float] = Field(4.0, ge=0.0, le=100.0, description="Highest per-query dense weight.")
 
     @model_validator(mode="after")
     def _range(self) -> AdaptConfig:
@@ -454,40 +470,48 @@ class AdaptConfig(_Model):
 
 # ------------------------------------------------------------------ guard
 class GuardConfig(_Model):
+    """The exact-token guard: BM25's verbatim hit of a query identifier stays near the top."""
+
     # BM25's first document, when it holds a query identifier verbatim, ends in the top max_rank; else, unless a
     # deeper hit among BM25's first `depth` is there already, the best-ranked one is moved up (guard.py). Live:
     # prepare finds every query's exact-token hits whatever these say.
-    exact_token: Rescore[bool] = False
-    max_rank: Rescore[int] = Field(3, ge=1, le=100)
-    depth: Rescore[int] = Field(10, ge=1, le=100)
+    exact_token: Rescore[bool] = Field(False, description="Keep BM25's exact hit of a query identifier (CVE id, error code, version, path, camelCase or snake_case name) near the top.")
+    max_rank: Rescore[int] = Field(3, ge=1, le=100, description="The place the guarded exact hit ends at or above.")
+    depth: Rescore[int] = Field(10, ge=1, le=100, description="How deep in BM25's list an exact hit is looked for.")
 
 
 # ------------------------------------------------------------------ dedup, threshold, output
 class DedupConfig(_Model):
+    """Duplicates removed from the results: byte-identical copies, one source's many results, near-duplicates."""
+
     # Identical documents (same documents.text_hash: byte for byte after NFC normalisation) collapse into the best-ranked copy (dedup.py).
-    identical_enabled: Rescore[bool] = False
-    source_enabled: Rescore[bool] = False
-    max_per_source: Rescore[int] = Field(1, ge=1, le=1000)
-    fill: Rescore[Literal["sources_then_chunks", "sources_only"]] = "sources_then_chunks"
+    identical_enabled: Rescore[bool] = Field(False, description="Collapse byte-identical documents into one result that names the others.")
+    source_enabled: Rescore[bool] = Field(False, description="Keep at most max_per_source results of one source.")
+    max_per_source: Rescore[int] = Field(1, ge=1, le=1000, description="Results one source may keep (source dedup).")
+    fill: Rescore[Literal["sources_then_chunks", "sources_only"]] = Field("sources_then_chunks", description="After source dedup: fill the freed places with further results of the same sources (sources_then_chunks) or not (sources_only).")
     # Switching it on makes `prepare` fetch the candidates' vectors; the threshold is applied live.
-    near_duplicate_enabled: PrepareInput[bool] = False
-    near_duplicate_threshold: Rescore[float] = Field(0.90, gt=0.0, le=1.0)
+    near_duplicate_enabled: PrepareInput[bool] = Field(False, description="Drop results whose best chunk is a near-duplicate (cosine >= near_duplicate_threshold) of a better-ranked one.")
+    near_duplicate_threshold: Rescore[float] = Field(0.90, gt=0.0, le=1.0, description="Cosine from which two results count as near-duplicates.")
 
 
 class ThresholdConfig(_Model):
+    """Results dropped by score, and when a query's scores are flagged as barely differing."""
+
     # 0 keeps everything: zscore fusion and the tail below a reranked block can score below zero.
-    min_score: Rescore[float] = Field(0.0, ge=0.0)
+    min_score: Rescore[float] = Field(0.0, ge=0.0, description="Final score below which results are dropped (0 keeps everything).")
     # None: the spread "barely differ" means on the config's own score scale, read through `low_spread(cfg)`.
-    low_spread: Rescore[float | None] = Field(None, ge=0.0)
+    low_spread: Rescore[float | None] = Field(None, ge=0.0, description="Spread of the top scores below which a query is flagged 'scores barely differ'; unset: a value fitting the config's score scale.")
     # Calibrated P(relevant) (`score_prob`, fusion.method learned only); 0 keeps everything.
-    min_prob: Rescore[float] = Field(0.0, ge=0.0, le=1.0)
+    min_prob: Rescore[float] = Field(0.0, ge=0.0, le=1.0, description="Calibrated probability of relevance below which results are dropped (fusion.method learned only; 0 keeps everything).")
 
 
 class OutputConfig(_Model):
-    format: Rescore[Literal["compact", "detailed", "json"]] = "compact"
-    n: Rescore[int] = Field(5, ge=1, le=1000)
-    max_chars: Rescore[int] = Field(2000, ge=200, le=1_000_000)
-    excerpt_chars: Rescore[int] = Field(240, ge=20, le=100_000)
+    """How many results are shown, and how."""
+
+    format: Rescore[Literal["compact", "detailed", "json"]] = Field("compact", description="How `hrt search` shows results: compact (for an agent's context), detailed, or json.")
+    n: Rescore[int] = Field(5, ge=1, le=1000, description="Results shown per query.")
+    max_chars: Rescore[int] = Field(2000, ge=200, le=1_000_000, description="Characters the compact output may take in all (excerpts are shortened to fit).")
+    excerpt_chars: Rescore[int] = Field(240, ge=20, le=100_000, description="Characters of each result's excerpt, at most.")
 
 
 # ------------------------------------------------------------------ priors
@@ -505,26 +529,26 @@ class PriorsConfig(_Model):
     a document without the field (or with a value the mapping lacks) gets the neutral factor 1. All live: prepare
     reads every typed field of the candidates, whichever the priors use."""
 
-    combine: Rescore[Literal["multiply", "add"]] = "multiply"
+    combine: Rescore[Literal["multiply", "add"]] = Field("multiply", description="How prior factors apply to a score: multiply, or add (score + add_weight x sum(factor - 1)).")
     # Only the blended top_n are re-weighted; the rest keep their order below them (agent-memory: limit * 2).
-    top_n: Rescore[int | None] = Field(None, ge=1, le=10_000)
-    add_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0)  # add: score + add_weight * sum(factor - 1)
-    recency_field: Rescore[str | None] = None  # a typed date field of the documents, e.g. date, updated_at
-    recency_half_life_days: Rescore[float] = Field(30.0, gt=0.0, le=1e6)
-    recency_floor: Rescore[float] = Field(0.0, ge=0.0, le=1.0)  # factor = floor + (1 - floor) * 0.5 ** (age / half_life)
-    recency_query_field: Rescore[str] = "date"  # the query's own date (reference time); now when it has none
+    top_n: Rescore[int | None] = Field(None, ge=1, le=10_000, description="Only the first top_n blended results are re-weighted by priors; unset: all.")
+    add_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0, description="Weight of the factors when combine is add.")
+    recency_field: Rescore[str | None] = Field(None, description="A date field of the documents (e.g. date, updated_at) whose age decays the score; unset: no recency prior.")
+    recency_half_life_days: Rescore[float] = Field(30.0, gt=0.0, le=1e6, description="Age in days at which the recency factor falls halfway to its floor.")
+    recency_floor: Rescore[float] = Field(0.0, ge=0.0, le=1.0, description="Lowest recency factor: factor = floor + (1 - floor) x 0.5 ** (age / half_life).")
+    recency_query_field: Rescore[str] = Field("date", description="The query's date field (its reference time); a query without one uses as_of, else the clock.")
     # A document dated after the reference: decay by how far ahead it is (flagged dated_after_reference),
     # exclude it (it did not exist yet: "as of" questions), or fresh (factor 1: dates ahead on purpose, deadlines).
-    recency_future: Rescore[Literal["decay", "exclude", "fresh"]] = "decay"
+    recency_future: Rescore[Literal["decay", "exclude", "fresh"]] = Field("decay", description="A document dated after the reference: decay by how far ahead it is, exclude it, or fresh (factor 1).")
     # A document without a date: as new as can be (factor 1, "fresh") or as old as the floor allows ("floor").
-    recency_missing: Rescore[Literal["fresh", "floor"]] = "fresh"
-    priority_field: Rescore[str | None] = None
-    priority_map: Rescore[dict[str, float]] = {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}  # agent-memory's P0..P3
-    use_field: Rescore[str | None] = None  # a numeric field (access count): factor = 1 + use_weight * ln(1 + value)
-    use_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0)
+    recency_missing: Rescore[Literal["fresh", "floor"]] = Field("fresh", description="A document without a date: fresh (factor 1) or floor (as old as the floor allows).")
+    priority_field: Rescore[str | None] = Field(None, description="A metadata field whose value (e.g. 0-3 for P0-P3) picks a multiplier from priority_map; unset: no priority prior.")
+    priority_map: Rescore[dict[str, float]] = Field({"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}, description="Multiplier per priority value (the default: agent-memory's P0..P3).")
+    use_field: Rescore[str | None] = Field(None, description="A numeric field (e.g. an access count): factor = 1 + use_weight x ln(1 + value); unset: no use prior.")
+    use_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0, description="Weight of the use prior.")
     # The reference time of queries without a date (ISO date or date-time, UTC); None = the clock, what live
     # search wants. For evaluation that must not drift (`hrt run --as-of` sets it for one run).
-    as_of: Rescore[str | None] = None
+    as_of: Rescore[str | None] = Field(None, description="Reference time (ISO date or date-time, UTC) of queries without a date; unset: the clock.")
 
     @field_validator("as_of", mode="before")
     @classmethod
@@ -592,13 +616,13 @@ class PipelineConfig(_Model):
     """
 
     # Labels: no stage reads them, so they sit on the live side (changing them recomputes nothing).
-    schema_version: Rescore[int] = SCHEMA_VERSION
-    name: Rescore[str] = "custom"
-    description: Rescore[str] = ""
+    schema_version: Rescore[int] = Field(SCHEMA_VERSION, description="Version of the config format this file was written for (this toolkit reads 1).")
+    name: Rescore[str] = Field("custom", description="What the config is called: run tags, report columns and lab titles use it.")
+    description: Rescore[str] = Field("", description="A sentence on what the config is for (free text; `hrt tune` writes its verdict here).")
     # Where `hrt tune` chose these settings, one record per tuning: {"dataset", "split", "query_keys"}
     # (`provenance.query_keys`). A run or report on those queries says its numbers are in-sample
     # (`cli._in_sample_note`), whatever the dataset folder is called.
-    tuned_on: Rescore[list[dict[str, Any]] | None] = None
+    tuned_on: Rescore[list[dict[str, Any]] | None] = Field(None, description="Where `hrt tune` chose these settings ({dataset, split, query_keys} per tuning): runs on those queries are flagged in-sample.")
     retrieval: RetrievalConfig = RetrievalConfig()
     routing: RoutingConfig = RoutingConfig()
     expansion: ExpansionConfig = ExpansionConfig()
@@ -698,6 +722,26 @@ class PipelineConfig(_Model):
         return {k: (a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)}
 
 
+
+
+def _field_guide(model: type[BaseModel]) -> None:
+    """`model`'s docstring followed by its fields and what each does, so that `help(cfg.fusion)` explains every knob
+    (user trial AV: pydantic's own base-class text stood there). The words are written once, as each field's
+    `Field(description=...)`, which the JSON schema carries too; a section field is described by its class."""
+    rows = []
+    for name, f in model.model_fields.items():
+        kind = f.annotation if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel) else None
+        words = f.description or (kind.__doc__ or "").strip().split("\n")[0].split(". ")[0] if kind or f.description else ""
+        if words:
+            rows.append(f"    {name}: {words}")
+    if rows:
+        model.__doc__ = f"{(model.__doc__ or '').rstrip()}\n\n    Fields:\n" + "\n".join(rows) + "\n"
+
+
+for _section in (LexicalConfig, DenseConfig, RetrievalConfig, RoutingConfig, ExpansionConfig, FusionConfig, RerankConfig,
+                 AdaptConfig, GuardConfig, DedupConfig, ThresholdConfig, OutputConfig, PriorsConfig, PipelineConfig):
+    _field_guide(_section)
+
 # ------------------------------------------------------------------ the stage boundary, derived
 def _leaves(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted path, field info) of every leaf field; sections (nested models) are walked, not declared."""
@@ -720,6 +764,8 @@ def _declared(model: type[BaseModel]) -> dict[str, Stage]:
 
 
 FIELD_STAGES: dict[str, Stage] = _declared(PipelineConfig)
+# What each field does, by dotted path (its `Field(description=...)`): the lab's tooltips and `hrt` help read it.
+FIELD_HELP: dict[str, str] = {path: f.description or "" for path, f in _leaves(PipelineConfig)}
 # `PrepareInput` fields: frames prepared with the flag on serve a config with it off.
 INPUT_FLAGS: frozenset[str] = frozenset(path for path, f in _leaves(PipelineConfig) if _AddsInput in f.metadata)
 # Dotted paths of the sections (nested models): "retrieval", "retrieval.dense", "fusion", ...

@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from . import panels
-from .config import PipelineConfig, low_spread
+from .config import FIELD_HELP, PipelineConfig, low_spread
 from .errors import ToolkitError
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
@@ -676,6 +676,7 @@ class Lab:
         ctl["rerank.buckets"] = self.bucket_editor
         for key, w in ctl.items():
             if key != "rerank.buckets":
+                w.tooltip = FIELD_HELP.get(key.split("@")[0], "")  # what the knob does, on hover (the field's description)
                 w.observe(lambda ch, key=key: self._on_change(key, ch["new"]), names="value")
         self.controls = ctl
 
