@@ -22,10 +22,12 @@ from typing import Any
 
 import polars as pl
 
+# Query expansion, the learned model's modules (learned_fusion, ltr_features, router) and runs are imported where
+# a config uses them: a plain `hrt search` needs none of them (their imports cost it ~5 ms).
 from . import adapt as adapt_stage
 from . import blend as blend_stage
 from . import dedup as dedup_stage
-from . import expansion, features, fusion, learned_fusion, ltr_features, providers, rerank, router, threshold
+from . import features, fusion, providers, rerank, threshold
 from . import guard as guard_stage
 from . import priors as priors_stage
 from .config import (
@@ -43,7 +45,6 @@ from .errors import InputError, StoreError
 from .files import path_stamp
 from .metatypes import query_values
 from .retrieve import empty_candidates, retrieve
-from .runs import float32_strict
 from .store import Store, sha1
 
 TRACE_SCHEMA = {
@@ -137,6 +138,8 @@ class Result:
         metrics time on a slider tick, with identical values). Scores are float32-strict
         (`runs.float32_strict`), as written to TREC files, so in-memory measures equal trec_eval's on the file.
         Byte-identical copies collapsed into one result are listed right after it (`_with_copies`)."""
+        from .runs import float32_strict
+
         run = self.final.select("qid", "doc_id", "rank", "score")
         if len(self.removed) and (self.removed["reason"] == "identical").any():
             run = _with_copies(run, self.removed.filter(pl.col("reason") == "identical"))
@@ -302,6 +305,8 @@ def prepare(
                 frames["doc_source"] = store.doc_sources().select("doc_id", "source", "text_hash")
             prep = Prepared(**frames, timings={"cache_load": 0.0})
             stale = False
+            from . import ltr_features
+
             if not ltr_features.is_current(prep.ltr_features):  # cached by an older version: add them
                 prep.ltr_features = ltr_features.candidate_features(store, prep.queries, prep.candidates, prep.features)
                 stale = True
@@ -348,7 +353,11 @@ def _prepare(
 
     # Expansion, unless a strong lexical signal (or routing) says the original query is enough.
     t0 = time.perf_counter()
-    expander = expansion.make_expander(**_expansion_kwargs(cfg)) if cfg.expansion.provider != "none" else None
+    expander = None
+    if cfg.expansion.provider != "none":
+        from . import expansion
+
+        expander = expansion.make_expander(**_expansion_kwargs(cfg))
     if expander is not None:
         skip_exp = feats.select("qid", "skip_expansion")
         if cfg.expansion.strong_signal_skip and lex_args is not None:
@@ -392,7 +401,11 @@ def _prepare(
     if cfg.dedup.near_duplicate_enabled and len(cands):
         vectors = store.chunk_vectors(cands["chunk_id"].unique().to_list())
     t0 = time.perf_counter()
-    ltr_frame = ltr_features.candidate_features(store, queries, cands, feats) if ltr else None
+    ltr_frame = None
+    if ltr:
+        from . import ltr_features
+
+        ltr_frame = ltr_features.candidate_features(store, queries, cands, feats)
     t["ltr_features"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     doc_vals, q_vals = _doc_values(store, cands), query_values(queries)
@@ -484,6 +497,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     lists = prep.derived("lists", (cands, prep.features), lambda: fusion.list_table(cands, prep.features))
     weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing, lists=lists)
     if cfg.fusion.router:
+        from . import router
+
         weights = router.routed_weights(weights, lists, router.p_for(prep, cfg.fusion.model))
     route = None
     if cfg.adapt.dense_gap:
@@ -494,6 +509,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         weights = adapt_stage.adapt_weights(weights, route)
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
     learned = cfg.fusion.method == "learned"
+    if learned:
+        from . import learned_fusion
     keep = _blend_keep(cfg, n)
     # Without a trace nothing reads the fused list past the places the blend keeps (reranked rows lie in top_n).
     depth = max(keep, cfg.rerank.top_n) if keep is not None and not trace else None

@@ -279,7 +279,7 @@ def _snippet_terms(query: str) -> set[str]:
     """What `snippet` looks for: the query's words of 3+ characters that are not stopwords, numbers and short
     codes of 2+ characters with a digit ("17", "v2": user trial S saw "version 17" ignored), and for Chinese,
     Japanese or Korean text (no spaces between words) its character pairs, as BM25 matches them."""
-    from .analysis import CJK, CJK_CHARS
+    from .analysis import cjk_pattern
     from .features import _is_stopword  # the query router's stop list; render stays light to import
 
     def wanted(w: str) -> bool:
@@ -291,8 +291,9 @@ def _snippet_terms(query: str) -> set[str]:
         import regex
 
         words = regex.findall(_TERM, unicodedata.normalize("NFC", query))
-    out = {_fold(w)[0] for w in words if wanted(w) and not CJK.search(w)}
-    for run in re.findall(f"[{CJK_CHARS}]+", unicodedata.normalize("NFKC", query)):
+    cjk = None if query.isascii() else cjk_pattern()  # an ASCII query has no CJK text (nor compiles its patterns)
+    out = {_fold(w)[0] for w in words if wanted(w) and not (cjk and cjk.search(w))}
+    for run in cjk_pattern(run=True).findall(unicodedata.normalize("NFKC", query)) if cjk else []:
         run = "".join(c for c in run if unicodedata.category(c) != "Mn")  # as `_fold` strips them from the text
         out |= {run[i : i + 2] for i in range(len(run) - 1)} or {run}
     return out

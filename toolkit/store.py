@@ -851,10 +851,13 @@ class Store:
         table of its own), and a store written by a newer toolkit (this one would write to it in silence)."""
         # The version first: a store has one, so the usual open (every `hrt search`) costs no table listing.
         try:
-            row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if self.read_only:  # with the other meta keys a search reads (`_meta`): one round trip
+                version = self._meta("schema_version")
+            else:
+                row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                version = row[0] if row else None
         except duckdb.Error:  # no meta table, or someone else's of another shape
-            row = None
-        version = row[0] if row else None
+            version = None
         if version is not None and not (version.isdigit() and int(version) <= int(SCHEMA_VERSION)):
             self.close()
             raise StoreError(f"{self.path}: written by a newer toolkit (store schema version {version}; this one reads "
@@ -1013,11 +1016,26 @@ class Store:
         # write too, and `generation` clears it when it sees the file's generation move.
         if ("meta", key) not in self._memo:
             try:
+                if self.read_only:
+                    if ("meta", "*") not in self._memo:
+                        self._read_all_meta()
+                    return self._memo.get(("meta", key))
                 row = self.con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
             except duckdb.CatalogException:
                 return None
             self._memo[("meta", key)] = row[0] if row else None
         return self._memo[("meta", key)]
+
+    def _read_all_meta(self) -> None:
+        """Memoise every meta key in one round trip, for a read-only store (a search reads about ten keys, a round
+        trip each otherwise). Right for as long as the store is open: no process can write to a file opened
+        read-only (DuckDB lets no writer in), which is also why `generation` need not drop this memo."""
+        rows = self.con.execute("SELECT key, value FROM meta").fetchall()
+        self._memo[("meta", "*")] = True  # every key read: a key not among the rows has no value
+        for k, v in rows:
+            self._memo.setdefault(("meta", k), v)  # a key's first row, as its own query's `fetchone` read it
+        latest = dict(rows)  # as `generation` reads the two
+        self._seen_generation = (latest.get("generation"), latest.get("vector_index"))
 
     def _rollback(self) -> None:
         """Roll back after a failed write, keeping the failure's own error: when DuckDB has already ended the
@@ -1155,6 +1173,11 @@ class Store:
                          "or search with BM25 alone (hrt search --mode lexical; a config with retrieval.dense.enabled: false)")
 
     def _has_table(self, name: str, schema: str = "main") -> bool:
+        if self.read_only:  # one listing for every table a search asks about (`_read_all_meta` says why it stays right)
+            if "tables" not in self._memo:
+                self._memo["tables"] = set(self.con.execute(
+                    "SELECT table_schema, table_name FROM information_schema.tables").fetchall())
+            return (schema, name) in self._memo["tables"]
         return bool(
             self.con.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
