@@ -734,7 +734,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         click.echo(rr_source.describe(cfg), err=True)
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope], "metadata": [json.dumps(_as_of_metadata(cfg, as_of))]},
                      schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
-    with Store(store_path, read_only=True, wait_s=wait_s) as st:
+    with Store(store_path, read_only=True, wait_s=wait_s, verify_extension=False) as st:
         if cfg.retrieval.dense.enabled:
             embedded, chunks = st.embedding_coverage()
             if not embedded and chunks and config is None and mode is None:
