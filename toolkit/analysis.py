@@ -58,6 +58,13 @@ def cjk_pattern(run: bool = False) -> re.Pattern[str]:
     return re.compile(f"[{CJK_CHARS}]+" if run else f"[{CJK_CHARS}]")
 
 
+def __getattr__(name: str) -> re.Pattern[str]:
+    """`CJK`, the pattern of one CJK character, as it was before it was compiled on first use (`cjk_pattern`)."""
+    if name == "CJK":
+        return cjk_pattern()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # A run of letters or digits joined by . - / : (versions, codes, paths, CVE ids).
 _JOINED = re.compile(r"[^\W_]+(?:[._\-/:][^\W_]+)+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
