@@ -54,6 +54,7 @@ EXIT_ERROR = 2  # bad input, a missing or damaged file, a usage error (click's o
 EXIT_BUSY = 75  # the store is locked by another process (EX_TEMPFAIL): retry later
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); SIGTERM ends a command with 143 (`interrupts.exit_code`)
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as other Unix tools
+_PROGRAM = False  # `hrt` runs as a program (`_Group.__call__`), not inside another's process (click's CliRunner)
 
 
 def _broken_pipe() -> None:
@@ -75,6 +76,8 @@ class _Group(click.Group):
         pydantic looks for plugins in every installed package's entry points when the config's models are built
         (~5 ms of a cold search), and `hrt` has no use for one: PYDANTIC_DISABLE_PLUGINS is set for the program
         (and the processes it starts), unless the user set it (PYDANTIC_DISABLE_PLUGINS= loads them all again)."""
+        global _PROGRAM
+        _PROGRAM = True
         atexit.register(gc.freeze)
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
         return super().__call__(*args, **kwargs)
@@ -221,6 +224,20 @@ def _cycle_collector_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def _numpy_with_one_blas_thread() -> None:
+    """Import numpy with one OpenBLAS thread, for a search that multiplies no matrices (no dense retrieval: one
+    query's BM25 runs in SQL): OpenBLAS starts a thread per core, with its buffers, as numpy loads, ~35 ms of a cold
+    `hrt search --mode lexical`. Only in `hrt` run as a program, before anything imported numpy, and when the user
+    has not set OPENBLAS_NUM_THREADS; set for the import alone (OpenBLAS reads it once, as it loads)."""
+    if not _PROGRAM or "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 def _progress() -> bool:
@@ -719,12 +736,9 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     An empty --scope ("$SCOPE" unset) means no scope. Exit codes: README, "Exit codes".
     """
     _own_provider_lines()
-    from .pipeline import prepare, rescore
     from .render import origins, render
     from .rerank_env import resolve_rerank
-    from .store import Store, bind_without_pandas
 
-    bind_without_pandas()
     if query == "-":  # stdin: any text, whatever it starts with
         if sys.stdin is None:
             raise ToolkitError("the query is '-' (read it from stdin), but stdin is closed")
@@ -735,6 +749,12 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode).with_updates({"output.n": n}))
     if backend:
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
+    if not cfg.retrieval.dense.enabled:  # the config first: it decides how numpy is imported
+        _numpy_with_one_blas_thread()
+    from .pipeline import prepare, rescore
+    from .store import Store, bind_without_pandas
+
+    bind_without_pandas()
     if verbose:
         click.echo(rr_source.describe(cfg), err=True)
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope], "metadata": [json.dumps(_as_of_metadata(cfg, as_of))]},

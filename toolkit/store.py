@@ -1088,7 +1088,10 @@ class Store:
         Read from the file on every call, never memoised: another Store object on the same file may have
         ingested since (one round trip). A generation this object has not seen also drops its memo, and so does
         a vector index record it has not seen: building the index leaves the corpus, hence the generation, as it
-        was, but another object's memo would go on saying there is no index."""
+        was, but another object's memo would go on saying there is no index. A read-only store's cannot move
+        (`_read_all_meta`): the one read with its meta."""
+        if self.read_only and self._seen_generation is not None:
+            return self._seen_generation[0] or "0"
         try:
             rows = dict(self.con.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'vector_index')").fetchall())
         except duckdb.CatalogException:
@@ -2214,8 +2217,8 @@ class Store:
         ("index 336 exceeds matrix dimension 334", user trial O). Inside a transaction already (the caller's
         own BEGIN): that one. Detected before any BEGIN, because a refused BEGIN aborts the open transaction and
         the caller's later COMMIT silently stores nothing: two statements outside a transaction get two
-        transaction ids, inside one the same."""
-        if len({self.con.execute("SELECT txid_current()").fetchone()[0] for _ in range(2)}) == 1:
+        transaction ids, inside one the same. A read-only store needs none: nothing writes to it while it is open."""
+        if self.read_only or len({self.con.execute("SELECT txid_current()").fetchone()[0] for _ in range(2)}) == 1:
             yield
             return
         self.con.execute("BEGIN TRANSACTION")
