@@ -19,13 +19,13 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "scipy", "sklearn", "
          "lightgbm", "ray", "pandas", "pyarrow.dataset")
 
 
-def _imports_after(args: list[str]) -> list[str]:
-    """Heavy modules loaded by a fresh interpreter that imports the CLI and runs `hrt ARGS` in-process."""
+def _imports_after(args: list[str], names: tuple[str, ...] = HEAVY) -> list[str]:
+    """Which of `names` (heavy modules) a fresh interpreter loads that imports the CLI and runs `hrt ARGS` in-process."""
     code = (
         "import sys\nfrom click.testing import CliRunner\nfrom toolkit.cli import main\n"
         f"r = CliRunner().invoke(main, {args!r})\n"
         "assert r.exit_code == 0, r.output\n"
-        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+        f"print(' '.join(m for m in {names!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -43,6 +43,17 @@ def test_help_and_lexical_search_import_nothing_heavy(tmp_path, corpus_file):
             f"r = CliRunner().invoke(main, ['search', 'retryBackoffMs', '--store', {str(store)!r}, '--mode', 'lexical'])\n"
             "assert r.exit_code == 0 and 'retryBackoffMs' in r.output, r.output\nprint('pyarrow' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_lexical_search_imports_only_the_stages_it_runs(tmp_path, corpus_file):
+    """Query expansion, the learned model's modules and run files are imported where a config uses them
+    (`pipeline.py`): a plain lexical search loads none of them."""
+    store = tmp_path / "lex.duckdb"
+    with Store(store) as st:
+        st.ingest(load_corpus(corpus_file), embed=False)
+    unused = ("toolkit.expansion", "toolkit.learned_fusion", "toolkit.ltr_features", "toolkit.router", "toolkit.metrics",
+              "toolkit.runs")
+    assert _imports_after(["search", "deploy", "--store", str(store), "--mode", "lexical"], unused) == []
 
 
 _LEAN_READS = """
