@@ -135,3 +135,65 @@ def test_an_upgraded_store_without_recorded_folders_warns_when_an_ingest_replace
     assert r.exit_code == 0 and "does not record which folders were ingested" in r.stderr and "--id-prefix" in r.stderr
     r = _hrt("ingest", str(mine), "--store", str(store), "--no-embed")  # recorded now: nothing to say
     assert "warning" not in r.stderr
+
+
+def test_an_upgrade_says_what_it_changes_in_an_old_store_once_and_where_it_is_read(tmp_path, caplog):
+    """User trial AW, a week of stores from older versions: the first write stamped schema version 2 (which the
+    versions of 11-25 refuse to open) and re-indexed old chunks without a word; `hrt info` had no schema version,
+    called an old vss index fine and gave a boolean where a search gave a note; the API returned nothing for a Thai
+    query on an old store with no warning; a version-3 store was told it missed CJK text it had."""
+    import logging
+    import warnings
+
+    import polars as pl
+
+    from toolkit.config import load_config
+    from toolkit.pipeline import prepare
+    from toolkit.store import StaleTextWarning
+
+    store = tmp_path / "old.duckdb"
+    with Store(store) as st:
+        st.ingest([{"doc_id": "th", "text": "อยู่ที่นี่ ครับ"}, {"doc_id": "en", "text": "plain words"}], embed=False)
+        st._set_meta("lexical_analysis", "3")
+        st._set_meta("schema_version", "1")
+    con = duckdb.connect(str(store))  # as version 3 left the Thai chunk: no pairs in its BM25 text
+    con.execute("UPDATE chunks SET lex_text = text")
+    con.close()
+    info = _hrt("info", "--store", str(store))
+    stats = json.loads(info.stdout)
+    assert stats["schema_version"] == "1" and not stats["bm25_text_current"]
+    assert "before Indic vowel signs and Thai, Lao, Khmer and Myanmar words were indexed" in info.stderr
+    assert "Chinese" not in info.stderr
+    with Store(store, read_only=True) as st, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            prepare(st, pl.DataFrame({"qid": ["q"], "text": ["ที่นี่"]}), load_config("bm25-only"))
+    assert [w.category for w in caught if issubclass(w.category, StaleTextWarning)] == [StaleTextWarning]  # once
+    caplog.set_level(logging.WARNING, logger="toolkit")
+    with Store(store) as st:
+        st.ingest([{"doc_id": "th", "text": "อยู่ที่นี่ ครับ"}, {"doc_id": "en", "text": "plain words"}], embed=False)
+    assert "re-indexed the BM25 text of 1 chunk(s) made by an older text analysis (version 3; once)" in caplog.text
+    assert "store format moved from schema version 1 to 2 (once)" in caplog.text
+    caplog.clear()
+    with Store(store) as st:
+        st.ingest([{"doc_id": "th", "text": "อยู่ที่นี่ ครับ"}, {"doc_id": "x", "text": "more"}], embed=False)
+    assert "once" not in caplog.text  # nothing left to say
+
+
+def test_an_old_ascii_only_store_is_not_told_on_every_search_that_it_may_miss_words(tmp_path):
+    store = tmp_path / "a.duckdb"
+    with Store(store) as st:
+        st.ingest([{"doc_id": "en", "text": "kafka consumer lag"}], embed=False)
+        st._set_meta("lexical_analysis", "3")
+    r = _hrt("search", "kafka", "--store", str(store), "--mode", "lexical")
+    assert r.exit_code == 0 and "may miss" not in r.stderr, r.stderr
+
+
+def test_info_says_an_old_vss_index_is_not_read(tmp_path):
+    store = tmp_path / "h.duckdb"
+    assert _hrt("ingest", str(_memories(tmp_path / "m.jsonl")), "--store", str(store), "--no-embed").exit_code == 0
+    con = duckdb.connect(str(store))  # the 11-23 toolkit's record of its DuckDB vss index
+    con.execute("INSERT INTO meta VALUES ('vector_index', ?)", ['{"kind": "hnsw", "metric": "cosine", "m": 12, "ef_construction": 64}'])
+    con.close()
+    r = _hrt("info", "--store", str(store))
+    assert "vss index of an older toolkit, which this one does not read" in r.stderr, r.stderr

@@ -736,6 +736,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     An empty --scope ("$SCOPE" unset) means no scope. Exit codes: README, "Exit codes".
     """
     _own_provider_lines()
+    warnings.filterwarnings("ignore", message=r".*BM25 may miss words")  # said below, with this query in mind
     from .render import origins, render
     from .rerank_env import resolve_rerank
 
@@ -865,6 +866,9 @@ def _note_unknown_scope(doc_sources: pl.DataFrame, scope: str) -> None:
                f"{'s' if len(counts) != 1 else ''}: {shown}{more}", err=True)
 
 
+_STALE_SCAN_MAX = 20_000  # chunks `hrt search` scans for text an older analysis indexed otherwise (~0.1 s at most)
+
+
 def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
     """A store whose BM25 text an older toolkit made (before CJK characters and pairs, NFKC and kana voicing,
     `analysis.ANALYSIS_VERSION`; or written since by an older version) can miss words in its non-ASCII chunks
@@ -876,10 +880,11 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
 
     if store.lexical_analysis == ANALYSIS_VERSION:
         return
-    redo = ("run `hrt ingest` on its folder again (or `Store.ingest` anything into it) to re-index them: only chunks "
-            "with non-ASCII text are redone")
-    what = ("this store's BM25 text was made by an older toolkit, before words inside unspaced Chinese, Japanese or "
-            "Korean text and full-width or decomposed forms were indexed")
+    # A small store is scanned for the text the newer analysis indexes otherwise: an ASCII-only one said on every
+    # search that it "may miss words" while `hrt info` called its text current (user trial AW).
+    if not store.stale_text(scan_max_chunks=_STALE_SCAN_MAX):
+        return
+    what, redo = store.stale_text_words()
     routed = bool(prep.features["skip_lexical"].any())
     if not query.isascii() and not routed and not (prep.candidates["retriever"] == "lex").any():
         dense = "use --mode hybrid or dense, which match by meaning" if lexical_only else "the results come from dense search alone"
@@ -1508,7 +1513,17 @@ def info(store_path) -> None:
     from .store import Store
 
     with Store(store_path, read_only=True) as st:
-        click.echo(json.dumps(st.stats(), indent=2))
+        stats = st.stats()
+        click.echo(json.dumps(stats, indent=2))
+        # What the numbers mean for a search, as a search would say it (user trial AW: `info` showed a boolean only,
+        # and an old vss index as if it served).
+        if not stats["bm25_text_current"]:
+            what, redo = st.stale_text_words()
+            click.echo(f"note: BM25 may miss words in this store's non-ASCII text: {what}; {redo}", err=True)
+        vi = stats["vector_index"]
+        if vi and vi.get("engine") != "usearch":
+            click.echo("note: its HNSW index is DuckDB's vss index of an older toolkit, which this one does not read: "
+                       "searches go exact until the store's next write (`hrt ingest`, `hrt delete`) rebuilds it", err=True)
 
 
 @main.command()

@@ -294,6 +294,12 @@ def prepare(
     # queries under one id, merged silently, and an empty text got past a test for a `text` column).
     queries = queries_frame(queries)
     check_store(store, cfg)
+    if cfg.retrieval.lexical.enabled and (note := store.stale_text_once()):
+        import warnings
+
+        from .store import StaleTextWarning
+
+        warnings.warn(note, StaleTextWarning, stacklevel=2)
     key = prepare_key(store, queries, cfg, rerank_pool)
     if use_cache:
         got = store.get_frames(key)

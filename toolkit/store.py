@@ -45,8 +45,8 @@ from .progress import progress_bar
 if TYPE_CHECKING:
     from .loaders import Corpus
 
-# 2: every write stamps `analysis_generation`. Toolkits from 2026-11-26 on refuse a store of a newer schema (even
-# to search it); older ones (11-25 and before) do not check, and their writes are noticed by the stamp instead.
+# 2: every write stamps `analysis_generation`. Toolkits from 2026-11-25 on (commit 8094e62) refuse a store of a newer
+# schema (even to search it); older ones do not check, and their writes are noticed by the stamp instead.
 SCHEMA_VERSION = "2"
 STAGE_CACHE_KEYS = 32  # query sets x prepare settings kept in the stage cache, the most recent first
 # A score block is (queries x chunks) floats. Capping its cells keeps memory flat as the corpus grows: a
@@ -585,6 +585,10 @@ def _connect_replaying(path: Path, read_only: bool, config: dict[str, str]) -> d
             "and the store opened as of its last checkpoint: writes made after it are not in the store (ingest them "
             "again)", path, kept)
         return duckdb.connect(str(path), read_only=read_only, config=config)
+
+
+class StaleTextWarning(UserWarning):
+    """A store whose BM25 text an older toolkit made, which misses words the current analysis finds (`Store.stale_text`)."""
 
 
 def need_store(obj: Any, what: str = "store") -> Store:
@@ -1134,6 +1138,7 @@ class Store:
             "embedding_backend": self.embedding_backend,
             "index_settings": asdict(self.settings) if self.settings else None,
             # ("0": written since by an older toolkit; any other than analysis.ANALYSIS_VERSION: `stale_text`)
+            "schema_version": self._meta("schema_version"),
             "lexical_analysis": self.lexical_analysis,
             "bm25_text_current": not self.stale_text(),
             "vector_index": self.vector_index,
@@ -1142,11 +1147,40 @@ class Store:
             "reranker_scores": dict(self.con.execute("SELECT model, count(*) FROM rerank_cache GROUP BY model ORDER BY model").fetchall()),
         }
 
-    def stale_text(self) -> bool:
+    def stale_text_once(self) -> str | None:
+        """The stale-text note (`stale_text_words`) the first time it is asked of this Store object while the index is
+        stale (no scan: from the store's meta), else None: what `pipeline.prepare` warns an API caller once, who got
+        0 results for a Japanese query on an old store without a word (user trial AW; `hrt search` says its own)."""
+        if "stale_said" in self._memo or self.lexical_analysis == ANALYSIS_VERSION:
+            return None
+        self._memo["stale_said"] = True
+        what, redo = self.stale_text_words()
+        return f"{self.path}: BM25 may miss words in non-ASCII text: {what}; {redo}"
+
+    def stale_text_words(self) -> tuple[str, str]:
+        """(what an index made by this store's older text analysis misses, how to redo it), for every note that says
+        so (`hrt search`, `hrt info`, `pipeline.prepare`'s warning): a store analysed by version 3 or 4 misses only
+        Indic, Thai, Lao, Khmer and Myanmar words; an older one also CJK and full-width forms (user trial AW: the note
+        named the CJK change to a version-3 store that already had it)."""
+        since = self.lexical_analysis
+        what = ("this store's BM25 text was made by an older toolkit (text analysis " + since + "), before Indic vowel "
+                "signs and Thai, Lao, Khmer and Myanmar words were indexed" if since in ("3", "4") else
+                "this store's BM25 text was made by an older toolkit, before words inside unspaced Chinese, Japanese or "
+                "Korean text and full-width or decomposed forms were indexed")
+        redo = ("run `hrt ingest` on its folder again (or `Store.ingest` anything into it) to re-index them: only chunks "
+                "with such text are redone")
+        return what, redo
+
+    def stale_text(self, *, scan_max_chunks: int | None = None) -> bool:
         """Whether BM25 may miss words here that the current text analysis finds: the index's text was made by
-        an older analysis (or written since by an older toolkit) and some chunk holds non-ASCII text, the only
-        text analyses 2 and 3 changed. The next `ingest` redoes those chunks."""
-        return self.lexical_analysis != ANALYSIS_VERSION and self._has_table("chunks") and self._non_ascii_chunks()
+        an older analysis (or written since by an older toolkit) and some chunk holds text the newer analyses index
+        otherwise (`_restale`). The next `ingest` redoes those chunks. `scan_max_chunks`: a store with more chunks
+        is not scanned (the scan reads every chunk's text: a quarter second at 60k) and counts as stale."""
+        if self.lexical_analysis == ANALYSIS_VERSION or not self._has_table("chunks"):
+            return False
+        if scan_max_chunks is not None and self.embedding_coverage()[1] > scan_max_chunks:
+            return True
+        return self._non_ascii_chunks()
 
     def _count_embeddings(self) -> int:
         if not self._has_table("embeddings"):
@@ -1566,8 +1600,10 @@ class Store:
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_backend", getattr(emb, "backend", "torch"))
             self._drop_unused_vectors(gone_hashes)  # after the new chunks: a text a changed file took on keeps its vector
-            if reanalyse:
-                self._reanalyse_text()
+            if reanalyse and (redone := self._reanalyse_text()):  # said once: the next ingest finds nothing to redo
+                logging.getLogger("toolkit").warning(
+                    "note: %s: re-indexed the BM25 text of %d chunk(s) made by an older text analysis (version %s; once)",
+                    self.path, redone, self.lexical_analysis)
             in_place = False
             if whole:
                 self._build_fts(settings)
@@ -1721,8 +1757,13 @@ class Store:
         # never to be redone). A write that redoes nothing (a delete) keeps an earlier mismatch as it was.
         if current:
             self._set_meta("analysis_generation", gen)
-        if self._meta("schema_version") != SCHEMA_VERSION:
+        if (was := self._meta("schema_version")) != SCHEMA_VERSION:
             self._set_meta("schema_version", SCHEMA_VERSION)
+            if was is not None:  # said once, at the write that does it (user trial AW: nothing said it, ever)
+                logging.getLogger("toolkit").warning(
+                    "note: %s: store format moved from schema version %s to %s (once): a toolkit that reads version %s "
+                    "at most now refuses to open it (upgrade it); the documents, vectors and indexes are unchanged",
+                    self.path, was, SCHEMA_VERSION, was)
         # Every cached stage frame is keyed by the old generation (`pipeline.prepare_key`): none can be read
         # again. Kept, they grew the file without bound under an agent's write-search loop (61.9 MB for
         # 800 memories after 500 cycles against 2.6 MB fresh, user trial N).
