@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from .config import RerankConfig
-from .fusion import in_rank_order, lookup_values, query_groups
+from .fusion import _SCALE, FusionIndex, Places, in_rank_order, lookup_values, query_groups
 
 BLEND_SCHEMA = {
     "qid": pl.Utf8,
@@ -249,3 +249,120 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
     )
     flags = pl.Series("flags", [[], ["reranked"], ["rerank_missing"]], dtype=pl.List(pl.Utf8)).gather(flag)
     return out.with_columns(flags).select(_out_columns(out))
+
+
+def blend_places(
+    p: Places, ix: FusionIndex, by_group: np.ndarray | None, cfg: RerankConfig, *, keep: int | None = None
+) -> pl.DataFrame:
+    """`blend(fuse(...), ..., lookup=..., keep=keep)` from `fusion.places` output, with fusion's codes `_key` and
+    `_q`: the same rows, order and scores. `by_group`: `fusion.grouped_values` of the reranker scores (None:
+    no scores).
+
+    Why: a slider tick that shows no trace never reads the fused frame, so it is not built. Each query is a
+    row of the places matrix, so per-query minima, counts and running counts are row reductions, and the only
+    frame is the blended one, built once for the places kept. The arithmetic is `_blend_block`'s, in the same
+    operation order, so scores are bit-identical.
+    """
+    nq, d = p.g.shape
+    valid = p.g >= 0
+    fr = np.arange(1, d + 1)  # fused rank of each column
+    fused_score = p.isum / _SCALE
+    if by_group is not None and cfg.blend != "none":
+        rerank = np.where(valid, by_group[p.g], np.nan)
+    else:
+        rerank = np.full((nq, d), np.nan)
+    h = min(cfg.top_n, d)  # reranked rows lie in the first top_n places
+    mh = np.zeros((nq, h), dtype=bool) if cfg.blend == "none" else valid[:, :h] & np.isfinite(rerank[:, :h])
+    k = d if keep is None else min(keep, d)
+    if not mh.any():  # nothing reranked (no provider, or it failed for every query): the fused list
+        sel = np.flatnonzero((np.arange(k)[None, :] < p.n[:, None]).ravel())
+        src = (np.arange(nq)[:, None] * d + np.arange(k)[None, :]).ravel()[sel]
+        return _places_frame(ix, p, src, d, fr[src % d], fused_score.ravel()[src], rerank.ravel()[src],
+                             np.full(len(src), np.nan), np.ones(len(src)), np.zeros(len(src), dtype=bool),
+                             fused_score.ravel()[src], np.zeros(len(src), dtype=np.int64))
+    x = np.where(mh, rerank[:, :h], np.nan)
+    q_reranked = mh.any(axis=1)
+    if cfg.score_normalization == "sigmoid":
+        norm = 1.0 / (1.0 + np.exp(-x))
+    elif cfg.score_normalization == "none":
+        norm = x
+    else:  # rows without a reranked place: lo = inf, hi = -inf, so nan like `_blend_block`'s
+        lo = np.where(mh, x, np.inf).min(axis=1)[:, None]
+        hi = np.where(mh, x, -np.inf).max(axis=1)[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            norm = np.where(hi > lo, (x - lo) / (hi - lo), np.where(mh, 1.0, np.nan))
+    if cfg.blend == "replace":
+        w = np.zeros(h)
+    else:
+        w = np.full(h, cfg.buckets[-1][1])
+        todo = np.ones(h, dtype=bool)
+        for bound, weight in cfg.buckets:  # first bucket whose last rank is >= fused rank
+            hit = todo & (True if math.isinf(bound) else fr[:h] <= bound)
+            w[hit] = weight
+            todo &= ~hit
+    rw = np.where(mh, w, 1.0)
+    block = np.where(mh, rw / fr[:h].astype(np.float64) + (1.0 - rw) * norm, np.nan)
+
+    # Documents not reranked, in a query where others were: fused order, scores strictly below the block.
+    m = np.zeros((nq, d), dtype=bool)
+    m[:, :h] = mh
+    tail = q_reranked[:, None] & ~m & valid
+    tail_pos = np.cumsum(tail, axis=1).astype(np.float64)
+    tail_n = np.where(q_reranked, p.count - mh.sum(axis=1), 0.0)[:, None]
+    floor = np.where(mh, block, np.inf).min(axis=1)[:, None]
+    frac = tail_pos / (tail_n + 1.0)
+    with np.errstate(invalid="ignore"):
+        below = np.where(floor > 0, floor * (1.0 - frac), floor - frac)
+    full = np.full((nq, d), np.nan)
+    full[:, :h] = block
+    score = np.where(m, full, np.where(tail, below, fused_score))
+    raw = np.where(m, rerank, fused_score)
+    full[:, :h] = norm
+    norm = full
+    full = np.ones((nq, d))
+    full[:, :h] = rw
+    rw = full
+
+    # Reranked block first (by blended score, then fused rank), then everything else in fused order: only the
+    # first top_n places of a query can move, so only they are sorted (the padding sorts last).
+    perm = np.broadcast_to(np.arange(d), (nq, d)).copy()
+    perm[:, :h] = np.argsort(np.where(mh, -block, np.inf), axis=1, kind="stable")
+    sel = np.flatnonzero((np.arange(k)[None, :] < p.n[:, None]).ravel())
+    src = (np.arange(nq)[:, None] * d + perm[:, :k]).ravel()[sel]
+    flag = np.where(m, 1, np.where(tail & (fr <= cfg.top_n), 2, 0)).ravel()[src]
+    return _places_frame(ix, p, src, d, fr[src % d], score.ravel()[src], rerank.ravel()[src], norm.ravel()[src],
+                         rw.ravel()[src], m.ravel()[src], raw.ravel()[src], flag)
+
+
+def _places_frame(
+    ix: FusionIndex, p: Places, src: np.ndarray, d: int, fused_rank: np.ndarray, score: np.ndarray,
+    rerank: np.ndarray, norm: np.ndarray, rw: np.ndarray, reranked: np.ndarray, raw: np.ndarray, flag: np.ndarray,
+) -> pl.DataFrame:
+    """The blended frame (`_out_columns` with `_key` and `_q`) of the places `src` (flat indices into `p`'s
+    matrices, in output order: query by query, each query's places in their new order)."""
+    g = p.g.ravel()[src]
+    _, _, _, best, gq, gd = ix.grouping
+    q, doc = gq[g], gd[g]
+    qs = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+    rank = np.arange(len(q)) - np.repeat(qs, np.diff(np.r_[qs, len(q)])) + 1
+    flags = pl.Series("flags", [[], ["reranked"], ["rerank_missing"]], dtype=pl.List(pl.Utf8)).gather(flag)
+    out = pl.DataFrame(
+        [
+            ix.qids.gather(q).alias("qid"),
+            ix.docs.gather(doc).alias("doc_id"),
+            ix.chunk_id.gather(best[g]).alias("chunk_id"),
+            pl.Series("score", score, dtype=pl.Float64),
+            pl.Series("rank", rank, dtype=pl.Int64),
+            pl.Series("fused_rank", fused_rank, dtype=pl.Int64),
+            pl.Series("fused_score", p.isum.ravel()[src] / _SCALE, dtype=pl.Float64),
+            pl.Series("rerank_score", rerank, dtype=pl.Float64).fill_nan(None),
+            pl.Series("rerank_norm", norm, dtype=pl.Float64).fill_nan(None),
+            pl.Series("retrieval_weight", rw, dtype=pl.Float64),
+            pl.Series("reranked", reranked, dtype=pl.Boolean),
+            pl.Series("raw_score", raw, dtype=pl.Float64),
+            flags,
+            pl.Series("_key", q * len(ix.docs) + doc, dtype=pl.Int64),
+            pl.Series("_q", q, dtype=pl.Int64),
+        ]
+    )
+    return out

@@ -278,6 +278,119 @@ def index(candidates: pl.DataFrame) -> FusionIndex:
     )
 
 
+def weight_table(ix: FusionIndex, weights: pl.DataFrame | None) -> np.ndarray:
+    """The weight of each (query, list) code of `ix` (query code x lists + list code); 1 where `weights` names none."""
+    nl = len(ix.lists)
+    table = np.ones(len(ix.qids) * nl)
+    if weights is not None and len(weights):
+        # Weights of queries or lists without candidates have nothing to weigh: their codes come out null.
+        wq, wl = (weights[c].cast(pl.Utf8).cast(pl.Enum(v), strict=False).to_physical() for c, v in (("qid", ix.qids), ("list_id", ix.lists)))
+        known = (wq.is_not_null() & wl.is_not_null()).to_numpy()
+        code = wq.cast(pl.Int64).fill_null(0).to_numpy() * nl + wl.cast(pl.Int64).fill_null(0).to_numpy()
+        table[code[known]] = weights["weight"].cast(pl.Float64).to_numpy()[known]
+    return table
+
+
+def _rrf_tables(table: np.ndarray, cfg: FusionConfig, n_ranks: int, n_best: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weight code of each (query, list), (weight code x rank) RRF contributions, bonus by best rank), in units
+    of 2**-32: a contribution depends only on its list's weight and its rank, so it is looked up, not computed
+    per row."""
+    wv, wcode = np.unique(table, return_inverse=True)
+    itab = np.round(np.nan_to_num(wv[:, None] / (cfg.rrf_k + np.arange(n_ranks)), nan=0.0) * _SCALE).astype(np.int64)
+    ibonus = np.round(rank_bonus(cfg, np.arange(n_best)) * _SCALE).astype(np.int64)
+    return wcode.ravel(), itab, ibonus
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The index's grouped documents laid out for `places`: each query is a row of a (queries x width) matrix
+    holding its documents in (best rank, doc) order, fusion's tie-break, so that ordering a query is one sort
+    of (score, column) keys; and each document's list appearances by layer (its k-th appearance in layer k), so
+    an RRF score is a gather per layer instead of a segmented sum. Config-free: built once per `Prepared`."""
+
+    width: int
+    slot: np.ndarray  # flat matrix position of each grouped document (`FusionIndex.grouping` order)
+    col: np.ndarray  # its column, as uint64
+    at: np.ndarray  # (queries x width) the grouped document at each position, -1 past the query's documents
+    count: np.ndarray  # grouped documents per query
+    layers: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # (documents, (query, list) codes, ranks)
+
+
+def layout(ix: FusionIndex) -> Layout | None:
+    """`ix` as a `Layout`; None when there is nothing to lay out or the matrix would be mostly padding (a few
+    queries with far more candidates than the rest)."""
+    if not len(ix.grouping):
+        return None
+    o, starts, best_rank, _, gq, gd = ix.grouping
+    nq = len(ix.qids)
+    count = np.bincount(gq, minlength=nq)
+    width = int(count.max())
+    if nq * width > 4 * len(gq):
+        return None
+    first = np.r_[0, np.cumsum(count)[:-1]]
+    by_slot = np.lexsort((gd, best_rank, gq))  # rows stay grouped by query: gq is the first key
+    col = np.empty(len(gq), dtype=np.int64)
+    col[by_slot] = np.arange(len(gq)) - first[gq[by_slot]]
+    slot = gq * width + col
+    at = np.full(nq * width, -1, dtype=np.int64)
+    at[slot] = np.arange(len(gq))
+    n_app = np.diff(np.r_[starts, len(o)])
+    layers = []
+    for k in range(int(n_app.max())):
+        docs = np.flatnonzero(n_app > k)
+        layers.append((docs, ix.grouped_ql[starts[docs] + k], ix.grouped_rank[starts[docs] + k]))
+    return Layout(width, slot, col.astype(np.uint64), at.reshape(nq, width), count, tuple(layers))
+
+
+@dataclass(frozen=True)
+class Places:
+    """Each query's first fused places as one matrix row: what `blend.blend_places` turns into the blended list
+    without building the fused frame."""
+
+    g: np.ndarray  # (queries x places) grouped document at each place (`FusionIndex.grouping` index), -1 past the end
+    isum: np.ndarray  # (queries x places) its fused score in units of 2**-32
+    n: np.ndarray  # places filled per query
+    count: np.ndarray  # fused documents per query
+
+
+def places(
+    ix: FusionIndex, lay: Layout | None, weights: pl.DataFrame | None, cfg: FusionConfig, depth: int | None = None
+) -> Places | None:
+    """`fuse(candidates, weights, cfg, idx=ix, depth=depth)` as `Places`: the same documents, order and
+    scores. None where the layout does not hold (no `lay`, a list of weight 0, convex fusion, keys past 64
+    bits): then `fuse` it is."""
+    if lay is None or cfg.method != "rrf":
+        return None
+    table = weight_table(ix, weights)
+    if not (table[ix.present] > 0).all():
+        return None
+    best_rank = ix.grouping[2]
+    wcode, itab, ibonus = _rrf_tables(table, cfg, int(ix.rank.max()) + 1, int(best_rank.max()) + 1)
+    nr = itab.shape[1]
+    itab = itab.ravel()
+    isum = ibonus[best_rank]
+    for docs, ql, rank in lay.layers:  # integer sums: the same whatever the order of the terms
+        isum[docs] += itab[wcode[ql] * nr + rank]
+    s_key = isum.max() - isum
+    cbits = lay.width.bit_length()
+    if int(s_key.max()).bit_length() + cbits > 63:  # the padding must sort after every key
+        return None
+    nq = len(lay.count)
+    mat = np.full(nq * lay.width, np.iinfo(np.uint64).max, dtype=np.uint64)  # padding sorts last
+    mat[lay.slot] = (s_key.astype(np.uint64) << np.uint64(cbits)) | lay.col
+    mat = mat.reshape(nq, lay.width)
+    d = lay.width if depth is None else min(depth, lay.width)
+    # Keys are unique within a row (the column is in them), so any sort gives fusion's order: score desc,
+    # then best rank, then doc. A partition first only pays when few places are kept.
+    top = np.sort(np.partition(mat, d - 1, axis=1)[:, :d] if 4 * d < lay.width else mat, axis=1)[:, :d]
+    n = np.minimum(lay.count, d)
+    cols = (top & np.uint64((1 << cbits) - 1)).astype(np.int64)
+    cols[np.arange(d)[None, :] >= n[:, None]] = 0
+    g = np.take_along_axis(lay.at, cols, axis=1)
+    valid = np.arange(d)[None, :] < n[:, None]
+    return Places(np.where(valid, g, -1), np.where(valid, isum[g], 0), n, lay.count)
+
+
 def fuse(
     candidates: pl.DataFrame,
     weights: pl.DataFrame | None,
@@ -305,23 +418,14 @@ def fuse(
     nq, nd, nl = len(qids), len(docs), len(lists)
     q, d, li, rank = ix.q, ix.d, ix.li, ix.rank
 
-    table = np.ones(nq * nl)
-    if weights is not None and len(weights):
-        # Weights of queries or lists without candidates have nothing to weigh: their codes come out null.
-        wq, wl = (weights[c].cast(pl.Utf8).cast(pl.Enum(v), strict=False).to_physical() for c, v in (("qid", qids), ("list_id", lists)))
-        known = (wq.is_not_null() & wl.is_not_null()).to_numpy()
-        code = wq.cast(pl.Int64).fill_null(0).to_numpy() * nl + wl.cast(pl.Int64).fill_null(0).to_numpy()
-        table[code[known]] = weights["weight"].cast(pl.Float64).to_numpy()[known]
+    table = weight_table(ix, weights)
     if cfg.method == "rrf" and (table[ix.present] > 0).all():
         # The usual slider tick: every list takes part, so the index's grouping holds, and a row's contribution
         # depends only on its list's weight and its rank. The same arithmetic as below, on the (weights x
         # ranks) table, then one gather per row instead of six passes over the rows: identical integers.
         o, starts, best_rank, best, gq, gd = ix.grouping
-        wv, wcode = np.unique(table, return_inverse=True)
-        nr = int(rank.max()) + 1
-        itab = np.round(np.nan_to_num(wv[:, None] / (cfg.rrf_k + np.arange(nr)), nan=0.0) * _SCALE).astype(np.int64)
-        isum = np.add.reduceat(itab.ravel()[wcode.ravel()[ix.grouped_ql] * nr + ix.grouped_rank], starts)
-        ibonus = np.round(rank_bonus(cfg, np.arange(int(best_rank.max()) + 1)) * _SCALE).astype(np.int64)
+        wcode, itab, ibonus = _rrf_tables(table, cfg, int(rank.max()) + 1, int(best_rank.max()) + 1)
+        isum = np.add.reduceat(itab.ravel()[wcode[ix.grouped_ql] * itab.shape[1] + ix.grouped_rank], starts)
         return _fused_frame(ix, isum + ibonus[best_rank], best_rank, best, gq, gd, None, idx is not None, depth)
     ql = q * nl + li
     weight = table[ql]

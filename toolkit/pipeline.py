@@ -520,7 +520,14 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     keep = _blend_keep(cfg, n)
     # Without a trace nothing reads the fused list past the places the blend keeps (reranked rows lie in top_n).
     depth = max(keep, cfg.rerank.top_n) if keep is not None and not trace else None
-    fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx, depth=depth)
+    places = None
+    if not trace and not learned and idx is not None:  # nothing reads the fused frame: the places matrix stands in
+        lay = prep.derived("fusion_layout", (cands,), lambda: fusion.layout(idx))
+        places = fusion.places(idx, lay, weights, cfg.fusion, depth)
+    if places is not None:
+        fused = None
+    else:
+        fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx, depth=depth)
     t["fuse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -532,7 +539,10 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
             pairs = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
             lookup = (*pairs, prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
     with_priors = priors_stage.active(cfg.priors)
-    blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
+    if places is not None:
+        blended = blend_stage.blend_places(places, idx, lookup[2] if lookup is not None else None, cfg.rerank, keep=keep)
+    else:
+        blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
     t["blend"] = time.perf_counter() - t0
 
     ranked, prior = blended, None
