@@ -259,28 +259,26 @@ def blend_places(
     no scores).
 
     Why: a slider tick that shows no trace never reads the fused frame, so it is not built. Each query is a
-    row of the places matrix, so per-query minima, counts and running counts are row reductions, and the only
-    frame is the blended one, built once for the places kept. The arithmetic is `_blend_block`'s, in the same
+    row of the places matrix: the reranked block's arithmetic runs on its first top_n columns only (row
+    reductions instead of segment reductions), the places below it keep their column, and the only frame is
+    the blended one, built once for the places kept. The arithmetic is `_blend_block`'s, in the same
     operation order, so scores are bit-identical.
     """
     nq, d = p.g.shape
-    valid = p.g >= 0
-    fr = np.arange(1, d + 1)  # fused rank of each column
-    fused_score = p.isum / _SCALE
-    if by_group is not None and cfg.blend != "none":
-        rerank = np.where(valid, by_group[p.g], np.nan)
-    else:
-        rerank = np.full((nq, d), np.nan)
-    h = min(cfg.top_n, d)  # reranked rows lie in the first top_n places
-    mh = np.zeros((nq, h), dtype=bool) if cfg.blend == "none" else valid[:, :h] & np.isfinite(rerank[:, :h])
     k = d if keep is None else min(keep, d)
+    h = min(cfg.top_n, d)  # reranked rows lie in the first top_n places; only they can move
+    rerank = np.full((nq, max(h, k)), np.nan)  # the reranker's score of each place, NaN where none
+    if by_group is not None and cfg.blend != "none":
+        g = p.g[:, : max(h, k)]
+        rerank = np.where(g >= 0, by_group[g], np.nan)
+    head_rr = rerank[:, :h]
+    mh = np.zeros((nq, h), dtype=bool) if cfg.blend == "none" else (p.g[:, :h] >= 0) & np.isfinite(head_rr)
+    fused = p.isum[:, :k] / _SCALE
     if not mh.any():  # nothing reranked (no provider, or it failed for every query): the fused list
-        sel = np.flatnonzero((np.arange(k)[None, :] < p.n[:, None]).ravel())
-        src = (np.arange(nq)[:, None] * d + np.arange(k)[None, :]).ravel()[sel]
-        return _places_frame(ix, p, src, d, fr[src % d], fused_score.ravel()[src], rerank.ravel()[src],
-                             np.full(len(src), np.nan), np.ones(len(src)), np.zeros(len(src), dtype=bool),
-                             fused_score.ravel()[src], np.zeros(len(src), dtype=np.int64))
-    x = np.where(mh, rerank[:, :h], np.nan)
+        return _places_frame(ix, p, p.g[:, :k], np.arange(1, k + 1), fused, rerank[:, :k], np.nan, 1.0, False, fused, 0)
+    fr = np.arange(1, h + 1)
+    head_fused = p.isum[:, :h] / _SCALE
+    x = np.where(mh, head_rr, np.nan)
     q_reranked = mh.any(axis=1)
     if cfg.score_normalization == "sigmoid":
         norm = 1.0 / (1.0 + np.exp(-x))
@@ -297,72 +295,82 @@ def blend_places(
         w = np.full(h, cfg.buckets[-1][1])
         todo = np.ones(h, dtype=bool)
         for bound, weight in cfg.buckets:  # first bucket whose last rank is >= fused rank
-            hit = todo & (True if math.isinf(bound) else fr[:h] <= bound)
+            hit = todo & (True if math.isinf(bound) else fr <= bound)
             w[hit] = weight
             todo &= ~hit
     rw = np.where(mh, w, 1.0)
-    block = np.where(mh, rw / fr[:h].astype(np.float64) + (1.0 - rw) * norm, np.nan)
+    block = np.where(mh, rw / fr.astype(np.float64) + (1.0 - rw) * norm, np.nan)
 
     # Documents not reranked, in a query where others were: fused order, scores strictly below the block.
-    m = np.zeros((nq, d), dtype=bool)
-    m[:, :h] = mh
-    tail = q_reranked[:, None] & ~m & valid
-    tail_pos = np.cumsum(tail, axis=1).astype(np.float64)
+    # Past the first top_n places every document of such a query is one; its place among them follows from
+    # its column.
+    tail = q_reranked[:, None] & ~mh & (p.g[:, :h] >= 0)
+    tail_pos = np.cumsum(tail, axis=1)
     tail_n = np.where(q_reranked, p.count - mh.sum(axis=1), 0.0)[:, None]
     floor = np.where(mh, block, np.inf).min(axis=1)[:, None]
-    frac = tail_pos / (tail_n + 1.0)
     with np.errstate(invalid="ignore"):
+        frac = tail_pos.astype(np.float64) / (tail_n + 1.0)
         below = np.where(floor > 0, floor * (1.0 - frac), floor - frac)
-    full = np.full((nq, d), np.nan)
-    full[:, :h] = block
-    score = np.where(m, full, np.where(tail, below, fused_score))
-    raw = np.where(m, rerank, fused_score)
-    full[:, :h] = norm
-    norm = full
-    full = np.ones((nq, d))
-    full[:, :h] = rw
-    rw = full
+        head_score = np.where(mh, block, np.where(tail, below, head_fused))
+        score = fused
+        if k > h:
+            frac = (tail_pos[:, -1:] + np.arange(1, k - h + 1)).astype(np.float64) / (tail_n + 1.0)
+            score = np.where(q_reranked[:, None], np.where(floor > 0, floor * (1.0 - frac), floor - frac), fused[:, h:])
 
-    # Reranked block first (by blended score, then fused rank), then everything else in fused order: only the
-    # first top_n places of a query can move, so only they are sorted (the padding sorts last).
-    perm = np.broadcast_to(np.arange(d), (nq, d)).copy()
-    perm[:, :h] = np.argsort(np.where(mh, -block, np.inf), axis=1, kind="stable")
-    sel = np.flatnonzero((np.arange(k)[None, :] < p.n[:, None]).ravel())
-    src = (np.arange(nq)[:, None] * d + perm[:, :k]).ravel()[sel]
-    flag = np.where(m, 1, np.where(tail & (fr <= cfg.top_n), 2, 0)).ravel()[src]
-    return _places_frame(ix, p, src, d, fr[src % d], score.ravel()[src], rerank.ravel()[src], norm.ravel()[src],
-                         rw.ravel()[src], m.ravel()[src], raw.ravel()[src], flag)
+    # Reranked block first (by blended score, then fused rank), then everything else in fused order; the
+    # places below top_n stay where they are. One stable sort per query of its first top_n keys.
+    by_row = np.argsort(np.where(mh, -block, np.inf), axis=1, kind="stable")[:, :k]
+    at = (np.arange(nq)[:, None] * h + by_row).ravel()
+
+    def rows(head: np.ndarray, rest: np.ndarray | float) -> np.ndarray:
+        """(queries x kept places): the head's values in their new order, then the places below it."""
+        first = head.ravel()[at].reshape(nq, -1)
+        if k <= h:
+            return first
+        out = np.empty((nq, k), dtype=first.dtype)
+        out[:, :h], out[:, h:] = first, rest
+        return out
+
+    return _places_frame(
+        ix, p, rows(p.g[:, :h], p.g[:, h:k]), rows(np.broadcast_to(fr, (nq, h)), np.arange(h + 1, k + 1)),
+        rows(head_score, score), rows(head_rr, rerank[:, h:]), rows(norm, np.nan), rows(rw, 1.0),
+        rows(mh, False), rows(np.where(mh, head_rr, head_fused), fused[:, h:]), rows(np.where(tail, 2, mh.astype(np.int64)), 0),
+        rows(p.isum[:, :h], p.isum[:, h:k]),
+    )
 
 
 def _places_frame(
-    ix: FusionIndex, p: Places, src: np.ndarray, d: int, fused_rank: np.ndarray, score: np.ndarray,
-    rerank: np.ndarray, norm: np.ndarray, rw: np.ndarray, reranked: np.ndarray, raw: np.ndarray, flag: np.ndarray,
+    ix: FusionIndex, p: Places, g: np.ndarray, fused_rank: np.ndarray, score: np.ndarray, rerank: np.ndarray,
+    norm: np.ndarray | float, rw: np.ndarray | float, reranked: np.ndarray | bool, raw: np.ndarray, flag: np.ndarray | int,
+    isum: np.ndarray | None = None,
 ) -> pl.DataFrame:
-    """The blended frame (`_out_columns` with `_key` and `_q`) of the places `src` (flat indices into `p`'s
-    matrices, in output order: query by query, each query's places in their new order)."""
-    g = p.g.ravel()[src]
-    _, _, _, best, gq, gd = ix.grouping
-    q, doc = gq[g], gd[g]
-    qs = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-    rank = np.arange(len(q)) - np.repeat(qs, np.diff(np.r_[qs, len(q)])) + 1
-    flags = pl.Series("flags", [[], ["reranked"], ["rerank_missing"]], dtype=pl.List(pl.Utf8)).gather(flag)
-    out = pl.DataFrame(
-        [
-            ix.qids.gather(q).alias("qid"),
-            ix.docs.gather(doc).alias("doc_id"),
-            ix.chunk_id.gather(best[g]).alias("chunk_id"),
-            pl.Series("score", score, dtype=pl.Float64),
-            pl.Series("rank", rank, dtype=pl.Int64),
-            pl.Series("fused_rank", fused_rank, dtype=pl.Int64),
-            pl.Series("fused_score", p.isum.ravel()[src] / _SCALE, dtype=pl.Float64),
-            pl.Series("rerank_score", rerank, dtype=pl.Float64).fill_nan(None),
-            pl.Series("rerank_norm", norm, dtype=pl.Float64).fill_nan(None),
-            pl.Series("retrieval_weight", rw, dtype=pl.Float64),
-            pl.Series("reranked", reranked, dtype=pl.Boolean),
-            pl.Series("raw_score", raw, dtype=pl.Float64),
-            flags,
-            pl.Series("_key", q * len(ix.docs) + doc, dtype=pl.Int64),
-            pl.Series("_q", q, dtype=pl.Int64),
-        ]
-    )
-    return out
+    """The blended frame (`_out_columns` with `_key` and `_q`) from (queries x places) matrices in output order
+    (or values that broadcast to them); places past a query's fused documents (`p.n`) are dropped. `isum`: the
+    fused scores in fusion's units (default: `score` is the fused score). Rows are taken by indexing frames
+    (`frame[rows]`), which costs a fraction of `Series.gather` here."""
+    nq, k = g.shape
+    sel = None if bool((p.n >= k).all()) else np.flatnonzero((np.arange(k)[None, :] < p.n[:, None]).ravel())
+
+    def flat(a: np.ndarray | float) -> np.ndarray:
+        a = np.broadcast_to(np.asarray(a), (nq, k)).ravel()
+        return a if sel is None else a[sel]
+
+    gg = flat(g)
+    q, doc = ix.grouping[4][gg], ix.grouping[5][gg]
+    return p.ids[gg].hstack([
+        pl.Series("score", flat(score), dtype=pl.Float64),
+        pl.Series("rank", flat(np.arange(1, k + 1)[None, :]), dtype=pl.Int64),
+        pl.Series("fused_rank", flat(fused_rank), dtype=pl.Int64),
+        pl.Series("fused_score", flat(score) if isum is None else flat(isum) / _SCALE, dtype=pl.Float64),
+        pl.Series("rerank_score", flat(rerank), dtype=pl.Float64, nan_to_null=True),
+        pl.Series("rerank_norm", flat(norm), dtype=pl.Float64, nan_to_null=True),
+        pl.Series("retrieval_weight", flat(rw), dtype=pl.Float64),
+        pl.Series("reranked", flat(reranked), dtype=pl.Boolean),
+        pl.Series("raw_score", flat(raw), dtype=pl.Float64),
+        _FLAGS[flat(flag)].to_series(),
+        pl.Series("_key", q * len(ix.docs) + doc, dtype=pl.Int64),
+        pl.Series("_q", q, dtype=pl.Int64),
+    ])
+
+
+_FLAGS = pl.DataFrame({"flags": [[], ["reranked"], ["rerank_missing"]]}, schema={"flags": pl.List(pl.Utf8)})

@@ -313,7 +313,10 @@ class Layout:
     col: np.ndarray  # its column, as uint64
     at: np.ndarray  # (queries x width) the grouped document at each position, -1 past the query's documents
     count: np.ndarray  # grouped documents per query
-    layers: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # (documents, (query, list) codes, ranks)
+    # Per layer: (its documents, None for all of them (layer 0), their (query, list) codes, their ranks).
+    layers: tuple[tuple[np.ndarray | None, np.ndarray, np.ndarray], ...]
+    # [qid, doc_id, chunk_id] of each grouped document (as `fuse` names them): a row gather gives a list's ids.
+    ids: pl.DataFrame
 
 
 def layout(ix: FusionIndex) -> Layout | None:
@@ -338,8 +341,10 @@ def layout(ix: FusionIndex) -> Layout | None:
     layers = []
     for k in range(int(n_app.max())):
         docs = np.flatnonzero(n_app > k)
-        layers.append((docs, ix.grouped_ql[starts[docs] + k], ix.grouped_rank[starts[docs] + k]))
-    return Layout(width, slot, col.astype(np.uint64), at.reshape(nq, width), count, tuple(layers))
+        layers.append((None if k == 0 else docs, ix.grouped_ql[starts[docs] + k], ix.grouped_rank[starts[docs] + k]))
+    ids = pl.DataFrame([ix.qids.gather(gq).alias("qid"), ix.docs.gather(gd).alias("doc_id"),
+                        ix.chunk_id.gather(ix.grouping[3]).alias("chunk_id")]).rechunk()
+    return Layout(width, slot, col.astype(np.uint64), at.reshape(nq, width), count, tuple(layers), ids)
 
 
 @dataclass(frozen=True)
@@ -351,6 +356,7 @@ class Places:
     isum: np.ndarray  # (queries x places) its fused score in units of 2**-32
     n: np.ndarray  # places filled per query
     count: np.ndarray  # fused documents per query
+    ids: pl.DataFrame  # `Layout.ids`: the row of each grouped document
 
 
 def places(
@@ -370,7 +376,10 @@ def places(
     itab = itab.ravel()
     isum = ibonus[best_rank]
     for docs, ql, rank in lay.layers:  # integer sums: the same whatever the order of the terms
-        isum[docs] += itab[wcode[ql] * nr + rank]
+        if docs is None:
+            isum += itab[wcode[ql] * nr + rank]
+        else:
+            isum[docs] += itab[wcode[ql] * nr + rank]
     s_key = isum.max() - isum
     cbits = lay.width.bit_length()
     if int(s_key.max()).bit_length() + cbits > 63:  # the padding must sort after every key
@@ -384,11 +393,10 @@ def places(
     # then best rank, then doc. A partition first only pays when few places are kept.
     top = np.sort(np.partition(mat, d - 1, axis=1)[:, :d] if 4 * d < lay.width else mat, axis=1)[:, :d]
     n = np.minimum(lay.count, d)
-    cols = (top & np.uint64((1 << cbits) - 1)).astype(np.int64)
-    cols[np.arange(d)[None, :] >= n[:, None]] = 0
-    g = np.take_along_axis(lay.at, cols, axis=1)
+    at = np.arange(nq)[:, None] * lay.width + (top & np.uint64((1 << cbits) - 1)).astype(np.int64)
     valid = np.arange(d)[None, :] < n[:, None]
-    return Places(np.where(valid, g, -1), np.where(valid, isum[g], 0), n, lay.count)
+    g = np.where(valid, lay.at.ravel()[np.minimum(at, nq * lay.width - 1)], -1)  # padding: any place, masked
+    return Places(g, np.where(valid, isum[g], 0), n, lay.count, lay.ids)
 
 
 def fuse(
