@@ -318,7 +318,8 @@ def blend_places(
             score = np.where(q_reranked[:, None], np.where(floor > 0, floor * (1.0 - frac), floor - frac), fused[:, h:])
 
     # Reranked block first (by blended score, then fused rank), then everything else in fused order; the
-    # places below top_n stay where they are. One stable sort per query of its first top_n keys.
+    # places below top_n stay where they are. One stable sort along each query's row of its first top_n keys
+    # (numpy has no segmented sort; the matrix row is the segment).
     by_row = np.argsort(np.where(mh, -block, np.inf), axis=1, kind="stable")[:, :k]
     at = (np.arange(nq)[:, None] * h + by_row).ravel()
 

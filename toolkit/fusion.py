@@ -283,11 +283,16 @@ def weight_table(ix: FusionIndex, weights: pl.DataFrame | None) -> np.ndarray:
     nl = len(ix.lists)
     table = np.ones(len(ix.qids) * nl)
     if weights is not None and len(weights):
-        # Weights of queries or lists without candidates have nothing to weigh: their codes come out null.
-        wq, wl = (weights[c].cast(pl.Utf8).cast(pl.Enum(v), strict=False).to_physical() for c, v in (("qid", ix.qids), ("list_id", ix.lists)))
-        known = (wq.is_not_null() & wl.is_not_null()).to_numpy()
-        code = wq.cast(pl.Int64).fill_null(0).to_numpy() * nl + wl.cast(pl.Int64).fill_null(0).to_numpy()
-        table[code[known]] = weights["weight"].cast(pl.Float64).to_numpy()[known]
+        # Weights of queries or lists without candidates have nothing to weigh: their codes come out null. One
+        # select: each separate polars call costs more than the casts on a few thousand rows.
+        c = weights.select(
+            *(pl.col(c).cast(pl.Utf8).cast(pl.Enum(v), strict=False).to_physical().cast(pl.Int64).alias(c)
+              for c, v in (("qid", ix.qids), ("list_id", ix.lists))),
+            pl.col("weight").cast(pl.Float64),
+        )
+        known = (c["qid"].is_not_null() & c["list_id"].is_not_null()).to_numpy()
+        code = c["qid"].fill_null(0).to_numpy() * nl + c["list_id"].fill_null(0).to_numpy()
+        table[code[known]] = c["weight"].to_numpy()[known]
     return table
 
 
@@ -385,6 +390,7 @@ def places(
     if int(s_key.max()).bit_length() + cbits > 63:  # the padding must sort after every key
         return None
     nq = len(lay.count)
+    # numpy has no segmented sort: each query's keys fill a row of a padded matrix, sorted along its rows.
     mat = np.full(nq * lay.width, np.iinfo(np.uint64).max, dtype=np.uint64)  # padding sorts last
     mat[lay.slot] = (s_key.astype(np.uint64) << np.uint64(cbits)) | lay.col
     mat = mat.reshape(nq, lay.width)
