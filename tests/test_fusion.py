@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit.config import FusionConfig, RoutingConfig
-from toolkit.fusion import FUSED_SCHEMA, fuse, index, list_weights, normalized_scores
+from toolkit.fusion import FUSED_SCHEMA, fuse, index, layout, list_weights, normalized_scores, places
 
 COLS = ["qid", "list_id", "variant", "retriever", "doc_id", "chunk_id", "rank", "score"]
 
@@ -211,6 +211,28 @@ def test_the_first_places_equal_the_whole_list_cut(c, depth, which):
     n = whole.group_by("qid").len().select("qid", pl.col("len").cast(pl.Int64).alias("_n"))
     expected = whole.filter(pl.col("rank") <= depth).join(n, on="qid", how="left", maintain_order="left")
     assert cut.equals(expected.select(cut.columns))
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(c=candidate_sets(), depth=st.one_of(st.none(), st.integers(1, 10)), which=st.integers(0, len(CONFIGS) - 1),
+       zero=st.booleans())
+def test_places_hold_the_fused_lists_places(c, depth, which, zero):
+    # fusion.places (what rescore fuses into when nothing reads a trace) stands in for fuse's frame: the same
+    # documents (its place in the index's grouping, `_grp`), order and scores, query by query.
+    cfg = CONFIGS[which]
+    w = list_weights(c, None, cfg)
+    if zero:  # one list switched off: then the frame's own grouping it is
+        w = w.with_columns(pl.when(pl.col("list_id") == "orig:vec").then(0.0).otherwise(pl.col("weight")).alias("weight"))
+    ix = index(c)
+    p = places(ix, layout(ix), w, cfg, depth)
+    if cfg.method == "rrf" and not zero:
+        assert p is not None or layout(ix) is None
+    if p is None:
+        return
+    f = fuse(c, w, cfg, idx=ix, depth=depth)
+    assert np.array_equal(p.g[p.g >= 0], f["_grp"].to_numpy())
+    assert np.array_equal(p.isum[p.g >= 0] / 2**32, f["score"].to_numpy())
+    assert np.array_equal(np.repeat(np.arange(len(p.n)), p.n), f["_q"].to_numpy())
 
 
 def test_first_places_on_uneven_queries_match_the_full_sort():

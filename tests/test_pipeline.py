@@ -156,6 +156,30 @@ def test_cached_encodings_give_the_plain_stage_chain_with_reranker_scores(store)
         assert got.filter(pl.col("flags").list.contains("reranked")).height > 0
 
 
+def test_rescore_without_a_trace_equals_the_traced_lists(store):
+    """Without a trace nothing reads the fused frame, and fusion's places matrix stands in for it
+    (`fusion.places`, `blend.blend_places`): every column of the final lists, the notes and the removed rows
+    equal a traced re-score's, with tied reranker scores, every blend and normalisation, and any cut."""
+    import numpy as np
+    from polars.testing import assert_frame_equal
+
+    base = load_config("qmd")
+    prep = prepare(store, QUERIES, base)
+    pool = prep.candidates.select("qid", "doc_id", "chunk_id").unique(["qid", "doc_id"], keep="first").sort("qid", "doc_id")
+    scores = np.random.default_rng(1).integers(0, 3, len(pool)) / 2.0  # few values: ties in the reranked block
+    prep.rerank_scores = pool.with_columns(pl.Series("rerank_score", scores)).filter(pl.int_range(pl.len()) % 5 != 0)
+    for upd in ({}, {"rerank.blend": "replace", "rerank.top_n": 2}, {"rerank.score_normalization": "sigmoid", "output.n": 2},
+                {"rerank.score_normalization": "none", "rerank.top_n": 500}, {"rerank.blend": "none"},
+                {"fusion.rank_bonus": [], "fusion.rrf_k": 1, "rerank.buckets": [[1, 0.9], [5, 0.1], [float("inf"), 0.3]]},
+                {"dedup.source_enabled": True}, {"threshold.min_score": 0.5}):
+        cfg = base.with_updates(upd)
+        for n in (None, 1, 3):
+            fast, traced = rescore(prep, cfg, trace=False, n=n), rescore(prep, cfg, trace=True, n=n)
+            for part in ("final", "per_query", "removed"):
+                assert_frame_equal(getattr(fast, part), getattr(traced, part), check_exact=True), (upd, n, part)
+    assert "fusion_layout" in prep._derived
+
+
 def test_index_settings_in_a_config_are_checked_against_the_store(store):
     """retrieval.lexical.stemmer/stopwords and retrieval.dense.model act: unset, the store's own index is
     used; set, they must match how the store was built, or prepare stops naming the field and the flag."""
