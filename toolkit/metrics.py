@@ -47,6 +47,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from .errors import InputError
@@ -503,7 +504,11 @@ def _trec_order(r: pl.DataFrame, doc_source: pl.DataFrame | None, by_rank: bool 
                               f"{rep['doc_id'][0]!r}: each counts once, at its best place (trec_eval refuses such a run)",
                               UserWarning, stacklevel=3)
         r = r.filter(first)
-    return r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("h").alias("pos"))
+    # Each query's rows are together (sorted by `h`): places from the row number, not a window over `h`.
+    h = r["h"].to_numpy()
+    first = np.flatnonzero(np.r_[True, h[1:] != h[:-1]]) if len(h) else np.zeros(0, dtype=np.int64)
+    pos = np.arange(1, len(h) + 1) - np.repeat(first, np.diff(np.r_[first, len(h)]))
+    return r.with_columns(pl.Series("pos", pos, dtype=pl.Int64))
 
 
 def _trec_sorted(r: pl.DataFrame, by_rank: bool) -> pl.DataFrame:
