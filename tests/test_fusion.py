@@ -225,7 +225,7 @@ def test_places_hold_the_fused_lists_places(c, depth, which, zero):
         w = w.with_columns(pl.when(pl.col("list_id") == "orig:vec").then(0.0).otherwise(pl.col("weight")).alias("weight"))
     ix = index(c)
     p = places(ix, layout(ix), w, cfg, depth)
-    if cfg.method == "rrf" and not zero:
+    if not zero:  # rrf and convex alike
         assert p is not None or layout(ix) is None
     if p is None:
         return

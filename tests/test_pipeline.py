@@ -171,7 +171,8 @@ def test_rescore_without_a_trace_equals_the_traced_lists(store):
     for upd in ({}, {"rerank.blend": "replace", "rerank.top_n": 2}, {"rerank.score_normalization": "sigmoid", "output.n": 2},
                 {"rerank.score_normalization": "none", "rerank.top_n": 500}, {"rerank.blend": "none"},
                 {"fusion.rank_bonus": [], "fusion.rrf_k": 1, "rerank.buckets": [[1, 0.9], [5, 0.1], [float("inf"), 0.3]]},
-                {"dedup.source_enabled": True}, {"threshold.min_score": 0.5}):
+                {"dedup.source_enabled": True}, {"threshold.min_score": 0.5},
+                {"fusion.method": "convex", "fusion.normalization": "zscore", "rerank.top_n": 3}):
         cfg = base.with_updates(upd)
         for n in (None, 1, 3):
             fast, traced = rescore(prep, cfg, trace=False, n=n), rescore(prep, cfg, trace=True, n=n)

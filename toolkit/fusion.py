@@ -368,23 +368,26 @@ def places(
     ix: FusionIndex, lay: Layout | None, weights: pl.DataFrame | None, cfg: FusionConfig, depth: int | None = None
 ) -> Places | None:
     """`fuse(candidates, weights, cfg, idx=ix, depth=depth)` as `Places`: the same documents, order and
-    scores. None where the layout does not hold (no `lay`, a list of weight 0, convex fusion, keys past 64
+    scores. None where the layout does not hold (no `lay`, a list of weight 0, learned fusion, keys past 63
     bits): then `fuse` it is."""
-    if lay is None or cfg.method != "rrf":
+    if lay is None or cfg.method not in ("rrf", "convex"):
         return None
     table = weight_table(ix, weights)
     if not (table[ix.present] > 0).all():
         return None
-    best_rank = ix.grouping[2]
-    wcode, itab, ibonus = _rrf_tables(table, cfg, int(ix.rank.max()) + 1, int(best_rank.max()) + 1)
-    nr = itab.shape[1]
-    itab = itab.ravel()
-    isum = ibonus[best_rank]
-    for docs, ql, rank in lay.layers:  # integer sums: the same whatever the order of the terms
-        if docs is None:
-            isum += itab[wcode[ql] * nr + rank]
-        else:
-            isum[docs] += itab[wcode[ql] * nr + rank]
+    o, starts, best_rank = ix.grouping[:3]
+    if cfg.method == "convex":
+        isum = np.add.reduceat(_convex_contrib(ix, table, cfg)[o], starts)
+    else:
+        wcode, itab, ibonus = _rrf_tables(table, cfg, int(ix.rank.max()) + 1, int(best_rank.max()) + 1)
+        nr = itab.shape[1]
+        itab = itab.ravel()
+        isum = ibonus[best_rank]
+        for docs, ql, rank in lay.layers:  # integer sums: the same whatever the order of the terms
+            if docs is None:
+                isum += itab[wcode[ql] * nr + rank]
+            else:
+                isum[docs] += itab[wcode[ql] * nr + rank]
     s_key = isum.max() - isum
     cbits = lay.width.bit_length()
     if int(s_key.max()).bit_length() + cbits > 63:  # the padding must sort after every key
@@ -428,8 +431,7 @@ def fuse(
     # Strings become sorted integer codes once and the grouping is a sort plus segment reductions in
     # numpy: a full re-fusion of every query has to fit in a slider tick.
     ix = idx if idx is not None else index(candidates)
-    qids, docs, lists = ix.qids, ix.docs, ix.lists
-    nq, nd, nl = len(qids), len(docs), len(lists)
+    nd, nl = len(ix.docs), len(ix.lists)
     q, d, li, rank = ix.q, ix.d, ix.li, ix.rank
 
     table = weight_table(ix, weights)
@@ -445,17 +447,9 @@ def fuse(
     weight = table[ql]
 
     if cfg.method == "rrf":
-        contrib = weight / (cfg.rrf_k + rank)
+        icontrib = np.round(np.nan_to_num(weight / (cfg.rrf_k + rank), nan=0.0) * _SCALE).astype(np.int64)
     else:
-        lex = ix.lex
-        norm = _normalize(ix.score, rank, lex, ql, nq * nl, cfg.normalization)
-        coef = weight * np.where(lex, 1.0 - cfg.alpha, cfg.alpha)
-        per_list = np.zeros(nq * nl)
-        per_list[ql] = coef  # every row of a (query, list) has the same coefficient
-        total = per_list.reshape(nq, nl).sum(axis=1)[q]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            contrib = np.where(total > 0, coef / total, 0.0) * norm
-    icontrib = np.round(np.nan_to_num(contrib, nan=0.0) * _SCALE).astype(np.int64)
+        icontrib = _convex_contrib(ix, table, cfg)
 
     live = weight > 0
     if not live.any():
@@ -468,6 +462,23 @@ def fuse(
     if cfg.method == "rrf":
         isum = isum + np.round(rank_bonus(cfg, best_rank) * _SCALE).astype(np.int64)
     return _fused_frame(ix, isum, best_rank, best, gq, gd, None if live.all() else -1, idx is not None, depth)
+
+
+def _convex_contrib(ix: FusionIndex, table: np.ndarray, cfg: FusionConfig) -> np.ndarray:
+    """Each candidate row's convex contribution (coefficient x normalised score) in units of 2**-32; `table`:
+    `weight_table`."""
+    nq, nl = len(ix.qids), len(ix.lists)
+    ql = ix.q * nl + ix.li
+    weight = table[ql]
+    lex = ix.lex
+    norm = _normalize(ix.score, ix.rank, lex, ql, nq * nl, cfg.normalization)
+    coef = weight * np.where(lex, 1.0 - cfg.alpha, cfg.alpha)
+    per_list = np.zeros(nq * nl)
+    per_list[ql] = coef  # every row of a (query, list) has the same coefficient
+    total = per_list.reshape(nq, nl).sum(axis=1)[ix.q]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        contrib = np.where(total > 0, coef / total, 0.0) * norm
+    return np.round(np.nan_to_num(contrib, nan=0.0) * _SCALE).astype(np.int64)
 
 
 def _fused_frame(
