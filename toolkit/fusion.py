@@ -598,5 +598,5 @@ def in_rank_order(frame: pl.DataFrame) -> bool:
         return True
     g = query_groups(frame)
     rank = frame["rank"].to_numpy()
-    new_q = np.r_[True, g[1:] != g[:-1]]
-    return bool(np.all(rank[new_q] == 1) and np.all(np.diff(rank)[~new_q[1:]] == 1))
+    # Each row after the first: one more than the row above in the same query, else 1 (a new query).
+    return bool(rank[0] == 1 and np.all(np.where(g[1:] == g[:-1], np.diff(rank), rank[1:]) == 1))

@@ -185,10 +185,18 @@ def float32_strict(run: pl.DataFrame) -> pl.DataFrame:
             f"run frame: query {big['qid'][0]!r}, document {big['doc_id'][0]!r}: score {big['score'][0]} "
             "is outside the float32 range that trec_eval reads"
         )
-    r = run.sort("qid", "rank")
-    if not len(r):
-        return r
-    g = r["qid"].rle_id().cast(pl.Int64).to_numpy()  # rows of a query are together after the sort
+    if not len(run):
+        return run.sort("qid", "rank")
+    g = run["qid"].rle_id().cast(pl.Int64).to_numpy()
+    rank = run["rank"].to_numpy()
+    # A run from `Result.run` is sorted already (qids ascending, ranks rising within each): the sort, whose order
+    # is then unique, would leave it as it is.
+    plain = not run["qid"].null_count() and not run["rank"].null_count() and run["qid"].is_sorted()
+    if plain and np.all((g[1:] != g[:-1]) | (rank[1:] > rank[:-1])):
+        r = run
+    else:
+        r = run.sort("qid", "rank")
+        g = r["qid"].rle_id().cast(pl.Int64).to_numpy()  # rows of a query are together after the sort
     starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     pos = np.arange(len(g)) - starts[g]
     key = _f32_key(r["score"].cast(pl.Float32).to_numpy().view(np.int32)) + pos

@@ -112,7 +112,8 @@ def apply_threshold(
     query whose candidates come from one list is never low_differentiation: its scores are 1/(k + rank)
     whatever the list's own scores said, so their spread measures nothing.
     """
-    r = ranked if in_rank_order(ranked) else ranked.sort("qid", "rank")
+    ordered = in_rank_order(ranked)
+    r = ranked if ordered else ranked.sort("qid", "rank")
     if "flags" not in r.columns:
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
     if not len(r):  # no query has a result; with `evidence`, each still gets its row (n_results 0)
@@ -151,14 +152,16 @@ def apply_threshold(
         low_conf = pl.lit(False)
         r_out = r
     r_out = strictly_decreasing(r_out.drop(FILL_FROM, strict=False))
-    cols = r.select("qid", "rank", "score", *(["_any"] if "_any" in r.columns else []))  # not the whole frame
-    shown = cols.filter(pl.col("rank") <= n) if n else cols
-    per_query = shown.group_by("qid", maintain_order=True).agg(
-        pl.len().cast(pl.Int64).alias("n_results"),
-        pl.col("score").first().alias("top_score"),
-        pl.when(pl.len() >= 2).then(pl.col("score").first() - pl.col("score").last()).alias("spread"),
-        low_conf.alias("low_confidence"),
-    )
+    per_query = _blocks_per_query(r, n) if ordered and "_any" not in r.columns else None
+    if per_query is None:
+        cols = r.select("qid", "rank", "score", *(["_any"] if "_any" in r.columns else []))  # not the whole frame
+        shown = cols.filter(pl.col("rank") <= n) if n else cols
+        per_query = shown.group_by("qid", maintain_order=True).agg(
+            pl.len().cast(pl.Int64).alias("n_results"),
+            pl.col("score").first().alias("top_score"),
+            pl.when(pl.len() >= 2).then(pl.col("score").first() - pl.col("score").last()).alias("spread"),
+            low_conf.alias("low_confidence"),
+        )
     # `config.low_spread(cfg)` when given (the config's own scale when it sets none), else the field; unset: 0.01.
     limit = low_spread if low_spread is not None else cfg.low_spread if cfg.low_spread is not None else 0.01
     low_diff = (pl.col("spread") < limit).fill_null(False)
@@ -172,3 +175,29 @@ def apply_threshold(
         (pl.col("no_term_match").fill_null(False) if evidence is not None else pl.lit(False)).alias("no_term_match"),
     )
     return r_out, per_query.select(list(PER_QUERY_SCHEMA)).cast(PER_QUERY_SCHEMA)
+
+
+def _blocks_per_query(r: pl.DataFrame, n: int | None) -> pl.DataFrame | None:
+    """`apply_threshold`'s per-query group-by without a threshold ([qid, n_results, top_score, spread,
+    low_confidence] of each query's first `n` rows), from the rows' query blocks: `r` is in rank order (ranks 1,
+    2, ... per query), so a query's shown rows are the first min(rows, n) of its block. None unless fusion's query
+    codes `_q` say each query is one block, and no score is null (a null would read as NaN here)."""
+    if "_q" not in r.columns or r["_q"].null_count() or r["score"].null_count():
+        return None
+    g = r["_q"].to_numpy()
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    if (np.diff(g[first]) <= 0).any():  # a query in two blocks: the group-by merges them
+        return None
+    rows = np.diff(np.r_[first, len(g)])
+    shown = np.minimum(rows, n) if n else rows
+    score = r["score"].to_numpy()
+    per_query = r.select("qid")[first].with_columns(
+        pl.Series("n_results", shown, dtype=pl.Int64),
+        pl.Series("top_score", score[first], dtype=pl.Float64),
+        pl.Series("_last", score[first + shown - 1], dtype=pl.Float64),
+    )
+    return per_query.select(
+        "qid", "n_results", "top_score",
+        pl.when(pl.col("n_results") >= 2).then(pl.col("top_score") - pl.col("_last")).alias("spread"),
+        pl.lit(False).alias("low_confidence"),
+    )
