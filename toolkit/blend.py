@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from .config import RerankConfig
-from .fusion import _SCALE, FusionIndex, Places, in_rank_order, lookup_values, query_groups
+from .fusion import _SCALE, Places, in_rank_order, lookup_values, query_groups
 
 BLEND_SCHEMA = {
     "qid": pl.Utf8,
@@ -251,9 +251,7 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
     return out.with_columns(flags).select(_out_columns(out))
 
 
-def blend_places(
-    p: Places, ix: FusionIndex, by_group: np.ndarray | None, cfg: RerankConfig, *, keep: int | None = None
-) -> pl.DataFrame:
+def blend_places(p: Places, by_group: np.ndarray | None, cfg: RerankConfig, *, keep: int | None = None) -> pl.DataFrame:
     """`blend(fuse(...), ..., lookup=..., keep=keep)` from `fusion.places` output, with fusion's codes `_key` and
     `_q`: the same rows, order and scores. `by_group`: `fusion.grouped_values` of the reranker scores (None:
     no scores).
@@ -269,13 +267,12 @@ def blend_places(
     h = min(cfg.top_n, d)  # reranked rows lie in the first top_n places; only they can move
     rerank = np.full((nq, max(h, k)), np.nan)  # the reranker's score of each place, NaN where none
     if by_group is not None and cfg.blend != "none":
-        g = p.g[:, : max(h, k)]
-        rerank = np.where(g >= 0, by_group[g], np.nan)
+        rerank = np.append(by_group, np.nan)[p.g[:, : max(h, k)]]  # past a query's end (-1): the NaN appended
     head_rr = rerank[:, :h]
     mh = np.zeros((nq, h), dtype=bool) if cfg.blend == "none" else (p.g[:, :h] >= 0) & np.isfinite(head_rr)
     fused = p.isum[:, :k] / _SCALE
     if not mh.any():  # nothing reranked (no provider, or it failed for every query): the fused list
-        return _places_frame(ix, p, p.g[:, :k], np.arange(1, k + 1), fused, rerank[:, :k], np.nan, 1.0, False, fused, 0)
+        return _places_frame(p, p.g[:, :k], np.arange(1, k + 1), fused, rerank[:, :k], np.nan, 1.0, False, fused, 0)
     fr = np.arange(1, h + 1)
     head_fused = p.isum[:, :h] / _SCALE
     x = np.where(mh, head_rr, np.nan)
@@ -306,7 +303,7 @@ def blend_places(
     # its column.
     tail = q_reranked[:, None] & ~mh & (p.g[:, :h] >= 0)
     tail_pos = np.cumsum(tail, axis=1)
-    tail_n = np.where(q_reranked, p.count - mh.sum(axis=1), 0.0)[:, None]
+    tail_n = np.where(q_reranked, p.layout.count - mh.sum(axis=1), 0.0)[:, None]
     floor = np.where(mh, block, np.inf).min(axis=1)[:, None]
     with np.errstate(invalid="ignore"):
         frac = tail_pos.astype(np.float64) / (tail_n + 1.0)
@@ -333,7 +330,7 @@ def blend_places(
         return out
 
     return _places_frame(
-        ix, p, rows(p.g[:, :h], p.g[:, h:k]), rows(np.broadcast_to(fr, (nq, h)), np.arange(h + 1, k + 1)),
+        p, rows(p.g[:, :h], p.g[:, h:k]), rows(np.broadcast_to(fr, (nq, h)), np.arange(h + 1, k + 1)),
         rows(head_score, score), rows(head_rr, rerank[:, h:]), rows(norm, np.nan), rows(rw, 1.0),
         rows(mh, False), rows(np.where(mh, head_rr, head_fused), fused[:, h:]), rows(np.where(tail, 2, mh.astype(np.int64)), 0),
         rows(p.isum[:, :h], p.isum[:, h:k]),
@@ -341,9 +338,8 @@ def blend_places(
 
 
 def _places_frame(
-    ix: FusionIndex, p: Places, g: np.ndarray, fused_rank: np.ndarray, score: np.ndarray, rerank: np.ndarray,
-    norm: np.ndarray | float, rw: np.ndarray | float, reranked: np.ndarray | bool, raw: np.ndarray, flag: np.ndarray | int,
-    isum: np.ndarray | None = None,
+    p: Places, g: np.ndarray, fused_rank: np.ndarray, score: np.ndarray, rerank: np.ndarray, norm: np.ndarray | float,
+    rw: np.ndarray | float, reranked: np.ndarray | bool, raw: np.ndarray, flag: np.ndarray | int, isum: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """The blended frame (`_out_columns` with `_key` and `_q`) from (queries x places) matrices in output order
     (or values that broadcast to them); places past a query's fused documents (`p.n`) are dropped. `isum`: the
@@ -357,8 +353,7 @@ def _places_frame(
         return a if sel is None else a[sel]
 
     gg = flat(g)
-    q, doc = ix.grouping[4][gg], ix.grouping[5][gg]
-    return p.ids[gg].hstack([
+    return p.layout.ids[gg].hstack([
         pl.Series("score", flat(score), dtype=pl.Float64),
         pl.Series("rank", flat(np.arange(1, k + 1)[None, :]), dtype=pl.Int64),
         pl.Series("fused_rank", flat(fused_rank), dtype=pl.Int64),
@@ -369,8 +364,8 @@ def _places_frame(
         pl.Series("reranked", flat(reranked), dtype=pl.Boolean),
         pl.Series("raw_score", flat(raw), dtype=pl.Float64),
         _FLAGS[flat(flag)].to_series(),
-        pl.Series("_key", q * len(ix.docs) + doc, dtype=pl.Int64),
-        pl.Series("_q", q, dtype=pl.Int64),
+        pl.Series("_key", p.layout.key[gg], dtype=pl.Int64),
+        pl.Series("_q", np.repeat(np.arange(nq), np.minimum(p.n, k)), dtype=pl.Int64),
     ])
 
 

@@ -46,11 +46,14 @@ WEIGHT_SCHEMA = {"qid": pl.Utf8, "list_id": pl.Utf8, "weight": pl.Float64}
 
 def list_table(candidates: pl.DataFrame, features: pl.DataFrame | None) -> pl.DataFrame:
     """[qid, list_id, variant, retriever, technical]: the lists of each query, what `list_weights` needs.
-    It depends only on the cached stages, so `Prepared` computes it once per slider session."""
+    It depends only on the cached stages, so `Prepared` computes it once per slider session; sorted by (qid,
+    list_id), `list_weights`' order, whose sort then finds its work done (half its time on a slider tick)."""
     lists = candidates.select("qid", "list_id", "variant", "retriever").unique()
     if features is not None and len(features):
-        return lists.join(features.select("qid", "technical"), on="qid", how="left")
-    return lists.with_columns(pl.lit(None, pl.Boolean).alias("technical"))
+        lists = lists.join(features.select("qid", "technical"), on="qid", how="left")
+    else:
+        lists = lists.with_columns(pl.lit(None, pl.Boolean).alias("technical"))
+    return lists.sort("qid", "list_id")
 
 
 def list_weights(
@@ -322,6 +325,7 @@ class Layout:
     layers: tuple[tuple[np.ndarray | None, np.ndarray, np.ndarray], ...]
     # [qid, doc_id, chunk_id] of each grouped document (as `fuse` names them): a row gather gives a list's ids.
     ids: pl.DataFrame
+    key: np.ndarray  # its (query, document) code, `fuse`'s `_key`
 
 
 def layout(ix: FusionIndex) -> Layout | None:
@@ -349,7 +353,7 @@ def layout(ix: FusionIndex) -> Layout | None:
         layers.append((None if k == 0 else docs, ix.grouped_ql[starts[docs] + k], ix.grouped_rank[starts[docs] + k]))
     ids = pl.DataFrame([ix.qids.gather(gq).alias("qid"), ix.docs.gather(gd).alias("doc_id"),
                         ix.chunk_id.gather(ix.grouping[3]).alias("chunk_id")]).rechunk()
-    return Layout(width, slot, col.astype(np.uint64), at.reshape(nq, width), count, tuple(layers), ids)
+    return Layout(width, slot, col.astype(np.uint64), at.reshape(nq, width), count, tuple(layers), ids, gq * len(ix.docs) + gd)
 
 
 @dataclass(frozen=True)
@@ -360,8 +364,7 @@ class Places:
     g: np.ndarray  # (queries x places) grouped document at each place (`FusionIndex.grouping` index), -1 past the end
     isum: np.ndarray  # (queries x places) its fused score in units of 2**-32
     n: np.ndarray  # places filled per query
-    count: np.ndarray  # fused documents per query
-    ids: pl.DataFrame  # `Layout.ids`: the row of each grouped document
+    layout: Layout  # what they were laid out by (`Layout.count`: each query's number of fused documents)
 
 
 def places(
@@ -405,7 +408,7 @@ def places(
     at = np.arange(nq)[:, None] * lay.width + (top & np.uint64((1 << cbits) - 1)).astype(np.int64)
     valid = np.arange(d)[None, :] < n[:, None]
     g = np.where(valid, lay.at.ravel()[np.minimum(at, nq * lay.width - 1)], -1)  # padding: any place, masked
-    return Places(g, np.where(valid, isum[g], 0), n, lay.count, lay.ids)
+    return Places(g, np.where(valid, isum[g], 0), n, lay)
 
 
 def fuse(

@@ -540,7 +540,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
             lookup = (*pairs, prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
     with_priors = priors_stage.active(cfg.priors)
     if places is not None:
-        blended = blend_stage.blend_places(places, idx, lookup[2] if lookup is not None else None, cfg.rerank, keep=keep)
+        blended = blend_stage.blend_places(places, lookup[2] if lookup is not None else None, cfg.rerank, keep=keep)
     else:
         blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
     t["blend"] = time.perf_counter() - t0
