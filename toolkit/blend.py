@@ -329,12 +329,17 @@ def blend_places(p: Places, by_group: np.ndarray | None, cfg: RerankConfig, *, k
         out[:, :h], out[:, h:] = first, rest
         return out
 
-    return _places_frame(
-        p, rows(p.g[:, :h], p.g[:, h:k]), rows(np.broadcast_to(fr, (nq, h)), np.arange(h + 1, k + 1)),
-        rows(head_score, score), rows(head_rr, rerank[:, h:]), rows(norm, np.nan), rows(rw, 1.0),
-        rows(mh, False), rows(np.where(mh, head_rr, head_fused), fused[:, h:]), rows(np.where(tail, 2, mh.astype(np.int64)), 0),
-        rows(p.isum[:, :h], p.isum[:, h:k]),
-    )
+    g = rows(p.g[:, :h], p.g[:, h:k])
+    fused_rank = rows(np.broadcast_to(fr, (nq, h)), np.arange(h + 1, k + 1))
+    score = rows(head_score, score)
+    raw = rows(np.where(mh, head_rr, head_fused), fused[:, h:])
+    rerank = rows(head_rr, rerank[:, h:])
+    norm = rows(norm, np.nan)
+    rw = rows(rw, 1.0)
+    reranked = rows(mh, False)
+    flag = rows(np.where(tail, 2, mh.astype(np.int64)), 0)
+    isum = rows(p.isum[:, :h], p.isum[:, h:k])
+    return _places_frame(p, g, fused_rank, score, rerank, norm, rw, reranked, raw, flag, isum)
 
 
 def _places_frame(
