@@ -304,9 +304,13 @@ def _rrf_tables(table: np.ndarray, cfg: FusionConfig, n_ranks: int, n_best: int)
     of 2**-32: a contribution depends only on its list's weight and its rank, so it is looked up, not computed
     per row."""
     wv, wcode = np.unique(table, return_inverse=True)
-    itab = np.round(np.nan_to_num(wv[:, None] / (cfg.rrf_k + np.arange(n_ranks)), nan=0.0) * _SCALE).astype(np.int64)
     ibonus = np.round(rank_bonus(cfg, np.arange(n_best)) * _SCALE).astype(np.int64)
-    return wcode.ravel(), itab, ibonus
+    return wcode.ravel(), _rrf_contributions(wv, cfg, n_ranks), ibonus
+
+
+def _rrf_contributions(weights: np.ndarray, cfg: FusionConfig, n_ranks: int) -> np.ndarray:
+    """(weight x rank) table of w / (k + rank) in units of 2**-32."""
+    return np.round(np.nan_to_num(weights[:, None] / (cfg.rrf_k + np.arange(n_ranks)), nan=0.0) * _SCALE).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -321,8 +325,9 @@ class Layout:
     col: np.ndarray  # its column, as uint64
     at: np.ndarray  # (queries x width) the grouped document at each position, -1 past the query's documents
     count: np.ndarray  # grouped documents per query
-    # Per layer: (its documents, None for all of them (layer 0), their (query, list) codes, their ranks).
-    layers: tuple[tuple[np.ndarray | None, np.ndarray, np.ndarray], ...]
+    # Per layer: (its documents, None for all of them (layer 0), their (query, list) codes, their ranks, their
+    # (list, rank) codes: list code x `n_ranks` + rank).
+    layers: tuple[tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray], ...]
     # [qid, doc_id, chunk_id] of each grouped document (as `fuse` names them): a row gather gives a list's ids.
     ids: pl.DataFrame
     key: np.ndarray  # its (query, document) code, `fuse`'s `_key`
@@ -348,9 +353,11 @@ def layout(ix: FusionIndex) -> Layout | None:
     at[slot] = np.arange(len(gq))
     n_app = np.diff(np.r_[starts, len(o)])
     layers = []
+    nl, nr = len(ix.lists), int(ix.rank.max()) + 1
     for k in range(int(n_app.max())):
         docs = np.flatnonzero(n_app > k)
-        layers.append((None if k == 0 else docs, ix.grouped_ql[starts[docs] + k], ix.grouped_rank[starts[docs] + k]))
+        ql, rank = ix.grouped_ql[starts[docs] + k], ix.grouped_rank[starts[docs] + k]
+        layers.append((None if k == 0 else docs, ql, rank, ql % nl * nr + rank))
     ids = pl.DataFrame([ix.qids.gather(gq).alias("qid"), ix.docs.gather(gd).alias("doc_id"),
                         ix.chunk_id.gather(ix.grouping[3]).alias("chunk_id")]).rechunk()
     return Layout(width, slot, col.astype(np.uint64), at.reshape(nq, width), count, tuple(layers), ids, gq * len(ix.docs) + gd)
@@ -382,15 +389,21 @@ def places(
     if cfg.method == "convex":
         isum = np.add.reduceat(_convex_contrib(ix, table, cfg)[o], starts)
     else:
-        wcode, itab, ibonus = _rrf_tables(table, cfg, int(ix.rank.max()) + 1, int(best_rank.max()) + 1)
-        nr = itab.shape[1]
+        nr, nl = int(ix.rank.max()) + 1, len(ix.lists)
+        wcode, itab, ibonus = _rrf_tables(table, cfg, nr, int(best_rank.max()) + 1)
+        present = np.flatnonzero(ix.present)
+        by_list = np.ones(nl)
+        by_list[present % nl] = table[present]
+        if (table[present] == by_list[present % nl]).all():  # each list weighs the same in every query (no boost):
+            itab, wcode = _rrf_contributions(by_list, cfg, nr), None  # contributions by (list, rank)
         itab = itab.ravel()
         isum = ibonus[best_rank]
-        for docs, ql, rank in lay.layers:  # integer sums: the same whatever the order of the terms
+        for docs, ql, rank, lr in lay.layers:  # integer sums: the same whatever the order of the terms
+            got = itab[lr] if wcode is None else itab[wcode[ql] * nr + rank]
             if docs is None:
-                isum += itab[wcode[ql] * nr + rank]
+                isum += got
             else:
-                isum[docs] += itab[wcode[ql] * nr + rank]
+                isum[docs] += got
     s_key = isum.max() - isum
     cbits = lay.width.bit_length()
     if int(s_key.max()).bit_length() + cbits > 63:  # the padding must sort after every key
