@@ -270,7 +270,7 @@ def dedup(
     copies = _copy_keys(doc_source, chunk_copies) if cfg.identical_enabled else None
     identical = copies is not None
     passthrough = not (cfg.near_duplicate_enabled or cfg.source_enabled or identical)
-    if passthrough and ordered and r["rank"].max() > n:  # nothing can be removed: the top n as they are
+    if passthrough and ordered and len(r) and r["rank"].max() > n:  # nothing can be removed: the top n as they are
         r = r.filter(pl.col("rank") <= n)  # (ranks already 1..n: a blend that kept n places left nothing to cut)
     if "flags" not in r.columns:
         r = r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("flags"))
