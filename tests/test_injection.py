@@ -219,4 +219,5 @@ def test_hrt_search_output_has_no_escape_sequences(tmp_path: Path):
             doc = json.loads(r.stdout)
             assert {x["doc_id"] for x in doc["results"]} == {d["id"] for d in ANSI_DOCS}
             titles = {x["doc_id"]: x["title"] for x in doc["results"]}
-            assert titles == {d["id"]: d["title"] for d in ANSI_DOCS}
+            # JSON carries titles as stored; a lone CR is stored as the line end it is (user trial AT: CR-only notes).
+            assert titles == {d["id"]: d["title"].replace("\r", "\n") for d in ANSI_DOCS}

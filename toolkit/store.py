@@ -1148,12 +1148,14 @@ class Store:
         }
 
     def stale_text_once(self) -> str | None:
-        """The stale-text note (`stale_text_words`) the first time it is asked of this Store object while the index is
-        stale (no scan: from the store's meta), else None: what `pipeline.prepare` warns an API caller once, who got
+        """The stale-text note (`stale_text_words`) the first time it is asked of this Store object, if the index is
+        stale (`stale_text`, read once), else None: what `pipeline.prepare` warns an API caller once, who got
         0 results for a Japanese query on an old store without a word (user trial AW; `hrt search` says its own)."""
-        if "stale_said" in self._memo or self.lexical_analysis == ANALYSIS_VERSION:
+        if "stale_said" in self._memo:
             return None
-        self._memo["stale_said"] = True
+        self._memo["stale_said"] = True  # asked once, stale or not: the scan reads every chunk
+        if not self.stale_text():
+            return None
         what, redo = self.stale_text_words()
         return f"{self.path}: BM25 may miss words in non-ASCII text: {what}; {redo}"
 
