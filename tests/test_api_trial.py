@@ -81,7 +81,7 @@ def test_a_preset_name_saves_and_a_store_open_twice_in_one_process_says_so(tmp_p
     assert toolkit.load_config(path).name == "qmd"
     with Store(tmp_path / "s.duckdb") as st:
         st.ingest([{"_id": "a", "text": "alpha"}], embed=False)
-        with pytest.raises(StoreError, match="this process has the store open writable already .* use that one"):
+        with pytest.raises(StoreError, match="this process has the store open already in another way \\(a writable Store .* use that one"):
             Store(tmp_path / "s.duckdb", read_only=True)
 
 

@@ -154,3 +154,23 @@ def test_a_large_store_reads_through_arrow_even_in_a_search(tmp_path, corpus_fil
     runs = {limit: subprocess.run([sys.executable, "-c", code.format(patch=f"s.LEAN_MAX_DOCUMENTS = {limit}\n")],
                                   capture_output=True, text=True) for limit in (0, 100)}
     assert {k: r.stdout.strip() for k, r in runs.items()} == {0: "True", 100: "False"}, [r.stderr[-500:] for r in runs.values()]
+
+
+def test_the_programs_settings_stay_out_of_a_host_that_calls_hrt_in_process(tmp_path, monkeypatch):
+    """The review: calling `main([...])` in a program of one's own set PYDANTIC_DISABLE_PLUGINS for it and its children
+    and registered exit hooks; and `hrt search` in-process on a store the caller holds open read-only failed, its store
+    opened with another DuckDB setting (the unchecked extension) that DuckDB refuses beside the first."""
+    import os
+
+    from toolkit import cli
+    from toolkit.store import Store
+
+    monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    monkeypatch.setattr(cli, "_PROGRAM", False)
+    path = tmp_path / "s.duckdb"
+    with Store(path) as st:
+        st.ingest([{"doc_id": "a", "text": "kafka consumer lag"}], embed=False)
+    with Store(path, read_only=True), pytest.raises(SystemExit) as e:
+        cli.main(["search", "kafka", "--store", str(path), "--mode", "lexical"])
+    assert e.value.code == 0
+    assert "PYDANTIC_DISABLE_PLUGINS" not in os.environ and not cli._PROGRAM

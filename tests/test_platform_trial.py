@@ -34,12 +34,19 @@ def test_notes_saved_with_windows_or_mac_line_ends_are_the_same_documents(tmp_pa
 
 def test_a_spreadsheet_day_number_or_a_year_is_not_read_as_seconds_since_1970():
     """Excel's 45622 (26 Nov 2024) was read as 1970-01-01 12:40 and the recency prior scored the note 0; the same
-    digits as text were refused. A number is a timestamp only with the 9 to 11 digits text needs."""
-    with pytest.raises(InputError, match=r"cannot read 45622 as a date \(it looks like a spreadsheet's serial day"):
-        load_corpus([{"_id": "a", "text": "t", "date": 45622}])
-    with pytest.raises(InputError, match="cannot read 2024 as a date"):
-        load_corpus([{"_id": "a", "text": "t", "created_at": 2024}])
-    assert load_corpus([{"_id": "a", "text": "t", "date": 1_732_600_000}])[0]["metadata"]["date"] == 1_732_600_000
+    digits as text were refused. A number is a timestamp only with the 9 to 11 digits text needs; a shorter one (a
+    day number, a year, a duration in a `_time` field) stays a number, with a warning, and the ingest goes on."""
+    from toolkit.metatypes import typed_values
+
+    with pytest.warns(UserWarning, match=r"field `date`: a number of fewer than 9 digits is not read as a date .*spreadsheet"):
+        (doc,) = load_corpus([{"_id": "a", "text": "t", "date": 45622}])
+    assert doc["metadata"]["date"] == 45622
+    with pytest.warns(UserWarning, match="kept as a number, which no recency prior reads"):
+        assert typed_values({"response_time": 0.35, "created_at": 2024}, "r") == [
+            ("response_time", 0.35, None, "0.35"), ("created_at", 2024.0, None, "2024")]
+    assert typed_values({"date": 1_732_600_000}, "r")[0][2].year == 2024
+    with pytest.raises(InputError, match="looks like milliseconds"):  # still refused: 13 digits are no date either
+        load_corpus([{"_id": "a", "text": "t", "date": 1_732_600_000_000}])
 
 
 def test_collection_files_are_read_whatever_the_case_of_their_extension(tmp_path):
@@ -119,4 +126,22 @@ def test_a_collection_without_a_text_field_says_what_hrt_run_can_do(tmp_path):
     (root / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "coffee?"}) + "\n")
     (root / "qrels" / "test.tsv").write_text("q\ta\t1\n")
     r = _hrt("run", "--dataset", root, "--mode", "lexical", "--store", tmp_path / "s.duckdb", "--out", tmp_path / "r.trec")
-    assert r.exit_code != 0 and "hrt ingest --text-field" in r.output and "rename the field there" in r.output, r.output
+    assert r.exit_code != 0 and "the field `text` in corpus.jsonl" in r.output and "hrt ingest --text-field" in r.output, r.output
+
+
+def test_review_utf32_is_binary_a_pandas_index_kept_as_a_column_loads_and_depth_past_the_cap_is_said(tmp_path, corpus_file):
+    """The review of this trial's fixes: a UTF-32 file (its BOM starts as UTF-16's) was stored as NUL-laced text; a frame
+    indexed by `docno` that kept the column crashed; `hrt run --depth 2000` ended in a pydantic bound."""
+    import pandas as pd
+    from conftest import write_beir
+
+    (tmp_path / "n").mkdir()
+    (tmp_path / "n" / "u32.txt").write_bytes("Hello UTF-32 text\n".encode("utf-32"))
+    (tmp_path / "n" / "ok.md").write_text("fine\n")
+    docs = load_corpus(tmp_path / "n")
+    assert [d["doc_id"] for d in docs] == ["ok.md"] and docs.skipped[0].reason == "binary content (NUL bytes)"
+    df = pd.DataFrame({"docno": ["d1", "d2"], "text": ["a", "b"]})
+    assert [d["doc_id"] for d in load_corpus(df.set_index("docno", drop=False))] == ["d1", "d2"]
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    r = _hrt("run", "--dataset", ds, "--mode", "lexical", "--depth", 2000, "--store", tmp_path / "s.duckdb", "--out", tmp_path / "r.trec")
+    assert r.exit_code == 0 and "--depth 2000: a query keeps at most 1000 results" in r.output, r.output

@@ -166,3 +166,22 @@ def test_a_file_deleted_while_the_folder_is_read_is_named_as_deleted_not_as_a_sy
     docs = loaders.load_corpus(tmp_path / "w")
     assert [d["doc_id"] for d in docs] == ["a.md"]
     assert [(s.where, s.reason) for s in docs.skipped] == [("b.md", "deleted while the folder was read")]
+
+
+def test_clear_cache_vectors_drops_the_texts_a_document_held_before_its_edits(tmp_path, embedder):
+    """The review: a file edited, then removed with --prune, left its earlier text's vector in the cache for good;
+    `hrt clear-cache --vectors` drops every cached vector no chunk has."""
+    from toolkit.loaders import load_corpus
+
+    path = tmp_path / "s.duckdb"
+    for text in ("plan A\n", "plan B\n"):
+        _folders(tmp_path, {"w/p.md": text, "w/keep.md": "kept\n"})
+        with Store(path, embedder=embedder) as st:
+            st.ingest(load_corpus(tmp_path / "w"), prune=True)
+    (tmp_path / "w" / "p.md").unlink()
+    with Store(path, embedder=embedder) as st:
+        st.ingest(load_corpus(tmp_path / "w"), prune=True)
+    r = _hrt("clear-cache", "--store", path, "--vectors")
+    assert r.exit_code == 0 and "and 1 cached vector(s) no chunk has" in r.output, r.output
+    with Store(path, read_only=True) as st:
+        assert st.con.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 1  # kept.md's

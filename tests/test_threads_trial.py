@@ -130,3 +130,37 @@ def test_a_store_closed_under_a_search_names_itself_in_the_searching_thread(stor
     assert str(store.path) in str(errors[0])
     with pytest.raises(StoreError, match="is closed"):
         store.lexical_search(queries, top_k=5)
+
+
+def test_two_threads_closing_a_store_under_a_search_neither_raise_and_its_repr_does_not_either(store):
+    """The review: a shutdown hook and a signal handler closing at once made the second close raise, and a log line's
+    repr of the store during the close's wait raised too."""
+    import polars as pl
+
+    queries = pl.DataFrame({"qid": [str(i) for i in range(40)], "text": ["deploy failed ECONNREFUSED"] * 40})
+    started, errors = threading.Event(), []
+
+    def search() -> None:
+        try:
+            while True:
+                store.lexical_search(queries, top_k=5)
+                started.set()
+        except Exception:  # ends with the close
+            started.set()
+
+    def close() -> None:
+        try:
+            repr(store)
+            store.close()
+        except Exception as e:
+            errors.append(e)
+
+    t = threading.Thread(target=search)
+    t.start()
+    assert started.wait(60)
+    closers = [threading.Thread(target=close) for _ in range(2)]
+    for c in closers:
+        c.start()
+    for c in [*closers, t]:
+        c.join(60)
+    assert errors == [] and repr(store).endswith(", closed)")

@@ -89,8 +89,8 @@ def test_an_interval_that_says_otherwise_than_the_test_is_noted_where_both_are_s
 
     from toolkit.compare import interval_notes
 
-    sig = pl.DataFrame({"system": ["qmd", "rrf"], "measure": ["MRR@10", "MRR@10"], "p_value": [0.055, 0.30],
-                        "ci_low": [0.0032, -0.1], "ci_high": [0.1896, 0.1]})
+    sig = pl.DataFrame({"system": ["qmd", "rrf"], "measure": ["MRR@10", "MRR@10"], "p_value": [0.03, 0.30],
+                        "p_holm": [0.055, 0.30], "ci_low": [0.0032, -0.1], "ci_high": [0.1896, 0.1]})
     (note,) = interval_notes(sig)
     assert note.startswith("qmd, MRR@10: the 95% bootstrap interval excludes 0") and "the verdict follows the test" in note
     ds = write_beir(tmp_path / "ds", corpus_file)

@@ -67,8 +67,10 @@ def _broken_pipe() -> None:
 
 class _Group(click.Group):
     def __call__(self, *args, **kwargs):
-        """`hrt` run as a program (its console script, `python -m toolkit.cli`; in-process callers such as click's
-        CliRunner call `main`): what is left at exit is frozen (`gc.freeze`), so the collections Python runs while
+        """`hrt` run as a program: its console script and `python -m toolkit.cli` call `main()` with no arguments (the
+        command line is sys.argv). A program calling `main([...])` in its own process, or click's CliRunner (which calls
+        `main.main`), changes none of the below (the review: the environment and exit hooks leaked into the host).
+        What is left at exit is frozen (`gc.freeze`), so the collections Python runs while
         shutting down skip it: ~40-70 ms of a cold `hrt search`, spent on the objects the imports made. Only
         garbage in reference cycles goes unfinalised (the process ends); nothing of the toolkit's waits on it:
         stores and files are closed by their `with` blocks, and exit handlers and reference counting still run.
@@ -77,9 +79,10 @@ class _Group(click.Group):
         (~5 ms of a cold search), and `hrt` has no use for one: PYDANTIC_DISABLE_PLUGINS is set for the program
         (and the processes it starts), unless the user set it (PYDANTIC_DISABLE_PLUGINS= loads them all again)."""
         global _PROGRAM
-        _PROGRAM = True
-        atexit.register(gc.freeze)
-        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+        if not args and not kwargs.get("args") and not _PROGRAM:
+            _PROGRAM = True
+            atexit.register(gc.freeze)
+            os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
         return super().__call__(*args, **kwargs)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:  # noqa: D102
@@ -287,10 +290,11 @@ def _load_cfg(config: str | None, mode: str | None):
               help="Also build an HNSW index over the vectors (usearch, a file beside the store; for stores of ~100k chunks and up).")
 @click.option("--text-field", default=None, help="JSONL/Parquet field holding the text (default: text, else contents).")
 @click.option("--include", "include", multiple=True, metavar="GLOB",
-              help="Also read files matching GLOB as text (repeatable; on the path relative to SOURCE): '*.py', 'docs/*.html'.")
+              help="Also read files matching GLOB as text (repeatable; on the path relative to SOURCE, whatever the case): "
+                   "'*.py', 'docs/*.html'.")
 @click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
-              help="Leave out files or folders matching GLOB (repeatable; on the path relative to SOURCE): "
-                   "'logs/*', 'node_modules', '*.log'.")
+              help="Leave out files or folders matching GLOB (repeatable; on the path relative to SOURCE, whatever the "
+                   "case): 'logs/*', 'node_modules', '*.log'.")
 @click.option("--id-prefix", default=None, metavar="TEXT",
               help="Put TEXT before every document id of this ingest (e.g. 'personal/'): ids are paths relative "
                    "to SOURCE, so two folders sharing a store each need their own prefix to keep both todo.md.")
@@ -760,7 +764,9 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         click.echo(rr_source.describe(cfg), err=True)
     q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope], "metadata": [json.dumps(_as_of_metadata(cfg, as_of))]},
                      schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
-    with Store(store_path, read_only=True, wait_s=wait_s, verify_extension=False) as st:
+    # Unchecked only in a process of its own: DuckDB refuses a second connection to the file with other settings,
+    # and a notebook or a test holding the store open searched it in-process (the review).
+    with Store(store_path, read_only=True, wait_s=wait_s, verify_extension=not _PROGRAM) as st:
         if cfg.retrieval.dense.enabled:
             embedded, chunks = st.embedding_coverage()
             if not embedded and chunks and config is None and mode is None:
@@ -866,9 +872,6 @@ def _note_unknown_scope(doc_sources: pl.DataFrame, scope: str) -> None:
                f"{'s' if len(counts) != 1 else ''}: {shown}{more}", err=True)
 
 
-_STALE_SCAN_MAX = 20_000  # chunks `hrt search` scans for text an older analysis indexed otherwise (~0.1 s at most)
-
-
 def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
     """A store whose BM25 text an older toolkit made (before CJK characters and pairs, NFKC and kana voicing,
     `analysis.ANALYSIS_VERSION`; or written since by an older version) can miss words in its non-ASCII chunks
@@ -877,12 +880,13 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
     store's meta only: `Store.stale_text` (`hrt info`) also scans the chunks for non-ASCII text, which cost a
     quarter second per search of a 60k-chunk store (review of trial W's fix)."""
     from .analysis import ANALYSIS_VERSION
+    from .store import STALE_SCAN_MAX_CHUNKS
 
     if store.lexical_analysis == ANALYSIS_VERSION:
         return
     # A small store is scanned for the text the newer analysis indexes otherwise: an ASCII-only one said on every
     # search that it "may miss words" while `hrt info` called its text current (user trial AW).
-    if not store.stale_text(scan_max_chunks=_STALE_SCAN_MAX):
+    if not store.stale_text(scan_max_chunks=STALE_SCAN_MAX_CHUNKS):
         return
     what, redo = store.stale_text_words()
     routed = bool(prep.features["skip_lexical"].any())
@@ -984,6 +988,12 @@ def _deep_enough(cfg, depth: int):
     """The config with `output.n` raised to the run's `--depth`: the final lists stopped at output.n (100), so
     `--depth 1000` wrote 100 results per query without a word, and R@1000 and MAP were measured on a shallow run
     (user trial AU). Retrieval lists shorter than the depth bound the run too: said, with the fields to raise."""
+    from .config import OUTPUT_N_MAX
+
+    if depth > OUTPUT_N_MAX:
+        click.echo(f"note: --depth {depth}: a query keeps at most {OUTPUT_N_MAX} results (output.n's limit); the run "
+                   f"holds up to {OUTPUT_N_MAX} per query", err=True)
+        depth = OUTPUT_N_MAX
     if depth > cfg.output.n:
         cfg = cfg.with_updates({"output.n": depth})
     r = cfg.retrieval
@@ -1147,11 +1157,12 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     judged = {}
     pooled = bool((qrels["rel"] <= 0).any())
     depths = {}
+    known = [pl.Series(sorted(ids), dtype=pl.Utf8) for ids in (ds.query_ids(), ds.corpus_ids())]  # once for every run
     for rp in run_path:
         run_frame = read_run(rp)
         depths[rp] = run_depth(run_frame)
         for msg in [*id_warnings(run_frame, qrels, f"the {split} qrels"),
-                    *unknown_run_ids(run_frame, ds.query_ids(), ds.corpus_ids(), str(dataset))]:
+                    *unknown_run_ids(run_frame, *known, str(dataset))]:
             click.echo(f"warning: {rp}: {msg}", err=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IdMismatchWarning)  # said above, with the split
@@ -1419,11 +1430,13 @@ def train_reranker(dataset, split, out, store_path, base_model, epochs, negative
             progress=_progress(),  # bars only at a terminal, and never with TQDM_DISABLE (user trial Y)
         )
     if export_data:
+        from .files import JSON_LINES_SUFFIXES
+
         data = pl.read_parquet(Path(out) / "training_data.parquet")
         dest = Path(export_data)
         if dest.suffix.lower() == ".csv":
             data.write_csv(dest)
-        elif dest.suffix.lower() in (".jsonl", ".ndjson"):
+        elif dest.suffix.lower() in JSON_LINES_SUFFIXES:
             data.write_ndjson(dest)
         else:
             data.write_parquet(dest)
@@ -1558,18 +1571,21 @@ def delete(doc_ids, store_path, missing_ok, wait_s) -> None:
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
 @click.option("--model", default=None, help="Only this reranker's scores (model@url for an http reranker, as `hrt info` "
                                           "lists them; default: every reranker's).")
+@click.option("--vectors", is_flag=True, help="Also drop cached vectors no stored chunk has (texts edited away or of "
+                                              "removed documents, query vectors): they are embedded again if they return.")
 @_WAIT_OPTION
-def clear_cache(store_path, model, wait_s) -> None:
+def clear_cache(store_path, model, vectors, wait_s) -> None:
     """Drop cached reranker scores and the stage frames built from them, so the next search asks the reranker
-    again (an endpoint that now serves other weights under the same name). Documents, vectors and indexes stay."""
+    again (an endpoint that now serves other weights under the same name); --vectors, the cached vectors of texts no
+    document holds any more. Documents, their vectors and indexes stay."""
     from .store import Store, no_such_store
 
     if not Path(store_path).expanduser().exists():
         raise no_such_store(store_path)
     with Store(store_path, wait_s=_wait(wait_s, False)) as st:
-        got = st.clear_caches(model=model)
-    click.echo(f"dropped {got.get('rerank_cache', 0):,} cached reranker score(s) and {got['stage_cache']:,} cached stage "
-               "set(s)", err=True)
+        got = st.clear_caches(model=model, vectors=vectors)
+    click.echo(f"dropped {got.get('rerank_cache', 0):,} cached reranker score(s), {got['stage_cache']:,} cached stage "
+               f"set(s)" + (f" and {got['embedding_cache']:,} cached vector(s) no chunk has" if vectors else ""), err=True)
 
 
 @main.command()

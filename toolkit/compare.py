@@ -294,18 +294,20 @@ def interval_disagrees(p: float, ci: tuple[float, float], alpha: float) -> str |
         return None
     excludes_zero = ci[0] > 0 or ci[1] < 0
     if excludes_zero and p >= alpha:
-        return (f"the 95% bootstrap interval excludes 0 while the randomization test gives p >= {alpha:g}: the percentile "
-                "interval is the narrower of the two on few queries; the verdict follows the test")
+        return (f"the 95% bootstrap interval excludes 0 while the test's p is >= {alpha:g}: the percentile interval is the "
+                "narrower of the two on few queries (and is not corrected for several systems); the verdict follows the test")
     if not excludes_zero and p < alpha:
-        return f"the 95% bootstrap interval includes 0 while the randomization test gives p < {alpha:g}; the verdict follows the test"
+        return f"the 95% bootstrap interval includes 0 while the test's p is < {alpha:g}; the verdict follows the test"
     return None
 
 
 def interval_notes(sig: pl.DataFrame, alpha: float = 0.05) -> list[str]:
-    """`interval_disagrees` for each row of `compare`'s output (its unadjusted p), naming system and measure."""
+    """`interval_disagrees` for each row of `compare`'s output, naming system and measure, against the p its verdict
+    reads (`p_holm`, where a report shows stars by it; else `p_value`)."""
     out = []
+    p_col = "p_holm" if "p_holm" in sig.columns else "p_value"
     for r in sig.iter_rows(named=True):
-        if words := interval_disagrees(r["p_value"], (r["ci_low"], r["ci_high"]), alpha):
+        if words := interval_disagrees(r[p_col], (r["ci_low"], r["ci_high"]), alpha):
             out.append(f"{r['system']}, {r['measure']}: {words}")
     return out
 

@@ -66,7 +66,7 @@ from pydantic import (
 )
 
 from .errors import InputError
-from .files import write_text_atomic
+from .files import utf16_text, write_text_atomic
 from .redact import looks_like_secret, url_credentials
 
 SCHEMA_VERSION = 1
@@ -369,7 +369,7 @@ class FusionConfig(_Model):
     original_weight: Rescore[float] = Field(2.0, ge=0.0, le=100.0, description="Weight of the lists of the query as asked (QMD counts it twice against its expansions).")
     expansion_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0, description="Weight of the lists of each expansion.")
     # (last rank of the band, bonus): [(1, .05), (3, .02)] = rank 1 gets .05, ranks 2-3 get .02 (RRF only).
-    rank_bonus: Rescore[list[_Band]] = Field([(1, 0.05), (3, 0.02)], description="RRF bonus by original-list rank: (last rank of the band, bonus), e.g. [(1, .05), (3, .02)].")
+    rank_bonus: Rescore[list[_Band]] = Field([(1, 0.05), (3, 0.02)], description="RRF bonus by a document's best rank in any list: (last rank of the band, bonus), e.g. [(1, .05), (3, .02)].")
     alpha: Rescore[float] = Field(0.5, ge=0.0, le=1.0, description="Convex fusion: the dense share (1 - alpha for BM25).")
     normalization: Rescore[Literal["minmax", "zscore", "rank", "fixed"]] = Field("minmax", description="Convex fusion: how each list's scores are put on one scale (minmax, zscore, rank, or fixed: |x|/(1+|x|) and (cos+1)/2).")
 
@@ -505,11 +505,14 @@ class ThresholdConfig(_Model):
     min_prob: Rescore[float] = Field(0.0, ge=0.0, le=1.0, description="Calibrated probability of relevance below which results are dropped (fusion.method learned only; 0 keeps everything).")
 
 
+OUTPUT_N_MAX = 1000  # results a query keeps at most (`output.n`; `hrt run --depth` is capped by it)
+
+
 class OutputConfig(_Model):
     """How many results are shown, and how."""
 
     format: Rescore[Literal["compact", "detailed", "json"]] = Field("compact", description="How `hrt search` shows results: compact (for an agent's context), detailed, or json.")
-    n: Rescore[int] = Field(5, ge=1, le=1000, description="Results shown per query.")
+    n: Rescore[int] = Field(5, ge=1, le=OUTPUT_N_MAX, description="Results shown per query.")
     max_chars: Rescore[int] = Field(2000, ge=200, le=1_000_000, description="Characters the compact output may take in all (excerpts are shortened to fit).")
     excerpt_chars: Rescore[int] = Field(240, ge=20, le=100_000, description="Characters of each result's excerpt, at most.")
 
@@ -1192,7 +1195,7 @@ def _read_text(path: Path) -> tuple[dict[str, Any], str]:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:  # a config saved as cp1252 or UTF-16 ended in a traceback (user trial AT)
         line = raw[: e.start].count(b"\n") + 1
-        utf16 = " (UTF-16?)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        utf16 = " (UTF-16?)" if utf16_text(raw) else ""
         raise InputError(f"{path}:{line}: not UTF-8 text{utf16}: save the config as UTF-8") from None
     try:
         if path.suffix.lower() == ".json":

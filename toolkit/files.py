@@ -38,3 +38,14 @@ def path_stamp(p: Path) -> str:
         st = f.stat()
         h.update(f"{f.relative_to(p) if f != p else f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:10]
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian: how Windows' "Unicode" (UTF-16) files begin
+
+
+def utf16_text(data: bytes) -> bool:
+    """Whether `data` starts as UTF-16 text does, with a byte order mark (Notepad's "Unicode")."""
+    return data[:2] in UTF16_BOMS
+
+
+JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")  # a file written as JSON lines (else Parquet) where the suffix decides

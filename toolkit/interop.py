@@ -48,7 +48,11 @@ def named_index_as_columns(frame: Any) -> Any:
     after some transformations, and `to_dict("records")` / `pl.from_pandas` would drop it. An unnamed index is no
     field of the data and stays out."""
     names = getattr(frame.index, "names", [getattr(frame.index, "name", None)])
-    return frame.reset_index() if any(n is not None for n in names) else frame
+    if not any(n is not None for n in names):
+        return frame
+    # An index kept as a column too (`set_index("docno", drop=False)`) is there already: not inserted twice.
+    new = [n for n in names if n is not None and n not in frame.columns]
+    return frame.reset_index(level=new, drop=False).reset_index(drop=True) if new else frame.reset_index(drop=True)
 
 
 def _to_polars(obj: Any, what: str) -> pl.DataFrame:
@@ -95,6 +99,9 @@ def queries_frame(queries: Any) -> pl.DataFrame:
         return from_ir_datasets(queries[len(IRDS_PREFIX):])[0]
     if hasattr(queries, "__fspath__") or isinstance(queries, str) and Path(queries).exists():
         raise InputError(f"queries: got a path ({queries}); load it with Dataset.open(...).queries(split) or load_queries(path)")
+    if _looks_like_path(queries):  # a mistyped path, or one query's text with a slash in it
+        raise InputError(f"queries: got a string ({queries[:60]!r}): no file of that name, and not a set of queries; load a "
+                         "file with load_queries(path), or give one query as {'q1': 'its text'}")
     if isinstance(queries, str):  # a query's text where a set of queries goes (user trial AV)
         raise InputError(f"queries: got a string ({queries[:60]!r}), not a set of queries: give one as "
                          "{'q1': 'its text'} (or a frame with qid and text columns)")
@@ -170,12 +177,10 @@ def qrels_frame(qrels: Any) -> pl.DataFrame:
         if got is None:
             raise InputError(f"ir_datasets {qrels[len(IRDS_PREFIX):]!r}: has no qrels")
         return got
-    if hasattr(qrels, "__fspath__") or isinstance(qrels, str):  # a qrels file (BEIR tsv or TREC), as `hrt eval` reads
+    if _looks_like_path(qrels):  # a qrels file (BEIR tsv or TREC), as `hrt eval` reads it
         from .runs import read_qrels
 
-        if not Path(qrels).is_file():
-            raise InputError(f"qrels: {qrels}: no such file")
-        return read_qrels(qrels)
+        return read_qrels(_file(qrels, "qrels"))
     if type(qrels).__module__.startswith("ranx"):
         qrels = qrels.to_dict()
     if isinstance(qrels, Mapping) and all(isinstance(v, Mapping) for v in qrels.values()):
@@ -253,6 +258,25 @@ def run_frame(run: Any) -> pl.DataFrame:
     return df.select("qid", "doc_id", rank.alias("rank"), pl.col("score").cast(pl.Float64)).sort("qid", "rank")
 
 
+def _looks_like_path(obj: Any) -> bool:
+    """A path object, or a string naming a file (an existing one, or one with a folder or an extension: a mistyped
+    path must not be read as a query's text or as column names)."""
+    if hasattr(obj, "__fspath__"):
+        return True
+    return isinstance(obj, str) and ("\n" not in obj) and (Path(obj).exists() or "/" in obj or Path(obj).suffix.lower()
+                                                            in (".jsonl", ".json", ".tsv", ".txt", ".trec", ".run", ".qrels"))
+
+
+def _file(obj: Any, what: str) -> Path:
+    """`obj` as the path of an existing file, or an error naming it."""
+    p = Path(obj)
+    if p.is_dir():
+        raise InputError(f"{what}: {p} is a folder, not a file (a collection's judgements: Dataset.open(folder).qrels(split))")
+    if not p.is_file():
+        raise InputError(f"{what}: {p}: no such file")
+    return p
+
+
 def _is_result(obj: Any) -> bool:
     """A pipeline `Result` (told by its shape: importing the pipeline here would load it for every conversion)."""
     return type(obj).__name__ == "Result" and callable(getattr(obj, "run", None)) and hasattr(obj, "final")
@@ -264,10 +288,10 @@ def _run_of(obj: Any) -> Any:
     `to_pandas` refused a Result with a polars error that did not name `.run()` (user trial AV)."""
     if _is_result(obj):
         return obj.run()
-    if hasattr(obj, "__fspath__") or isinstance(obj, str) and Path(obj).is_file():
+    if _looks_like_path(obj):
         from .runs import read_run
 
-        return read_run(obj)
+        return read_run(_file(obj, "run"))
     return obj
 
 
@@ -294,6 +318,9 @@ def to_pandas(frame: pl.DataFrame, style: str = "pyterrier") -> Any:
     if style not in names:
         raise InputError(f"style {style!r}: expected one of {', '.join(names)}")
     frame = frame.run() if _is_result(frame) else frame
+    if not isinstance(frame, pl.DataFrame):
+        raise InputError(f"to_pandas: a toolkit frame or a Result, got {type(frame).__name__} (a file: read it with "
+                         "read_run, read_qrels or load_queries first)")
     return frame.rename({k: v for k, v in names[style].items() if k in frame.columns}).to_pandas()
 
 
@@ -315,6 +342,11 @@ def _qrels_or_run(obj: Any, kind: str | None) -> tuple[str, Any]:
         return kind or ("qrels" if type(obj).__name__ == "Qrels" else "run"), obj
     if _is_result(obj):
         return "run", obj.run()
+    if _looks_like_path(obj):  # a TREC run has 6 fields a line, judgements 3 or 4
+        p = _file(obj, kind or "qrels or run")
+        first = next((line for line in p.read_text(encoding="utf-8-sig").splitlines() if line.strip()), "")
+        kind = kind or ("run" if len(first.split()) == 6 else "qrels")
+        return kind, (run_frame(p) if kind == "run" else qrels_frame(p))
     if isinstance(obj, Mapping) and all(isinstance(v, Mapping) for v in obj.values()):
         return kind or "run", obj
     df = _to_polars(_namedtuples(obj), kind or "qrels or run")

@@ -55,6 +55,7 @@ from typing import Any
 import polars as pl
 
 from .errors import InputError
+from .files import utf16_text
 from .ids import near_miss
 from .interop import named_index_as_columns
 from .metatypes import is_date_field, parse_date, typed_values
@@ -122,7 +123,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                utf16 = " (UTF-16?)" if lineno == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+                utf16 = " (UTF-16?)" if lineno == 1 and utf16_text(raw) else ""
                 raise InputError(f"{path}:{lineno}: not valid UTF-8{utf16} (byte {e.start}); re-encode the file as UTF-8") from e
             if not line.strip():
                 continue
@@ -199,6 +200,17 @@ def _record_text(obj: Mapping[str, Any], where: str, text_field: str | None, hin
     if not isinstance(text, str):
         raise InputError(f"{where}: field `{found}` must be a string, got {type(text).__name__}")
     return found, text
+
+
+def _utf16_note(data: bytes) -> str | None:
+    """The text of a file that begins with a UTF-16 byte order mark, else None; one that does not decode as UTF-16
+    is not text either (None: the NUL check skips it as binary)."""
+    if not utf16_text(data):
+        return None
+    try:
+        return data.decode("utf-16")
+    except UnicodeDecodeError:
+        return None
 
 
 def _newlines(text: str) -> str:
@@ -484,8 +496,8 @@ def load_corpus(
         return _check_unique(_folder_docs(p.parent, alone, include, files=[p]), p, alone)
     if p.is_file() and p.suffix.lower() in COLLECTION_SUFFIXES - {".parquet"}:
         # A collection's corpus reaches `hrt run`, `eval` and `tune` too, which take no --text-field (user trial AT).
-        hint = ("`hrt ingest --text-field` (a collection's corpus.jsonl, as `hrt run` reads it, keeps its text in `text`: "
-                "rename the field there)") if beir else "--text-field"
+        hint = ("the field `text` in corpus.jsonl: `hrt run`, `eval` and `tune` read a collection's text there "
+                "(`hrt ingest --text-field` reads another field into a store of its own)") if beir else "--text-field"
         return _check_unique(((f"{p}:{n}", _doc_from_record(o, f"{p}:{n}", text_field, hint)) for n, o in _read_jsonl(p)), p)
     if p.is_file() and p.suffix.lower() == ".parquet":
         try:
@@ -719,16 +731,12 @@ def _folder_docs(
                 skipped.append(Skipped(rel, f"not indexed by default: add --include '*{f.suffix}'"))
                 continue
         data = f.read_bytes()
-        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its byte order mark (Notepad's "Unicode"): text
-            try:
-                text = data.decode("utf-16")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{f}: starts as UTF-16 text but is not valid UTF-16 (byte {e.start}); re-encode "
-                                 "the file as UTF-8") from e
-        elif b"\0" in data:  # whatever the name says: a NUL byte is never in a text note
+        text = _utf16_note(data)  # UTF-16 with its byte order mark (Notepad's "Unicode"): text; None otherwise
+        if text is None and b"\0" in data or text is not None and "\0" in text:
+            # Whatever the name says, a NUL is never in a text note (UTF-32 decodes as UTF-16 with NULs: binary).
             skipped.append(Skipped(rel, "binary content (NUL bytes)"))
             continue
-        else:
+        if text is None:
             body = data[len(BOM) :] if data.startswith(BOM) else data  # a BOM is no part of the text or its title
             try:
                 text = body.decode("utf-8")

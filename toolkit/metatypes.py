@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -128,14 +129,22 @@ def typed_values(
         ts = None
         if is_date_field(k):
             ts = parse_date(v)
+            if ts is None and num is not None and abs(num) < _EPOCH_MIN:
+                # Too few digits to be seconds since 1970: a duration (`response_time: 0.35`), a year, a spreadsheet's day
+                # number. Once read as a date in January 1970 (recency x0.00); refused, it stopped ingests that had
+                # loaded (the review): kept as a number, not a date, said once per field.
+                serial = " (a spreadsheet's serial day number? export the column as dates, e.g. 2024-11-26)" if (
+                    10_000 <= num < 100_000) else ""
+                warnings.warn(f"{label.format(k)}: a number of fewer than 9 digits is not read as a date (seconds since "
+                              f"1970 have 9 to 11){serial}; kept as a number, which no recency prior reads",
+                              UserWarning, stacklevel=2)
+                out.append((str(k), num, None, _text(v)))
+                continue
             if ts is None and strict:
                 digits = str(v).strip().lstrip("-").split(".")[0]
                 ms = (isinstance(v, int | float) and not isinstance(v, bool) and 1e11 < abs(v) < 1e14) or (
                     isinstance(v, str) and digits.isdigit() and 12 <= len(digits) <= 14)
-                serial = isinstance(v, int | float) and not isinstance(v, bool) and 10_000 <= v < 100_000
-                hint = (" (it looks like milliseconds since 1970, e.g. JavaScript's Date.now(): divide by 1000)" if ms else
-                        " (it looks like a spreadsheet's serial day number: export the column as dates, e.g. 2024-11-26)"
-                        if serial else "")
+                hint = " (it looks like milliseconds since 1970, e.g. JavaScript's Date.now(): divide by 1000)" if ms else ""
                 raise InputError(
                     f"{where}: {label.format(k)}: cannot read {v!r} as a date{hint}; accepted: ISO 8601 (2024-01-25, "
                     f"2024-01-25T09:30:00Z), RFC 2822 (Tue, 24 Nov 2026 10:00:00 +0100), seconds since 1970 (a number or "

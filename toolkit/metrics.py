@@ -398,7 +398,8 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
     return out
 
 
-def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str], doc_ids: Collection[str], where: str) -> list[str]:
+def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str] | pl.Series, doc_ids: Collection[str] | pl.Series,
+                    where: str) -> list[str]:
     """Run lines naming query or document ids `where` (the collection) lacks, in words: trec_eval drops them in
     silence, and so did `hrt eval` while some ids met. Two files joined with their byte order marks, document ids
     uppercased or written in NFD by a Mac made 1 to 35 queries score lower with no word (user trial AT). An id that
@@ -406,13 +407,15 @@ def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str], doc_ids: Coll
     from .ids import near_miss
 
     out = []
-    if query_ids:
-        qs = run.select(pl.col("qid").cast(pl.Utf8)).unique().filter(~pl.col("qid").is_in(list(query_ids)))["qid"].sort()
+    # As Series once (a caller evaluating several runs passes them so): a set of 8.8M ids made a list per call, ~5 s.
+    query_ids, doc_ids = (x if isinstance(x, pl.Series) else pl.Series(list(x), dtype=pl.Utf8) for x in (query_ids, doc_ids))
+    if len(query_ids):
+        qs = run.select(pl.col("qid").cast(pl.Utf8)).unique().filter(~pl.col("qid").is_in(query_ids.implode()))["qid"].sort()
         if len(qs):
             out.append(f"{len(qs)} query id(s) are not in {where}'s queries (e.g. {', '.join(map(repr, qs[:3]))}); their "
                        f"lines are not scored{near_miss(qs, query_ids)}")
-    if doc_ids:
-        ds = run.select(pl.col("doc_id").cast(pl.Utf8)).filter(~pl.col("doc_id").is_in(list(doc_ids)))["doc_id"]
+    if len(doc_ids):
+        ds = run.select(pl.col("doc_id").cast(pl.Utf8)).filter(~pl.col("doc_id").is_in(doc_ids.implode()))["doc_id"]
         if len(ds):
             distinct = ds.unique().sort()
             out.append(f"{len(ds)} line(s) name {len(distinct)} document id(s) not in {where}'s corpus (e.g. "
@@ -420,37 +423,36 @@ def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str], doc_ids: Coll
     return out
 
 
-def run_depth(run: pl.DataFrame) -> int | None:
-    """The depth a run was cut at: the length of its longest query list when at least 90% of its queries have that
-    many results; None for an empty run, or one whose lists end where retrieval ran out (a small corpus), of which
-    nothing is cut."""
+def run_depth(run: pl.DataFrame) -> tuple[int, bool]:
+    """(the length of the run's longest query list, whether the run was cut there: at least 90% of its queries have
+    that many results; a run whose lists end where retrieval ran out, on a small corpus, was not cut). (0, False)
+    for an empty run."""
     if not len(run):
-        return None
+        return 0, False
     lens = run.group_by("qid").len()["len"]
     top = int(lens.max())
-    return top if (lens == top).mean() >= 0.9 else None
+    return top, bool((lens == top).mean() >= 0.9)
 
 
-def depth_notes(depths: Mapping[str, int | None], measures: Iterable[str]) -> list[str]:
+def depth_notes(depths: Mapping[str, tuple[int, bool]], measures: Iterable[str]) -> list[str]:
     """Measures that look past the depth a run was cut at (`run_depth`), in words: R@100 of a run cut at 10 ranks
-    counts ranks it never returned, and two runs cut at unequal depths then differ by depth, not ranking (user trial
-    AU: a 'significant' R@100 win was one of depth alone). Measures without a cutoff (AP, nDCG, R) are named only when
-    the runs' depths differ."""
+    counts ranks it never returned, and two runs of unequal depth then differ by depth, not ranking (user trial AU:
+    a 'significant' R@100 win was one of depth alone). Measures without a cutoff (AP, nDCG, R) are named only when
+    the runs' depths differ, one of them cut."""
     ms = parse_measures(measures)
     out = []
-    depths = {n: d for n, d in depths.items() if d}
-    for name, d in depths.items():
-        past = [m.label for m in ms if m.k is not None and m.kind != "judged" and m.k > d > 0]
+    for name, (d, cut) in depths.items():
+        past = [m.label for m in ms if m.k is not None and m.kind != "judged" and m.k > d > 0] if cut else []
         if past:
             out.append(f"{name} holds at most {d} results per query: its {', '.join(past)} "
                        f"{'counts' if len(past) == 1 else 'count'} ranks past {d} that it never returned (as trec_eval does)")
-    if len(set(depths.values())) > 1:
-        lo = min(depths.values())
+    if len({d for d, _ in depths.values()}) > 1 and any(cut for _, cut in depths.values()):
+        lo = min(d for d, cut in depths.values() if cut)
         deep = [m.label for m in ms if m.kind != "judged" and (m.k is None or m.k > lo)]
         if deep:
-            shown = ", ".join(f"{n} {d}" for n, d in depths.items())
-            out.append(f"the runs differ in depth ({shown} results per query): their {', '.join(deep)} differ by depth "
-                       "as well as by ranking")
+            shown = ", ".join(f"{n} {d}{'' if cut else ' (not cut)'}" for n, (d, cut) in depths.items())
+            out.append(f"the runs differ in depth ({shown} results per query at most): their {', '.join(deep)} differ "
+                       "by depth as well as by ranking")
     return out
 
 

@@ -92,9 +92,10 @@ class Prepared:
     def __repr__(self) -> str:
         """One line, not every frame (a notebook printed 196 lines of polars tables, user trial AV)."""
         lists = self.candidates["list_id"].n_unique() if "list_id" in self.candidates.columns else 0
+        made = ("loaded from the store's stage cache" if "cache_load" in self.timings
+                else f"prepared in {sum(self.timings.values()):.2f} s")
         return (f"Prepared({len(self.queries)} queries, {len(self.candidates):,} candidates from {lists} lists, "
-                f"{len(self.rerank_scores) if self.rerank_scores is not None else 0:,} reranker scores; "
-                f"prepared in {sum(self.timings.values()):.2f} s)")
+                f"{len(self.rerank_scores) if self.rerank_scores is not None else 0:,} reranker scores; {made})")
 
     def derived(self, name: str, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """`build()` cached until one of `sources` (frames, which are immutable) is replaced: the config-free

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from .errors import InputError
-from .files import write_text_atomic
+from .files import utf16_text, write_text_atomic
 from .interop import run_frame
 
 RUN_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64}
@@ -41,7 +41,7 @@ def _lines(path: Path) -> pl.DataFrame:
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
-        utf16 = "; UTF-16 text? re-encode it as UTF-8" if path.read_bytes()[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        utf16 = "; UTF-16 text? re-encode it as UTF-8" if utf16_text(path.read_bytes()) else ""
         raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}){utf16}") from None
     lines = text.splitlines()
     joined = [i for i, line in enumerate(lines) if line.startswith("\ufeff")]
@@ -79,7 +79,7 @@ def _cast(parts: pl.DataFrame, col: str, dtype: pl.DataType, path: Path, what: s
 def _int_grades(parts: pl.DataFrame, col: str, path: Path, what: str = "relevance grade") -> pl.Series:
     """Integers; "1.0" is accepted (some tools write floats: grades, and ranks), "0.5" is not (trec_eval's are ints)."""
     as_float = _cast(parts, col, pl.Float64, path, what)
-    frac = (as_float != as_float.round(0)) | as_float.is_infinite()
+    frac = (as_float != as_float.round(0)) | (as_float.abs() > 2.0**53)  # past 2**53 (or inf) no float is an exact integer
     if frac.any():
         i = frac.arg_max()
         raise InputError(f"{path}:{parts['lineno'][i]}: {what} {parts[col][i]!r} is not an integer")
@@ -351,10 +351,12 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
         beir = len(fields) == 3
     elif fields and not re.fullmatch(r"[+-]?\d+", fields[-1]) and not any(c.isdigit() for c in first):
         sep = next((c for c in ",;" if c in first and len(fields) < 3), None)
+        if sep:  # the separator first: the column names may be the known ones (user trial AT's CSV from Excel)
+            raise InputError(f"{path}:1: the fields are separated by {sep!r}: qrels take tabs (BEIR) or TREC's spaces; "
+                             "save the file as tab-separated")
         raise InputError(f"{path}:1: {first.strip()!r} reads as a header this reader does not know (known: "
                          f"'{' '.join(_BEIR_HEADER)}' or column names such as 'qid docid rel', 'query_id iteration "
-                         "doc_id relevance'); remove it or rename its columns"
-                         + (f" (its fields are separated by {sep!r}: qrels take tabs, or TREC's spaces)" if sep else ""))
+                         "doc_id relevance'); remove it or rename its columns")
     else:
         beir = "\t" in first and len(first.strip().split("\t")) == 3
     if beir:

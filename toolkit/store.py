@@ -355,7 +355,7 @@ class _Calls:
     closing its Store on shutdown while a worker searched killed the worker with DuckDB's bare "Connection already
     closed!", or "No open result set" when the close fell between a statement and its fetch."""
 
-    WAIT_S = 30.0  # how long `close` waits for them; then it closes anyway, with a warning
+    WAIT_S = 30.0  # how long `close` waits for them; then it interrupts their statements and closes, with a warning
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -449,6 +449,13 @@ class _Connection:
                 cur = self._cursors[tid] = con.cursor()
             cur.execute("SET enable_progress_bar = false")
         return cur
+
+    def interrupt_cursors(self) -> None:
+        """Interrupt the statements the other threads' cursors run (`Store.close` after its wait)."""
+        with self._cursor_lock:
+            for cur in self._cursors.values():
+                with suppress(duckdb.Error):
+                    cur.interrupt()
 
     def close_cursors(self) -> None:
         """Close the other threads' cursors (before the connection itself)."""
@@ -585,6 +592,9 @@ def _connect_replaying(path: Path, read_only: bool, config: dict[str, str]) -> d
             "and the store opened as of its last checkpoint: writes made after it are not in the store (ingest them "
             "again)", path, kept)
         return duckdb.connect(str(path), read_only=read_only, config=config)
+
+
+STALE_SCAN_MAX_CHUNKS = 20_000  # chunks scanned for text an older analysis indexed otherwise (~0.1 s at most)
 
 
 class StaleTextWarning(UserWarning):
@@ -751,6 +761,7 @@ class Store:
         self.read_only = read_only
         threads = duckdb_threads(threads)  # checked before anything is created
         self._calls = _Calls(self.path)  # the calls under way, which `close` lets finish
+        self._closing = threading.Lock()
         self._dense_lock = threading.Lock()  # one thread builds the dense matrix of a generation
         self._embedder_lock = threading.Lock()
         self._memo: dict[Any, Any] = {}  # metadata reads, cleared by `_forget` on every write
@@ -791,9 +802,10 @@ class Store:
                                      f"reading, not both: {instead}){waited} ({str(e).splitlines()[0]})") from e
             if "different configuration than existing connections" in str(e):  # this process has it open already
                 other = "writable" if read_only else "read-only"
-                raise StoreError(f"{self.path}: this process has the store open {other} already (another Store object, "
-                                 f"e.g. from an earlier notebook cell): use that one, or close it first; DuckDB opens a "
-                                 f"file one way per process ({str(e).splitlines()[0]})") from e
+                raise StoreError(f"{self.path}: this process has the store open already in another way (a {other} Store "
+                                 f"object, e.g. from an earlier notebook cell, or one opened with other settings): use that "
+                                 f"one, or close it first; DuckDB opens a file one way per process "
+                                 f"({str(e).splitlines()[0]})") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
@@ -948,11 +960,14 @@ class Store:
     def close(self) -> None:
         """Close the file (again is a no-op); any later use of the store raises a StoreError naming it. A store
         file this object created and nothing was stored in (a failed first ingest, a mistyped path) is removed."""
-        if not isinstance(self.con._con, _Closed):
+        with self._closing:  # two threads closing at once (a shutdown hook and a signal handler): the second waits
+            if isinstance(self.con._con, _Closed):
+                return
             if still := self._calls.wait_for_others(_Calls.WAIT_S):
                 logging.getLogger("toolkit").warning(
-                    "warning: closing store %s while %d call(s) of other threads still run after %.0f s: they fail",
-                    self.path, still, _Calls.WAIT_S)
+                    "warning: closing store %s while %d call(s) of other threads still run after %.0f s: their "
+                    "statements are interrupted", self.path, still, _Calls.WAIT_S)
+                self.con.interrupt_cursors()  # else closing a cursor waits for its statement to end
             drop = self._drop_if_empty and self._is_empty()
             con, self.con._con = self.con._con, _Closed(self.path)  # later calls name the store
             self.con.close_cursors()
@@ -1011,7 +1026,11 @@ class Store:
         if isinstance(self.con._con, _Closed):
             return f"Store({str(self.path)!r}, closed)"
         mode = "read-only" if self.read_only else "writable"
-        return f"Store({str(self.path)!r}, {mode}, embedding model {self.embedding_model or 'none'})"
+        try:  # a log line of another thread while the store closes must not raise
+            model = f", embedding model {self.embedding_model or 'none'}"
+        except (StoreError, duckdb.Error):
+            model = ""
+        return f"Store({str(self.path)!r}, {mode}{model})"
 
     def __enter__(self) -> Store:
         return self
@@ -1044,8 +1063,7 @@ class Store:
         self._memo[("meta", "*")] = True  # every key read: a key not among the rows has no value
         for k, v in rows:
             self._memo.setdefault(("meta", k), v)  # a key's first row, as its own query's `fetchone` read it
-        latest = dict(rows)  # as `generation` reads the two
-        self._seen_generation = (latest.get("generation"), latest.get("vector_index"))
+        self._seen_generation = (self._memo.get(("meta", "generation")), self._memo.get(("meta", "vector_index")))
 
     def _rollback(self) -> None:
         """Roll back after a failed write, keeping the failure's own error: when DuckDB has already ended the
@@ -1154,7 +1172,7 @@ class Store:
         if "stale_said" in self._memo:
             return None
         self._memo["stale_said"] = True  # asked once, stale or not: the scan reads every chunk
-        if not self.stale_text():
+        if not self.stale_text(scan_max_chunks=STALE_SCAN_MAX_CHUNKS):
             return None
         what, redo = self.stale_text_words()
         return f"{self.path}: BM25 may miss words in non-ASCII text: {what}; {redo}"
@@ -1182,7 +1200,9 @@ class Store:
             return False
         if scan_max_chunks is not None and self.embedding_coverage()[1] > scan_max_chunks:
             return True
-        return self._non_ascii_chunks()
+        if "stale_scan" not in self._memo:  # until the next write: a search asks twice (the warning, its note)
+            self._memo["stale_scan"] = self._non_ascii_chunks()
+        return self._memo["stale_scan"]
 
     def _count_embeddings(self) -> int:
         if not self._has_table("embeddings"):
@@ -1716,7 +1736,8 @@ class Store:
         """A removed document's chunks leave no vector behind, unless another chunk still has their text (inside the
         caller's transaction). User trial Z found a deleted memory's vector in the embedding cache under its text's
         hash; a file pruned from a synced folder (`--prune`) left its vectors the same way: the text of a document
-        removed from the folder stayed recoverable from its vector, and the cache grew with every removal."""
+        removed from the folder stayed recoverable from its vector, and the cache grew with every removal. Texts the
+        document held before an edit stay cached (a revert embeds nothing) until `hrt clear-cache --vectors`."""
         if not hashes:
             return
         self._register("gone_hashes", pl.DataFrame({"text_hash": list(hashes)}, schema={"text_hash": pl.Utf8}))
@@ -2002,7 +2023,7 @@ class Store:
         )
 
     # ------------------------------------------------------------------ stage cache
-    def clear_caches(self, *, rerank: bool = True, model: str | None = None) -> dict[str, int]:
+    def clear_caches(self, *, rerank: bool = True, model: str | None = None, vectors: bool = False) -> dict[str, int]:
         """Drop cached reranker scores (all, or one provider's: its `cache_key`, "model@url" for http) and the stage
         frames built from them; {table: rows dropped}. The corpus, its vectors and indexes are untouched: the next
         search asks the provider again. For an endpoint that now serves other weights under the same name (user
@@ -2019,6 +2040,10 @@ class Store:
                     self.con.execute(f"DELETE FROM rerank_cache {where}", args)
                 out["stage_cache"] = self.con.execute("SELECT count(DISTINCT key) FROM stage_cache").fetchone()[0]
                 self.con.execute("DELETE FROM stage_cache")  # frames hold reranker scores: none may outlive them
+                if vectors:  # texts no chunk holds: a document's text before an edit, a query's (review: they stayed)
+                    orphans = "FROM embedding_cache e WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.text_hash = e.text_hash)"
+                    out["embedding_cache"] = self.con.execute("SELECT count(*) " + orphans).fetchone()[0]
+                    self.con.execute("DELETE " + orphans)
                 self.con.execute("COMMIT")
             except BaseException:
                 self.con.execute("ROLLBACK")

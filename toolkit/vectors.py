@@ -25,6 +25,7 @@ import polars as pl
 
 from .chunking import chunk_body, chunk_text
 from .errors import InputError
+from .files import JSON_LINES_SUFFIXES
 
 VECTOR_FIELD = "vector"
 
@@ -170,7 +171,7 @@ def write_vectors(frame: pl.DataFrame, out: str | Path, model: str, meta: dict[s
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     df = frame.with_columns(pl.lit(model).alias("model"))
-    if out.suffix.lower() in (".jsonl", ".ndjson"):
+    if out.suffix.lower() in JSON_LINES_SUFFIXES:
         df.write_ndjson(out)
     else:
         df.write_parquet(out, metadata={"hrt": json.dumps(meta or {})})
