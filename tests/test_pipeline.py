@@ -177,7 +177,10 @@ def test_rescore_without_a_trace_equals_the_traced_lists(store):
         for n in (None, 1, 3):
             fast, traced = rescore(prep, cfg, trace=False, n=n), rescore(prep, cfg, trace=True, n=n)
             for part in ("final", "per_query", "removed"):
-                assert_frame_equal(getattr(fast, part), getattr(traced, part), check_exact=True), (upd, n, part)
+                try:
+                    assert_frame_equal(getattr(fast, part), getattr(traced, part), check_exact=True)
+                except AssertionError as e:
+                    raise AssertionError(f"{upd}, n={n}, {part}: {e}") from None
     assert "fusion_layout" in prep._derived
 
 

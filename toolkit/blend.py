@@ -13,6 +13,7 @@ its fused order below the reranked block, and a query without any reranker score
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -156,6 +157,37 @@ def _group_reduce(ufunc: np.ufunc, values: np.ndarray, g: np.ndarray, n: int, em
     return out
 
 
+def _rerank_norm(x: np.ndarray, m: np.ndarray, kind: str, lo_hi: Callable[[], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Reranker scores `x` (NaN where `m` is false) scaled as `score_normalization` says; `lo_hi()`: each row's
+    query minimum and maximum (minmax only). One arithmetic for `_blend_block` and `blend_places`."""
+    if kind == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-x))
+    if kind == "none":
+        return x
+    lo, hi = lo_hi()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(hi > lo, (x - lo) / (hi - lo), np.where(m, 1.0, np.nan))
+
+
+def _bucket_weights(fr: np.ndarray, cfg: RerankConfig) -> np.ndarray:
+    """Retrieval weight by fused rank: the first bucket whose last rank is >= it (0 for `replace`)."""
+    if cfg.blend == "replace":
+        return np.zeros(len(fr))
+    w = np.full(len(fr), cfg.buckets[-1][1])
+    todo = np.ones(len(fr), dtype=bool)
+    for bound, weight in cfg.buckets:
+        hit = todo & (True if math.isinf(bound) else fr <= bound)
+        w[hit] = weight
+        todo &= ~hit
+    return w
+
+
+def _below(floor: np.ndarray, frac: np.ndarray) -> np.ndarray:
+    """Scores of the documents not reranked in a reranked query: below the block's `floor`, in fused order
+    (`frac` = place among them / (their number + 1)); `scores_below` is the same formula in polars."""
+    return np.where(floor > 0, floor * (1.0 - frac), floor - frac)
+
+
 def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.DataFrame:
     """The blend of queries with reranked documents, in numpy over rows sorted by (qid, fused rank).
 
@@ -180,26 +212,9 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
 
     x = np.where(m, rerank, np.nan)
     gm = g[m]
-    if cfg.score_normalization == "sigmoid":
-        norm = 1.0 / (1.0 + np.exp(-x))
-    elif cfg.score_normalization == "none":
-        norm = x
-    else:
-        lo = _group_reduce(np.minimum, x[m], gm, ng, np.nan)[g]
-        hi = _group_reduce(np.maximum, x[m], gm, ng, np.nan)[g]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            norm = np.where(hi > lo, (x - lo) / (hi - lo), np.where(m, 1.0, np.nan))
-
-    if cfg.blend == "replace":
-        w = np.zeros(len(b))
-    else:
-        w = np.full(len(b), cfg.buckets[-1][1])
-        todo = np.ones(len(b), dtype=bool)
-        for bound, weight in cfg.buckets:  # first bucket whose last rank is >= fused rank
-            hit = todo & (True if math.isinf(bound) else fr <= bound)
-            w[hit] = weight
-            todo &= ~hit
-    retrieval_weight = np.where(m, w, 1.0)
+    norm = _rerank_norm(x, m, cfg.score_normalization, lambda: (_group_reduce(np.minimum, x[m], gm, ng, np.nan)[g],
+                                                                 _group_reduce(np.maximum, x[m], gm, ng, np.nan)[g]))
+    retrieval_weight = np.where(m, _bucket_weights(fr, cfg), 1.0)
     block = np.where(m, retrieval_weight / frf + (1.0 - retrieval_weight) * norm, np.nan)
 
     # Documents not reranked, in a query where others were: fused order, scores strictly below the block.
@@ -215,7 +230,7 @@ def _blend_block(b: pl.DataFrame, cfg: RerankConfig, keep: int | None) -> pl.Dat
     floor = _group_reduce(np.minimum, block[m], gm, ng, np.nan)[g]
     frac = tail_pos / (tail_n + 1.0)
     with np.errstate(invalid="ignore"):
-        below = np.where(floor > 0, floor * (1.0 - frac), floor - frac)
+        below = _below(floor, frac)
     fused_score = b["fused_score"].to_numpy()
     score = np.where(m, block, np.where(tail, below, fused_score))
     raw = np.where(m, rerank, fused_score)
@@ -277,25 +292,10 @@ def blend_places(p: Places, by_group: np.ndarray | None, cfg: RerankConfig, *, k
     head_fused = p.isum[:, :h] / _SCALE
     x = np.where(mh, head_rr, np.nan)
     q_reranked = mh.any(axis=1)
-    if cfg.score_normalization == "sigmoid":
-        norm = 1.0 / (1.0 + np.exp(-x))
-    elif cfg.score_normalization == "none":
-        norm = x
-    else:  # rows without a reranked place: lo = inf, hi = -inf, so nan like `_blend_block`'s
-        lo = np.where(mh, x, np.inf).min(axis=1)[:, None]
-        hi = np.where(mh, x, -np.inf).max(axis=1)[:, None]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            norm = np.where(hi > lo, (x - lo) / (hi - lo), np.where(mh, 1.0, np.nan))
-    if cfg.blend == "replace":
-        w = np.zeros(h)
-    else:
-        w = np.full(h, cfg.buckets[-1][1])
-        todo = np.ones(h, dtype=bool)
-        for bound, weight in cfg.buckets:  # first bucket whose last rank is >= fused rank
-            hit = todo & (True if math.isinf(bound) else fr <= bound)
-            w[hit] = weight
-            todo &= ~hit
-    rw = np.where(mh, w, 1.0)
+    # Rows without a reranked place: lo = inf, hi = -inf, so nan like `_blend_block`'s.
+    norm = _rerank_norm(x, mh, cfg.score_normalization, lambda: (np.where(mh, x, np.inf).min(axis=1)[:, None],
+                                                                  np.where(mh, x, -np.inf).max(axis=1)[:, None]))
+    rw = np.where(mh, _bucket_weights(fr, cfg), 1.0)
     block = np.where(mh, rw / fr.astype(np.float64) + (1.0 - rw) * norm, np.nan)
 
     # Documents not reranked, in a query where others were: fused order, scores strictly below the block.
@@ -307,12 +307,12 @@ def blend_places(p: Places, by_group: np.ndarray | None, cfg: RerankConfig, *, k
     floor = np.where(mh, block, np.inf).min(axis=1)[:, None]
     with np.errstate(invalid="ignore"):
         frac = tail_pos.astype(np.float64) / (tail_n + 1.0)
-        below = np.where(floor > 0, floor * (1.0 - frac), floor - frac)
+        below = _below(floor, frac)
         head_score = np.where(mh, block, np.where(tail, below, head_fused))
         score = fused
         if k > h:
             frac = (tail_pos[:, -1:] + np.arange(1, k - h + 1)).astype(np.float64) / (tail_n + 1.0)
-            score = np.where(q_reranked[:, None], np.where(floor > 0, floor * (1.0 - frac), floor - frac), fused[:, h:])
+            score = np.where(q_reranked[:, None], _below(floor, frac), fused[:, h:])
 
     # Reranked block first (by blended score, then fused rank), then everything else in fused order; the
     # places below top_n stay where they are. One stable sort along each query's row of its first top_n keys

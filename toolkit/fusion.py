@@ -334,7 +334,7 @@ class Layout:
 
 
 def layout(ix: FusionIndex) -> Layout | None:
-    """`ix` as a `Layout`; None when there is nothing to lay out or the matrix would be mostly padding (a few
+    """`ix` as a `Layout`; None when there is nothing to lay out or the matrix would be over half padding (a few
     queries with far more candidates than the rest)."""
     if not len(ix.grouping):
         return None
@@ -342,7 +342,7 @@ def layout(ix: FusionIndex) -> Layout | None:
     nq = len(ix.qids)
     count = np.bincount(gq, minlength=nq)
     width = int(count.max())
-    if nq * width > 4 * len(gq):
+    if nq * width > 2 * len(gq):  # skewed query sizes: the padded matrices cost more than the segments (the review)
         return None
     first = np.r_[0, np.cumsum(count)[:-1]]
     by_slot = np.lexsort((gd, best_rank, gq))  # rows stay grouped by query: gq is the first key
