@@ -43,7 +43,7 @@ from .config import (
 )
 from .errors import InputError, StoreError
 from .files import path_stamp
-from .metatypes import query_values
+from .metatypes import query_values, values_frame
 from .retrieve import empty_candidates, retrieve
 from .store import Store, sha1
 
@@ -331,7 +331,7 @@ def prepare(
             prep.settings, prep.index = prepare_settings(cfg), store.index_record()
             return prep
     ltr = not one_shot or cfg.fusion.method == "learned" or cfg.fusion.router
-    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr, cache_queries=not one_shot)
+    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr, one_shot=one_shot)
     prep.settings, prep.index = prepare_settings(cfg), store.index_record()
     providers.warn_fallbacks(prep)
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
@@ -342,7 +342,7 @@ def prepare(
 
 def _prepare(
     store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None, ltr: bool = True,
-    cache_queries: bool = True,
+    one_shot: bool = False,
 ) -> Prepared:
     t: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -353,7 +353,7 @@ def _prepare(
 
     lex_args, dense_args = _retrieval_args(cfg)
     if dense_args is not None:  # a one-shot search leaves no query vector in the store (user trial AK: ~3 KB per query)
-        dense_args["cache_queries"] = cache_queries
+        dense_args["cache_queries"] = not one_shot
     level, scope_filter = cfg.retrieval.level, cfg.retrieval.scope_filter
     skip = feats.select("qid", "skip_lexical")
     orig = queries.select("qid", pl.lit("orig").alias("variant"), pl.lit("orig").alias("kind"), "text")
@@ -400,7 +400,9 @@ def _prepare(
     t["retrieve"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    doc_source = store.doc_sources().select("doc_id", "source", "text_hash")
+    # A one-shot search reads its candidates' sources only (the whole table, per search, grows with the store).
+    ids = cands["doc_id"].unique().to_list() if one_shot and cands is not None else None
+    doc_source = store.doc_sources(ids).select("doc_id", "source", "text_hash")
     rr_scores, rr_status = _rerank(store, queries, cands, cfg, pool=rerank_pool, progress=progress)
     t["rerank"] = time.perf_counter() - t0
 
@@ -414,11 +416,16 @@ def _prepare(
 
         ltr_frame = ltr_features.candidate_features(store, queries, cands, feats)
     t["ltr_features"] = time.perf_counter() - t0
+    # A one-shot search (`hrt search`: no other setting of `cfg` re-scores these frames) reads the priors' inputs
+    # and the guard's only when `cfg` uses them: ~10 ms of a cold lexical search otherwise.
     t0 = time.perf_counter()
-    doc_vals, q_vals = _doc_values(store, cands), query_values(queries)
+    doc_vals = (_doc_values(store, cands) if not one_shot or priors_stage.active(cfg.priors)
+                else values_frame([], "doc_id"))
+    q_vals = query_values(queries)
     t["prior_inputs"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    exact = _exact(store, queries, cands)
+    exact = (_exact(store, queries, cands) if not one_shot or cfg.guard.exact_token
+             else pl.DataFrame(schema=guard_stage.EXACT_SCHEMA))
     t["exact"] = time.perf_counter() - t0
     return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr_frame,
                     exact=exact, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status,

@@ -1946,15 +1946,17 @@ class Store:
         kinds = v.group_by("field").agg(pl.col("ts").is_not_null().any().alias("d"), pl.col("num").is_not_null().any().alias("n"))
         return {f: "date" if d else "number" if n else "text" for f, d, n in kinds.sort("field").iter_rows()}
 
-    def doc_sources(self) -> pl.DataFrame:
-        """[doc_id, source, scope, text_hash]; a store of an earlier version opened read-only (not migrated: no
+    def doc_sources(self, doc_ids: Sequence[str] | None = None) -> pl.DataFrame:
+        """[doc_id, source, scope, text_hash] of every document, or of `doc_ids` (a one-shot search reads its
+        candidates' only, not the whole table); a store of an earlier version opened read-only (not migrated: no
         hash, or hashes of the raw bytes) gets `text_identity` computed on the fly."""
         fresh = "sha1(nfc_normalize(text))"
+        where, args = ("WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [list(doc_ids)]) if doc_ids is not None else ("", None)
         try:
             stored = "text_hash" if self._meta("text_hash_form") == "nfc" else fresh
-            return self.con.frame(f"SELECT doc_id, source, scope, coalesce({stored}, {fresh}) AS text_hash FROM documents")
+            return self.con.frame(f"SELECT doc_id, source, scope, coalesce({stored}, {fresh}) AS text_hash FROM documents {where}", args)
         except duckdb.BinderException:
-            return self.con.frame(f"SELECT doc_id, source, scope, {fresh} AS text_hash FROM documents")
+            return self.con.frame(f"SELECT doc_id, source, scope, {fresh} AS text_hash FROM documents {where}", args)
 
     def chunk_copies(self) -> pl.DataFrame:
         """[chunk_id, doc_id, text_hash, source] of every chunk whose text another chunk shares (`text_identity`:
