@@ -740,7 +740,6 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     An empty --scope ("$SCOPE" unset) means no scope. Exit codes: README, "Exit codes".
     """
     _own_provider_lines()
-    warnings.filterwarnings("ignore", message=r".*BM25 may miss words")  # said below, with this query in mind
     from .render import origins, render
     from .rerank_env import resolve_rerank
 
@@ -757,7 +756,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     if not cfg.retrieval.dense.enabled:  # the config first: it decides how numpy is imported
         _numpy_with_one_blas_thread()
     from .pipeline import prepare, rescore
-    from .store import Store, bind_without_pandas
+    from .store import StaleTextWarning, Store, bind_without_pandas
 
     bind_without_pandas()
     if verbose:
@@ -775,7 +774,9 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
                            "(--mode lexical); `hrt ingest` without --no-embed adds dense search", err=True)
                 cfg, _ = resolve_rerank(_load_cfg(None, "lexical").with_updates({"output.n": n}))
             _warn_dense_coverage(embedded, chunks)
-        prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
+        with warnings.catch_warnings():  # the stale-text warning: said below, with this query in mind
+            warnings.simplefilter("ignore", StaleTextWarning)
+            prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
         top = res.shown()  # output.n is n
         if scope is not None and not len(top):
