@@ -197,3 +197,19 @@ def test_info_says_an_old_vss_index_is_not_read(tmp_path):
     con.close()
     r = _hrt("info", "--store", str(store))
     assert "vss index of an older toolkit, which this one does not read" in r.stderr, r.stderr
+
+
+def test_a_config_tuned_before_tuning_recorded_its_queries_is_still_called_in_sample(tmp_path, corpus_file):
+    """User trial AW: a config `hrt tune` wrote before `tuned_on` existed ("default-tuned", described "default tuned on
+    demo dev for nDCG@10") ran on its own dev split with no in-sample warning (an old fusion model got one by name)."""
+    from conftest import write_beir
+
+    ds = write_beir(tmp_path / "demo", corpus_file)
+    cfg = tmp_path / "old-tuned.yaml"
+    cfg.write_text("extends: bm25-only\nname: default-tuned\ndescription: default tuned on demo test for nDCG@10\n")
+    r = _hrt("run", "--dataset", str(ds), "--split", "test", "--config", str(cfg), "--store", str(tmp_path / "s.duckdb"),
+             "--out", str(tmp_path / "r.trec"))
+    assert r.exit_code == 0 and "its description says it was tuned on demo/test" in r.output, r.output
+    r = _hrt("run", "--dataset", str(ds), "--split", "test", "--config", "bm25-only", "--store", str(tmp_path / "s.duckdb"),
+             "--out", str(tmp_path / "r.trec"))
+    assert "in-sample" not in r.output

@@ -9,6 +9,7 @@ flagged any collection with numeric ids).
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 
@@ -26,6 +27,11 @@ class InSampleWarning(UserWarning):
     """Numbers on queries a config was tuned on, or its fusion model trained on: they are not results."""
 
 
+# What `hrt tune` wrote into a tuned config's description before `tuned_on` existed: "<base> tuned on <dataset> <split>
+# for <measure>".
+_OLD_TUNED = re.compile(r" tuned on (\S+) (\S+) for ")
+
+
 def in_sample_notes(cfgs: dict[str, Any], qids: list[str], texts: list[str], dataset: str | None = None,
                     split: str | None = None) -> list[str]:
     """One sentence per config (`{label: config}`) whose `tuned_on` or learned fusion model covers some of these
@@ -33,6 +39,11 @@ def in_sample_notes(cfgs: dict[str, Any], qids: list[str], texts: list[str], dat
     status line and `experiment`'s warning say (user trial X: the Python API said nothing)."""
     said = []
     for label, cfg in cfgs.items():
+        if cfg.tuned_on is None and dataset and split and (m := _OLD_TUNED.search(cfg.description or "")) \
+                and m.group(1, 2) == (dataset, split):
+            # Written by `hrt tune` before it recorded the queries (user trial AW): the description still says where.
+            said.append(f"{label}: its description says it was tuned on {dataset}/{split} (a config from before tuning "
+                        "recorded its queries, so which ones is not known): its scores on this split are likely in-sample")
         for rec in cfg.tuned_on or []:
             if n := overlap(rec["query_keys"], qids, texts):
                 said.append(f"{label}: its settings were tuned on {n} of these {len(qids)} queries ({rec['dataset']}/"
