@@ -145,3 +145,19 @@ def test_review_utf32_is_binary_a_pandas_index_kept_as_a_column_loads_and_depth_
     ds = write_beir(tmp_path / "ds", corpus_file)
     r = _hrt("run", "--dataset", ds, "--mode", "lexical", "--depth", 2000, "--store", tmp_path / "s.duckdb", "--out", tmp_path / "r.trec")
     assert r.exit_code == 0 and "--depth 2000: a query keeps at most 1000 results" in r.output, r.output
+
+
+def test_space_separated_qrels_of_three_fields_read_and_a_windows_path_is_named(tmp_path):
+    """`qid docid rel` separated by spaces was refused ("expected 4 fields") while TREC's four were read; `--store
+    'out\\mem.duckdb'` made a file with a backslash in its name in the working folder, without a word."""
+    from toolkit.runs import read_qrels
+
+    q = tmp_path / "q.txt"
+    q.write_text("q1 d1 1\nq2  d2 2\n")
+    assert read_qrels(q).rows() == [("q1", "d1", 1), ("q2", "d2", 2)]
+    q.write_text("qid docid rel\nq1 d1 1\n")
+    assert read_qrels(q).rows() == [("q1", "d1", 1)]
+    (tmp_path / "n").mkdir()
+    (tmp_path / "n" / "a.md").write_text("alpha\n")
+    r = _hrt("ingest", tmp_path / "n", "--store", str(tmp_path) + "/out\\mem.duckdb", "--no-embed")
+    assert r.exit_code == 0 and "holds a backslash, which is part of the file name here" in r.output, r.output

@@ -333,6 +333,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     t0 = time.perf_counter()
     # Checked before anything is read or opened: a bad --stemmer/--stopwords is one line, and no store is made.
     IndexSettings(**{k: v for k, v in {"stemmer": stemmer, "stopwords": stopwords}.items() if v is not None})
+    _note_backslashes(store_path)
     if id_prefix is not None:
         check_id_prefix(id_prefix, "--id-prefix")
     if not Path(source).exists():  # before the store is opened (and waited for): a typo is one line at once
@@ -580,10 +581,21 @@ def _cache_settings(cfgs, cache: bool):
     return IndexSettings(**want) if cache else None
 
 
+def _note_backslashes(*paths: str | None) -> None:
+    """A path with a backslash names a file with a backslash in its name here, not a folder (user trial AT:
+    `--store 'out\\mem.duckdb'` from a Windows habit made `out\\mem.duckdb` in the working folder): said once."""
+    if os.sep == "/":
+        for p in paths:
+            if p and "\\" in str(p):
+                click.echo(f"note: {p} holds a backslash, which is part of the file name here, not a folder separator "
+                           "(folders take /)", err=True)
+
+
 def _check_out(out: str, *keep: str | None) -> None:
     """`--out` must not name a store: `hrt run --out s.duckdb` and `hrt train-fusion --out s.duckdb` replaced the
     store with a TREC file or a model, exit 0 (user trial M). Refused before any work: the store given
     (`keep`), or any existing DuckDB database."""
+    _note_backslashes(out, *keep)
     if out == "-":
         return
     o = Path(out)

@@ -29,6 +29,7 @@ _RUN_RE = r"^[ \t]*" + _WS.join([_FIELD] * 6) + r"[ \t]*$"
 _TREC_QRELS_RE = r"^[ \t]*" + _WS.join([_FIELD] * 4) + r"[ \t]*$"
 _BEIR_QRELS_RE = r"^[ \t]*([^\t]+?)[ \t]*\t[ \t]*([^\t]+?)[ \t]*\t[ \t]*([^\t]+?)[ \t]*$"
 _BEIR_HEADER = ["query-id", "corpus-id", "score"]
+_PLAIN3_QRELS_RE = r"^[ \t]*" + _WS.join([_FIELD] * 3) + r"[ \t]*$"
 
 
 def _lines(path: Path) -> pl.DataFrame:
@@ -336,8 +337,9 @@ _HEADER_WORDS = frozenset({"query-id", "query_id", "queryid", "qid", "topic", "c
 
 
 def read_qrels(path: str | Path) -> pl.DataFrame:
-    """Qrels as [qid, doc_id, rel]: BEIR tsv (`query-id corpus-id score`, tab separated, header optional)
-    or TREC (`qid 0 docid rel`, whitespace separated), told apart by the first line."""
+    """Qrels as [qid, doc_id, rel]: BEIR tsv (`query-id corpus-id score`, tab separated, header optional),
+    TREC (`qid 0 docid rel`, whitespace separated), or `qid docid rel` separated by spaces, told apart by the
+    first line."""
     path = Path(path)
     df = _lines(path)
     if df.is_empty():
@@ -348,7 +350,7 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
         # BEIR's header, or another tool's column names (ir_datasets: query_id iteration doc_id relevance); the same line
         # again further down is the header of a second file joined to the first (user trial AT), not a judgement.
         df = df.slice(1).filter(pl.col("line").str.strip_chars() != first.strip())
-        beir = len(fields) == 3
+        beir = len(fields) == 3 and "\t" in first
     elif fields and not re.fullmatch(r"[+-]?\d+", fields[-1]) and not any(c.isdigit() for c in first):
         sep = next((c for c in ",;" if c in first and len(fields) < 3), None)
         if sep:  # the separator first: the column names may be the known ones (user trial AT's CSV from Excel)
@@ -359,7 +361,9 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
                          "doc_id relevance'); remove it or rename its columns")
     else:
         beir = "\t" in first and len(first.strip().split("\t")) == 3
-    if beir:
+    if not beir and len(fields) == 3:  # `qid docid rel` separated by spaces, as some scripts write (user trial AT)
+        parts = _split(df, _PLAIN3_QRELS_RE, ["qid", "doc_id", "rel"], path, "3 fields 'qid docid rel'")
+    elif beir:
         parts = _split(
             df,
             _BEIR_QRELS_RE,
