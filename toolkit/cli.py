@@ -889,9 +889,9 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
     """A store whose BM25 text an older toolkit made (before CJK characters and pairs, NFKC and kana voicing,
     `analysis.ANALYSIS_VERSION`; or written since by an older version) can miss words in its non-ASCII chunks
     that the current analysis finds, for an ASCII query too (ＥＣＯＮＮＲＥＳＥＴ in full width, user trial W):
-    said on every search until an ingest redoes them, rather than a silent miss or a bare "no results". From the
-    store's meta only: `Store.stale_text` (`hrt info`) also scans the chunks for non-ASCII text, which cost a
-    quarter second per search of a 60k-chunk store (review of trial W's fix)."""
+    said on every search until an ingest redoes them, rather than a silent miss or a bare "no results". The chunks
+    are scanned for such text only up to `STALE_SCAN_MAX_CHUNKS` (a quarter second per search of a 60k-chunk store,
+    review of trial W's fix); a larger old store is told it may miss words without the scan."""
     from .analysis import ANALYSIS_VERSION
     from .store import STALE_SCAN_MAX_CHUNKS
 
@@ -1170,7 +1170,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     judged = {}
     pooled = bool((qrels["rel"] <= 0).any())
     depths = {}
-    known = [pl.Series(sorted(ids), dtype=pl.Utf8) for ids in (ds.query_ids(), ds.corpus_ids())]  # once for every run
+    known = [pl.Series(list(ids), dtype=pl.Utf8) for ids in (ds.query_ids(), ds.corpus_ids())]  # once for every run
     for rp in run_path:
         run_frame = read_run(rp)
         depths[rp] = run_depth(run_frame)

@@ -733,8 +733,10 @@ def _field_guide(model: type[BaseModel]) -> None:
     `Field(description=...)`, which the JSON schema carries too; a section field is described by its class."""
     rows = []
     for name, f in model.model_fields.items():
-        kind = f.annotation if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel) else None
-        words = f.description or (kind.__doc__ or "").strip().split("\n")[0].split(". ")[0] if kind or f.description else ""
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):  # a section: its class's first sentence
+            words = (f.annotation.__doc__ or "").strip().split("\n")[0].split(". ")[0]
+        else:
+            words = f.description or ""
         if words:
             rows.append(f"    {name}: {words}")
     if rows:

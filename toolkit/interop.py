@@ -99,12 +99,10 @@ def queries_frame(queries: Any) -> pl.DataFrame:
         return from_ir_datasets(queries[len(IRDS_PREFIX):])[0]
     if hasattr(queries, "__fspath__") or isinstance(queries, str) and Path(queries).exists():
         raise InputError(f"queries: got a path ({queries}); load it with Dataset.open(...).queries(split) or load_queries(path)")
-    if _looks_like_path(queries):  # a mistyped path, or one query's text with a slash in it
-        raise InputError(f"queries: got a string ({queries[:60]!r}): no file of that name, and not a set of queries; load a "
-                         "file with load_queries(path), or give one query as {'q1': 'its text'}")
-    if isinstance(queries, str):  # a query's text where a set of queries goes (user trial AV)
-        raise InputError(f"queries: got a string ({queries[:60]!r}), not a set of queries: give one as "
-                         "{'q1': 'its text'} (or a frame with qid and text columns)")
+    if isinstance(queries, str):  # a query's text, or a mistyped path, where a set of queries goes (user trial AV)
+        raise InputError(f"queries: got a string ({queries[:60]!r}), not a set of queries (and no file of that name): "
+                         "give one query as {'q1': 'its text'} or a frame with qid and text columns, or load a file "
+                         "with load_queries(path)")
     try:
         df = _rename(_to_polars(queries, "queries"), QUERY_COLUMNS, "queries", ("qid", "text"))
     except (TypeError, ValueError, pl.exceptions.PolarsError) as e:  # pyarrow's "Expected bytes, got a 'int'"
@@ -344,7 +342,8 @@ def _qrels_or_run(obj: Any, kind: str | None) -> tuple[str, Any]:
         return "run", obj.run()
     if _looks_like_path(obj):  # a TREC run has 6 fields a line, judgements 3 or 4
         p = _file(obj, kind or "qrels or run")
-        first = next((line for line in p.read_text(encoding="utf-8-sig").splitlines() if line.strip()), "")
+        with p.open(encoding="utf-8-sig", errors="replace") as fh:  # the first line decides: not the whole file read twice
+            first = next((line for line in fh if line.strip()), "")
         kind = kind or ("run" if len(first.split()) == 6 else "qrels")
         return kind, (run_frame(p) if kind == "run" else qrels_frame(p))
     if isinstance(obj, Mapping) and all(isinstance(v, Mapping) for v in obj.values()):

@@ -595,7 +595,7 @@ def _unmatched_patterns(root: Path, rels: list[str], include: tuple[str, ...], e
     path (`sub\\*`), excluded nothing without a word (user trial AT)."""
     for flag, pats in (("--include", include), ("--exclude", exclude)):
         for pat in pats:
-            if not any(_excluded(r, (pat,), folder=True) or _excluded(r, (pat,)) for r in rels):
+            if not any(_excluded(r, (pat,), folder=True) for r in rels):  # (folder=True: the path itself, or under it)
                 slash = " (paths in patterns take /, not \\)" if "\\" in pat else ""
                 logging.getLogger("toolkit").warning("warning: %s '%s' matches nothing in %s%s", flag, pat, root, slash)
 
