@@ -45,7 +45,7 @@ from .errors import ToolkitError
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
 
-__all__ = ["DEFAULT_MEASURES", "BucketEditor", "Debouncer", "Lab", "Session"]
+__all__ = ["DEFAULT_MEASURES", "BucketEditor", "Debouncer", "Lab", "Session", "in_kernel"]
 
 
 # ------------------------------------------------------------------ debounce
@@ -140,11 +140,14 @@ class BucketEditor:
 
     @value.setter
     def value(self, buckets: list) -> None:
+        """Rows for `buckets`, applied as an edit is (`on_change`): setting `.value` applies, as on every other
+        control (user trial AX; the lab ignores it while it moves the controls to its config itself)."""
         self._quiet = True
         try:
             self._build([tuple(b) for b in buckets])
         finally:
             self._quiet = False
+        self._changed({})
 
     @property
     def rows(self) -> list[tuple[W.FloatText | None, W.FloatSlider]]:
@@ -187,7 +190,6 @@ class BucketEditor:
     def add(self) -> None:
         """Insert a bucket before the open-ended last one (`session.bucket_added`)."""
         self.value = bucket_added(self.value)
-        self._changed({})
 
     def remove(self, i: int) -> None:
         """Remove bucket `i` (the open-ended last one stays)."""
@@ -195,10 +197,20 @@ class BucketEditor:
         if not 0 <= i < len(v) or (i == len(v) - 1 and math.isinf(v[i][0])):
             return
         self.value = bucket_removed(v, i)
-        self._changed({})
 
 
 # ------------------------------------------------------------------ figures that update in place
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel, where widgets can be drawn. Terminal IPython also has `get_ipython()`, but
+    there `display(figure)` goes to plotly's browser renderer (a tab per panel per change, or a hang when
+    `BROWSER` names no browser) and `display(widget)` prints the widget tree."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
 def _figure_widgets_available() -> bool:
     try:
         go.FigureWidget()
@@ -270,9 +282,7 @@ class _Slot:
             return
         if not self.live:
             self._static = None
-            from IPython import get_ipython
-
-            if get_ipython() is not None:  # outside a kernel display() would print the figure's repr
+            if in_kernel():  # elsewhere display() prints the figure's repr, or opens a browser tab (user trial AX)
                 from IPython.display import display
 
                 self.widget.clear_output(wait=True)
@@ -519,13 +529,29 @@ class Lab:
 
     # -------------------------------------------------------------- display
     def show(self) -> None:
-        """Display the controls and panels (what a notebook does with `lab` as a cell's last line)."""
+        """Display the controls and panels (what a notebook does with `lab` as a cell's last line). Outside a
+        Jupyter kernel (a script, terminal IPython) widgets cannot be drawn: it prints the text summary instead."""
+        if not in_kernel():
+            print(repr(self))
+            return
         from IPython.display import display
 
         display(self.widget)
 
+    def __repr__(self) -> str:
+        return (f"{self.session!r}\n(the lab's controls and panels need a Jupyter front-end with ipywidgets; without "
+                "one: lab.set(path, value), lab.metrics, lab.deltas, lab.failures, lab.figures[name].write_html(path))")
+
     def _repr_mimebundle_(self, **kw: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kw)
+        """The widget view, with a text and an HTML summary beside it for front-ends and exports that draw no
+        widgets (nbconvert to HTML or Markdown, `jupyter run`, a widget-less notebook): they showed nothing, or
+        the widget tree's repr (user trial AX)."""
+        bundle = self.widget._repr_mimebundle_(**kw) or {}
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/plain"] = repr(self)
+        data["text/html"] = self.session._repr_html_() + (
+            "<p><i>The lab's controls and panels need a Jupyter front-end with ipywidgets.</i></p>")
+        return bundle
 
     # -------------------------------------------------------------- the update path
     def _on_change(self, key: str, value: Any) -> None:

@@ -135,6 +135,10 @@ def _matched_qrels(qrels: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
     return matched
 
 
+def _cell(v: float | None, fmt: str) -> str:
+    return "" if v is None else format(v, fmt)
+
+
 def _examples(ids: pl.Series, n: int = 3) -> str:
     v = ids.unique(maintain_order=True).head(n).to_list()
     return ", ".join(map(repr, v)) if v else "none"
@@ -220,6 +224,34 @@ class Session:
     def metrics(self) -> dict[str, float]:
         """Current mean of each measure (empty without qrels)."""
         return aggregate(self.per_query) if self.per_query is not None and len(self.per_query) else {}
+
+    def __repr__(self) -> str:
+        """What a script or terminal sees: the config against the baseline, measure by measure."""
+        head = (f"Session: {self.label} over {self.queries.height} queries, k = {self.k}"
+                + (f", baseline {self.baseline_name}" if self.baseline_name else ""))
+        if self.deltas is None or not len(self.deltas):
+            return head + ("" if self.qrels is not None else " (no judgements: no metrics)")
+        lines = [head]
+        for r in self.deltas.iter_rows(named=True):
+            if r["baseline"] is None:
+                lines.append(f"  {r['measure']}: {r['current']:.4f}")
+            else:
+                p = "" if r["p_value"] is None else f", p {r['p_value']:.3g}"
+                lines.append(f"  {r['measure']}: {r['current']:.4f} (baseline {r['baseline']:.4f}, {r['delta']:+.4f}{p})")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """The same as a small table (a notebook, or an export of one, that draws no widgets)."""
+        head = html.escape(repr(self).splitlines()[0])
+        if self.deltas is None or not len(self.deltas):
+            return f"<p>{head}</p>"
+        cells = "".join(
+            f"<tr><td>{html.escape(r['measure'])}</td>" + "".join(f"<td>{_cell(r[c], f)}</td>" for c, f in (
+                ("current", ".4f"), ("baseline", ".4f"), ("delta", "+.4f"), ("p_value", ".3g"))) + "</tr>"
+            for r in self.deltas.iter_rows(named=True)
+        )
+        return (f"<p>{head}</p><table><tr><th>measure</th><th>current</th><th>baseline</th><th>delta</th><th>p (t-test)</th></tr>"
+                f"{cells}</table>")
 
     def value_for(self, key: str) -> Any:
         """The config value a control key shows (`fusion.rank_bonus@1` -> that band's bonus; an unset
