@@ -344,7 +344,7 @@ def test_spread_and_folding_read_from_stage_rows_match_their_definitions(sizes, 
 
 def test_metrics_panel_shows_no_stars_on_too_few_queries():
     cur = pl.DataFrame({"qid": ["a", "b", "c", "d"], "measure": "nDCG@10", "value": [1.0, 0.9, 0.95, 1.0]})
-    base = cur.with_columns(pl.col("value") - 0.5)
+    base = cur.with_columns(pl.col("value") - pl.Series([0.5, 0.45, 0.55, 0.5]))
     t = panels.metric_deltas(cur, base)
     assert t["queries"].to_list() == [4] and t["p_value"][0] < 0.01  # a tiny p, from 4 queries
     fig = panels.metrics_figure(t)

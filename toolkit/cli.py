@@ -992,7 +992,10 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
         write_run(final, out, tag=tag)
     took = time.perf_counter() - t0
     from .providers import summary
+    from .threshold import unmet_note
 
+    if note := unmet_note(res.per_query, cfg.threshold):
+        click.echo(f"note: {note}", err=True)
     click.echo(f"{cfg.name}: {final['qid'].n_unique()}/{len(queries)} queries, {len(final)} results in {took:.1f}s; "
                f"providers: {summary(res.per_query)} -> {'stdout' if out == '-' else out}", err=True)
 
@@ -1382,7 +1385,10 @@ def tune(dataset, split, base, space, method, budget, measure, folds, stratify, 
                                                      "notes": rep.notes}, indent=2, default=str))
     lo, hi = rep.heldout_ci
     # The prose on stderr: stdout is one JSON object a script can read (user trial AL: json.load failed on it).
-    click.echo(f"{rep.rule}\nheld-out gain over {rep.base}: {rep.heldout_gain:+.4f} {measure} (95% CI [{lo:+.4f}, {hi:+.4f}]); "
+    # When the base is kept, the gain is the search's (what it would have shipped), not the written config's:
+    # "kept the base" beside a bare "held-out gain -0.25" read as a contradiction (user trial AY).
+    gain_of = f"held-out gain over {rep.base}" if rep.chosen != "base" else f"the search's held-out gain over {rep.base} (not shipped)"
+    click.echo(f"{rep.rule}\n{gain_of}: {rep.heldout_gain:+.4f} {measure} (95% CI [{lo:+.4f}, {hi:+.4f}]); "
                f"fields changed: {', '.join(rep.diff) or 'none'}", err=True)
     for line in rep.notes:
         click.echo(f"note: {line}", err=True)

@@ -159,7 +159,8 @@ def bootstrap_ci(
 
 
 def ttest(diff: np.ndarray) -> float:
-    """Two-sided paired t-test p-value (scipy's ttest_rel); all-zero differences give p = 1, not NaN."""
+    """Two-sided paired t-test p-value (scipy's ttest_rel); all-zero differences give p = 1, not NaN, one query
+    NaN (no test), and differences that are all equal the exact randomisation p (2 / 2^n), not 0."""
     d = np.asarray(diff, dtype=float)
     if d.size >= 1 and np.all(np.abs(d) <= _TIE):
         return 1.0
@@ -172,6 +173,11 @@ def ttest(diff: np.ndarray) -> float:
 
     n = d.size
     sd = d.std(ddof=1)
+    if sd <= _TIE:
+        # Every query moved by the same amount: t is infinite and the t-test's p is 0, even on 2 queries, which
+        # claimed a win (user trial AY). The exact sign-flip randomisation p is the honest number here: of the
+        # 2^n sign assignments only the all-plus and all-minus ones are as extreme, so p = 2 / 2^n.
+        return float(min(1.0, 2.0 ** (1 - n)))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = d.mean() / (sd / np.sqrt(n))
     if np.isnan(t):

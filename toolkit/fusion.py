@@ -108,8 +108,9 @@ def _normalize(
     """Per-list normalisation for convex fusion; `group` numbers each (query, list).
 
     minmax: (x-min)/(max-min); zscore: (x-mean)/std (population); rank: 1-(rank-1)/n; fixed:
-    |x|/(1+|x|) for lexical lists, (cos+1)/2 for dense ones. A degenerate list (one document, or no
-    spread) falls back to rank normalisation, so a single list keeps its order and one document gets 1.0.
+    |x|/(1+|x|) for lexical lists, (cos+1)/2 for dense ones. A list with no spread (one document, or every
+    score equal) gives each of its documents 1.0: tied scores stay tied. (Rank normalisation there turned four
+    byte-identical documents' equal scores into 1.0 / 0.75 / 0.5 / 0.25 and hid the tie notes: user trial AY.)
     """
     n = np.bincount(group, minlength=n_groups).astype(np.float64)
     by_rank = 1.0 - (rank - 1) / n[group]
@@ -124,13 +125,13 @@ def _normalize(
         np.maximum.at(hi, group, score)
         lo_r, span = lo[group], (hi - lo)[group]
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(span > 0, (score - lo_r) / span, by_rank)
+            return np.where(span > 0, (score - lo_r) / span, 1.0)
     if method == "zscore":
         mean = np.bincount(group, weights=score, minlength=n_groups) / np.maximum(n, 1)
         dev = score - mean[group]  # two passes: exact zero spread for a constant list
         sd = np.sqrt(np.bincount(group, weights=dev * dev, minlength=n_groups) / np.maximum(n, 1))[group]
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(sd > 0, dev / sd, by_rank)
+            return np.where(sd > 0, dev / sd, 1.0)
     raise ValueError(f"unknown normalization {method!r}")
 
 

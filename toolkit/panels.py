@@ -259,6 +259,11 @@ def _quiet_ttest(diff) -> float:
         return ttest(diff)
 
 
+def p_text(p: float | None) -> str:
+    """A p-value as shown: "n/a" where no test ran (one query), never "nan" (user trial AY)."""
+    return "n/a" if p is None or math.isnan(p) else f"{p:.3g}"
+
+
 def _stars(p: float | None) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return ""
@@ -290,7 +295,7 @@ def metrics_figure(
             for c, d, p in zip(cur, table["delta"].to_list(), table["p_value"].to_list(), strict=True)
         ]
         hover = [
-            f"{esc(m)}: {c:.4f} vs {b:.4f}<br>Δ {d:+.4f}, wins {w} / losses {lo}<br>paired t-test p = {p:.3g}"
+            f"{esc(m)}: {c:.4f} vs {b:.4f}<br>Δ {d:+.4f}, wins {w} / losses {lo}<br>paired t-test p = {p_text(p)}"
             + (f"<br>{few}" if few else "")
             for m, c, b, d, w, lo, p in table.select(
                 "measure", "current", "baseline", "delta", "wins", "losses", pl.col("p_value").fill_null(float("nan"))

@@ -25,9 +25,10 @@ from .compare import TEST_WORDS, SmallSampleWarning, compare, interval_notes
 from .config import LABELS, PipelineConfig, load_config
 from .errors import InputError
 from .files import write_text_atomic
-from .metrics import evaluate, no_relevant, relevant_words
+from .metrics import evaluate, id_warnings, no_relevant, relevant_words
 from .pipeline import prepare, rescore
 from .store import Store
+from .threshold import unmet_note
 
 AB_MEASURES = ["R@1", "R@5", "P@3", "nDCG@10", "MRR@10"]
 STAGES = ["features", "expansion", "retrieve", "rerank", "fuse", "blend", "dedup", "threshold"]
@@ -224,12 +225,17 @@ def build_report(
         raise ValueError(f"baseline {baseline!r} is not one of the configs {list(configs)}")
     check_group_fields(queries, group_by or [])  # before any config runs
     measures = sorted(set(AB_MEASURES))
-    per, lat, prov = [], [], {}
+    per, lat, prov, run_notes = [], [], {}, []
     for name, src in configs.items():
         cfg = load_config(src)
         res = rescore(prepare(store, queries, cfg, progress=progress), cfg, trace=False)
         prov[name] = providers.summary(res.per_query)  # fallbacks make a row mean something else: say so
-        pq = evaluate(res.run(), qrels, measures, rel_threshold=rel_threshold)
+        run = res.run()
+        # What `hrt eval` says of a run file, said here too: a system that retrieved nothing, or nothing judged,
+        # or a threshold nothing reached, is a row of zeros or of unchanged numbers for another reason than its
+        # ranking (user trial AY).
+        run_notes += [f"{name}: {n}" for n in [*id_warnings(run, qrels), unmet_note(res.per_query, cfg.threshold)] if n]
+        pq = evaluate(run, qrels, measures, rel_threshold=rel_threshold)
         per.append(pq.with_columns(pl.lit(name).alias("system")))
         if latency_sample:
             lat.append(stage_latency(store, queries, cfg, latency_sample).with_columns(pl.lit(name).alias("system")))
@@ -250,7 +256,7 @@ def build_report(
             [compare(per_query.filter(pl.col("measure") == m), baseline).with_columns(pl.lit(m).alias("measure")) for m in AB_MEASURES]
         )
     notes = list(dict.fromkeys(str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)))
-    notes += interval_notes(sig)
+    notes += interval_notes(sig) + run_notes
     if empty := no_relevant(qrels, rel_threshold):  # they pull every mean down: the reader must know (user trial AM)
         notes.insert(0, f"{len(empty)} of {qrels['qid'].n_unique()} judged queries have no document graded >= {rel_threshold} "
                         f"({', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}); each counts 0 on the binary measures, as in trec_eval")

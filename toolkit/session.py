@@ -236,7 +236,7 @@ class Session:
             if r["baseline"] is None:
                 lines.append(f"  {r['measure']}: {r['current']:.4f}")
             else:
-                p = "" if r["p_value"] is None else f", p {r['p_value']:.3g}"
+                p = f", p {panels.p_text(r['p_value'])}"
                 lines.append(f"  {r['measure']}: {r['current']:.4f} (baseline {r['baseline']:.4f}, {r['delta']:+.4f}{p})")
         return "\n".join(lines)
 
@@ -247,7 +247,7 @@ class Session:
             return f"<p>{head}</p>"
         cells = "".join(
             f"<tr><td>{html.escape(r['measure'])}</td>" + "".join(f"<td>{_cell(r[c], f)}</td>" for c, f in (
-                ("current", ".4f"), ("baseline", ".4f"), ("delta", "+.4f"), ("p_value", ".3g"))) + "</tr>"
+                ("current", ".4f"), ("baseline", ".4f"), ("delta", "+.4f"))) + f"<td>{panels.p_text(r['p_value'])}</td></tr>"
             for r in self.deltas.iter_rows(named=True)
         )
         return (f"<p>{head}</p><table><tr><th>measure</th><th>current</th><th>baseline</th><th>delta</th><th>p (t-test)</th></tr>"

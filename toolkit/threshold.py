@@ -30,6 +30,24 @@ PER_QUERY_SCHEMA = {
 EVIDENCE_SCHEMA = {"qid": pl.Utf8, "n_lists": pl.Int64, "no_term_match": pl.Boolean}
 
 
+def unmet_note(per_query: pl.DataFrame, cfg: ThresholdConfig) -> str | None:
+    """Words for a threshold that no result of some queries reached, or None. Those queries keep their whole
+    list (flagged low_confidence), so a threshold set too high changes nothing in a run or its metrics, and
+    `hrt run`, `hrt report` and a tuner's trials were silent about it where `hrt search` said so (user trial AY)."""
+    if not (cfg.min_score > 0 or cfg.min_prob > 0) or "low_confidence" not in per_query.columns:
+        return None
+    answered = per_query.filter(pl.col("n_results") > 0) if "n_results" in per_query.columns else per_query
+    unmet = int(answered["low_confidence"].sum())
+    if not unmet:
+        return None
+    field = f"threshold.min_score {cfg.min_score:g}" if cfg.min_score > 0 else f"threshold.min_prob {cfg.min_prob:g}"
+    if cfg.min_score > 0 and cfg.min_prob > 0:
+        field += f" / min_prob {cfg.min_prob:g}"
+    where = "any query" if unmet == len(answered) else f"{unmet} of {len(answered)} queries"
+    return (f"no result of {where} reached {field}; a query keeps its whole list when nothing passes (flagged "
+            "low_confidence), so there the threshold removed nothing")
+
+
 def list_evidence(candidates: pl.DataFrame, features: pl.DataFrame | None, lexical: bool) -> pl.DataFrame:
     """[qid, n_lists, no_term_match] per query of `features` (or of the candidates without them): how many
     candidate lists returned anything, and whether BM25 was asked (`lexical`, and the query not routed past

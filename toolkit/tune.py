@@ -43,7 +43,7 @@ from .files import write_text_atomic
 from .heap import keep_freed_memory
 from .interop import qrels_frame, queries_frame
 from .loaders import Dataset
-from .metrics import cutoff_depth, evaluate
+from .metrics import cutoff_depth, evaluate, no_relevant, parse_measures
 from .pipeline import Prepared, prepare, rescore
 from .provenance import query_keys
 from .store import Store
@@ -475,8 +475,18 @@ def tune(
     # Only judged queries count: an unjudged query has no score to tune on.
     judged = queries.filter(pl.col("qid").is_in(qrels["qid"].unique().implode()))
     qids = judged["qid"].to_list()
+    if len(qids) < 2:  # ("need 2 <= folds <= 1" named a range no value is in: user trial AY)
+        raise InputError(f"{len(qids)} judged {split} quer{'y' if len(qids) == 1 else 'ies'}: tuning cross-validates "
+                         "over folds of queries and needs at least 2 (judge more queries)")
     if not 2 <= folds <= len(qids):
-        raise InputError(f"folds={folds}: need 2 <= folds <= {len(qids)} (judged {split} queries)")
+        raise InputError(f"folds={folds}: need 2 <= folds <= {len(qids)} (one fold per judged {split} query at most; "
+                         f"e.g. folds={min(max(folds, 2), len(qids))})")
+    kind = parse_measures([measure])[0].kind
+    floor = 1 if kind == "ndcg" else rel_threshold  # nDCG gains every grade > 0; binary measures count rel_threshold up
+    if len(empty := no_relevant(qrels.filter(pl.col("qid").is_in(qids)), floor)) == len(qids):
+        # Every config scores 0 on every query: the "search" would compare zeros and write a config (trial AY).
+        raise InputError(f"no judged {split} query has a document graded >= {floor} (e.g. {empty[0]!r}): every config "
+                         f"scores 0 on {measure}, so there is nothing to tune on")
     groups = None
     if stratify:
         if "metadata" not in judged.columns:
