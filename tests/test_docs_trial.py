@@ -35,7 +35,7 @@ def test_a_config_file_extends_a_preset_and_lists_only_its_changes(tmp_path):
     (tmp_path / "short.yaml").write_text("extends: default\noutput: {max_chars: 1500}\n")
     cfg = load_config(tmp_path / "short.yaml")
     assert cfg.diff(load_config("default")).keys() == {"name", "description", "output.max_chars"}
-    assert cfg.name == "default-custom" and cfg.adapt.dense_gap and cfg.guard.exact_token and cfg.fusion.rank_bonus == []
+    assert cfg.name == "short" and cfg.adapt.dense_gap and cfg.guard.exact_token and cfg.fusion.rank_bonus == []
     # A chain, relative to the file; a section merges field by field.
     (tmp_path / "more.yaml").write_text("extends: short.yaml\nname: mine\nfusion: {rrf_k: 30}\n")
     more = load_config(tmp_path / "more.yaml")

@@ -125,3 +125,42 @@ def test_tuning_refuses_one_query_and_judgements_without_a_relevant_document(sto
     ones = zero.with_columns(pl.lit(1).alias("rel"))
     with pytest.raises(InputError, match=r"graded >= 2"):
         tune(store, q, ones, space={"fusion.rrf_k": [30, 60]}, method="grid", folds=2, measure="R@5", rel_threshold=2)
+
+
+def _search(store_path, *args):
+    return CliRunner().invoke(main, ["search", *args, "--store", str(store_path)])
+
+
+def test_a_search_that_finds_nothing_says_why(tmp_path, tiny):
+    st = tmp_path / "s.duckdb"
+    assert CliRunner().invoke(main, ["ingest", str(tiny / "corpus.jsonl"), "--store", str(st), "--no-embed"]).exit_code == 0
+    r = _search(st, "the of and", "--mode", "lexical")  # stopwords only: nothing is indexed of it
+    assert r.stdout.strip() == "no results"
+    assert "note: BM25 found no document holding any of the query's indexed words (stopwords and symbols are not indexed)" in r.stderr
+    (tmp_path / "k1.yaml").write_text("extends: bm25-only\nretrieval: {lexical: {top_k: 1}}\n")
+    r = _search(st, "deploy version pinned", "--config", str(tmp_path / "k1.yaml"), "-n", "3")
+    assert r.stdout.startswith("1. ") and "\n2. " not in r.stdout
+    assert "note: 1 result(s) of the 3 asked: the retrieval lists stop at top_k 1" in r.stderr
+    assert CliRunner().invoke(main, ["delete", *[d["_id"] for d in DOCS], "--store", str(st)]).exit_code == 0
+    r = _search(st, "deploy", "--mode", "lexical")
+    assert r.stdout.strip() == "no results" and f"note: {st} holds no documents (`hrt ingest` adds them)" in r.stderr
+
+
+def test_train_fusion_names_a_source_of_the_wrong_shape(store, tiny, tmp_path):
+    from toolkit.train_fusion import train_fusion
+
+    with pytest.raises(InputError, match=r"sources\[0\] is \(Store, PosixPath\); expected \(store, dataset folder, rel threshold\)"):
+        train_fusion([(store, tiny)], tmp_path / "m.json")
+    with pytest.raises(InputError, match=r"sources\[0\] is \(PosixPath, Store, int\)"):
+        train_fusion([(tiny, store, 1)], tmp_path / "m.json")
+    with pytest.raises(InputError, match=r"sources must be a list"):
+        train_fusion((store, tiny, 1), tmp_path / "m.json")
+
+
+def test_a_fusion_model_that_learned_nothing_says_so(store, tiny, tmp_path):
+    from toolkit.train_fusion import train_fusion
+
+    rep = train_fusion([(store, tiny, 1)], tmp_path / "m.json", holdout=0.0, force=True)
+    assert all(v == 0 for v in rep.importance.values())  # three queries, one relevant document each: no split pays
+    assert any(n.startswith("no tree found a split") for n in rep.notes)
+    assert "no tree found a split" in rep.summary()

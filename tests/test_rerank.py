@@ -316,7 +316,7 @@ def test_no_reranker_and_bad_input():
         rerank_scores(two_texts, None)
 
 
-def test_progress_bar_is_optional(fake_server, capsys):
+def test_progress_bar_is_optional(fake_server, capsys, monkeypatch):
     pairs = pl.DataFrame(
         [(f"q{i}", "postgres", "a", "a#0", DOCS["a"]) for i in range(25)],
         schema=["qid", "query", "doc_id", "chunk_id", "text"],
@@ -324,6 +324,13 @@ def test_progress_bar_is_optional(fake_server, capsys):
     )
     _, status = rerank_scores(pairs, http(fake_server), progress=False)
     assert len(status) == 25 and "rerank" not in capsys.readouterr().err
+    _, status = rerank_scores(pairs, http(fake_server))  # > 20 queries, but stderr is captured: nobody to see a bar
+    assert "rerank" not in capsys.readouterr().err  # (a script's log got the bar's lines: user trial AZ)
+    import toolkit.progress
+    import toolkit.rerank
+
+    monkeypatch.setattr(toolkit.progress, "someone_watching", lambda: True)  # a terminal
+    monkeypatch.setattr(toolkit.rerank, "someone_watching", toolkit.progress.someone_watching)
     _, status = rerank_scores(pairs, http(fake_server))  # > 20 queries: a bar by default
     assert "rerank" in capsys.readouterr().err
 

@@ -46,7 +46,7 @@ def test_eval_names_measures_past_a_runs_depth_and_runs_of_unequal_depth(tmp_pat
     (tmp_path / "top1.trec").write_text(_run_lines([x for x in rows if x[2] == 1]))
     r = _hrt("eval", "--dataset", ds, "--run", tmp_path / "top1.trec", "--run", tmp_path / "deep.trec", "--measures", "R@3,AP,nDCG@1")
     assert r.exit_code == 0, r.output
-    assert "top1.trec holds at most 1 results per query: its R@3 counts ranks past 1 that it never returned" in r.output
+    assert "top1.trec holds at most 1 result per query: its R@3 counts ranks past 1 that it never returned" in r.output
     assert "the runs differ in depth" in r.output and "their R@3, AP differ by depth" in r.output
     assert "scores 0 there, and counts in its mean (as trec_eval -c)" in r.output
     doc = json.loads(_hrt("eval", "--dataset", ds, "--run", tmp_path / "top1.trec", "--measures", "R@3", "--format", "json").stdout)

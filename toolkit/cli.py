@@ -246,7 +246,9 @@ def _numpy_with_one_blas_thread() -> None:
 def _progress() -> bool:
     """Progress bars only for a person at a terminal: in a CI log or a harness's capture they are lines of
     carriage returns. TQDM_DISABLE (tqdm's own switch) turns them off at a terminal too."""
-    return sys.stderr.isatty() and os.environ.get("TQDM_DISABLE", "").lower() not in ("1", "true", "yes")
+    from .progress import someone_watching
+
+    return someone_watching()
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -767,6 +769,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
     if not cfg.retrieval.dense.enabled:  # the config first: it decides how numpy is imported
         _numpy_with_one_blas_thread()
+    from .analysis import ANALYSIS_VERSION
     from .pipeline import prepare, rescore
     from .store import StaleTextWarning, Store, bind_without_pandas
 
@@ -793,6 +796,14 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         top = res.shown()  # output.n is n
         if scope is not None and not len(top):
             _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
+        elif not len(top) and not st.doc_sources().height:  # (a store emptied by `hrt delete`: user trial AY)
+            click.echo(f"note: {store_path} holds no documents (`hrt ingest` adds them)", err=True)
+        elif not len(top) and not res.per_query.is_empty() and res.per_query["no_term_match"][0] and (
+                st.lexical_analysis == ANALYSIS_VERSION):  # (else the older analysis is the reason, said below)
+            # A lexical search for stopwords or symbols said a bare "no results" (user trial AY).
+            click.echo("note: BM25 found no document holding any of the query's indexed words (stopwords and symbols are "
+                       "not indexed)", err=True)
+        _note_short_lists(cfg, n, len(top))
         if cfg.retrieval.lexical.enabled:
             _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
         docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
@@ -810,6 +821,15 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
 
     interrupts.check()  # cancelled is cancelled: no results after a Ctrl-C a library swallowed
     click.echo(out)
+
+
+def _note_short_lists(cfg, n: int, got: int) -> None:
+    """Fewer results than `-n` because the retrieval lists are shorter than that: said, with the field to raise
+    (user trial AY: `top_k: 1` and `-n 3` gave one result without a word; `hrt run` says it of its depth)."""
+    ks = [lst.top_k for lst in (cfg.retrieval.lexical, cfg.retrieval.dense) if lst.enabled]
+    if ks and got < n and max(ks) < n:
+        click.echo(f"note: {got} result(s) of the {n} asked: the retrieval lists stop at top_k {max(ks)} "
+                   "(retrieval.lexical.top_k / retrieval.dense.top_k)", err=True)
 
 
 def _iso_date(value: str | None) -> str | None:

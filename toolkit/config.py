@@ -939,8 +939,8 @@ def _written(d: Any, path: str) -> bool:
 def _extended(d: Mapping[str, Any], origin: str, folder: Path | None, chain: tuple[str, ...]) -> dict[str, Any]:
     """`d` laid over the config its `extends` names (user trial Y: a file setting one field silently started
     from the schema's defaults, not the `default` preset the CLI uses without a config). Sections merge field by
-    field; a dict-valued field (`priors.priority_map`) is replaced whole. Unnamed, it is `<base>-custom`, so a run
-    of it is not tagged as the preset's."""
+    field; a dict-valued field (`priors.priority_map`) is replaced whole. Unnamed, a file takes its own name (its
+    stem) and a mapping `<base>-custom`, so a run of it is not tagged as the preset's."""
     target = d["extends"]
     if not isinstance(target, str) or not target.strip():
         raise InputError(f"{origin}: extends: expected the name of a preset or the path of a config file, got {target!r}")
@@ -963,7 +963,13 @@ def _extended(d: Mapping[str, Any], origin: str, folder: Path | None, chain: tup
             raise InputError(f"{origin}: {e}") from None
         node[key] = value
     if "name" not in d:
-        merged["name"] = base.name if base.name.endswith("-custom") else f"{base.name}-custom"
+        # A file is named after itself: two files extending `default` were both "default-custom", one run tag for
+        # two configs (user trial AZ). A mapping, or a file named like a preset, is `<base>-custom`.
+        stem = Path(origin).stem if folder is not None else ""
+        if stem and stem != base.name and stem not in list_presets():
+            merged["name"] = stem
+        else:
+            merged["name"] = base.name if base.name.endswith("-custom") else f"{base.name}-custom"
     if "description" not in d:
         merged["description"] = f"{base.name} with the changes of {origin}"
     return merged
@@ -1346,7 +1352,9 @@ def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
     if p.suffix.lower() in (".yaml", ".yml", ".json"):
         raise InputError(f"{path_or_name}: config file not found")
     close = difflib.get_close_matches(name, list_presets(), n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    files = [f for f in (p.with_name(p.name + ext) for ext in (".yaml", ".yml", ".json")) if f.is_file()]
+    # `--config rr` beside rr.yaml: the file is named whole (user trial AZ), a preset by its name alone.
+    hint = f" (did you mean the file {files[0]}?)" if files else f" (did you mean {close[0]}?)" if close else ""
     raise InputError(
         f"{name}: neither a config file nor a preset{hint}; presets: {', '.join(list_presets())}"
     )

@@ -48,6 +48,12 @@ def quiet_model_load(*, weights_report: bool = True) -> Iterator[None]:
 
 
 class Embedder(Protocol):
+    """What a Store embeds with: the toolkit's own (torch, ONNX, http, precomputed) or one of yours, given as
+    `Store(path, embedder=obj)`. `model_id` names the model: vectors are cached and recorded under it, so change
+    it when the model changes. `embed(texts)` returns one row per text (any array-like; the store makes each row
+    unit length, so dense scores are cosines). `backend` is optional for your own ("custom" is recorded); `dim`
+    is the vector size."""
+
     model_id: str
     backend: str
 

@@ -18,7 +18,7 @@ from typing import Protocol
 import polars as pl
 
 from .errors import InputError, ToolkitError
-from .progress import progress_bar
+from .progress import progress_bar, someone_watching
 from .redact import header_secrets, scrub
 from .rerank import PROGRESS_MIN_QUERIES, ProviderError, RunBudget, api_key_headers, http_client, post_json
 
@@ -286,7 +286,7 @@ def variants(
         skipped = set(skip.filter(pl.col("skip_expansion").fill_null(False))["qid"].cast(pl.Utf8).to_list())
     rows: list[tuple[str, str, str, str]] = []
     status_rows: list[tuple[str, str, str | None]] = []
-    show = len(queries) > PROGRESS_MIN_QUERIES if progress is None else progress
+    show = len(queries) > PROGRESS_MIN_QUERIES and someone_watching() if progress is None else progress
     budget = RunBudget(budget_s, "expansion.budget_s", "query expansion")
     over: Counter = Counter()
     capped = 0

@@ -44,11 +44,27 @@ FUSED_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "score":
 WEIGHT_SCHEMA = {"qid": pl.Utf8, "list_id": pl.Utf8, "weight": pl.Float64}
 
 
+# docs/frames.md, `candidates`: what hand-built candidates need (a missing one was a polars error deep in fusion).
+CANDIDATE_COLUMNS = ("qid", "list_id", "variant", "retriever", "doc_id", "chunk_id", "rank", "score")
+
+
+def _need(candidates: pl.DataFrame, columns: tuple[str, ...]) -> None:
+    if missing := [c for c in columns if c not in candidates.columns]:
+        raise InputError(f"candidates: missing column(s) {', '.join(missing)} (docs/frames.md, `candidates`)")
+
+
 def list_table(candidates: pl.DataFrame, features: pl.DataFrame | None) -> pl.DataFrame:
     """[qid, list_id, variant, retriever, technical]: the lists of each query, what `list_weights` needs.
     It depends only on the cached stages, so `Prepared` computes it once per slider session; sorted by (qid,
-    list_id), `list_weights`' order, whose sort then finds its work done (half its time on a slider tick)."""
+    list_id), `list_weights`' order, whose sort then finds its work done (half its time on a slider tick).
+    Candidates built by hand (docs/frames.md) are checked here, once: a missing column was a polars error, and a
+    list of another `retriever` than lex or vec was weighted as a dense list without a word (user trial AZ)."""
+    _need(candidates, CANDIDATE_COLUMNS)
     lists = candidates.select("qid", "list_id", "variant", "retriever").unique()
+    if len(odd := lists.filter(~pl.col("retriever").is_in(["lex", "vec"]))):
+        raise InputError(f"candidates: list {odd['list_id'][0]!r} has retriever {odd['retriever'][0]!r}: fusion weighs "
+                         "lex (BM25) and vec (dense) lists; give your own list one of those, with its weight in "
+                         "fusion.lexical_weight or fusion.dense_weight")
     if features is not None and len(features):
         lists = lists.join(features.select("qid", "technical"), on="qid", how="left")
     else:
@@ -258,6 +274,7 @@ def lookup_values(lookup: tuple[np.ndarray, np.ndarray], want: np.ndarray) -> np
 
 def index(candidates: pl.DataFrame) -> FusionIndex:
     """Encode `candidates` for `fuse` (see FusionIndex)."""
+    _need(candidates, ("qid", "list_id", "doc_id", "chunk_id", "rank", "score"))
     qids = candidates["qid"].cast(pl.Utf8).unique().sort()
     docs = candidates["doc_id"].cast(pl.Utf8).unique().sort()
     lists = candidates["list_id"].cast(pl.Utf8).unique().sort()

@@ -444,7 +444,7 @@ def depth_notes(depths: Mapping[str, tuple[int, bool]], measures: Iterable[str])
     for name, (d, cut) in depths.items():
         past = [m.label for m in ms if m.k is not None and m.kind != "judged" and m.k > d > 0] if cut else []
         if past:
-            out.append(f"{name} holds at most {d} results per query: its {', '.join(past)} "
+            out.append(f"{name} holds at most {d} result{'' if d == 1 else 's'} per query: its {', '.join(past)} "
                        f"{'counts' if len(past) == 1 else 'count'} ranks past {d} that it never returned (as trec_eval does)")
     if len({d for d, _ in depths.values()}) > 1 and any(cut for _, cut in depths.values()):
         lo = min(d for d, cut in depths.values() if cut)

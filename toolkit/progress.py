@@ -7,6 +7,8 @@ imported (about 40 ms of a cold `hrt search`).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -37,3 +39,15 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, show: bool, **kwargs:
     from tqdm.auto import tqdm
 
     return tqdm(iterable, **kwargs)
+
+
+def someone_watching() -> bool:
+    """A person could see a bar: stderr is a terminal, or the code runs in a Jupyter kernel (tqdm.auto draws a
+    widget there), and TQDM_DISABLE is not set. What `progress=None` ("a bar for long runs") asks first: called
+    from a script whose stderr is a log, the rerank bar's lines landed in the log (user trial AZ)."""
+    if os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes"):
+        return False
+    if getattr(sys.stderr, "isatty", lambda: False)():
+        return True
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and getattr(ipython.get_ipython(), "kernel", None) is not None

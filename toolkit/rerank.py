@@ -31,7 +31,7 @@ import polars as pl
 
 from .errors import InputError, ToolkitError
 from .files import path_stamp
-from .progress import progress_bar
+from .progress import progress_bar, someone_watching
 from .redact import header_secrets, redact_data, redact_values, scrub
 
 PAIR_COLUMNS = ("qid", "query", "doc_id", "chunk_id", "text")
@@ -753,7 +753,7 @@ def rerank_scores(
     `max_consecutive_failures` failed queries in a row, the rest fall back without calls, so a dead endpoint
     costs seconds, not (queries x timeout x retries). `cache` has `get_rerank(model, [(query_hash,
     text_hash)])` and `put_rerank(model, [(query_hash, text_hash, score)])`. `progress=None`: a bar when
-    more than 20 queries. `budget_s`: once the provider calls of this run have taken that many seconds in
+    more than 20 queries and someone can see it (`progress.someone_watching`). `budget_s`: once the provider calls of this run have taken that many seconds in
     all, the provider is switched off for the remaining queries (status "fallback", and one warning).
     """
     missing = set(PAIR_COLUMNS) - set(pairs.columns)
@@ -798,7 +798,7 @@ def rerank_scores(
     failures, tripped = 0, None
     budget = RunBudget(budget_s, "rerank.budget_s", "reranker")
     secrets = tuple(getattr(reranker, "secrets", ()))  # the key a provider sent: never in a stored status
-    show = len(qids) > PROGRESS_MIN_QUERIES if progress is None else progress
+    show = len(qids) > PROGRESS_MIN_QUERIES and someone_watching() if progress is None else progress
     groups = pairs.group_by("qid", maintain_order=True)
     try:
         for (qid,), g in progress_bar(groups, total=len(qids), show=show, desc="rerank", unit="query"):

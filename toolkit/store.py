@@ -144,6 +144,36 @@ def _describe(emb: Embedder) -> str:
     return f"{emb.model_id!r}" + (f" (from {url})" if url else "")
 
 
+# What the toolkit's own embedders record as `embedding_backend`; anything else is an embedder of the caller's.
+OWN_BACKENDS = ("torch", "onnx", "onnx-int8", "http", "precomputed")
+
+
+def _check_embedder(emb: Any) -> None:
+    """An embedder of your own (`toolkit.embed.Embedder`) needs a `model_id` (cached vectors are keyed by it) and
+    an `embed(texts)`: said when the Store is made, not as an AttributeError deep in an ingest (user trial AZ)."""
+    name = type(emb).__name__
+    mid = getattr(emb, "model_id", None)
+    if not isinstance(mid, str) or not mid.strip():
+        raise ToolkitError(f"embedder {name}: needs a `model_id` string naming the model (cached vectors are kept under "
+                           f"it, and the store records it); got {mid!r}")
+    if not callable(getattr(emb, "embed", None)):
+        raise ToolkitError(f"embedder {name} ({mid!r}): needs a method `embed(texts) -> array (len(texts), dim)`")
+
+
+def _vectors(emb: Embedder, texts: list[str]) -> np.ndarray:
+    """`emb.embed(texts)` as the store keeps vectors: float32, one row per text, each of length 1. Dense search
+    scores by the inner product of unit vectors (the cosine): an embedder of your own that returned a list, or
+    vectors that are not unit length, failed with an AttributeError or showed "cosines" of 499 (user trial AZ).
+    The toolkit's own embedders return unit vectors already, which pass through unchanged."""
+    v = np.asarray(emb.embed(texts), dtype=np.float32)
+    if v.ndim != 2 or v.shape[0] != len(texts):
+        raise ToolkitError(f"embedder {_describe(emb)} returned an array of shape {v.shape} for {len(texts)} texts: "
+                           f"expected ({len(texts)}, dim)")
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    off = (np.abs(norms - 1.0) > 1e-3) & (norms > 0)  # (an all-zero vector stays as it is: it matches nothing)
+    return np.where(off, v / np.where(norms > 0, norms, 1.0), v).astype(np.float32) if off.any() else v
+
+
 def _local_model(label: str) -> bool:
     """Whether a recorded model id loads without the network: the packaged model, a path, or a hub model
     already in the local Hugging Face cache."""
@@ -760,6 +790,8 @@ class Store:
         self.path = Path(path).expanduser()
         self.read_only = read_only
         threads = duckdb_threads(threads)  # checked before anything is created
+        if embedder is not None:
+            _check_embedder(embedder)
         self._calls = _Calls(self.path)  # the calls under way, which `close` lets finish
         self._closing = threading.Lock()
         self._dense_lock = threading.Lock()  # one thread builds the dense matrix of a generation
@@ -842,6 +874,7 @@ class Store:
         elif self._meta("schema_version") is None:
             raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
         self._embedder = embedder
+        self._given_embedder = embedder  # the caller's own: never swapped for another model without a word
         if _Connection.refuse_pandas and self._has_table("documents"):
             self.con.small = self.con.execute("SELECT count(*) FROM documents").fetchone()[0] <= LEAN_MAX_DOCUMENTS
         self._dense_cache: tuple[str, dict[str, Any]] | None = None
@@ -1276,7 +1309,19 @@ class Store:
         if (model is None and e is not None and self.embedding_model in (None, e.model_id)
                 and backend in ("auto", getattr(e, "backend", backend))):
             return e  # the embedder given to the store (http, precomputed, a test's model) fits it
+        given = self._given_embedder
+        if model is None and given is not None and backend == "auto" and self.embedding_model not in (None, given.model_id):
+            self._check_model(given)  # refused with both names: it was dropped for the store's model (user trial AZ)
         want = model or self.embedding_model or DEFAULT_MODEL
+        made_by = self.embedding_backend
+        if provider == "local" and model is None and made_by not in (None, *OWN_BACKENDS) and not _local_model(want):
+            # An embedder of the caller's made these vectors: no model by that name can be loaded (the attempt
+            # retried the model hub for over a minute before failing, user trial AZ).
+            raise StoreError(
+                f"{self.path} holds vectors of {want!r} made by an embedder of your own (backend {made_by!r}): open the "
+                "store with that embedder (Store(path, embedder=...)) to search it densely; the CLI cannot load it: use "
+                "--mode lexical (retrieval.dense.enabled: false)"
+            )
         if provider == "local" and model is None and self.embedding_backend == "http":
             raise StoreError(
                 f"{self.path} holds vectors of {want!r} made by an http endpoint: embed queries the same way "
@@ -1369,7 +1414,7 @@ class Store:
             ).fetchall()
         )
         todo = [i for i, h in enumerate(hashes) if h not in have]
-        fresh = emb.embed([texts[i] for i in todo]) if todo else None
+        fresh = _vectors(emb, [texts[i] for i in todo]) if todo else None
         out = np.zeros((len(texts), emb.dim if todo else len(next(iter(have.values())))), dtype=np.float32)
         for i, h in enumerate(hashes):
             if h in have:
@@ -1425,7 +1470,7 @@ class Store:
         try:
             for i in range(0, len(missing), batch):
                 part = missing[i : i + batch]
-                vecs = emb.embed([by_hash[h] for h in part])
+                vecs = _vectors(emb, [by_hash[h] for h in part])
                 self._check_dim(emb, vecs.shape[1])  # never cache vectors of another size than the store's
                 df = pl.DataFrame({"text_hash": part, "vec": vecs.tolist()}, schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)})
                 self._register("newvec", df)
@@ -1620,7 +1665,7 @@ class Store:
                 )
                 self._set_meta("embedding_model", emb.model_id)
                 self._set_meta("embedding_dim", str(dim))
-                self._set_meta("embedding_backend", getattr(emb, "backend", "torch"))
+                self._set_meta("embedding_backend", getattr(emb, "backend", "custom"))
             self._drop_unused_vectors(gone_hashes)  # after the new chunks: a text a changed file took on keeps its vector
             if reanalyse and (redone := self._reanalyse_text()):  # said once: the next ingest finds nothing to redo
                 logging.getLogger("toolkit").warning(

@@ -27,6 +27,7 @@ import math
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,7 +348,10 @@ def fit(
         importance={f: float(x) / total for f, x in zip(features, gain, strict=True)}, held_out=held_out,
         best_iteration=best_iter, seconds={"train": t_first + t_final}, calibration_ece_held_out=ece,
         params={k: v for k, v in p.items() if k != "monotone_constraints"}, calibrated=cal is not None,
-        early_stopped=early_stopped, notes=_notes(held_out, early_stopped, cal is not None, ece),
+        early_stopped=early_stopped, notes=_notes(held_out, early_stopped, cal is not None, ece)
+        + ([] if gain.sum() > 0 else [  # every gain share 0.00 was all a tiny training set showed (user trial AY)
+            "no tree found a split (too few judged queries, or no feature that tells relevant from not): the model "
+            f"ranks by its RRF prior alone (prior {prior:g}); judge more queries"]),
         no_calibration=why_uncalibrated,
         held_out_queries={c: sorted(g["qid"].unique().to_list()) for (c,), g in held.group_by("collection")},
     )  # fmt: skip
@@ -388,6 +392,22 @@ def _notes(held_out: dict[str, dict[str, float]], early_stopped: bool, calibrate
     return notes
 
 
+def _check_sources(sources: Any) -> None:
+    """Each source is (open Store, dataset folder, rel threshold): said with the position, where a pair, or the
+    items in another order, failed as "not enough values to unpack" or a TypeError inside (user trial AY)."""
+    from .store import Store
+
+    if isinstance(sources, tuple | str | Path) or not isinstance(sources, list | Sequence):
+        raise InputError("train_fusion: sources must be a list of (store, dataset folder, rel threshold) triples")
+    for i, src in enumerate(sources):
+        ok = (isinstance(src, tuple | list) and len(src) == 3 and isinstance(src[0], Store)
+              and isinstance(src[1], str | Path) and isinstance(src[2], int) and not isinstance(src[2], bool))
+        if not ok:
+            got = ", ".join(type(x).__name__ for x in src) if isinstance(src, tuple | list) else type(src).__name__
+            raise InputError(f"train_fusion: sources[{i}] is ({got}); expected (store, dataset folder, rel threshold), "
+                             "e.g. (Store('locomo.duckdb'), 'data/locomo', 1)")
+
+
 def train_fusion(
     sources: list[tuple[Any, str | Path, int]], out: str | Path, *, split: str = "dev",
     config: str | PipelineConfig = "learned", seed: int = 0, holdout: float = 0.2, rounds: int = 400,
@@ -405,6 +425,7 @@ def train_fusion(
     if split == "test":
         warnings.warn("training on the test split: the model's scores on it are not results (the model file says so)",
                       UserWarning, stacklevel=2)
+    _check_sources(sources)
     t0 = time.perf_counter()
     frames, qrels, thresholds = [], [], {}
     names: set[str] = set()
