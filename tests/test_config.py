@@ -54,6 +54,36 @@ def test_defaults_are_the_qmd_guardrails():
     assert c.routing.enabled is False and c.dedup.source_enabled is False
 
 
+def test_the_parsed_presets_are_the_yaml_as_it_is():
+    """`hrt search` reads a preset from presets/parsed.json (no PyYAML import): that file must hold each preset's
+    YAML as parsed now, value for value and type for type (1 is not 1.0, inf stays inf). After editing a preset:
+    python -c "from toolkit.config import write_parsed_presets as w; w()"."""
+    from toolkit.config import PARSED_PRESETS, parsed_presets
+
+    assert repr(json.loads(PARSED_PRESETS.read_bytes())) == repr(parsed_presets()), "presets/parsed.json is stale"
+
+
+def test_a_preset_edited_since_its_parse_is_read_from_its_yaml(tmp_path, monkeypatch):
+    """The parsed copy is keyed by the YAML file's SHA-256: a changed preset is never read from a stale copy."""
+    import shutil
+
+    import toolkit.config as config
+
+    folder = tmp_path / "presets"
+    shutil.copytree(PRESETS_DIR, folder)
+    monkeypatch.setattr(config, "PRESETS_DIR", folder)
+    monkeypatch.setattr(config, "PARSED_PRESETS", folder / "parsed.json")
+    assert load_config("bm25-only").retrieval.lexical.k1 == 1.2
+    qmd = load_config("qmd")
+    yaml_file = folder / "bm25-only.yaml"
+    yaml_file.write_text(yaml_file.read_text().replace("k1: 1.2", "k1: 1.5"))
+    assert load_config("bm25-only").retrieval.lexical.k1 == 1.5
+    (folder / "parsed.json").write_text("{not json")  # a damaged copy: the YAML, not an error
+    assert load_config("bm25-only").retrieval.lexical.k1 == 1.5
+    (folder / "parsed.json").unlink()
+    assert load_config("qmd") == qmd  # from the YAML as from its parsed copy
+
+
 def test_all_presets_load_and_document_themselves():
     assert set(list_presets()) == EXPECTED_PRESETS
     for name in list_presets():

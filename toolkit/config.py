@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     AllowInfNan,
     BaseModel,
@@ -71,6 +70,8 @@ from .redact import looks_like_secret, url_credentials
 
 SCHEMA_VERSION = 1
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+# The presets as parsed from their YAML, each with the SHA-256 of its file (`_read_preset`).
+PARSED_PRESETS = PRESETS_DIR / "parsed.json"
 # The preset used wherever no config is named (`hrt search`, `hrt run --mode hybrid`, `hrt tune`, the lab).
 DEFAULT_PRESET = "default"
 
@@ -923,7 +924,7 @@ def _default_flat() -> dict[str, Any]:
 def _preset_dormant(name: str) -> dict[str, Any]:
     """{field: value} of the settings a shipped preset sets and switches off itself (a reranker's blend,
     ready for HRT_RERANK_PROVIDER; `rank_bonus: []` under convex): deliberate there, and in a copy of it."""
-    cfg = _validate(_read(PRESETS_DIR / f"{name}.yaml"), f"preset {name}")
+    cfg = _validate(_read_preset(PRESETS_DIR / f"{name}.yaml"), f"preset {name}")
     flat = cfg.flat()
     return {p: flat[p] for p in inert_settings(cfg)}
 
@@ -1156,41 +1157,83 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class DataLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key repeated in one mapping is an error (YAML keeps the last silently), and
-    that a file may use at most `MAX_ALIASES` aliases: a 29 KB file of 3,000 aliases of one long list took 12 s
-    and 400 MB to load (user trial AJ); a config's `<<` merges need a few."""
+@functools.cache
+def _data_loader() -> type:
+    """`DataLoader`, made at its first use: PyYAML is imported where a YAML file is read or written, not with this
+    module (~10 ms of every cold `hrt search`, which reads its preset from `PARSED_PRESETS`)."""
+    import yaml
 
-    MAX_ALIASES = 100
+    class DataLoader(yaml.SafeLoader):
+        """yaml.safe_load, except that a key repeated in one mapping is an error (YAML keeps the last silently), and
+        that a file may use at most `MAX_ALIASES` aliases: a 29 KB file of 3,000 aliases of one long list took 12 s
+        and 400 MB to load (user trial AJ); a config's `<<` merges need a few."""
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            self._aliases = getattr(self, "_aliases", 0) + 1
-            if self._aliases > self.MAX_ALIASES:
-                raise yaml.composer.ComposerError(None, None, f"more than {self.MAX_ALIASES} aliases (*name): not a config",
-                                                  self.peek_event().start_mark)
-        return super().compose_node(parent, index)
+        MAX_ALIASES = 100
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        lines: dict[Any, int] = {}
-        for key_node, _ in node.value:  # before merging: keys a `<<` merge brings in may be overridden
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                if key in lines:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first on line {lines[key]}): only one value would be kept",
-                        key_node.start_mark,
-                    )
-                lines[key] = key_node.start_mark.line + 1
-            except TypeError:  # an unhashable key: the base constructor reports it
-                continue
-        return super().construct_mapping(node, deep=deep)
+        def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+            if self.check_event(yaml.AliasEvent):
+                self._aliases = getattr(self, "_aliases", 0) + 1
+                if self._aliases > self.MAX_ALIASES:
+                    raise yaml.composer.ComposerError(None, None, f"more than {self.MAX_ALIASES} aliases (*name): not a config",
+                                                      self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            lines: dict[Any, int] = {}
+            for key_node, _ in node.value:  # before merging: keys a `<<` merge brings in may be overridden
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in lines:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key!r} (first on line {lines[key]}): only one value would be kept",
+                            key_node.start_mark,
+                        )
+                    lines[key] = key_node.start_mark.line + 1
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    continue
+            return super().construct_mapping(node, deep=deep)
+
+    DataLoader.__module__, DataLoader.__qualname__ = __name__, "DataLoader"
+    return DataLoader
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DataLoader":  # `from toolkit.config import DataLoader` imports PyYAML then
+        return _data_loader()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _read(path: Path) -> dict[str, Any]:
     return _read_text(path)[0]
+
+
+def _read_preset(path: Path) -> dict[str, Any]:
+    """A shipped preset's content, as `_read` parses it: from `PARSED_PRESETS` while it holds the preset's file as it
+    is (the same SHA-256), else from the YAML. JSON reads back every value a preset holds (tests/test_config.py
+    checks the file against the YAML), and the content is validated as any config's is: only PyYAML's import and
+    parse are saved (~12 ms of a cold `hrt search`). `write_parsed_presets` rewrites the file after a preset changes."""
+    try:
+        raw = path.read_bytes()
+        entry = json.loads(PARSED_PRESETS.read_bytes()).get(path.stem)
+    except (OSError, ValueError):
+        entry = None
+    if isinstance(entry, dict) and entry.get("sha256") == hashlib.sha256(raw).hexdigest():
+        return entry["data"]
+    return _read(path)
+
+
+def parsed_presets() -> dict[str, dict[str, Any]]:
+    """{preset name: {"sha256": of its file, "data": its content}}: what `PARSED_PRESETS` should hold."""
+    return {p.stem: {"sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "data": _read(p)}
+            for p in sorted(PRESETS_DIR.glob("*.yaml"))}
+
+
+def write_parsed_presets() -> Path:
+    """Rewrite `PARSED_PRESETS` from the presets' YAML (after a preset changes):
+    `python -c "from toolkit.config import write_parsed_presets as w; w()"`."""
+    return write_text_atomic(PARSED_PRESETS, json.dumps(parsed_presets(), indent=1, ensure_ascii=False) + "\n")
 
 
 def _read_text(path: Path) -> tuple[dict[str, Any], str]:
@@ -1209,20 +1252,28 @@ def _read_text(path: Path) -> tuple[dict[str, Any], str]:
         if path.suffix.lower() == ".json":
             data = json.loads(text, object_pairs_hook=_unique_pairs)
         else:
-            data = yaml.load(text, Loader=DataLoader)  # a SafeLoader: plain data only
+            data = _load_yaml(text, path)
     except _DuplicateKey as e:
         raise InputError(f"{path}: invalid JSON: key {e.args[0]!r} appears twice in one object (only one value is kept)") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise InputError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
     except RecursionError:  # thousands of nested brackets: the parser runs out of stack
         raise InputError(f"{path}: nested too deeply to be a config") from None
     if data is None:  # an empty file (or only comments) is a mistake, not "all defaults"
         raise InputError(f"{path}: the config file is empty; write the fields to set (or `{{}}` for all defaults)")
     return data, text
+
+
+def _load_yaml(text: str, path: Path) -> Any:
+    """A YAML config file's text parsed (PyYAML is imported here: `_data_loader`), a parse error as an InputError."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_data_loader())  # a SafeLoader: plain data only
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise InputError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
 
 
 # Fields whose value may be a path: "file" ones always are; "model" ones are when the path exists (else a
@@ -1336,7 +1387,7 @@ def _load(path_or_name: Any, chain: tuple[str, ...]) -> PipelineConfig:
         if p.is_file():
             warnings.warn(f"config {name!r} is the preset of that name, not the file {name} in {Path.cwd()} "
                           f"(./{name} names the file)", ConfigWarning, stacklevel=3)
-        return _validate(_read(preset), origin=f"preset {name} ({preset.name})")  # unchecked: see `_preset_dormant`
+        return _validate(_read_preset(preset), origin=f"preset {name} ({preset.name})")  # unchecked: see `_preset_dormant`
     if p.is_file():
         here = str(p.resolve())
         if here in chain:
@@ -1372,6 +1423,8 @@ def save_config(cfg: PipelineConfig | str | Path, path: str | Path) -> Path:
             section[path_.rsplit(".", 1)[-1]] = str(Path(value).absolute())
     suffix = p.suffix.lower()
     if suffix in (".yaml", ".yml"):
+        import yaml
+
         body = yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
         text = f"{_SNAPSHOT_MARK}{_digest(body)}{_SNAPSHOT_NOTE}\n{body}"
     elif suffix == ".json":
