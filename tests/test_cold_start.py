@@ -173,4 +173,44 @@ def test_the_programs_settings_stay_out_of_a_host_that_calls_hrt_in_process(tmp_
     with Store(path, read_only=True), pytest.raises(SystemExit) as e:
         cli.main(["search", "kafka", "--store", str(path), "--mode", "lexical"])
     assert e.value.code == 0
-    assert "PYDANTIC_DISABLE_PLUGINS" not in os.environ and not cli._PROGRAM
+    assert "PYDANTIC_DISABLE_PLUGINS" not in os.environ and not cli._PROGRAM and not cli._EXIT_AT_ONCE
+
+
+_AS_PROGRAM = """
+import atexit, os, sys
+
+exit_now = os._exit
+
+
+def said_exit(code):  # the process ends here, without the interpreter's teardown
+    os.write(2, b"os._exit(%d)\\n" % code)
+    exit_now(code)
+
+
+os._exit = said_exit
+atexit.register(lambda: print("exit handler ran", file=sys.stderr))
+sys.argv = ["hrt", *sys.argv[1:]]
+from toolkit.cli import main
+main()
+"""
+
+
+def test_hrt_search_as_a_program_ends_at_once_with_its_output_and_exit_handlers(tmp_path):
+    """`hrt search` run as a program skips the interpreter's teardown (`cli._exit_at_once`) but not what an exit
+    does: its output (a pipe: block-buffered), the exit handlers and the exit code are as before; another command is
+    torn down as usual."""
+    path = tmp_path / "s.duckdb"
+    with Store(path) as st:
+        st.ingest([{"doc_id": "a", "text": "kafka consumer lag"}], embed=False)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _AS_PROGRAM, *args], capture_output=True, text=True)
+
+    ok = run("search", "kafka", "--store", str(path), "--mode", "lexical", "--format", "json")
+    assert ok.returncode == 0 and '"doc_id": "a"' in ok.stdout, ok.stderr
+    assert ok.stderr == "exit handler ran\nos._exit(0)\n"
+    missing = run("search", "kafka", "--store", str(tmp_path / "nope.duckdb"), "--mode", "lexical")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "no such store" in missing.stderr
+    assert missing.stderr.endswith("exit handler ran\nos._exit(2)\n")
+    other = run("info", "--store", str(path))
+    assert other.returncode == 0 and other.stderr == "exit handler ran\n", other.stderr
