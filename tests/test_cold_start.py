@@ -170,8 +170,11 @@ def test_the_programs_settings_stay_out_of_a_host_that_calls_hrt_in_process(tmp_
     path = tmp_path / "s.duckdb"
     with Store(path) as st:
         st.ingest([{"doc_id": "a", "text": "kafka consumer lag"}], embed=False)
-    with Store(path, read_only=True), pytest.raises(SystemExit) as e:
-        cli.main(["search", "kafka", "--store", str(path), "--mode", "lexical"])
+    with Store(path, read_only=True) as held:
+        threads = held.con.execute("SELECT current_setting('threads')").fetchone()
+        with pytest.raises(SystemExit) as e:
+            cli.main(["search", "kafka", "--store", str(path), "--mode", "lexical"])
+        assert held.con.execute("SELECT current_setting('threads')").fetchone() == threads  # not the program's one
     assert e.value.code == 0
     assert "PYDANTIC_DISABLE_PLUGINS" not in os.environ and not cli._PROGRAM and not cli._EXIT_AT_ONCE
 

@@ -807,7 +807,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         _numpy_with_one_blas_thread()
     from .analysis import ANALYSIS_VERSION
     from .pipeline import prepare, rescore
-    from .store import StaleTextWarning, Store, bind_without_pandas
+    from .store import StaleTextWarning, Store, bind_without_pandas, duckdb_threads
 
     bind_without_pandas()
     if verbose:
@@ -817,6 +817,11 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     # Unchecked only in a process of its own: DuckDB refuses a second connection to the file with other settings,
     # and a notebook or a test holding the store open searched it in-process (the review).
     with Store(store_path, read_only=True, wait_s=wait_s, verify_extension=not _PROGRAM) as st:
+        if _PROGRAM and st.con.small and duckdb_threads() is None:
+            # One DuckDB thread (unless HRT_DUCKDB_THREADS says otherwise) for a small store: a search's statements read
+            # a row group or a few, which one thread does as fast, and the other threads only cost their hand-offs (~5 ms
+            # of CPU in a cold lexical search). Only in a program: other Stores on the file in a host's process share it.
+            st.con.execute("SET threads = 1")
         if cfg.retrieval.dense.enabled:
             embedded, chunks = st.embedding_coverage()
             if not embedded and chunks and config is None and mode is None:
