@@ -60,7 +60,8 @@ def test_the_parsed_presets_are_the_yaml_as_it_is():
     python -c "from toolkit.config import write_parsed_presets as w; w()"."""
     from toolkit.config import PARSED_PRESETS, parsed_presets
 
-    assert repr(json.loads(PARSED_PRESETS.read_bytes())) == repr(parsed_presets()), "presets/parsed.json is stale"
+    assert repr(json.loads(PARSED_PRESETS.read_bytes())) == repr(parsed_presets()), (
+        "presets/parsed.json is stale: python -c 'from toolkit.config import write_parsed_presets as w; w()'")
 
 
 def test_a_preset_edited_since_its_parse_is_read_from_its_yaml(tmp_path, monkeypatch):
