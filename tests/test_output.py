@@ -37,7 +37,7 @@ def store(tmp_path_factory):
 def _search(store, *args):
     r = CliRunner().invoke(main, ["search", *args, "--store", store])
     assert r.exit_code == 0, r.output
-    return r.output
+    return r.stdout if "json" in args else r.output  # JSON is stdout alone; notes go to stderr
 
 
 def test_json_matches_the_documented_schema_with_correct_counts(store):
