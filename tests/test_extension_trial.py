@@ -129,3 +129,48 @@ def test_a_config_file_is_named_after_itself(tmp_path, monkeypatch):
     with pytest.raises(InputError, match=r"rr: neither a config file nor a preset \(did you mean the file rr.yaml\?\)"):
         load_config("rr")
     assert Path("rr.yaml").is_file()
+
+
+class OverlapReranker:
+    """A researcher's own reranker: the share of the query's words in the passage."""
+
+    name = "az/overlap"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def score(self, query, documents):
+        self.calls += 1
+        q = set(query.lower().split())
+        return [len(q & set(d.lower().split())) / max(len(q), 1) for d in documents]
+
+
+def test_a_python_reranker_is_a_provider_the_config_names(hashed):
+    """Only HTTP, a cross-encoder or a file could rerank; the workaround put scores under a config that said
+    `provider: none`, so the config no longer described the run (user trial AZ)."""
+    from toolkit.session import Session
+
+    q = pl.DataFrame({"qid": ["q1", "q2"], "text": ["deploy failed ECONNREFUSED", "retry backoff"]})
+    cfg = load_config("qmd").with_updates({"rerank.provider": "python", "rerank.top_n": 5})
+    rr = OverlapReranker()
+    with Store(hashed, embedder=HashEmbedder()) as st:
+        res = run_pipeline(st, q, cfg, reranker=rr)
+        assert rr.calls == 2 and res.per_query["reranker"].to_list() == ["ok", "ok"]
+        assert res.final.filter(pl.col("flags").list.contains("reranked")).height > 0
+        again = OverlapReranker()
+        run_pipeline(st, q, cfg, reranker=again)
+        assert again.calls == 0  # its scores are cached under its name, as any provider's
+        with pytest.raises(InputError, match=r"rerank.provider is python: pass the reranker object"):
+            run_pipeline(st, q, cfg)
+        with pytest.raises(InputError, match=r"a reranker object was given but rerank.provider is 'none'"):
+            run_pipeline(st, q, load_config("hybrid-rrf"), reranker=rr)
+        with pytest.raises(InputError, match=r"reranker object: needs a `name` string"):
+            run_pipeline(st, q, cfg, reranker=object())
+        s = Session(st, q, pl.DataFrame({"qid": ["q1", "q2"], "doc_id": ["d1", "d2"], "rel": [1, 1]}), config=cfg,
+                    reranker=OverlapReranker())  # the baseline (bm25-only) prepares without it
+        assert s.result.per_query["reranker"].to_list() == ["ok", "ok"]
+        assert s.set("rerank.blend", "replace") and s.config.rerank.provider == "python"
+    py = hashed.parent / "py.yaml"
+    py.write_text("extends: bm25-only\nrerank: {provider: python}\n")
+    r = CliRunner().invoke(main, ["search", "deploy", "--store", str(hashed), "--config", str(py)])
+    assert r.exit_code == 2 and "the CLI cannot take one: use cross-encoder, http or file there" in r.output

@@ -393,6 +393,7 @@ class Lab:
         live_figures: bool | None = None,
         rel_threshold: int = 1,
         source: tuple[str, str] | None = None,
+        reranker: Any = None,
     ) -> None:
         self.last_update_ms: float | None = None
         self.updates = 0  # how many re-scorings the panels show (the status line numbers them)
@@ -407,7 +408,7 @@ class Lab:
                        for name in ("metrics", "spread", "failures", "trajectory", "drilldown", "routing", "inspector")}
         self.live_figures = live
         self.session = Session(store, queries, qrels, config, baseline, measures, k, on_notice=self._show,
-                               rel_threshold=rel_threshold, source=source)
+                               rel_threshold=rel_threshold, source=source, reranker=reranker)
         self._lock = self.session.lock
         self._qtext = dict(zip(self.queries["qid"].to_list(), self.queries["text"].to_list(), strict=True))
         self._build_widgets()

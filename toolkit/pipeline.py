@@ -187,9 +187,10 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 PREPARE_VERSION = 5
 
 
-def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None) -> str:
+def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,
+                reranker: Any = None) -> str:
     """Cache key of the expensive stages: the code's `PREPARE_VERSION`, the store's generation, the queries and
-    the prepare fields."""
+    the prepare fields (and the name of a Python reranker, `rerank.provider: python`)."""
     # The queries' metadata is part of them: their dates are the recency priors' reference (`query_values`),
     # so the same text asked on another date must not get the cached date.
     q = queries.select("qid", "text", *(c for c in ("scope", "metadata") if c in queries.columns))
@@ -203,6 +204,8 @@ def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank
         "pool": rerank_pool,
         "files": _read_stamps(store, cfg),
     }
+    if reranker is not None:
+        parts["reranker"] = reranker.name
     if cfg.retrieval.dense.enabled and cfg.retrieval.dense.index == "hnsw":
         # an index rebuilt with other settings answers differently (approximate): its record is part of the key
         parts["vector_index"] = store.vector_index
@@ -277,6 +280,7 @@ def prepare(
     rerank_pool: int | None = None,
     use_cache: bool = True,
     one_shot: bool = False,
+    reranker: Any = None,
 ) -> Prepared:
     """Run stages 1-5 for all queries, or load them from the store's stage cache. `queries` as in
     `run_pipeline`; returns the `Prepared` frames (query features, variants, every list's candidates, reranker
@@ -287,8 +291,11 @@ def prepare(
     re-scores with `cfg` only (`hrt search`), so inputs no other setting of `cfg` reads are not computed (the
     learning-to-rank features, unless `cfg` fuses with the learned model or router), and neither the stage frames
     nor the query vectors are cached (reranker scores are: a repeated question costs no second paid call).
+    `reranker`: your own (`toolkit.rerank.Reranker`: a `name`, the cache key of its scores, and `score(query,
+    documents)`), for a config with `rerank.provider: python`; it is then blended as any provider is.
     """
     cfg = load_config(cfg)
+    _check_reranker(cfg, reranker)
     from .interop import queries_frame  # pandas, PyTerrier / BEIR / ir_datasets column names
 
     # Every input through the same check (user trial X: a polars frame with BEIR's `_id`, integer ids, two
@@ -301,7 +308,7 @@ def prepare(
         from .store import StaleTextWarning
 
         warnings.warn(note, StaleTextWarning, stacklevel=2)
-    key = prepare_key(store, queries, cfg, rerank_pool)
+    key = prepare_key(store, queries, cfg, rerank_pool, reranker)
     if use_cache:
         got = store.get_frames(key)
         if got is not None:
@@ -331,7 +338,8 @@ def prepare(
             prep.settings, prep.index = prepare_settings(cfg), store.index_record()
             return prep
     ltr = not one_shot or cfg.fusion.method == "learned" or cfg.fusion.router
-    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr, one_shot=one_shot)
+    prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr, one_shot=one_shot,
+                    reranker=reranker)
     prep.settings, prep.index = prepare_settings(cfg), store.index_record()
     providers.warn_fallbacks(prep)
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
@@ -340,9 +348,24 @@ def prepare(
     return prep
 
 
+def _check_reranker(cfg: PipelineConfig, reranker: Any) -> None:
+    """A Python reranker goes with `rerank.provider: python`, and only with it: scores blended under a config that
+    says `none` were a run the config did not describe (user trial AZ)."""
+    if cfg.rerank.provider == "python" and reranker is None:
+        raise InputError("rerank.provider is python: pass the reranker object (reranker= to prepare, run_pipeline, Session "
+                         "or Lab); the CLI cannot take one: use cross-encoder, http or file there")
+    if reranker is not None:
+        if cfg.rerank.provider != "python":
+            raise InputError(f"a reranker object was given but rerank.provider is {cfg.rerank.provider!r}: set "
+                             "rerank.provider: python to blend its scores")
+        if not isinstance(getattr(reranker, "name", None), str) or not callable(getattr(reranker, "score", None)):
+            raise InputError(f"reranker {type(reranker).__name__}: needs a `name` string (the cache key of its scores) and "
+                             "a method `score(query, documents) -> list of floats` (toolkit.rerank.Reranker)")
+
+
 def _prepare(
     store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None, ltr: bool = True,
-    one_shot: bool = False,
+    one_shot: bool = False, reranker: Any = None,
 ) -> Prepared:
     t: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -403,7 +426,7 @@ def _prepare(
     # A one-shot search reads its candidates' sources only (the whole table, per search, grows with the store).
     ids = cands["doc_id"].unique().to_list() if one_shot and cands is not None else None
     doc_source = store.doc_sources(ids).select("doc_id", "source", "text_hash")
-    rr_scores, rr_status = _rerank(store, queries, cands, cfg, pool=rerank_pool, progress=progress)
+    rr_scores, rr_status = _rerank(store, queries, cands, cfg, pool=rerank_pool, progress=progress, reranker=reranker)
     t["rerank"] = time.perf_counter() - t0
 
     vectors = None
@@ -460,16 +483,19 @@ def _rerank(
     *,
     pool: int | None,
     progress: bool,
+    reranker: Any = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     empty = pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64})
     rc = cfg.rerank
     if rc.provider == "none" or not len(cands):
         status = queries.select("qid", pl.lit("skipped").alias("status"), pl.lit("no reranker configured").alias("error"))
         return empty, status
-    reranker = rerank.make_reranker(
-        rc.provider, model=rc.model, url=rc.url, api_key_env=rc.api_key_env, timeout_s=rc.timeout_s, retries=rc.retries, path=rc.path,
-        http_batch=rc.batch_size, max_chars=rc.max_chars,
-    )
+    own = reranker is not None  # the caller's (`rerank.provider: python`): theirs to close
+    if not own:
+        reranker = rerank.make_reranker(
+            rc.provider, model=rc.model, url=rc.url, api_key_env=rc.api_key_env, timeout_s=rc.timeout_s, retries=rc.retries,
+            path=rc.path, http_batch=rc.batch_size, max_chars=rc.max_chars,
+        )
     pool_docs = rerank_pool(cands, rc.top_n, pool)
     # Each document is represented by its chunk with the most query-term hits, read with its title (the
     # passage format `hrt train-reranker` trains on, and the body the store embeds).
@@ -478,7 +504,7 @@ def _rerank(
     try:
         return rerank.rerank_scores(pairs, reranker, cache=store, progress=progress, budget_s=budget)
     finally:  # its connection: a service preparing per request left one open socket per search (user trial AN)
-        if (close := getattr(reranker, "close", None)) is not None:
+        if not own and (close := getattr(reranker, "close", None)) is not None:
             close()
 
 
@@ -660,7 +686,7 @@ def _trace(
 
 def run_pipeline(
     store: Store, queries: pl.DataFrame, cfg: PipelineConfig | str, *, progress: bool = False, now: datetime | None = None,
-    one_shot: bool = False,
+    one_shot: bool = False, reranker: Any = None,
 ) -> Result:
     """Full run: `prepare`, then `rescore`. `queries`: a polars or pandas frame [qid, text, scope?, metadata?]
     (PyTerrier, BEIR and ir_datasets column names too; see `interop.queries_frame`) or a {qid: text} dict; ids
@@ -668,6 +694,7 @@ def run_pipeline(
     prior's reference time (default: the clock, or the config's `priors.as_of`). `one_shot=True`: a service
     answering one search (`prepare(one_shot=True)`): no stage frames or query vectors are cached in the store, and only what `cfg` reads is
     computed (user trial AB: a cached search took twice as long, and wrote ~100 KB of frames per distinct query).
+    `reranker`: a Python reranker of yours, for `rerank.provider: python` (see `prepare`).
 
     Returns a `Result`: `final` (the ranked results per query, up to max(output.n, 100) places: qid, rank, doc_id,
     chunk_id, score, flags, ...; `shown()`: the first output.n of each query, what `hrt search` prints),
@@ -675,7 +702,7 @@ def run_pipeline(
     through every stage, for the panels), `removed` (what dedup dropped and why), and `run(depth)` (the
     [qid, doc_id, rank, score] run that `evaluate` and `write_run` take)."""
     cfg = load_config(cfg)
-    prep = prepare(store, queries, cfg, progress=progress, one_shot=one_shot)
+    prep = prepare(store, queries, cfg, progress=progress, one_shot=one_shot, reranker=reranker)
     res = rescore(prep, cfg, now=now)
     res.timings = {**prep.timings, **res.timings}
     return res

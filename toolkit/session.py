@@ -152,7 +152,8 @@ class Session:
     `rel_threshold`: the grade binary measures (R, P, RR, AP) and the failure cases count as relevant
     (2 for TREC DL; nDCG uses every grade). `on_notice(message, error)` is called whenever the status message changes (a view shows it live,
     e.g. "recomputing candidates" before a slow prepare). `source`: (dataset name, split) the queries come from,
-    recorded in an export's `tuned_on` when settings were moved (`Lab.from_dataset` passes it). All public methods hold `lock`, so a view's
+    recorded in an export's `tuned_on` when settings were moved (`Lab.from_dataset` passes it). `reranker`: a Python
+    reranker of yours for configs with `rerank.provider: python` (`pipeline.prepare`). All public methods hold `lock`, so a view's
     timer thread and the notebook's own calls do not interleave.
     """
 
@@ -169,8 +170,10 @@ class Session:
         on_notice: Callable[[str, bool], None] | None = None,
         rel_threshold: int = 1,
         source: tuple[str, str] | None = None,
+        reranker: Any = None,
     ) -> None:
-        keep_freed_memory()  # a live session re-scores every query per change: see toolkit.heap
+        keep_freed_memory()
+        self.reranker = reranker  # a Python reranker of yours, used by configs with rerank.provider: python  # a live session re-scores every query per change: see toolkit.heap
         self.store = need_store(store)
         self.queries = queries_frame(queries)  # pandas / PyTerrier / BEIR names too (toolkit.interop)
         self.measures = [m.label for m in parse_measures(measures)]
@@ -224,6 +227,11 @@ class Session:
     def metrics(self) -> dict[str, float]:
         """Current mean of each measure (empty without qrels)."""
         return aggregate(self.per_query) if self.per_query is not None and len(self.per_query) else {}
+
+    def _reranker_for(self, cfg: PipelineConfig) -> Any:
+        """The session's Python reranker for a config that asks for one (the baseline, or a config switched to
+        another provider, prepares without it)."""
+        return self.reranker if cfg.rerank.provider == "python" else None
 
     def __repr__(self) -> str:
         """What a script or terminal sees: the config against the baseline, measure by measure."""
@@ -375,7 +383,7 @@ class Session:
             if remember:
                 self.notice(f"recomputing candidates ({why})…")
             t = time.perf_counter()
-            prep = prepare(self.store, self.queries, cfg)
+            prep = prepare(self.store, self.queries, cfg, reranker=self._reranker_for(cfg))
             self._recomputed_ms = (time.perf_counter() - t) * 1000
             if remember:
                 self._preps.pop(key, None)  # re-inserted last: the newest is evicted last
@@ -529,7 +537,7 @@ class Session:
             prep = _reusable(st["prep"].get(key))
             if prep is None:
                 one = pl.DataFrame({"qid": ["typed"], "text": [st["text"]], "scope": [st["scope"]]}, schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8})
-                prep = prepare(self.store, one, self.config, use_cache=False)
+                prep = prepare(self.store, one, self.config, use_cache=False, reranker=self._reranker_for(self.config))
                 st["prep"] = {key: _entry(prep)}
             qid, tr, title = "typed", rescore(prep, self.config, now=self._reference(self.config)).trace, f"Typed query: {html.escape(st['text'][:80])}"
         self.inspected = self.stage_lists(qid, tr)

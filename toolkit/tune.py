@@ -417,6 +417,7 @@ def tune(
     alpha: float = 0.05,
     gate: bool = True,
     rel_threshold: int = 1,
+    reranker: Any = None,
 ) -> tuple[PipelineConfig, TuneReport]:
     """Search `space` around `base` on `queries` judged by `qrels`; returns the config to use and an honest report.
 
@@ -424,7 +425,8 @@ def tune(
     names, see `toolkit.interop`); a dataset folder as `queries` is `tune_dataset(store, folder, split)`.
     `prepared` (from `pipeline.prepare` on these queries with `base`'s retrieval settings) skips the
     expensive stages; `split` only labels the queries (tuning on "test" is refused unless `force`).
-    `rel_threshold`: the grade a binary `measure` counts as relevant (2 for TREC DL).
+    `rel_threshold`: the grade a binary `measure` counts as relevant (2 for TREC DL). `reranker`: a Python reranker
+    of yours, for a base with `rerank.provider: python` (`pipeline.prepare`).
 
     The base, the fixed settings (`ANCHORS`, with `anchors` and a space that moves fusion fields) and every
     trial compete in one cross-validated procedure; its held-out per-query scores must beat the base's with
@@ -470,7 +472,8 @@ def tune(
                              f"({where}): its held-out scores would be in-sample; tune on queries it did not see, "
                              "or pass force=True (hrt tune: --force)")
     t0 = time.perf_counter()
-    prep = prepare(store, queries, base_cfg, progress=progress) if prepared is None else _check_prepared(prepared, queries)
+    prep = (prepare(store, queries, base_cfg, progress=progress, reranker=reranker) if prepared is None
+            else _check_prepared(prepared, queries))
     t_prep = time.perf_counter() - t0
     # Only judged queries count: an unjudged query has no score to tune on.
     judged = queries.filter(pl.col("qid").is_in(qrels["qid"].unique().implode()))
