@@ -89,6 +89,28 @@ def _broken_pipe() -> None:
     sys.exit(EXIT_BROKEN_PIPE)
 
 
+def _flush_stdout() -> None:
+    """Write what is buffered for stdout now, while an error can still be said in one line: a full disk
+    (`>/dev/full`) surfaced at exit as Python's "Exception ignored" and exit code 120 (user trial BA). The failed
+    bytes are dropped (fd 1 pointed at /dev/null) so that the exit's own flush does not fail again."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise ToolkitError(f"the output could not be written to stdout ({e.strerror or e})") from None
+
+
+def _need_stdout() -> None:
+    """Results on a closed stdout (`hrt search ... >&-`) went nowhere with exit code 0 (user trial BA)."""
+    if sys.stdout is None:
+        raise ToolkitError("stdout is closed: the results have nowhere to go (redirect it to a file or /dev/null)")
+
+
 class _Group(click.Group):
     def __call__(self, *args, **kwargs):
         """`hrt` run as a program: its console script and `python -m toolkit.cli` call `main()` with no arguments (the
@@ -142,6 +164,7 @@ class _Group(click.Group):
             with _config_warnings():
                 out = super().invoke(ctx)
             interrupts.check()  # a Ctrl-C a library swallowed still ends the command as one
+            _flush_stdout()
             return out
         except ToolkitError as e:
             if debug:  # the traceback, and the same exit code a harness branches on
@@ -793,6 +816,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     from .render import origins, render
     from .rerank_env import resolve_rerank
 
+    _need_stdout()
     if query == "-":  # stdin: any text, whatever it starts with
         if sys.stdin is None:
             raise ToolkitError("the query is '-' (read it from stdin), but stdin is closed")
@@ -1004,6 +1028,8 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
 
     ds = Dataset.open(dataset)
     _check_out(out, store_path or _default_store(ds))
+    if out == "-":
+        _need_stdout()
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode))
     if as_of is not None and _as_of_used(cfg):
         cfg = cfg.with_updates({"priors.as_of": as_of})
@@ -1201,6 +1227,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     averages: a run that misses a query scores 0 there. Run lines naming ids the dataset lacks, and measures
     that look past a run's depth, are named.
     """
+    _need_stdout()
     import warnings
 
     from .loaders import Dataset

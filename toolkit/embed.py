@@ -7,6 +7,7 @@ Embeddings are L2-normalised so that cosine similarity is a dot product (the bat
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,21 +180,27 @@ def _onnx_export_usable(model_dir: Path) -> bool:
 
     from .embed_onnx import cache_dir, entry_problem, export_dir
 
-    out = export_dir(model_dir)
-    exported = (out / "manifest.json").exists()
-    problem = entry_problem(out) if exported else None
-    if exported and problem is None:
-        return True
-    try:
+    out, problem = None, None
+    try:  # every step may fail: a cache folder this user cannot enter (PermissionError from `exists`), or no home
+        # folder to put one in (platformdirs' and `expanduser`'s RuntimeError): both were tracebacks (user trial BA)
+        out = export_dir(model_dir)
+        exported = (out / "manifest.json").exists()
+        problem = entry_problem(out) if exported else None
+        if exported and problem is None:
+            return True
         cache_dir().mkdir(parents=True, exist_ok=True)
         # A new export, or the replacement of a damaged one, needs a file in the folder the entries live in.
         with tempfile.TemporaryFile(dir=out.parent if out.parent.is_dir() else cache_dir()):
             return True
-    except OSError as e:
-        why = f"the cached export {out} {problem}" if problem else f"the ONNX export cannot be written to {cache_dir()}"
+    except (OSError, RuntimeError) as e:
+        if problem:
+            why = f"the cached export {out} {problem}"
+        else:
+            where = os.environ.get("HRT_CACHE_DIR") or "the user cache folder"
+            why = f"the ONNX export cannot be read or written in {out.parent if out is not None else where}"
         logging.getLogger("toolkit").warning(
             "warning: %s (%s): embedding with torch (the same vectors, slower to start); set HRT_CACHE_DIR to a "
-            "writable folder to use ONNX Runtime", why, e.strerror or e)
+            "writable folder to use ONNX Runtime", why, getattr(e, "strerror", None) or e)
         return False
 
 

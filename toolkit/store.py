@@ -810,7 +810,11 @@ class Store:
         self._created = not read_only and not self.path.exists()
         self._drop_if_empty = self._created
         if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # ("[Errno 13] Permission denied: '.hrt'" named neither the store nor a way out: trial BA)
+                raise StoreError(f"{self.path}: cannot create its folder {self.path.parent} ({e.strerror or e}); "
+                                 "give a store path in a writable folder (--store)") from None
         try:
             config = {} if verify_extension else {"allow_unsigned_extensions": "true"}
             self.con = _Connection(_connect_waiting(self.path, read_only, wait_s, config))
@@ -873,6 +877,7 @@ class Store:
             self._migrate()
         elif self._meta("schema_version") is None:
             raise StoreError(f"{self.path}: not a toolkit store (no schema_version)")
+        self._caches_off: str | None = None  # why the store's caches cannot be written (`_cache_write_failed`)
         self._embedder = embedder
         self._given_embedder = embedder  # the caller's own: never swapped for another model without a word
         if _Connection.refuse_pandas and self._has_table("documents"):
@@ -1389,9 +1394,13 @@ class Store:
         """Embeddings for `texts`, computing only those not yet in the cache (keyed by model and text hash).
         `store=False` (or a read-only store): what is computed is not added to the cache."""
         hashes = [sha1(t) for t in texts]
-        if self.read_only or not store:  # use what the cache has, compute the rest in memory
+        if self.read_only or not store or self._caches_off is not None:  # what the cache has, the rest in memory
             return self._embed_read_only(list(texts), hashes, emb)
-        self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
+        try:
+            self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
+        except Exception as e:  # noqa: BLE001 - see `_cache_write_failed`
+            self._cache_write_failed(e)
+            return self._embed_read_only(list(texts), hashes, emb)
         self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
         got = self.con.execute(  # vectors: always through Arrow (numpy would hand over an array per row)
             "SELECT w.i, c.vec FROM want w JOIN (SELECT e.text_hash, any_value(e.vec) AS vec FROM embedding_cache e "
@@ -1523,6 +1532,11 @@ class Store:
         if self.read_only:
             raise StoreError(f"{self.path}: this Store was opened read-only (read_only=True) and {what} has "
                              "something to write: open it with Store(path) to write to it")
+        folder = self.path.parent
+        if not os.access(folder, os.W_OK):  # DuckDB's commit then failed with a traceback (user trial BA)
+            raise StoreError(f"{self.path}: its folder {folder} is not writable, and DuckDB writes its log "
+                             f"({self.path.name}.wal) beside the store file, so {what} cannot be stored: make the folder "
+                             "writable, or work on a copy of the store in a writable folder (searches can read it as it is)")
 
     def _ingest(
         self,
@@ -1839,6 +1853,19 @@ class Store:
         interrupts.check()  # a Ctrl-C that a library swallowed (`interrupts`) must not commit the write
         self.con.execute("COMMIT")
 
+    def _cache_write_failed(self, e: BaseException) -> None:
+        """A cache write (stage frames, reranker scores, query vectors) the file system refused: a store in a folder
+        this user cannot write (DuckDB's log goes beside it) failed whole runs with a traceback, over caches (user
+        trial BA). Said once; the results do not depend on them."""
+        if not isinstance(e, duckdb.IOException | duckdb.TransactionException):
+            raise e
+        self._rollback()
+        if self._caches_off is None:
+            self._caches_off = str(e).splitlines()[0]
+            logging.getLogger("toolkit").warning(
+                "note: %s: its caches cannot be written (%s): nothing is cached, the results are unaffected", self.path,
+                self._caches_off)
+
     def _failed_write(self, e: BaseException, what: str) -> NoReturn:
         """Roll back and re-raise; a full disk or an unwritable folder becomes a StoreError saying nothing changed."""
         self._rollback()
@@ -2035,7 +2062,7 @@ class Store:
     def get_rerank(self, model: str, rows: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
         if not rows:
             return {}
-        if self.read_only:  # scores computed in this session first (see `put_rerank`), then the file's
+        if self.read_only or self._caches_off is not None:  # this session's scores first (`put_rerank`), then the file's
             mem = self._session_rerank.get(model, {})
             found = self._get_rerank_file(model, [r for r in rows if r not in mem])
             return found | {r: mem[r] for r in rows if r in mem}
@@ -2057,17 +2084,21 @@ class Store:
         a read-only command never writes, and the scores are still reused within it."""
         if not rows:
             return
-        if self.read_only:
+        if self.read_only or self._caches_off is not None:
             self._session_rerank.setdefault(model, {}).update({(q, t): s for q, t, s in rows})
             return
         self._register(
             "rp", pl.DataFrame(rows, schema={"query_hash": pl.Utf8, "text_hash": pl.Utf8, "score": pl.Float64}, orient="row")
         )
-        self.con.execute(
-            "INSERT INTO rerank_cache SELECT ?, query_hash, text_hash, score FROM rp "
-            "ANTI JOIN (SELECT * FROM rerank_cache WHERE model = ?) r USING (query_hash, text_hash)",
-            [model, model],
-        )
+        try:
+            self.con.execute(
+                "INSERT INTO rerank_cache SELECT ?, query_hash, text_hash, score FROM rp "
+                "ANTI JOIN (SELECT * FROM rerank_cache WHERE model = ?) r USING (query_hash, text_hash)",
+                [model, model],
+            )
+        except Exception as e:  # noqa: BLE001 - see `_cache_write_failed`
+            self._cache_write_failed(e)
+            self._session_rerank.setdefault(model, {}).update({(q, t): s for q, t, s in rows})
 
     # ------------------------------------------------------------------ stage cache
     def clear_caches(self, *, rerank: bool = True, model: str | None = None, vectors: bool = False) -> dict[str, int]:
@@ -2103,10 +2134,12 @@ class Store:
         another thread writes: that write's commit empties the cache anyway, and a search must not wait for a
         long ingest to cache what it already computed."""
         lock = _write_lock(self.path)
-        if not lock.acquire(blocking=False):
+        if self._caches_off is not None or not lock.acquire(blocking=False):
             return
         try:
             self._put_frames(key, frames)
+        except Exception as e:  # noqa: BLE001 - only the file system's refusals are absorbed (`_cache_write_failed`)
+            self._cache_write_failed(e)
         finally:
             lock.release()
 
