@@ -196,8 +196,11 @@ def _onnx_export_usable(model_dir: Path) -> bool:
         if problem:
             why = f"the cached export {out} {problem}"
         else:
-            where = os.environ.get("HRT_CACHE_DIR") or "the user cache folder"
-            why = f"the ONNX export cannot be read or written in {out.parent if out is not None else where}"
+            try:
+                where = str(cache_dir())
+            except RuntimeError:  # no home folder to put a cache in
+                where = os.environ.get("HRT_CACHE_DIR") or "a cache folder (there is no home folder)"
+            why = f"the ONNX export cannot be written to {where}"
         logging.getLogger("toolkit").warning(
             "warning: %s (%s): embedding with torch (the same vectors, slower to start); set HRT_CACHE_DIR to a "
             "writable folder to use ONNX Runtime", why, getattr(e, "strerror", None) or e)
