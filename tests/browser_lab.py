@@ -91,7 +91,7 @@ def jupyterlab(root: Path, log: Path) -> Iterator[str]:
                 except OSError:
                     if proc.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError(f"JupyterLab did not start; see {log}") from None
-                    time.sleep(0.5)
+                    time.sleep(0.1)
             yield url
         finally:
             proc.terminate()
@@ -259,7 +259,7 @@ def run_notebook_page(page, url: str, notebook: str, run_timeout_s: float = 600.
         " return p.length > 0 && [...p].every(e => !e.textContent.includes('*'))"
         " && document.querySelectorAll('.js-plotly-plot').length >= n"
         f" && ({kernel} || {{}}).status === 'idle'; }}",
-        arg=min_plots, timeout=run_timeout_s * 1000, polling=500,
+        arg=min_plots, timeout=run_timeout_s * 1000, polling=100,
     )
     return time.perf_counter() - t0
 
