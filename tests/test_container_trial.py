@@ -116,3 +116,27 @@ def test_a_closed_or_full_stdout_is_one_line_and_exit_2(store):
         assert r.returncode == 2, (redirect, r.returncode, r.stderr)
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
         assert "Exception ignored" not in r.stderr
+
+
+def test_query_vectors_made_before_a_refused_cache_write_are_not_made_again(store, embedder):
+    """A paid endpoint was asked twice for the same queries: once for the cache insert that failed, once more."""
+    calls: list[list[str]] = []
+
+    class Counting:
+        model_id, backend, dim = embedder.model_id, "torch", embedder.dim
+
+        def embed(self, texts, *, progress=False):
+            calls.append(list(texts))
+            return embedder.embed(texts)
+
+    with Store(store, embedder=Counting()) as st:
+        real = st.con.execute
+
+        def execute(query, parameters=None):
+            if query.startswith("INSERT INTO embedding_cache"):
+                raise duckdb.TransactionException('Failed to commit: Cannot open file "s.duckdb.wal": Permission denied')
+            return real(query, parameters)
+
+        st.con.execute = execute
+        vecs = st.embed_cached(["a question never asked", "and another"], Counting())
+    assert calls == [["a question never asked", "and another"]] and vecs.shape == (2, embedder.dim)

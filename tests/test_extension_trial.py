@@ -174,3 +174,72 @@ def test_a_python_reranker_is_a_provider_the_config_names(hashed):
     py.write_text("extends: bm25-only\nrerank: {provider: python}\n")
     r = CliRunner().invoke(main, ["search", "deploy", "--store", str(hashed), "--config", str(py)])
     assert r.exit_code == 2 and "the CLI cannot take one: use cross-encoder, http or file there" in r.output
+
+
+def test_the_lancedb_module_keeps_tied_lists_tied_as_the_toolkit(tmp_path):
+    """The exported fusion had kept the rank fallback for a list with no spread after the toolkit dropped it:
+    under convex fusion the export and `hrt search` then ranked differently (review)."""
+    import importlib.util
+
+    from toolkit.export import write_export
+    from toolkit.fusion import normalized_scores
+
+    for norm in ("minmax", "zscore"):
+        cfg = load_config("hybrid-rrf").with_updates({"name": f"c-{norm}", "fusion.method": "convex", "fusion.normalization": norm})
+        path = tmp_path / f"lance_{norm}.py"
+        write_export(cfg, "lancedb", path)
+        spec = importlib.util.spec_from_file_location(f"lance_{norm}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        tied = pl.DataFrame({"qid": "q", "list_id": "orig:lex", "variant": "orig", "retriever": "lex", "doc_id": ["a", "b", "c"],
+                             "chunk_id": ["a", "b", "c"], "rank": [1, 2, 3], "score": [2.0, 2.0, 2.0]})
+        assert mod._normalize([2.0, 2.0, 2.0]) == normalized_scores(tied, norm).to_list() == [1.0, 1.0, 1.0]
+        assert mod._normalize([3.0, 1.0]) == pytest.approx(normalized_scores(tied.head(2).with_columns(
+            pl.Series("score", [3.0, 1.0])), norm).to_list())
+
+
+def test_python_rerankers_of_one_name_and_two_cache_keys_are_two_rerankers(hashed):
+    """The stage cache was keyed by `name` and the score cache by `cache_key`: a second reranker of the same name
+    got the first one's results without being asked (review)."""
+    q = pl.DataFrame({"qid": ["q1"], "text": ["the deploy failed after the v2.14.3 upgrade of the SDK"]})
+    cfg = load_config("bm25-only").with_updates({"rerank.provider": "python", "rerank.top_n": 5, "rerank.blend": "replace"})
+
+    class Keyed(OverlapReranker):
+        name = "az/keyed"
+
+        def __init__(self, key: str, sign: float) -> None:
+            super().__init__()
+            self.cache_key, self.sign = key, sign
+
+        def score(self, query, documents):
+            return [self.sign * s for s in super().score(query, documents)]
+
+    one, two = Keyed("az/keyed@1", 1.0), Keyed("az/keyed@2", -1.0)
+    with Store(hashed, embedder=HashEmbedder()) as st:
+        a = run_pipeline(st, q, cfg, reranker=one)
+        b = run_pipeline(st, q, cfg, reranker=two)
+    assert one.calls == 1 and two.calls == 1
+    assert a.final["doc_id"].to_list() != b.final["doc_id"].to_list()
+
+
+def test_a_session_refuses_a_reranker_no_config_of_it_uses(hashed):
+    from toolkit.session import Session
+
+    with Store(hashed, embedder=HashEmbedder()) as st, pytest.raises(
+            InputError, match=r"a reranker object was given but neither the config \('none'\) nor the baseline uses it"):
+        Session(st, pl.DataFrame({"qid": ["q1"], "text": ["deploy"]}), pl.DataFrame({"qid": ["q1"], "doc_id": ["d1"], "rel": [1]}),
+                config="hybrid-rrf", reranker=OverlapReranker())
+
+
+def test_an_embedder_returning_nan_is_named(tmp_path):
+    class Nan(HashEmbedder):
+        model_id = "az/nan"
+
+        def embed(self, texts, *, progress=False):
+            v = np.asarray(super().embed(texts))
+            v[1, 0] = np.nan
+            return v
+
+    with Store(tmp_path / "n.duckdb", embedder=Nan()) as st, pytest.raises(
+            ToolkitError, match=r"embedder 'az/nan' returned a vector with NaN or infinite values \(text 2 of 6"):
+        st.ingest([{"doc_id": d["_id"], "text": d["text"]} for d in DOCS])

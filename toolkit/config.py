@@ -395,7 +395,7 @@ class RerankConfig(_Endpoint):
 
     # Scores are prepared whenever a provider is set, for every document a fused top_n could hold
     # (`pipeline.rerank_pool`); how (and whether) they are blended is decided live.
-    provider: Prepare[Literal["none", "cross-encoder", "http", "file", "python"]] = Field("none", description="The reranker: none, cross-encoder (a local model), http (a /v1/rerank endpoint), file (precomputed scores) or python (an object of yours, passed as reranker= to prepare, run_pipeline, Session or Lab).")
+    provider: Prepare[Literal["none", "cross-encoder", "http", "file", "python"]] = Field("none", description="The reranker: none, cross-encoder (a local model), http (a /v1/rerank endpoint), file (precomputed scores) or python (an object of yours, passed as reranker= to prepare, run_pipeline, tune, Session or Lab).")
     model: Prepare[str | None] = Field(None, description="The cross-encoder's path or id, or the model an http endpoint serves.")
     url: Prepare[str | None] = Field(None, description="The http reranker's /v1/rerank URL.")
     api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the reranker's key.")

@@ -508,7 +508,7 @@ def _normalize(scores: list[float]) -> list[float]:
         lo, hi = min(scores), max(scores)
         if hi > lo:
             return [(s - lo) / (hi - lo) for s in scores]
-    return [1.0 - i / n for i in range(n)]  # no spread: keep the order (as the toolkit does)
+    return [1.0] * n  # no spread (one document, or equal scores): 1.0 each, tied, as the toolkit does
 
 
 class ToolkitFusion(Reranker):

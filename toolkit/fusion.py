@@ -44,11 +44,12 @@ FUSED_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "score":
 WEIGHT_SCHEMA = {"qid": pl.Utf8, "list_id": pl.Utf8, "weight": pl.Float64}
 
 
-# docs/frames.md, `candidates`: what hand-built candidates need (a missing one was a polars error deep in fusion).
-CANDIDATE_COLUMNS = ("qid", "list_id", "variant", "retriever", "doc_id", "chunk_id", "rank", "score")
+# The columns of every retrieved list (docs/frames.md, `candidates`): what retrieval writes and fusion reads.
+CANDIDATE_COLUMNS = ["qid", "list_id", "variant", "retriever", "doc_id", "chunk_id", "rank", "score"]
 
 
-def _need(candidates: pl.DataFrame, columns: tuple[str, ...]) -> None:
+def _need(candidates: pl.DataFrame, columns: list[str] | tuple[str, ...]) -> None:
+    """Hand-built candidates (docs/frames.md) need these columns: a missing one was a polars error deep in fusion."""
     if missing := [c for c in columns if c not in candidates.columns]:
         raise InputError(f"candidates: missing column(s) {', '.join(missing)} (docs/frames.md, `candidates`)")
 

@@ -42,6 +42,7 @@ import polars as pl
 from . import panels
 from .config import FIELD_HELP, PipelineConfig, low_spread
 from .errors import ToolkitError
+from .progress import in_kernel
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
 
@@ -200,17 +201,6 @@ class BucketEditor:
 
 
 # ------------------------------------------------------------------ figures that update in place
-def in_kernel() -> bool:
-    """True inside a Jupyter kernel, where widgets can be drawn. Terminal IPython also has `get_ipython()`, but
-    there `display(figure)` goes to plotly's browser renderer (a tab per panel per change, or a hang when
-    `BROWSER` names no browser) and `display(widget)` prints the widget tree."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return getattr(get_ipython(), "kernel", None) is not None
-
-
 def _figure_widgets_available() -> bool:
     try:
         go.FigureWidget()

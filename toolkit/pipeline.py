@@ -204,8 +204,8 @@ def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank
         "pool": rerank_pool,
         "files": _read_stamps(store, cfg),
     }
-    if reranker is not None:
-        parts["reranker"] = reranker.name
+    if reranker is not None:  # the key its scores are cached under (`rerank.rerank_scores`)
+        parts["reranker"] = getattr(reranker, "cache_key", reranker.name)
     if cfg.retrieval.dense.enabled and cfg.retrieval.dense.index == "hnsw":
         # an index rebuilt with other settings answers differently (approximate): its record is part of the key
         parts["vector_index"] = store.vector_index

@@ -47,7 +47,13 @@ def someone_watching() -> bool:
     from a script whose stderr is a log, the rerank bar's lines landed in the log (user trial AZ)."""
     if os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes"):
         return False
-    if getattr(sys.stderr, "isatty", lambda: False)():
-        return True
+    return bool(getattr(sys.stderr, "isatty", lambda: False)()) or in_kernel()
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, VS Code, Colab), where widgets can be drawn. Terminal IPython
+    also has `get_ipython()`, but there `display(figure)` goes to plotly's browser renderer (a tab per panel per
+    change, or a hang when `BROWSER` names no browser) and `display(widget)` prints the widget tree (user trial AX).
+    IPython is not imported for the question: a process that has not imported it runs in no kernel."""
     ipython = sys.modules.get("IPython")
     return ipython is not None and getattr(ipython.get_ipython(), "kernel", None) is not None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from .fusion import CANDIDATE_COLUMNS
 from .store import Store
 
-CANDIDATE_COLUMNS = ["qid", "list_id", "variant", "retriever", "doc_id", "chunk_id", "rank", "score"]
 _SEP = "\x1f"
 
 

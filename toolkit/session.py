@@ -172,8 +172,8 @@ class Session:
         source: tuple[str, str] | None = None,
         reranker: Any = None,
     ) -> None:
-        keep_freed_memory()
-        self.reranker = reranker  # a Python reranker of yours, used by configs with rerank.provider: python  # a live session re-scores every query per change: see toolkit.heap
+        keep_freed_memory()  # a live session re-scores every query per change: see toolkit.heap
+        self.reranker = reranker  # a Python reranker of yours, used by configs with rerank.provider: python
         self.store = need_store(store)
         self.queries = queries_frame(queries)  # pandas / PyTerrier / BEIR names too (toolkit.interop)
         self.measures = [m.label for m in parse_measures(measures)]
@@ -212,6 +212,10 @@ class Session:
 
         # Baseline: its own prepare (cached in the store), scored in `_run` once per store generation.
         self._baseline_config = load_config(baseline) if baseline is not None and self.qrels is not None else None
+        if reranker is not None and "python" not in {c.rerank.provider for c in (self.config, self._baseline_config) if c}:
+            # `prepare` refuses the same mistake; here the object was dropped without a word (review)
+            raise InputError(f"a reranker object was given but neither the config ({self.config.rerank.provider!r}) nor "
+                             "the baseline uses it: set rerank.provider: python in the config")
         self.baseline_name: str | None = self._baseline_config.name if self._baseline_config else None
         self.baseline_per_query: pl.DataFrame | None = None
         self._baseline_note: tuple[str, float] | None = None  # (provider summary, time) of a degraded baseline
@@ -235,7 +239,8 @@ class Session:
 
     def __repr__(self) -> str:
         """What a script or terminal sees: the config against the baseline, measure by measure."""
-        head = (f"Session: {self.label} over {self.queries.height} queries, k = {self.k}"
+        n = self.queries.height
+        head = (f"Session: {self.label} over {n} quer{'y' if n == 1 else 'ies'}, k = {self.k}"
                 + (f", baseline {self.baseline_name}" if self.baseline_name else ""))
         if self.deltas is None or not len(self.deltas):
             return head + ("" if self.qrels is not None else " (no judgements: no metrics)")

@@ -169,8 +169,12 @@ def _vectors(emb: Embedder, texts: list[str]) -> np.ndarray:
     if v.ndim != 2 or v.shape[0] != len(texts):
         raise ToolkitError(f"embedder {_describe(emb)} returned an array of shape {v.shape} for {len(texts)} texts: "
                            f"expected ({len(texts)}, dim)")
+    if not np.isfinite(v).all():  # NaN or inf: a NaN query vector found nothing, without a word (review)
+        row = int(np.flatnonzero(~np.isfinite(v).all(axis=1))[0])
+        raise ToolkitError(f"embedder {_describe(emb)} returned a vector with NaN or infinite values (text {row + 1} of "
+                           f"{len(texts)}: {texts[row][:60]!r})")
     norms = np.linalg.norm(v, axis=1, keepdims=True)
-    off = (np.abs(norms - 1.0) > 1e-3) & (norms > 0)  # (an all-zero vector stays as it is: it matches nothing)
+    off = (np.abs(norms - 1.0) > 1e-3) & (norms > 0)  # (an all-zero vector stays so: cosine 0 with every text)
     return np.where(off, v / np.where(norms > 0, norms, 1.0), v).astype(np.float32) if off.any() else v
 
 
@@ -1396,11 +1400,12 @@ class Store:
         hashes = [sha1(t) for t in texts]
         if self.read_only or not store or self._caches_off is not None:  # what the cache has, the rest in memory
             return self._embed_read_only(list(texts), hashes, emb)
+        made: dict[str, np.ndarray] = {}
         try:
-            self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress)
+            self._fill_embedding_cache(dict(zip(hashes, texts, strict=True)), emb, progress=progress, computed=made)
         except Exception as e:  # noqa: BLE001 - see `_cache_write_failed`
-            self._cache_write_failed(e)
-            return self._embed_read_only(list(texts), hashes, emb)
+            self._cache_write_failed(e)  # the vectors made before it failed are used, not asked for again (paid)
+            return self._embed_read_only(list(texts), hashes, emb, known=made)
         self._register("want", pl.DataFrame({"text_hash": hashes, "i": range(len(hashes))}))
         got = self.con.execute(  # vectors: always through Arrow (numpy would hand over an array per row)
             "SELECT w.i, c.vec FROM want w JOIN (SELECT e.text_hash, any_value(e.vec) AS vec FROM embedding_cache e "
@@ -1411,7 +1416,8 @@ class Store:
         self.release_table_pages()  # the join scanned the whole cache, chunk vectors included
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
 
-    def _embed_read_only(self, texts: list[str], hashes: list[str], emb: Embedder) -> np.ndarray:
+    def _embed_read_only(self, texts: list[str], hashes: list[str], emb: Embedder,
+                         known: dict[str, np.ndarray] | None = None) -> np.ndarray:
         if not texts:  # (not emb.dim: an endpoint would be asked for its size, a local model loaded)
             return np.zeros((0, self.embedding_dim or 0), dtype=np.float32)
         self._register("want", pl.DataFrame({"text_hash": hashes}))
@@ -1421,7 +1427,7 @@ class Store:
                 "WHERE c.model = ? GROUP BY c.text_hash",
                 [emb.model_id],
             ).fetchall()
-        )
+        ) | (known or {})
         todo = [i for i, h in enumerate(hashes) if h not in have]
         fresh = _vectors(emb, [texts[i] for i in todo]) if todo else None
         out = np.zeros((len(texts), emb.dim if todo else len(next(iter(have.values())))), dtype=np.float32)
@@ -1445,8 +1451,10 @@ class Store:
             return
         self.con.register(name, df.lazy())
 
-    def _fill_embedding_cache(self, by_hash: dict[str, str], emb: Embedder, *, progress: bool) -> tuple[int, int]:
-        """Compute and cache the missing embeddings; returns (computed, already cached)."""
+    def _fill_embedding_cache(self, by_hash: dict[str, str], emb: Embedder, *, progress: bool,
+                              computed: dict[str, np.ndarray] | None = None) -> tuple[int, int]:
+        """Compute and cache the missing embeddings; returns (computed, already cached). `computed` collects the
+        vectors as they are made, for a caller that still needs them when caching them fails (`embed_cached`)."""
         if not by_hash:
             return 0, 0
         self._register("need", pl.DataFrame({"text_hash": list(by_hash)}))
@@ -1481,6 +1489,8 @@ class Store:
                 part = missing[i : i + batch]
                 vecs = _vectors(emb, [by_hash[h] for h in part])
                 self._check_dim(emb, vecs.shape[1])  # never cache vectors of another size than the store's
+                if computed is not None:
+                    computed.update(zip(part, vecs, strict=True))
                 df = pl.DataFrame({"text_hash": part, "vec": vecs.tolist()}, schema={"text_hash": pl.Utf8, "vec": pl.List(pl.Float32)})
                 self._register("newvec", df)
                 with _cache_lock(self.path):  # another thread may have cached the same text meanwhile

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import sys
 import time
 import warnings
@@ -401,7 +402,7 @@ def _check_sources(sources: Any) -> None:
         raise InputError("train_fusion: sources must be a list of (store, dataset folder, rel threshold) triples")
     for i, src in enumerate(sources):
         ok = (isinstance(src, tuple | list) and len(src) == 3 and isinstance(src[0], Store)
-              and isinstance(src[1], str | Path) and isinstance(src[2], int) and not isinstance(src[2], bool))
+              and isinstance(src[1], str | Path) and isinstance(src[2], numbers.Integral) and not isinstance(src[2], bool))
         if not ok:
             got = ", ".join(type(x).__name__ for x in src) if isinstance(src, tuple | list) else type(src).__name__
             raise InputError(f"train_fusion: sources[{i}] is ({got}); expected (store, dataset folder, rel threshold), "

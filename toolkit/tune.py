@@ -486,7 +486,7 @@ def tune(
                          f"e.g. folds={min(max(folds, 2), len(qids))})")
     kind = parse_measures([measure])[0].kind
     floor = 1 if kind == "ndcg" else rel_threshold  # nDCG gains every grade > 0; binary measures count rel_threshold up
-    if len(empty := no_relevant(qrels.filter(pl.col("qid").is_in(qids)), floor)) == len(qids):
+    if kind != "judged" and len(empty := no_relevant(qrels.filter(pl.col("qid").is_in(qids)), floor)) == len(qids):
         # Every config scores 0 on every query: the "search" would compare zeros and write a config (trial AY).
         raise InputError(f"no judged {split} query has a document graded >= {floor} (e.g. {empty[0]!r}): every config "
                          f"scores 0 on {measure}, so there is nothing to tune on")
