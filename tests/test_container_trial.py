@@ -140,3 +140,18 @@ def test_query_vectors_made_before_a_refused_cache_write_are_not_made_again(stor
         st.con.execute = execute
         vecs = st.embed_cached(["a question never asked", "and another"], Counting())
     assert calls == [["a question never asked", "and another"]] and vecs.shape == (2, embedder.dim)
+
+
+def test_dense_search_fits_an_address_space_limit_of_a_few_gigabytes(store):
+    """`ulimit -v 6000000` failed a hybrid search of a 6-document store: DuckDB sized the Arrow buffers of the
+    vectors' read for a million rows (a 2 GiB reservation)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6_000_000 * 1024, 6_000_000 * 1024))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HRT_DUCKDB_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "toolkit.cli", "search", "deploy ECONNREFUSED", "--store", str(store), "-n", "1"],
+                       env=env, capture_output=True, text=True, cwd=REPO, preexec_fn=limit)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("1. ") and "dense #" in r.stdout

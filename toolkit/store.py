@@ -1412,7 +1412,7 @@ class Store:
             "SEMI JOIN want x USING (text_hash) WHERE e.model = ? GROUP BY e.text_hash) c ON c.text_hash = w.text_hash "
             "ORDER BY w.i",  # (one row per text even in a cache an earlier version filled twice: `_migrate`)
             [emb.model_id],
-        ).pl()
+        ).pl(rows_per_batch=max(1, len(hashes)))  # buffers for these rows, not 1M (`_read_dense_matrix`)
         self.release_table_pages()  # the join scanned the whole cache, chunk vectors included
         return np.asarray(got["vec"].to_list(), dtype=np.float32).reshape(len(texts), -1)
 
@@ -2066,7 +2066,8 @@ class Store:
         if not self._has_table("embeddings"):
             raise StoreError(f"{self.path} has no embeddings; ingest with embeddings to use near-duplicate dedup")
         self._register("cids", pl.DataFrame({"chunk_id": list(chunk_ids)}, schema={"chunk_id": pl.Utf8}))
-        return self.con.execute("SELECT chunk_id, vec FROM embeddings SEMI JOIN cids USING (chunk_id)").pl()
+        return self.con.execute("SELECT chunk_id, vec FROM embeddings SEMI JOIN cids USING (chunk_id)"
+                                ).pl(rows_per_batch=max(1, len(chunk_ids)))  # buffers for these rows, not 1M (`_read_dense_matrix`)
 
     # ------------------------------------------------------------------ rerank cache
     def get_rerank(self, model: str, rows: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
@@ -2474,7 +2475,10 @@ class Store:
         # Arrow reader imports (tests/test_cold_start.py).
         step = 122_880  # DuckDB's row group: each range reads one
         for lo in range(0, int(self.con.execute("SELECT max(rowid) FROM embeddings").fetchone()[0]) + 1, step):
-            batch = self.con.execute(f"SELECT rowid, vec FROM embeddings WHERE rowid BETWEEN {lo} AND {lo + step - 1}").pl()
+            # `rows_per_batch`: DuckDB sizes the Arrow buffers for a whole batch (1M rows by default: a 2 GiB
+            # reservation for 384-d vectors, which failed a search of a 316-document store under `ulimit -v`, trial BA).
+            batch = self.con.execute(f"SELECT rowid, vec FROM embeddings WHERE rowid BETWEEN {lo} AND {lo + step - 1}"
+                                     ).pl(rows_per_batch=min(step, len(erow)))
             if not len(batch):
                 continue
             rid = batch["rowid"].to_numpy()
