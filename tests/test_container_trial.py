@@ -19,7 +19,7 @@ from conftest import DOCS
 import toolkit.embed_onnx as embed_onnx
 from toolkit.config import load_config
 from toolkit.embed import SentenceTransformerEmbedder, make_embedder
-from toolkit.errors import StoreError
+from toolkit.errors import InputError, StoreError
 from toolkit.loaders import load_corpus
 from toolkit.pipeline import run_pipeline
 from toolkit.store import Store
@@ -104,7 +104,7 @@ def test_an_unreadable_folder_is_named_among_the_files_not_indexed(tmp_path, mon
     docs = load_corpus(tmp_path / "notes")
     assert [d["doc_id"] for d in docs] == ["a.md"]
     assert [(s.where, s.reason) for s in docs.skipped] == [
-        ("private", "folder cannot be read (permission denied): none of its files is indexed")]
+        ("private", "cannot be read (permission denied): a folder, none of its files is indexed")]
 
 
 def test_a_closed_or_full_stdout_is_one_line_and_exit_2(store):
@@ -155,3 +155,30 @@ def test_dense_search_fits_an_address_space_limit_of_a_few_gigabytes(store):
                        env=env, capture_output=True, text=True, cwd=REPO, preexec_fn=limit)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("1. ") and "dense #" in r.stdout
+
+
+def test_an_unreadable_file_is_counted_and_prune_refuses_to_remove_what_it_cannot_read(tmp_path, monkeypatch, embedder):
+    """An unreadable file stopped the whole ingest with "[Errno 13]"; now it is named as every file left out is. With
+    --prune its stored document would be removed for a permission, so that ingest is refused, nothing changed."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nreadable")
+    (notes / "b.md").write_text("# B\n\nsoon unreadable")
+    with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(notes))
+        real = Path.read_bytes
+
+        def read_bytes(self):
+            if self.name == "b.md":
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self)
+
+        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+        docs = load_corpus(notes)
+        assert [d["doc_id"] for d in docs] == ["a.md"]
+        assert [(s.where, s.reason) for s in docs.skipped] == [("b.md", "cannot be read (permission denied)")]
+        with pytest.raises(InputError, match=r"1 file\(s\) or folder\(s\) cannot be read \(permission denied\) \(e\.g\. b\.md\): "
+                                              r"--prune would remove the documents stored from them"):
+            st.ingest(docs, prune=True)
+        assert sorted(st.doc_sources()["doc_id"].to_list()) == ["a.md", "b.md"]
+        assert st.ingest(docs).removed == 0  # without --prune: the stored one stays

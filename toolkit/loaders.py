@@ -80,6 +80,10 @@ SNIFF_BYTES = 8192
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark (Windows editors write one): dropped, not read as text
 
 
+# The reason of a file or folder this user may not read: an ingest with --prune refuses to run beside one (`Store`).
+UNREADABLE = "cannot be read (permission denied)"
+
+
 @dataclass(frozen=True)
 class Skipped:
     """A file or record that was not indexed: where it is and why."""
@@ -691,8 +695,7 @@ def _folder_docs(
         # A folder this user cannot list is passed over by the walk without a word (user trial BA): said, with why.
         for d in sorted(x for x in entries if x.is_dir() and not x.is_symlink() and not os.access(x, os.R_OK | os.X_OK)):
             if not _left_out(d.relative_to(root), exclude):
-                skipped.append(Skipped(d.relative_to(root).as_posix(), "folder cannot be read (permission denied): none "
-                                                                       "of its files is indexed"))
+                skipped.append(Skipped(d.relative_to(root).as_posix(), f"{UNREADABLE}: a folder, none of its files is indexed"))
         for d in sorted(x for x in entries if x.is_symlink() and x.is_dir()):
             if not _left_out(d.relative_to(root), exclude):
                 inside = d.resolve().is_relative_to(real_root)
@@ -727,15 +730,23 @@ def _folder_docs(
             if not _extensionless(f.name) and (kind := _binary_type(f.name)):
                 skipped.append(Skipped(rel, f"file type {kind} ({f.suffix}: not a document format)"))
                 continue
-            with f.open("rb") as fh:
-                why = _sniff_text(fh.read(SNIFF_BYTES))
+            try:
+                with f.open("rb") as fh:
+                    why = _sniff_text(fh.read(SNIFF_BYTES))
+            except PermissionError:  # counted and named as every file left out is (user trial BA: it stopped the ingest)
+                skipped.append(Skipped(rel, UNREADABLE))
+                continue
             if why:
                 skipped.append(Skipped(rel, why))
                 continue
             if not _extensionless(f.name):
                 skipped.append(Skipped(rel, f"not indexed by default: add --include '*{f.suffix}'"))
                 continue
-        data = f.read_bytes()
+        try:
+            data = f.read_bytes()
+        except PermissionError:
+            skipped.append(Skipped(rel, UNREADABLE))
+            continue
         text = _utf16_note(data)  # UTF-16 with its byte order mark (Notepad's "Unicode"): text; None otherwise
         if text is None and b"\0" in data or text is not None and "\0" in text:
             # Whatever the name says, a NUL is never in a text note (UTF-32 decodes as UTF-16 with NULs: binary).

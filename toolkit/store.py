@@ -1559,7 +1559,7 @@ class Store:
         prune: bool | str | frozenset[str],
         progress: bool,
     ) -> IngestReport:
-        from .loaders import Corpus, load_corpus
+        from .loaders import UNREADABLE, Corpus, load_corpus
 
         if not isinstance(docs, Corpus):
             docs = load_corpus(docs)
@@ -1594,6 +1594,11 @@ class Store:
         # A prefix prunes only the ids under it: another folder's documents (its own --id-prefix) stay (user trial AS:
         # two folders synced into one store with --prune removed each other's documents, every run, without a word).
         removed = sorted(i for i in set(existing) - incoming if _may_prune(prune, i)) if prune else []
+        if removed and (unread := [s.where for s in getattr(docs, "skipped", []) if s.reason.startswith(UNREADABLE)]):
+            # Pruned, the documents stored from what this user cannot read would be lost for a permission (trial BA).
+            raise InputError(f"{len(unread)} file(s) or folder(s) {UNREADABLE} (e.g. {unread[0]}): --prune would remove "
+                             "the documents stored from them; make them readable, --exclude them, or ingest without --prune "
+                             "(nothing was changed)")
         added = sum(1 for d in todo if d["doc_id"] not in existing)
         if rechunk_all and (kept_old := sorted(set(existing) - incoming - set(removed))):
             # The documents left out would keep the old chunks while `index_settings` names the new size: one
