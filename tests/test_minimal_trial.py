@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import DOCS
+from conftest import DOCS, write_beir
 
 from toolkit import panels
 from toolkit.cli import main
@@ -27,14 +27,12 @@ from toolkit.tune import tune
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A BEIR folder of the six DOCS and three judged dev queries, and its store."""
-    root = tmp_path_factory.mktemp("tiny")
-    (root / "qrels").mkdir()
-    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
-    qs = [("q1", "deploy fails with ECONNREFUSED", "d1"), ("q2", "which SDK version is pinned", "d5"),
-          ("q3", "rate limit from stripe", "d6")]
-    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t, _ in qs))
-    (root / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, _, d in qs))
+    """`conftest.write_beir`'s folder of the six DOCS and three queries, judged in the dev split (what tune and
+    train_fusion read)."""
+    d = tmp_path_factory.mktemp("tiny")
+    (d / "corpus.jsonl").write_text("".join(json.dumps(x) + "\n" for x in DOCS))
+    root = write_beir(d / "beir", d / "corpus.jsonl", scoped=False)
+    (root / "qrels" / "test.tsv").rename(root / "qrels" / "dev.tsv")
     return root
 
 

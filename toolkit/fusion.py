@@ -130,9 +130,8 @@ def _normalize(
     byte-identical documents' equal scores into 1.0 / 0.75 / 0.5 / 0.25 and hid the tie notes: user trial AY.)
     """
     n = np.bincount(group, minlength=n_groups).astype(np.float64)
-    by_rank = 1.0 - (rank - 1) / n[group]
     if method == "rank":
-        return by_rank
+        return 1.0 - (rank - 1) / n[group]
     if method == "fixed":
         return np.where(lex, np.abs(score) / (1.0 + np.abs(score)), (score + 1.0) / 2.0)
     if method == "minmax":

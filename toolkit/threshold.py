@@ -33,7 +33,7 @@ EVIDENCE_SCHEMA = {"qid": pl.Utf8, "n_lists": pl.Int64, "no_term_match": pl.Bool
 def unmet_note(per_query: pl.DataFrame, cfg: ThresholdConfig) -> str | None:
     """Words for a threshold that no result of some queries reached, or None. Those queries keep their whole
     list (flagged low_confidence), so a threshold set too high changes nothing in a run or its metrics, and
-    `hrt run`, `hrt report` and a tuner's trials were silent about it where `hrt search` said so (user trial AY)."""
+    `hrt run` and `hrt report` were silent about it where `hrt search` said so (user trial AY)."""
     if not (cfg.min_score > 0 or cfg.min_prob > 0) or "low_confidence" not in per_query.columns:
         return None
     answered = per_query.filter(pl.col("n_results") > 0) if "n_results" in per_query.columns else per_query

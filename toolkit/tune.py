@@ -471,10 +471,6 @@ def tune(
             raise InputError(f"the base's fusion.model was trained on {n} of the {len(queries)} {split} queries "
                              f"({where}): its held-out scores would be in-sample; tune on queries it did not see, "
                              "or pass force=True (hrt tune: --force)")
-    t0 = time.perf_counter()
-    prep = (prepare(store, queries, base_cfg, progress=progress, reranker=reranker) if prepared is None
-            else _check_prepared(prepared, queries))
-    t_prep = time.perf_counter() - t0
     # Only judged queries count: an unjudged query has no score to tune on.
     judged = queries.filter(pl.col("qid").is_in(qrels["qid"].unique().implode()))
     qids = judged["qid"].to_list()
@@ -497,6 +493,11 @@ def tune(
         groups = [str(json.loads(m or "{}").get(stratify)) for m in judged["metadata"].to_list()]
         if len(set(groups)) == 1 and groups[0] == "None":
             raise InputError(f"stratify={stratify!r}: no {split} query has that metadata field")
+    # The expensive stages after every refusal above: a split that cannot be tuned on is said at once.
+    t0 = time.perf_counter()
+    prep = (prepare(store, queries, base_cfg, progress=progress, reranker=reranker) if prepared is None
+            else _check_prepared(prepared, queries))
+    t_prep = time.perf_counter() - t0
     fold = make_folds(qids, folds, seed, groups)
     order = pl.DataFrame({"qid": qids})
 
