@@ -104,3 +104,28 @@ def test_the_export_prints_nothing(tmp_path):
                          env={**os.environ, "HRT_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stderr == "" and len(out.stdout.splitlines()) == 1, (out.stdout, out.stderr)
+
+
+def test_the_first_export_says_why_it_pauses_in_a_terminal_only(tmp_path, monkeypatch):
+    """A first hybrid search paused ~10 s in silence while the model was exported: a terminal gets one line
+    saying why; a pipe or log (the test above, the tutorials' stderr) gets nothing."""
+    import io
+    import shutil
+
+    from toolkit import embed_onnx
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    model = tmp_path / "weights" / "tiny-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(embed_onnx, "_export_fp32", lambda src, out: (out.mkdir(parents=True, exist_ok=True),
+                                                                     (out / "manifest.json").write_text("{}")))
+    for stream, heard in ((io.StringIO(), False), (Tty(), True)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+        embed_onnx.export(model)
+        assert ("exporting tiny-model to ONNX once" in stream.getvalue()) is heard, stream.getvalue()

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -175,10 +176,19 @@ def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
             discard(out, problem)
         if not (out / "manifest.json").exists():
             _sweep(out, 0.0 if held else 3600.0)  # holding the lock, no other export is running: every leftover goes
+            _tell_terminal(f"note: exporting {model_dir.name} to ONNX once (about 10 s); later runs load {out}")
             _export_fp32(model_dir, out)
         if quantize and not (out / "model_int8.onnx").exists():
+            _tell_terminal(f"note: quantising {model_dir.name} to int8 once")
             _quantize(out)
     return out
+
+
+def _tell_terminal(message: str) -> None:
+    """Say why a first search pauses, where a person reads a terminal: the export took ~10 s in silence. Not in a
+    log or a notebook (the tutorials' stderr stays clean; a script's log gains no line per fresh cache)."""
+    if getattr(sys.stderr, "isatty", lambda: False)():
+        print(message, file=sys.stderr, flush=True)
 
 
 def _umask() -> int:
