@@ -5,6 +5,7 @@ something else than the user asked for, or said less than trec_eval's own conven
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -97,3 +98,52 @@ def test_an_interval_that_says_otherwise_than_the_test_is_noted_where_both_are_s
     (tmp_path / "r.trec").write_text(_run_lines([("q1", "d1", 1, 2.0)]))
     tex = _hrt("eval", "--dataset", ds, "--run", tmp_path / "r.trec", "--format", "latex").stdout
     assert "% 3 judged test queries, each in every mean" in tex and "% relevant: grade >= 1" in tex
+
+
+def test_eval_averages_over_the_queries_a_run_answers_on_request_as_trec_eval_without_c(tmp_path):
+    """trec_eval without -c (pytrec_eval's per-query values) averages a run over the judged queries it answers;
+    `hrt eval` had only -c's average, so a partial run could not be checked against that (user trial AU)."""
+    import random
+
+    import pytrec_eval
+
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    qrels = [line.split("\t") for line in (demo / "qrels" / "test.tsv").read_text().splitlines()[1:]]
+    qids = sorted({q for q, _, _ in qrels})
+    docs = [json.loads(line)["_id"] for line in (demo / "corpus.jsonl").read_text().splitlines()]
+    rng = random.Random(7)
+    runs = []
+    for name, share in (("half.trec", 0.5), ("most.trec", 0.8)):
+        picked = [q for q in qids if rng.random() < share]
+        path = tmp_path / name
+        lines = []
+        for q in picked:  # the judged documents among random others, in random order: values far from 0 and 1
+            pool = list(dict.fromkeys([d for qq, d, _ in qrels if qq == q] + rng.sample(docs, 15)))
+            rng.shuffle(pool)
+            lines += [f"{q} Q0 {d} {r} {30 - r} t\n" for r, d in enumerate(pool, 1)]
+        path.write_text("".join(lines))
+        runs.append((path, picked))
+    out = _hrt("eval", "--dataset", demo, "--split", "test", "--run", runs[0][0], "--run", runs[1][0],
+               "--average", "run", "--measures", "nDCG@10,R@5", "--format", "json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    judged: dict[str, dict[str, int]] = {}
+    for q, d, g in qrels:
+        judged.setdefault(q, {})[d] = int(g)
+    evaluator = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.5"})
+    for path, picked in runs:
+        scored: dict[str, dict[str, float]] = {}
+        for line in path.read_text().splitlines():
+            q, _, d, _, s, _ = line.split()
+            scored.setdefault(q, {})[d] = float(s)
+        per_query = evaluator.evaluate(scored)
+        got = doc["runs"][str(path)]
+        assert 0.2 < got["nDCG@10"] < 0.9, got
+        assert got["nDCG@10"] == pytest.approx(sum(v["ndcg_cut_10"] for v in per_query.values()) / len(per_query), abs=1e-9)
+        assert got["R@5"] == pytest.approx(sum(v["recall_5"] for v in per_query.values()) / len(per_query), abs=1e-9)
+        assert doc["queries_in_mean"][str(path)] == len(picked) < len(qids)
+    assert "without -c" in doc["missing_queries"] and "each is left out of the run's mean" in out.stderr
+    common = len(set(runs[0][1]) & set(runs[1][1]))
+    assert f"the tests pair the {common} judged queries every run answers" in doc["significance_notes"]
+    default = json.loads(_hrt("eval", "--dataset", demo, "--split", "test", "--run", runs[0][0], "--format", "json").stdout)
+    assert default["runs"][str(runs[0][0])]["nDCG@10"] < doc["runs"][str(runs[0][0])]["nDCG@10"]  # -c counts zeros

@@ -1194,6 +1194,10 @@ def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFr
     return "\n".join(lines) + "\n"
 
 
+AVERAGES = {
+    "judged": "score 0 (as trec_eval -c)",
+    "run": "left out of the run's mean (as trec_eval without -c)",
+}
 TIES = {
     "trec": "score as float32 descending, ties by doc id descending; the rank column is ignored (trec_eval)",
     "rank": "the rank column (as written); ties in it by score as float32, then doc id descending",
@@ -1213,7 +1217,10 @@ TIES = {
 @click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
 @click.option("--ties", type=click.Choice(list(TIES)), default="trec", show_default=True, help="Order within a query: trec = score as float32 desc, then doc id desc (trec_eval); rank = the rank column.")
 @click.option("--strict", is_flag=True, help="Qrels naming queries or documents the dataset lacks are an error (default: a warning with counts).")
-def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline, ties, strict) -> None:
+@click.option("--average", type=click.Choice(list(AVERAGES)), default="judged", show_default=True,
+              help="judged: every judged query in every mean, a query a run misses scoring 0 (trec_eval -c); run: only "
+                   "the judged queries a run answers (trec_eval without -c); the tests pair the queries every run answers.")
+def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline, ties, strict, average) -> None:
     """Evaluate TREC run(s) against a dataset's qrels (nDCG@10, R@5, R@10, MRR@10 by default).
 
     Every judged query of the query file counts (judgements naming unknown query or document ids are
@@ -1224,8 +1231,9 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     Runs written by `hrt run` keep their ranks under that re-sort, so both give the same numbers there.
     With several runs, each is tested against the baseline (paired randomisation test, Holm-corrected
     across runs, per measure; * = significant at 0.05). Every judged query is in every mean, as trec_eval -c
-    averages: a run that misses a query scores 0 there. Run lines naming ids the dataset lacks, and measures
-    that look past a run's depth, are named.
+    averages: a run that misses a query scores 0 there (`--average run`: only the queries a run answers, as
+    trec_eval without -c). Run lines naming ids the dataset lacks, and measures that look past a run's depth,
+    are named.
     """
     _need_stdout()
     import warnings
@@ -1259,19 +1267,22 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     per = {}
     conflicts = {}
     judged = {}
+    in_mean: dict[str, int] = {}
     pooled = bool((qrels["rel"] <= 0).any())
     depths = {}
     known = [pl.Series(list(ids), dtype=pl.Utf8) for ids in (ds.query_ids(), ds.corpus_ids())]  # once for every run
     for rp in run_path:
         run_frame = read_run(rp)
         depths[rp] = run_depth(run_frame)
-        for msg in [*id_warnings(run_frame, qrels, f"the {split} qrels"),
+        for msg in [*id_warnings(run_frame, qrels, f"the {split} qrels", missing_score_0=average == "judged"),
                     *unknown_run_ids(run_frame, *known, str(dataset))]:
             click.echo(f"warning: {rp}: {msg}", err=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IdMismatchWarning)  # said above, with the split
-            pq = evaluate(run_frame, qrels, [*ms, JUDGED], rel_threshold=rel_threshold, ties=ties)
-        judged[rp] = aggregate(pq)[JUDGED]
+            pq = evaluate(run_frame, qrels, [*ms, JUDGED], rel_threshold=rel_threshold, ties=ties,
+                          only_run_queries=average == "run")
+        in_mean[rp] = pq["qid"].n_unique()
+        judged[rp] = aggregate(pq).get(JUDGED, float("nan"))
         pq = pq if JUDGED in ms else pq.filter(pl.col("measure") != JUDGED)
         out[rp] = aggregate(pq)
         per[rp] = pq
@@ -1288,13 +1299,22 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         from .compare import TEST_WORDS, SmallSampleWarning, compare
 
         stacked = pl.concat([pq.select(pl.lit(rp).alias("system"), pl.all()) for rp, pq in per.items()])
+        if average == "run":  # a paired test pairs queries: those every run answers
+            common = set.intersection(*(set(pq["qid"]) for pq in per.values()))
+            stacked = stacked.filter(pl.col("qid").is_in(sorted(common)))
+            if any(n != len(common) for n in in_mean.values()):
+                sig_notes.append(f"the tests pair the {len(common)} judged queries every run answers")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SmallSampleWarning)
             sig = compare(stacked, base)
-        sig_notes = [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
+        sig_notes += [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
     deep_notes = depth_notes(depths, ms)
     relevant = relevant_words(rel_threshold)
-    counted = f"{qrels['qid'].n_unique()} judged {split} queries, each in every mean (missing from a run: 0, as trec_eval -c)"
+    n_judged = qrels["qid"].n_unique()
+    counted = (f"{n_judged} judged {split} queries, each in every mean (missing from a run: 0, as trec_eval -c)"
+               if average == "judged" else
+               f"{n_judged} judged {split} queries; a run's mean counts those it answers (as trec_eval without -c): "
+               + ", ".join(f"{rp} {in_mean[rp]}" for rp in run_path))
     if fmt in ("csv", "latex"):
         if per_query:
             raise ToolkitError(f"--per-query goes with --format table or json, not {fmt} (one row per run)")
@@ -1308,7 +1328,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "rel_threshold": rel_threshold,
                "relevant": relevant, "ties": TIES[ties], "runs": out, JUDGED: judged}
         doc["rank_conflicts"] = conflicts
-        doc["missing_queries"] = "score 0 (as trec_eval -c)"
+        doc["missing_queries"] = AVERAGES[average]
+        doc["queries_in_mean"] = in_mean
         doc["notes"] = deep_notes
         if sig is not None:
             doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
@@ -1336,8 +1357,12 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             click.echo(f"{ljust(rp, width)}  " + "  ".join(cells))
     for note in [*sig_notes, *deep_notes]:
         click.echo(f"note: {note}")
-    click.echo(f"\nqueries: {qrels['qid'].n_unique()} judged in {split}; relevant: {relevant}")
-    click.echo("missing: a judged query a run lacks scores 0 there, and counts in its mean (as trec_eval -c)")
+    click.echo(f"\nqueries: {n_judged} judged in {split}; relevant: {relevant}")
+    if average == "judged":
+        click.echo("missing: a judged query a run lacks scores 0 there, and counts in its mean (as trec_eval -c)")
+    else:
+        click.echo("missing: a judged query a run lacks is left out of its mean (as trec_eval without -c); in the mean: "
+                   + ", ".join(f"{rp} {in_mean[rp]}" for rp in run_path))
     click.echo(f"order: {TIES[ties]}")
     for line in _conflict_notes(conflicts, ties):
         click.echo(f"note: {line}")

@@ -365,11 +365,12 @@ def _unjudged(n_run: int, run_id: Any, qrels_id: Any, where: str, n_judged: int 
             f"{qrels_id!r}), so every value is 0: do the query ids match?")
 
 
-def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels") -> list[str]:
+def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels", missing_score_0: bool = True) -> list[str]:
     """What makes an evaluation of `run` against `qrels` all (or partly) zeros by id mismatch rather than by
     retrieval, in words, for a caller to report: no run query judged, judged queries missing from the run,
     or no retrieved document of a judged query judged at all. Empty in the normal case. A few semi-joins
-    over the ids; not called by `evaluate` (see its own, cheaper check)."""
+    over the ids; not called by `evaluate` (see its own, cheaper check). `missing_score_0=False`: the caller
+    averages over the queries a run answers (trec_eval without -c), so a missing query is left out, not 0."""
     out: list[str] = []
     judged = qrels.select(pl.col("qid").cast(pl.Utf8)).unique()
     run_q = run.select(pl.col("qid").cast(pl.Utf8)).unique()
@@ -385,7 +386,8 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
         extra = run_q.join(judged, on="qid", how="anti")["qid"].sort()
         # Both sides named: "010" in the run beside "10" in the qrels is a padding to see at once (user trial AM).
         out.append(f"{len(missing)} of {len(judged)} judged queries in {where} are not in the run (e.g. "
-                   f"{', '.join(map(repr, missing[:3]))}); each scores 0"
+                   f"{', '.join(map(repr, missing[:3]))}); "
+                   + ("each scores 0" if missing_score_0 else "each is left out of the run's mean")
                    + (f"; the run's {len(extra)} other queries have no judgements there (e.g. {', '.join(map(repr, extra[:3]))})"
                       if len(extra) else ""))
     rows = run.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).join(hit, on="qid", how="semi")
