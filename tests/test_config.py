@@ -347,3 +347,23 @@ def test_an_empty_config_file_is_an_error(tmp_path, text):
     explicit = tmp_path / "defaults.yaml"
     explicit.write_text("{}\n")
     assert load_config(explicit) == PipelineConfig()  # all defaults, said on purpose
+
+
+def test_a_frozen_config_is_hashable_so_it_can_key_a_cache():
+    """Configs are frozen, and a user keyed a `functools.cache` by one: hashing failed on its list fields
+    ("unhashable type: 'list'"). Equal configs hash equal, a changed one keys another entry."""
+    import functools
+
+    calls = []
+
+    @functools.cache
+    def scored(cfg):
+        calls.append(cfg)
+        return cfg.fusion.rrf_k
+
+    base = load_config("default")
+    for name in ("default", "qmd", "learned", "bm25-only", "vector-only"):
+        assert hash(load_config(name)) == hash(load_config(name))
+    assert scored(base) == scored(load_config("default")) and len(calls) == 1
+    assert scored(base.with_updates({"fusion.rrf_k": 30})) == 30 and len(calls) == 2
+    assert len({base, load_config("default"), load_config("qmd")}) == 2

@@ -222,6 +222,21 @@ class _Model(BaseModel):
         ser_json_inf_nan="strings",  # a bucket's inf as "Infinity": JSON has no inf, and null did not read back (user trial AH)
     )
 
+    def __hash__(self) -> int:
+        """Frozen, so hashable as a dict key or `functools.cache` argument: pydantic's own hash failed on the list
+        fields ("unhashable type: 'list'"). Lists become tuples and mappings sorted items; equal configs hash equal."""
+        return hash((type(self).__name__, _hashable(self.model_dump())))
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, set | frozenset):
+        return frozenset(_hashable(v) for v in value)
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
+
 
 # ------------------------------------------------------------------ retrieval
 class _Endpoint(_Model):
