@@ -5,6 +5,7 @@ is a place where they did not, or where what was needed to reproduce a number wa
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 from click.testing import CliRunner
@@ -103,7 +104,7 @@ def test_a_recency_run_names_the_time_it_measured_from_and_that_time_repeats_it(
 def test_a_report_names_the_code_and_the_store_its_numbers_came_from(tmp_path, corpus_file):
     from conftest import write_beir
 
-    from toolkit import __version__
+    from toolkit.provenance import code_version
 
     ds = write_beir(tmp_path / "ds", corpus_file)
     out = tmp_path / "r.html"
@@ -112,7 +113,7 @@ def test_a_report_names_the_code_and_the_store_its_numbers_came_from(tmp_path, c
     assert r.exit_code == 0, r.output
     with Store(tmp_path / "s.duckdb", read_only=True) as st:
         gen = st.generation()
-    assert f"Provenance: hybrid-retrieval-toolkit {__version__}; store s.duckdb; generation {gen}; embeddings" in out.read_text()
+    assert f"Provenance: hybrid-retrieval-toolkit {code_version()}; store s.duckdb; generation {gen}; embeddings" in out.read_text()
 
 
 def test_pair_scores_are_the_same_bits_grouped_or_not_in_any_slice():
@@ -128,3 +129,31 @@ def test_pair_scores_are_the_same_bits_grouped_or_not_in_any_slice():
     assert np.array_equal(exact_products(q, vecs, row[shuffled], col[shuffled]), grouped[shuffled])
     for a, z in ((0, 1), (5, 6), (17, 900), (2999, 3000)):
         assert np.array_equal(exact_products(q, vecs, row[a:z], col[a:z]), grouped[a:z])
+
+
+def test_version_names_the_commit_of_a_checkout_and_only_the_release_elsewhere(tmp_path, monkeypatch):
+    """`hrt --version` and every report said "0.1.0" at every commit of an editable install, so a number could not
+    be tied to the code that made it. A checkout adds its commit (and `.dirty`); a copy without git keeps the
+    release version."""
+    import re
+    import shutil
+    import subprocess
+
+    import toolkit
+    from toolkit import provenance
+
+    r = CliRunner().invoke(main, ["--version"])
+    assert r.exit_code == 0 and r.output.startswith(f"hrt, version {toolkit.__version__}")
+    repo = tmp_path / "checkout"
+    shutil.copytree(Path(toolkit.__file__).parent, repo / "toolkit", ignore=shutil.ignore_patterns("__pycache__", "models"))
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    for step in (["init", "-q"], ["add", "toolkit"], ["commit", "-qm", "c"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    sha = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(provenance, "__file__", str(repo / "toolkit" / "provenance.py"))
+    assert provenance.code_version() == f"{toolkit.__version__}+g{sha}"
+    (repo / "toolkit" / "fusion.py").write_text("# edited\n")
+    assert provenance.code_version() == f"{toolkit.__version__}+g{sha}.dirty"
+    shutil.rmtree(repo / ".git")
+    assert provenance.code_version() == toolkit.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\+g[0-9a-f]{12}(\.dirty)?)?", provenance.code_version())

@@ -308,8 +308,17 @@ def _progress() -> bool:
     return someone_watching()
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from .provenance import code_version
+
+        click.echo(f"hrt, version {code_version()}")
+        ctx.exit()
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="hybrid-retrieval-toolkit")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version (and the git commit of a checkout) and exit.")
 def main() -> None:
     """Hybrid retrieval toolkit: BM25 + dense search in one DuckDB file, fusion, guarded reranking, dedup.
 

@@ -10,7 +10,30 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
+
+
+def code_version() -> str:
+    """The package version, plus the git commit when the package runs from a git checkout: an editable install
+    said "0.1.0" at every commit, so a report could not be tied to the code that made it. `.dirty` when the
+    package's tracked files differ from the commit. Two git calls: for `--version` and reports, never an import."""
+    from . import __version__
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return __version__
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
+        changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "toolkit"],
+                                 capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):  # no git on this machine: the release version is all there is
+        return __version__
+    if head.returncode or changed.returncode:
+        return __version__
+    return f"{__version__}+g{head.stdout.strip()}" + (".dirty" if changed.stdout.strip() else "")
 
 
 def query_keys(qids: list[str], texts: list[str]) -> list[str]:

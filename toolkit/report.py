@@ -280,9 +280,9 @@ def build_report(
 def _provenance(store: Store) -> dict[str, str]:
     """What a reader needs to tie the numbers to a code version and a store state (user trial AL: none of it was
     recorded). No time: the same inputs give the same file."""
-    from . import __version__
+    from .provenance import code_version
 
-    return {"hybrid-retrieval-toolkit": __version__, "store": store.path.name, "generation": store.generation(),
+    return {"hybrid-retrieval-toolkit": code_version(), "store": store.path.name, "generation": store.generation(),
             "embeddings": store.embedding_model or "none"}
 
 
