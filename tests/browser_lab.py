@@ -2,7 +2,7 @@
 
 Used by `tests/test_browser.py` (tutorials 02-05 on the demo data) and `benchmarks/lab_browser.py` (LoCoMo):
 start a JupyterLab server on a free port, open the notebook, run all cells, wait for the lab's panels,
-photograph them, move a slider by typing into its readout, and time the path from the keypress to
+photograph them, move a slider by typing into its number box, and time the path from the keypress to
 redrawn panels.
 """
 
@@ -144,15 +144,18 @@ def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexica
 
 def move_slider(page, artifacts: Path, *, slider: str = "lexical weight", values: tuple[str, ...] = ("2.5",),
                 prefix: str = "lab") -> LabRun:
-    """On a page whose notebook ran: for each of `values` type it into the `slider` readout and wait until
+    """On a page whose notebook ran: for each of `values` type it into the `slider`'s number box and wait until
     the panels' data changed. Screenshots and timings go to `artifacts`."""
     artifacts.mkdir(parents=True, exist_ok=True)
     out = LabRun()
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText:has-text('Traceback'), .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
     if errors.count():
         out.errors.append("cell error: " + errors.first.inner_text()[:2000])
-    row = page.locator(".widget-slider", has=page.locator("label", has_text=slider)).first
+    # The value is typed into the slider's number box (`lab.number_box`), found by its label as a screen reader finds it.
+    row = page.get_by_role("spinbutton", name=slider, exact=True).first
     row.scroll_into_view_if_needed()
+    # The lab is wider than the notebook column: bringing the box into view scrolled the controls half out of the shot.
+    row.evaluate("e => { for (let p = e.parentElement; p; p = p.parentElement) p.scrollLeft = 0; }")
     timing = page.locator(".widget-html-content", has_text="updated in").first
     out.before = page.evaluate(SNAPSHOT_JS)
     out.timing_before = timing.inner_text() if timing.count() else ""
@@ -161,7 +164,7 @@ def move_slider(page, artifacts: Path, *, slider: str = "lexical weight", values
     out.screenshots.append(shot)
     snap, stamp = out.before, out.timing_before
     for v in values:
-        readout = row.locator(".widget-readout")
+        readout = row
         readout.click()
         page.keyboard.press("Control+A")
         page.keyboard.type(v)

@@ -42,6 +42,7 @@ import polars as pl
 from . import panels
 from .config import FIELD_HELP, PipelineConfig, low_spread
 from .errors import ToolkitError
+from .panel_text import figure_text
 from .progress import in_kernel
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
@@ -163,7 +164,7 @@ class BucketEditor:
     def disabled(self, v: bool) -> None:
         self.add_button.disabled = v
         for b, w in self._rows:
-            w.disabled = v
+            w.disabled = v  # its number box follows (`number_box` links them)
             if b is not None:
                 b.disabled = v
 
@@ -171,16 +172,19 @@ class BucketEditor:
         rows, boxes = [], []
         for i, (bound, weight) in enumerate(buckets):
             last = i == len(buckets) - 1 and math.isinf(bound)
-            b = None if last else W.FloatText(value=float(bound), step=1.0, layout=W.Layout(width="70px"))
-            w = W.FloatSlider(value=float(weight), min=0.0, max=1.0, step=0.05, readout_format=".2f",
-                              layout=W.Layout(width="210px"))
+            b = None if last else W.FloatText(value=float(bound), step=1.0, description=f"bucket {i + 1} last rank",
+                                              style={"description_width": "0px"}, layout=W.Layout(width="70px"))
+            w = W.FloatSlider(value=float(weight), min=0.0, max=1.0, step=0.05, readout=False,
+                              description=f"bucket {i + 1} retrieval weight", style={"description_width": "0px"},
+                              layout=W.Layout(width="150px"))
             if b is not None:
                 b.observe(self._changed, names="value")
             w.observe(self._changed, names="value")
-            rm = W.Button(icon="trash", tooltip="remove this bucket", layout=W.Layout(width="36px"), disabled=last)
+            rm = W.Button(icon="trash", tooltip=f"remove bucket {i + 1}", layout=W.Layout(width="36px"), disabled=last)
             rm.on_click(lambda _b, i=i: self.remove(i))
             rows.append((b, w))
-            boxes.append(W.HBox([b if b is not None else W.Label("∞", layout=W.Layout(width="70px")), w, rm]))
+            bound_cell = b if b is not None else W.Label("∞", layout=W.Layout(width="70px"))
+            boxes.append(W.HBox([bound_cell, w, number_box(w), rm]))
         self._rows = rows
         self.rows_box.children = boxes
 
@@ -250,9 +254,14 @@ class _Slot:
             self.widget = W.HTML()
         elif live:
             self._widget_figure = go.FigureWidget()
+            # Two toolbar buttons, not eleven: each was a Tab stop, 44 of them among the lab's 15 controls (user trial BC).
+            self._widget_figure._config = {"displaylogo": False, "modeBarButtons": [["toImage", "resetScale2d"]]}
             self.widget: W.Widget = self._widget_figure
         else:
             self.widget = W.Output()
+        # What the figure shows, in words under it (`panel_text`): a screen reader cannot read a plotly SVG.
+        self.text = W.HTML()
+        self.view: W.Widget = self.widget if table else W.VBox([self.widget, self.text])
 
     @property
     def figure(self) -> go.Figure:
@@ -270,6 +279,9 @@ class _Slot:
             if html != self.widget.value:
                 self.widget.value = html
             return
+        text = f"<p class='hrt-figure-text' style='font-size:small;color:#444'>{escape(figure_text(spec))}</p>"
+        if text != self.text.value:
+            self.text.value = text
         if not self.live:
             self._static = None
             if in_kernel():  # elsewhere display() prints the figure's repr, or opens a browser tab (user trial AX)
@@ -303,21 +315,32 @@ class _Slot:
 def _control(kind: str, value: Any, **kw: Any) -> W.Widget:
     style = {"description_width": "150px"}
     layout = W.Layout(width="360px")
-    if kind == "float":
-        hi = max(kw.pop("max"), float(value))
-        return W.FloatSlider(value=float(value), max=hi, style=style, layout=layout, **kw)
-    if kind == "int":
-        hi = max(kw.pop("max"), int(value))
-        return W.IntSlider(value=int(value), max=hi, style=style, layout=layout, **kw)
+    if kind in ("float", "int"):  # no readout: `number_box` beside it is the typed, labelled value
+        cls, cast = (W.FloatSlider, float) if kind == "float" else (W.IntSlider, int)
+        hi = max(kw.pop("max"), cast(value))
+        return cls(value=cast(value), max=hi, style=style, layout=W.Layout(width="295px", min_width="295px"), readout=False, **kw)
     if kind == "text":
         return W.FloatText(value=float(value), style=style, layout=layout, **kw)
     if kind == "check":
         return W.Checkbox(value=bool(value), indent=False, **kw)
     if kind == "choice":
         return W.Dropdown(value=value, style=style, layout=layout, **kw)
-    if kind == "toggle":
-        return W.ToggleButtons(value=value, style={"button_width": "80px"}, **kw)
+    if kind == "toggle":  # radio inputs: a screen reader says which is selected (toggle buttons showed it by colour)
+        return W.RadioButtons(value=value, orientation="horizontal", style=style, layout=W.Layout(width="390px"), **kw)
     raise ValueError(kind)
+
+
+def number_box(slider: W.FloatSlider | W.IntSlider, label: str | None = None) -> W.Widget:
+    """A number field tied to `slider`: its typed value, with a `<label>` a screen reader speaks (a slider's
+    handle has no accessible name in ipywidgets 8, and its readout is an unlabelled editable span; user trial
+    BC). The label is the slider's own description, kept out of sight beside it."""
+    cls = W.BoundedFloatText if isinstance(slider, W.FloatSlider) else W.BoundedIntText
+    box = cls(min=slider.min, max=slider.max, value=slider.value, step=slider.step,
+              description=label or slider.description, style={"description_width": "0px"},
+              layout=W.Layout(width="85px", min_width="85px"))
+    for trait in ("min", "max", "value", "disabled"):  # bounds first: a value outside the old bounds is not clipped
+        W.link((slider, trait), (box, trait))
+    return box
 
 
 def _from_session(name: str, doc: str) -> property:
@@ -548,7 +571,13 @@ class Lab:
     def _on_change(self, key: str, value: Any) -> None:
         if self._syncing:
             return
+        if isinstance(value, float):
+            # A slider snapped to its step sends 1.0000000000000002 for 1.0: that re-scored every query and named the
+            # config "+ technical lexical boost 1" with nothing moved (user trial BC).
+            value = round(value, 9)
         with self._lock:
+            if key not in self._pending and value == self.session.value_for(key):
+                return  # nothing moved: no re-scoring, no "updated" line
             self._pending[key] = value
         self._debouncer.trigger()
 
@@ -663,8 +692,8 @@ class Lab:
             "fusion.dense_weight": _control("float", f.dense_weight, min=0.0, max=5.0, step=0.05, description="dense weight"),
             "fusion.original_weight": _control("float", f.original_weight, min=0.0, max=5.0, step=0.05, description="original-query weight"),
             "fusion.expansion_weight": _control("float", f.expansion_weight, min=0.0, max=5.0, step=0.05, description="expansion weight"),
-            "fusion.rank_bonus@1": _control("float", bands.get(1, 0.0), min=0.0, max=0.2, step=0.005, readout_format=".3f", description="rank-1 bonus"),
-            "fusion.rank_bonus@3": _control("float", bands.get(3, 0.0), min=0.0, max=0.2, step=0.005, readout_format=".3f", description="ranks 2-3 bonus"),
+            "fusion.rank_bonus@1": _control("float", bands.get(1, 0.0), min=0.0, max=0.2, step=0.005, description="rank-1 bonus"),
+            "fusion.rank_bonus@3": _control("float", bands.get(3, 0.0), min=0.0, max=0.2, step=0.005, description="ranks 2-3 bonus"),
             "fusion.alpha": _control("float", f.alpha, min=0.0, max=1.0, step=0.05, description="convex alpha (dense)"),
             "fusion.normalization": _control("choice", f.normalization, options=["minmax", "zscore", "rank", "fixed"], description="normalisation"),
             "rerank.blend": _control("toggle", c.rerank.blend, options=["position", "replace", "none"], description="blend"),
@@ -716,7 +745,8 @@ class Lab:
             lambda ch: None if self._syncing or ch["new"] is None else self._guarded(lambda: self.inspect(qid=ch["new"])), names="value"
         )
         self._inspect_text = W.Text(placeholder="or type a query…", description="typed query", layout=W.Layout(width="65%"), style={"description_width": "110px"})
-        self._inspect_scope = W.Text(placeholder="scope (optional)", layout=W.Layout(width="20%"))
+        self._inspect_scope = W.Text(placeholder="scope (optional)", description="scope", style={"description_width": "0px"},
+                                     layout=W.Layout(width="20%"))
         run_typed = W.Button(description="run", icon="search", layout=W.Layout(width="80px"))
         run_typed.on_click(lambda _b: self._guarded(lambda: self.inspect(text=self._inspect_text.value, scope=self._inspect_scope.value or None)))
 
@@ -741,12 +771,20 @@ class Lab:
         export_btn.on_click(lambda _b: self._guarded(lambda: self.export(self._export_kind.value, self._export_path.value), target="export"))
         self._export_msg = W.HTML(escape(export_note))
 
-        def section(*keys: str, extra: list[W.Widget] | None = None) -> W.VBox:
-            items = [self.controls[k].widget if k == "rerank.buckets" else self.controls[k] for k in keys]
-            return W.VBox(items + (extra or []))
+        def row(key: str) -> W.Widget:
+            w = self.controls[key]
+            if key == "rerank.buckets":
+                return w.widget
+            if isinstance(w, W.FloatSlider | W.IntSlider):
+                return W.HBox([w, number_box(w)], layout=W.Layout(width="390px", min_width="390px"))
+            return w
 
-        controls = W.Accordion(
-            children=[
+        def section(*keys: str, extra: list[W.Widget] | None = None) -> W.VBox:
+            return W.VBox([row(k) for k in keys] + (extra or []))
+
+        # One section at a time, picked from a list: an Accordion's headers cannot be reached with the keyboard
+        # (tabIndex -1, no role; user trial BC), a <select> can, and a screen reader says which section is open.
+        self.section_boxes = [
                 section("fusion.method", "fusion.rrf_k", "fusion.lexical_weight", "fusion.dense_weight", "fusion.original_weight",
                         "fusion.expansion_weight", "fusion.rank_bonus@1", "fusion.rank_bonus@3", "fusion.alpha", "fusion.normalization",
                         extra=[self._fusion_note]),
@@ -758,19 +796,22 @@ class Lab:
                 section("guard.exact_token", "guard.max_rank", "adapt.dense_gap", "adapt.gap_scale", "adapt.min_weight",
                         "adapt.max_weight", "dedup.identical_enabled"),
                 W.VBox([self._export_kind, self._export_path, export_btn, self._export_msg]),
-            ],
-            titles=("fusion", "rerank blend", "dedup", "threshold", "routing", "priors", "guardrails", "export"),
-            selected_index=0,
-            layout=W.Layout(width="400px", min_width="400px"),
-        )
+        ]
+        titles = ("fusion", "rerank blend", "dedup", "threshold", "routing", "priors", "guardrails", "export")
+        self.section_pick = W.Dropdown(options=[(t, i) for i, t in enumerate(titles)], value=0, description="settings",
+                                       style={"description_width": "70px"}, layout=W.Layout(width="300px"))
+        # The open section is the box's one child (ipywidgets' Stack drew its children 80 px wide in JupyterLab).
+        self.sections = W.VBox([self.section_boxes[0]])
+        self.section_pick.observe(lambda ch: setattr(self.sections, "children", (self.section_boxes[ch["new"]],)), names="value")
+        controls = W.VBox([self.section_pick, self.sections], layout=W.Layout(width="400px", min_width="400px"))
         s = self._slots
         right = W.VBox(
             [
-                W.HTML("<h4>1. Metrics vs baseline</h4>"), s["metrics"].widget, pin,
-                W.HTML("<h4>2. Score spread</h4>"), s["spread"].widget,
-                W.HTML("<h4>3. Failure cases</h4>"), s["failures"].widget, self._failure_pick, s["trajectory"].widget, s["drilldown"].widget,
-                W.HTML("<h4>4. Routing and dedup</h4>"), s["routing"].widget,
-                W.HTML("<h4>5. Query inspector</h4>"), self._inspect_pick, W.HBox([self._inspect_text, self._inspect_scope, run_typed]), s["inspector"].widget,
+                W.HTML("<h4>1. Metrics vs baseline</h4>"), s["metrics"].view, pin,
+                W.HTML("<h4>2. Score spread</h4>"), s["spread"].view,
+                W.HTML("<h4>3. Failure cases</h4>"), s["failures"].view, self._failure_pick, s["trajectory"].view, s["drilldown"].view,
+                W.HTML("<h4>4. Routing and dedup</h4>"), s["routing"].view,
+                W.HTML("<h4>5. Query inspector</h4>"), self._inspect_pick, W.HBox([self._inspect_text, self._inspect_scope, run_typed]), s["inspector"].view,
             ],
             layout=W.Layout(flex="1 1 0%", min_width="720px"),  # plotly draws 700 px wide before layout settles
         )
