@@ -190,8 +190,9 @@ class _Group(click.Group):
                 except UnicodeEncodeError:  # a surrogate that stands for no byte (a "\ud800" escape in JSON)
                     shown = bad.encode("ascii", "backslashreplace").decode()
                 click.echo(f"error: text that is not valid UTF-8 ({shown}) in a path, a query or input: use UTF-8", err=True)
-            else:  # output in an encoding that lacks a character (a pipe or file under a latin-1 locale)
-                shown = bad.encode("ascii", "backslashreplace").decode()
+            else:  # output in an encoding that lacks a character (a pipe or file under a latin-1 locale): the first
+                # one only (user trial BC: a table's box drawing made a 612-character error of the whole run of them)
+                shown = bad[:1].encode("ascii", "backslashreplace").decode()
                 click.echo(f"error: the output encoding ({e.encoding}) cannot write {shown}: use a UTF-8 locale or "
                            "PYTHONIOENCODING=utf-8 (nothing was written in its place)", err=True)
             sys.exit(EXIT_ERROR)
@@ -1118,10 +1119,35 @@ def _deep_enough(cfg, depth: int):
     return cfg
 
 
-def _full_table(df: pl.DataFrame) -> str:
-    """Every row and column: polars' default print cuts a table to 10 rows and ~8 columns with '…'."""
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=1000, fmt_str_lengths=200):
-        return str(df)
+def _plain_table(df: pl.DataFrame) -> str:
+    """Every row and column of `df` in `hrt eval`'s own layout: columns two spaces apart, numbers right-aligned
+    with 4 decimals, no borders or dtype row. polars' print cut a table to 10 rows and ~8 columns with '…', and
+    its dump (box drawing, 6 decimals, 342-character lines) was noise to a screen reader, wrapped in a narrow
+    terminal and could not be written to an ASCII or latin-1 output at all (user trial BC). Columns beyond the
+    terminal's width continue in a further block under the first column again."""
+    import shutil
+
+    from .terminal import display_width, ljust
+
+    def cell(v: object) -> str:
+        return "" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+    cols = [[c, *(cell(v) for v in df[c].to_list())] for c in df.columns]
+    right = [df[c].dtype.is_numeric() for c in df.columns]
+    widths = [max(display_width(t) for t in col) for col in cols]
+    room = shutil.get_terminal_size().columns
+    blocks: list[list[int]] = []
+    for i in range(1, len(cols)):  # the first column (a name, a qid) starts every block
+        if blocks and sum(widths[j] + 2 for j in [0, *blocks[-1], i]) - 2 <= room:
+            blocks[-1].append(i)
+        else:
+            blocks.append([i])
+
+    def line(r: int, idx: list[int]) -> str:
+        return "  ".join(" " * (widths[j] - display_width(cols[j][r])) + cols[j][r] if right[j]
+                         else ljust(cols[j][r], widths[j]) for j in idx).rstrip()
+
+    return "\n\n".join("\n".join(line(r, [0, *block]) for r in range(len(df) + 1)) for block in blocks or [[]])
 
 
 JUDGED = "Judged@10"
@@ -1378,7 +1404,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     if per_query:
         for rp, pq in per.items():
             click.echo(f"\n{rp}")
-            click.echo(_full_table(pq.pivot(on="measure", index="qid", values="value").sort("qid")))
+            click.echo(_plain_table(pq.pivot(on="measure", index="qid", values="value").sort("qid")))
 
 
 @main.command()
@@ -1447,7 +1473,7 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     rep.notes[:0] = [*in_sample, *(f"{ds.root / 'qrels' / f'{split}.tsv'}: {p}" for p in ds.qrels_problems(split)),
                      *([lost] if lost else []), *clocks]
     rep.write_html(out)
-    click.echo(_full_table(rep.ab))
+    click.echo(_plain_table(rep.ab))
     click.echo(f"report -> {out}")
 
 
