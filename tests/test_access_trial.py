@@ -67,3 +67,14 @@ def test_an_unwritable_output_names_its_first_character_only(tmp_path, beir):
     r = _hrt(["eval", "--dataset", str(beir), "--run", str(run)], tmp_path, PYTHONIOENCODING="latin-1")
     err = r.stderr.decode("latin-1")
     assert r.returncode == 2 and "the output encoding (latin-1) cannot write \\u8fd0: use a UTF-8 locale" in err, err
+
+
+def test_the_star_of_a_significant_p_value_is_explained_beside_it(tmp_path, beir):
+    """`hrt eval` with several runs marked p values with `*`; what it meant was only in `hrt eval --help`."""
+    runs = [tmp_path / "a.trec", tmp_path / "b.trec"]
+    runs[0].write_text("q1 Q0 d1 1 2.0 a\nq2 Q0 d2 1 1.0 a\nq3 Q0 d5 1 1.0 a\n")
+    runs[1].write_text("q1 Q0 d3 1 2.0 b\nq2 Q0 d3 1 1.0 b\nq3 Q0 d3 1 1.0 b\n")
+    r = CliRunner().invoke(main, ["eval", "--dataset", str(beir), *(a for p in runs for a in ("--run", str(p)))])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.split("p (Holm) vs")[1].splitlines()
+    assert lines[1].startswith(str(runs[1])) and lines[2] == "* = significant: p (Holm) <= 0.05", lines

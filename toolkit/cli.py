@@ -1390,6 +1390,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
                 r = sig.filter((pl.col("system") == rp) & (pl.col("measure") == m))
                 cells.append(f"{r['p_holm'][0]:>7.3g}{'*' if r['significant'][0] else ' '}" if len(r) else f"{'':>8}")
             click.echo(f"{ljust(rp, width)}  " + "  ".join(cells))
+        # Where the stars are, not only in --help (user trial BC: a screen reader read "star" with no meaning)
+        click.echo("* = significant: p (Holm) <= 0.05")
     for note in [*sig_notes, *deep_notes]:
         click.echo(f"note: {note}")
     click.echo(f"\nqueries: {n_judged} judged in {split}; relevant: {relevant}")
