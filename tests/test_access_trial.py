@@ -5,10 +5,12 @@ told apart by red and green alone, and blank lines before a verdict."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,80 @@ def test_the_star_of_a_significant_p_value_is_explained_beside_it(tmp_path, beir
     assert r.exit_code == 0, r.output
     lines = r.stdout.split("p (Holm) vs")[1].splitlines()
     assert lines[1].startswith(str(runs[1])) and lines[2] == "* = significant: p (Holm) <= 0.05", lines
+
+
+class _Page(HTMLParser):
+    """The parts of a report page a screen reader goes by: tables (caption, header cells and where they sit), the
+    figures' boxes, and the figures' JSON."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lang = None
+        self.tables: list[dict] = []
+        self.figs: list[dict[str, str | None]] = []
+        self.script = ""
+        self._at: list[str] = []
+        self._th: dict | None = None
+        self._first = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "html":
+            self.lang = a.get("lang")
+        elif tag == "table":
+            self.tables.append({"caption": "", "thead": False, "col": [], "row": [], "td_first": 0})
+        elif tag == "thead":
+            self.tables[-1]["thead"] = True
+        elif tag == "tr" and self.tables:
+            self._first = True
+        elif tag in ("th", "td") and self.tables:
+            if tag == "td" and self._first:
+                self.tables[-1]["td_first"] += 1
+            self._th = {"scope": a.get("scope"), "text": "", "in": "thead" if "thead" in self._at else "tbody"} if tag == "th" else None
+            self._first = False
+        elif tag == "div" and "fig" in (a.get("class") or ""):
+            self.figs.append({"role": a.get("role"), "label": a.get("aria-label")})
+        self._at.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag == "th" and self._th is not None:
+            self.tables[-1]["col" if self._th["in"] == "thead" else "row"].append(self._th)
+            self._th = None
+        while self._at and self._at.pop() != tag:
+            pass
+
+    def handle_data(self, data):
+        if self._at and self._at[-1] == "caption":
+            self.tables[-1]["caption"] += data
+        elif self._th is not None:
+            self._th["text"] += data
+        elif self._at and self._at[-1] == "script":
+            self.script += data
+
+
+def test_report_page_tables_and_figures_are_labelled_for_a_screen_reader(tmp_path, beir):
+    """The report's page had no `lang`, 54 `<th>` without `scope`, no caption or `<thead>`, system names in plain
+    cells, and three empty `<div class='fig'>` boxes (drawn by script) with nothing to say what they showed; the
+    figures had no titles and the histogram no y-axis title."""
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["report", "--dataset", str(beir), "--store", str(tmp_path / "s.duckdb"), "--config",
+                                  "bm25-only", "--config", "other=bm25-only", "--latency-sample", "2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    page = _Page()
+    page.feed(out.read_text())
+    assert page.lang == "en"
+    assert len(page.tables) >= 3
+    for t in page.tables:
+        assert t["caption"].strip() and t["thead"] and t["td_first"] == 0, t
+        assert t["col"] and all(th["scope"] == "col" for th in t["col"]) and all(th["scope"] == "row" for th in t["row"]), t
+    ab = next(t for t in page.tables if t["col"][0]["text"] == "system" and "R@1" in [th["text"] for th in t["col"]])
+    assert [th["text"] for th in ab["row"]] == ["bm25-only", "other"]
+    assert len(page.figs) == 3 and all(f["role"] == "img" for f in page.figs)
+    assert page.figs[0]["label"].startswith("Bar chart of the mean nDCG@10 of each system: bm25-only ")
+    assert "other is higher on 0 queries, lower on 0, equal on 3" in page.figs[1]["label"]
+    assert "median latency" in page.figs[2]["label"] and "retrieve" in page.figs[2]["label"]
+    figs = json.loads(page.script.split("const HRT_FIGS=", 1)[1].split(";const HRT_PLOTLY=", 1)[0].replace("<\\/", "</"))
+    for _, fig in figs:
+        lay = fig["layout"]
+        assert lay["title"]["text"] and lay["xaxis"]["title"]["text"] and lay["yaxis"]["title"]["text"], lay
+    assert figs[1][1]["layout"]["yaxis"]["title"]["text"] == "queries"

@@ -33,7 +33,8 @@ def test_report_tables_significance_breakdown_and_html(tmp_path, corpus_file, em
     assert not {"rerank", "blend", "expansion", "dedup", "ltr_features"} & set(rep.latency["stage"])
     page = rep.write_html(tmp_path / "r.html").read_text()
     assert page.count("<table>") >= 4 and "Retrieval report" in page
-    assert "<th>delta 95% low</th><th>delta 95% high</th>" in page and "<th>p (Holm)</th>" in page  # the CI is shown
+    assert '<th scope="col">delta 95% low</th><th scope="col">delta 95% high</th>' in page  # the CI is shown
+    assert '<th scope="col">p (Holm)</th>' in page
     # One compressed copy of plotly.js, each figure's data once: the page stays small.
     assert page.count("HRT_PLOTLY=") == 1 and page.count("<div id='fig") == len(rep.figures)
     assert len(page.encode()) < 2_500_000

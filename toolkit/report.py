@@ -51,6 +51,7 @@ class Report:
     notes: list[str] = field(default_factory=list)  # caveats: too few queries, judgements dropped or with nothing relevant, ...
     rel_threshold: int = 1  # the grade the binary measures count as relevant
     provenance: dict[str, str] = field(default_factory=dict)  # toolkit version, store, generation, embedding model
+    figure_text: dict[str, str] = field(default_factory=dict)  # figure name -> what it shows, in words (its aria-label)
 
     @property
     def n_queries(self) -> int:
@@ -96,35 +97,39 @@ class Report:
         if self.configs:
             diff = self.config_diff()
             parts += ["<h2>Compared configs</h2>",
-                      "<p>Fields where a system differs from the baseline:</p>" + (_table(diff) if len(diff) else "<p>none</p>")]
+                      "<p>Fields where a system differs from the baseline:</p>"
+                      + (_table(diff, "Config fields that differ from the baseline") if len(diff) else "<p>none</p>")]
             for name, cfg in self.configs.items():
                 text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
                 parts.append(f"<details><summary>{html.escape(name)} (YAML)</summary><pre>{html.escape(text)}</pre></details>")
         parts += [
             "<h2>A/B table</h2>",
-            _table(self.ab),
+            _table(self.ab, "Mean of each measure per system, with latency per query (ms) and providers"),
             "<h2>Against the baseline</h2>",
             "<p>delta: mean difference with its 95% bootstrap interval; p (Holm): paired randomisation test, "
             "corrected across the compared systems; * = p (Holm) &lt;= 0.05.</p>",
             _table(self.significance.select(
                 "measure", "system", "mean", "baseline_mean", "delta", pl.col("ci_low").alias("delta 95% low"),
                 pl.col("ci_high").alias("delta 95% high"), "wins", "ties", "losses", pl.col("p_holm").alias("p (Holm)"), "significant",
-            )),
+            ), f"Each measure of each system against the baseline {self.baseline}; significant: * where p (Holm) <= 0.05"),
         ]
         tables = self.breakdown_tables()
         if tables:
             parts.append("<h2>By query group</h2>")
             for (fld, measure), t in tables.items():
-                parts += [f"<h3>{html.escape(measure)} by {html.escape(fld)}</h3>", _table(t)]
-        parts += ["<h2>Latency per stage (ms per query)</h2>", _table(self.latency)]
+                parts += [f"<h3>{html.escape(measure)} by {html.escape(fld)}</h3>",
+                          _table(t, f"Mean {measure} per {fld} group (n: queries in the group) and system")]
+        parts += ["<h2>Latency per stage (ms per query)</h2>", _table(self.latency, "p50 and p95 ms per query of each stage, per system")]
         figs = []
         for i, (name, fig) in enumerate(self.figures.items()):
-            parts.append(f"<h2>{html.escape(name)}</h2><div id='fig{i}' class='fig'></div>")
+            text = html.escape(self.figure_text.get(name, name), quote=True)
+            parts.append(f"<h2>{html.escape(name)}</h2><div id='fig{i}' class='fig' role='img' aria-label=\"{text}\"></div>")
             figs.append(f'["fig{i}",{pio.to_json(fig, validate=False)}]')
         if figs:
             parts.append(_plotly_loader("[" + ",".join(figs) + "]"))
-        style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-        return f"<!doctype html><html><head><meta charset='utf-8'><title>hrt report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>"
+        style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+                 "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}caption,th[scope=row]{text-align:left}")
+        return f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>hrt report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>"
 
     def write_html(self, path: str | Path) -> Path:
         return write_text_atomic(path, self.to_html())
@@ -156,7 +161,10 @@ def _plotly_loader(figures_json: str) -> str:
     )
 
 
-def _table(df: pl.DataFrame) -> str:
+def _table(df: pl.DataFrame, caption: str) -> str:
+    """A table a screen reader can navigate (user trial BC): a caption saying what it holds, column headers in a
+    `<thead>`, and each row's first cell (a system, field, group or measure) its row header, so a cell is read with
+    the row and column it belongs to."""
     def cell(v: object) -> str:
         if isinstance(v, float):
             return f"{v:.4f}"
@@ -164,9 +172,10 @@ def _table(df: pl.DataFrame) -> str:
             return "*" if v else ""
         return html.escape("" if v is None else str(v))
 
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in df.iter_rows())
-    return f"<table><tr>{head}</tr>{body}</table>"
+    head = "".join(f'<th scope="col">{html.escape(c)}</th>' for c in df.columns)
+    body = "".join(f'<tr><th scope="row">{cell(row[0])}</th>' + "".join(f"<td>{cell(v)}</td>" for v in row[1:]) + "</tr>"
+                   for row in df.iter_rows())
+    return f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def stages_run(cfg: PipelineConfig) -> set[str]:
@@ -272,9 +281,9 @@ def build_report(
     }
     if len(latency):
         figs["Latency per stage (p50, ms)"] = _latency_fig(latency)
-    return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, figs,
+    return Report(dataset, split, baseline, per_query, ab, sig, breakdown, latency, {k: f for k, (f, _) in figs.items()},
                   configs={name: load_config(src) for name, src in configs.items()}, notes=notes, rel_threshold=rel_threshold,
-                  provenance=_provenance(store))
+                  provenance=_provenance(store), figure_text={k: t for k, (_, t) in figs.items()})
 
 
 def _provenance(store: Store) -> dict[str, str]:
@@ -314,27 +323,42 @@ def _breakdown(per_query: pl.DataFrame, queries: pl.DataFrame, fields: list[str]
     return pl.concat(out).sort("field", "group", "system", "measure")
 
 
-def _bar(ab: pl.DataFrame, measure: str) -> go.Figure:
+# Each figure comes with a sentence saying what it shows, the page's aria-label for it (user trial BC: a screen
+# reader announced three empty boxes), and with a title and axis titles of its own.
+
+
+def _bar(ab: pl.DataFrame, measure: str) -> tuple[go.Figure, str]:
     fig = go.Figure(go.Bar(x=ab["system"].to_list(), y=ab[measure].to_list()))
-    fig.update_layout(yaxis_title=measure, height=350, margin={"t": 30})
-    return fig
+    fig.update_layout(title=f"Mean {measure} per system", xaxis_title="system", yaxis_title=measure, height=350,
+                      margin={"t": 40})
+    values = ", ".join(f"{s} {v:.4f}" for s, v in ab.select("system", measure).iter_rows())
+    return fig, f"Bar chart of the mean {measure} of each system: {values}."
 
 
-def _delta_hist(per_query: pl.DataFrame, baseline: str, measure: str) -> go.Figure:
+def _delta_hist(per_query: pl.DataFrame, baseline: str, measure: str) -> tuple[go.Figure, str]:
     wide = per_query.filter(pl.col("measure") == measure).pivot(on="system", index="qid", values="value").fill_null(0)
     fig = go.Figure()
+    said = []
     for s in wide.columns:
         if s in ("qid", baseline):
             continue
-        fig.add_trace(go.Histogram(x=(wide[s] - wide[baseline]).to_list(), name=s, opacity=0.6, nbinsx=40))
-    fig.update_layout(barmode="overlay", xaxis_title=f"{measure} minus {baseline}", height=350, margin={"t": 30})
-    return fig
+        d = wide[s] - wide[baseline]
+        fig.add_trace(go.Histogram(x=d.to_list(), name=s, opacity=0.6, nbinsx=40))
+        said.append(f"{s} is higher on {(d > 0).sum()} queries, lower on {(d < 0).sum()}, equal on {(d == 0).sum()} "
+                    f"(mean difference {d.mean():+.4f})")
+    fig.update_layout(barmode="overlay", title=f"Per-query {measure} difference from the baseline {baseline}",
+                      xaxis_title=f"{measure} minus {baseline}", yaxis_title="queries", height=350, margin={"t": 40})
+    return fig, (f"Histogram of each query's {measure} minus the baseline {baseline}'s: " + "; ".join(said) + "."
+                 if said else f"Histogram of per-query {measure} differences: no system besides the baseline.")
 
 
-def _latency_fig(latency: pl.DataFrame) -> go.Figure:
+def _latency_fig(latency: pl.DataFrame) -> tuple[go.Figure, str]:
     fig = go.Figure()
+    said = []
     for s in latency["system"].unique(maintain_order=True):
         part = latency.filter((pl.col("system") == s) & (pl.col("stage") != "total"))
         fig.add_trace(go.Bar(x=part["stage"].to_list(), y=part["p50_ms"].to_list(), name=s))
-    fig.update_layout(barmode="group", yaxis_title="ms (p50)", height=350, margin={"t": 30})
-    return fig
+        said.append(f"{s}: " + ", ".join(f"{st} {ms:.1f}" for st, ms in part.select("stage", "p50_ms").iter_rows()))
+    fig.update_layout(barmode="group", title="Median (p50) latency of each stage per query", xaxis_title="stage",
+                      yaxis_title="ms (p50)", height=350, margin={"t": 40})
+    return fig, "Grouped bar chart of each stage's median latency per query in ms, one bar per system; " + "; ".join(said) + "."
