@@ -13,6 +13,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import write_beir
@@ -157,3 +158,63 @@ def test_report_page_tables_and_figures_are_labelled_for_a_screen_reader(tmp_pat
         lay = fig["layout"]
         assert lay["title"]["text"] and lay["xaxis"]["title"]["text"] and lay["yaxis"]["title"]["text"], lay
     assert figs[1][1]["layout"]["yaxis"]["title"]["text"] == "queries"
+
+
+def _trace(rows: list[tuple[str, str, str, int, float]]) -> pl.DataFrame:
+    return pl.DataFrame([(q, d, f"{d}#0", s, r, sc, []) for q, d, s, r, sc in rows],
+                        schema=["qid", "doc_id", "chunk_id", "stage", "rank", "score", "flags"],
+                        schema_overrides={"rank": pl.Int64, "score": pl.Float64, "flags": pl.List(pl.Utf8)}, orient="row")
+
+
+def _colours(fig) -> list[str]:
+    """Every colour a trace is drawn in (marker and line)."""
+    out = []
+    for t in fig.data:
+        for part in ("marker", "line"):
+            c = getattr(getattr(t, part, None), "color", None)
+            if isinstance(c, str):
+                out.append(c)
+    return out
+
+
+def test_figures_tell_stages_and_systems_apart_without_colour_and_name_their_lines():
+    """The score-spread panel overlaid the blend (#ff7f0e) and final (#2ca02c) histograms at opacity 0.6, apart
+    by colour alone (a colour difference of 5 under protanopia), and its low-spread threshold was a plain red dashed
+    line with no words; the report's overlaid histograms and grouped bars were told apart by colour only too."""
+    from toolkit import panels
+    from toolkit.report import _delta_hist, _latency_fig
+
+    safe = set(panels.PALETTE.values())
+    rows = []
+    for q, scores in {"q1": [0.9, 0.5, 0.1], "q2": [0.6, 0.55, 0.2]}.items():
+        for stage, shift in (("fuse", 0.0), ("blend", 0.1), ("final", 0.25)):  # three stages, none the same as another
+            rows += [(q, f"d{i}", stage, i + 1, s * (1 - shift) + shift * i) for i, s in enumerate(scores)]
+    trace = _trace(rows)
+    fig = panels.spread_figure(trace, low_spread=0.1)
+    hists = [t for t in fig.data if t.type == "histogram"]
+    assert [h.name for h in hists] == ["fuse", "blend", "final"]
+    assert set(_colours(fig)) <= safe and len({h.marker.color for h in hists}) == 3
+    assert len({h.marker.pattern.shape for h in hists}) == 3  # a second cue: each stage's fill pattern
+    label = [a for a in fig.layout.annotations if "low spread" in a.text]
+    assert label and label[0].text == "low spread < 0.1" and label[0].x == 0.1 and label[0].xref == "x2"
+
+    qrels = pl.DataFrame({"qid": ["q1", "q1", "q1"], "doc_id": ["d0", "d1", "d2"], "rel": [1, 1, 1]})
+    traj = panels.trajectory_figure(trace, qrels, "q1", k=1)
+    assert set(_colours(traj)) <= safe and len({t.line.dash for t in traj.data}) == len(traj.data) == 3
+    assert traj.layout.annotations[0].text == "top 1"
+
+    cur = pl.DataFrame({"qid": ["a", "b"], "measure": ["nDCG@10"] * 2, "value": [0.5, 0.7]})
+    metrics = panels.metrics_figure(panels.metric_deltas(cur, cur.with_columns(pl.col("value") - 0.1)))
+    assert set(_colours(metrics)) <= safe and len({t.marker.pattern.shape or "" for t in metrics.data}) == 2
+    routes = panels.routing_dedup_figure(pl.DataFrame({"qid": ["a"], "route": ["default"]}),
+                                         pl.DataFrame({"qid": ["a"], "doc_id": ["x"], "reason": ["near_duplicate"]}))
+    assert set(_colours(routes)) <= safe
+
+    pq = pl.DataFrame({"system": [s for s in ("base", "x", "y") for _ in range(3)], "qid": ["q1", "q2", "q3"] * 3,
+                       "measure": ["nDCG@10"] * 9, "value": [0.5, 0.2, 0.9, 0.6, 0.2, 0.8, 0.4, 0.3, 0.9]})
+    hist, _ = _delta_hist(pq, "base", "nDCG@10")
+    lat = pl.DataFrame({"system": ["x", "x", "y", "y"], "stage": ["fuse", "retrieve"] * 2, "p50_ms": [1.0, 5.0, 2.0, 4.0],
+                        "p95_ms": [2.0, 9.0, 3.0, 6.0]})
+    bars, _ = _latency_fig(lat)
+    for f in (hist, bars):
+        assert set(_colours(f)) <= safe and len({t.marker.pattern.shape or "" for t in f.data}) == len(f.data) == 2

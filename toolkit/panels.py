@@ -33,7 +33,22 @@ from .fusion import in_rank_order
 
 LATER_STAGES = ("fuse", "blend", "final")
 CULPRITS = ("fuse", "blend", "priors", "guard", "dedup", "threshold")
-_COLORS = {"fuse": "#1f77b4", "blend": "#ff7f0e", "final": "#2ca02c"}
+# Okabe-Ito: the colours every panel picks from, told apart under red-green colour blindness (user trial BC: the
+# blend and final histograms, #ff7f0e over #2ca02c, differed by a colour difference of 5 under protanopia). Each
+# stage also has a pattern (bars, histograms) and a dash (lines) of its own, so no pair is told by colour alone.
+PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "purple": "#CC79A7", "sky": "#56B4E9",
+           "vermillion": "#D55E00", "yellow": "#F0E442", "black": "#000000"}
+_COLORS = {"fuse": PALETTE["blue"], "blend": PALETTE["orange"], "final": PALETTE["green"]}
+_PATTERNS = {"fuse": "", "blend": "/", "final": "."}
+PATTERNS = ("", "/", ".", "x", "\\", "+", "-")  # bar and histogram fills of series told apart (marker.pattern.shape)
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
+
+
+def series_colour(i: int) -> str:
+    """The i-th colour of a series of traces (yellow last: faint on white)."""
+    order = [c for name, c in PALETTE.items() if name != "yellow"] + [PALETTE["yellow"]]
+    return order[i % len(order)]
 
 
 def stage_order(stages: Iterable[str]) -> list[str]:
@@ -285,7 +300,8 @@ def metrics_figure(
     data = []
     if has_base:
         base = table["baseline"].to_list()
-        data.append({"type": "bar", "x": measures, "y": base, "name": esc(baseline_name), "marker": {"color": "#b0b0b0"},
+        data.append({"type": "bar", "x": measures, "y": base, "name": esc(baseline_name),
+                     "marker": {"color": PALETTE["sky"], "pattern": {"shape": "/"}},
                      "text": [f"{v:.3f}" for v in base], "textposition": "outside"})
         # Too few queries: no stars (a t-test p on 4 queries is no evidence), and the hover says why.
         n = int(table["queries"].min() or 0) if "queries" in table.columns else MIN_QUERIES
@@ -308,7 +324,7 @@ def metrics_figure(
     measures = [esc(m) for m in measures]
     if has_base:
         data[0]["x"] = measures
-    data.append({"type": "bar", "x": measures, "y": cur, "name": esc(current_name), "marker": {"color": "#1f77b4"},
+    data.append({"type": "bar", "x": measures, "y": cur, "name": esc(current_name), "marker": {"color": PALETTE["blue"]},
                  "text": labels, "textposition": "outside", "hovertext": hover, "hoverinfo": "text"})
     top = max([v for v in [*cur, *base] if v is not None and not math.isnan(v)] or [1.0])
     title = _title_lines(f"Metrics: {esc(current_name)} vs {esc(baseline_name)}") if has_base else "Metrics"
@@ -476,11 +492,12 @@ def spread_figure(
                      "xaxis": "x", "yaxis": "y", **stats})
     for s in stages:
         data.append({"type": "histogram", "x": spread.filter(pl.col("stage") == s)["spread"].drop_nulls().to_numpy(),
-                     "name": s, "marker": {"color": _COLORS[s]}, "opacity": 0.6, "xbins": bins, "autobinx": False,
+                     "name": s, "marker": {"color": _COLORS[s], "pattern": {"shape": _PATTERNS[s]}}, "opacity": 0.6,
+                     "xbins": bins, "autobinx": False,
                      "xaxis": "x2", "yaxis": "y2"})
     if outliers:
         data.append({"type": "scatter", "mode": "markers", "x": outliers, "y": [0] * len(outliers), "name": "outlier",
-                     "marker": {"symbol": "triangle-up", "size": 9, "color": "#d62728"}, "xaxis": "x2", "yaxis": "y2",
+                     "marker": {"symbol": "triangle-up", "size": 9, "color": PALETTE["vermillion"]}, "xaxis": "x2", "yaxis": "y2",
                      "hovertemplate": "outlier spread %{x:.4g}<extra></extra>"})
     layout = _two_panels(f"scores in the top {k}", "top minus last score, per query")
     layout["xaxis2"].update({"range": xr, "title": {"text": "spread"}})
@@ -489,7 +506,12 @@ def spread_figure(
     shapes = []
     if low_spread is not None:
         shapes.append({"type": "line", "x0": low_spread, "x1": low_spread, "xref": "x2", "y0": 0, "y1": 1,
-                       "yref": "y2 domain", "line": {"dash": "dash", "color": "red"}})
+                       "yref": "y2 domain", "line": {"dash": "dash", "color": PALETTE["vermillion"]}})
+        # Named in text at the line, as the trajectory's "top 10" is: a red dashed line alone said nothing to a
+        # reader who cannot see red (user trial BC).
+        layout["annotations"].append({"text": f"low spread < {low_spread:g}", "x": low_spread, "xref": "x2", "y": 1,
+                                      "yref": "y2 domain", "xanchor": "left", "yanchor": "top", "showarrow": False,
+                                      "font": {"color": PALETTE["vermillion"]}})
     n_q = spread["qid"].n_unique()
     flagged = int(per_query["low_differentiation"].fill_null(False).sum()) if per_query is not None and len(per_query) else 0
     title = f"{esc(title_prefix)}Score spread: {flagged} of {n_q} queries flagged low-differentiation"
@@ -725,19 +747,20 @@ def trajectory_figure(trace: pl.DataFrame, qrels: pl.DataFrame, qid: str, *, k: 
         return _out(_empty(title, "no relevant document for this query"), raw)
     order = traj["stage"].unique(maintain_order=True).to_list()
     deepest = traj["rank"].max() or k  # reversed axis: rank 1 on top
-    data = [
+    data = [  # each document its own colour, dash and marker: a legend of colours alone failed a colour-blind reader
         {"type": "scatter", "x": [esc(x) for x in d["stage"].to_list()], "y": d["rank"].to_list(), "mode": "lines+markers",
-         "name": esc(doc), "connectgaps": False}
-        for (doc,), d in traj.group_by("doc_id", maintain_order=True)
+         "name": esc(doc), "connectgaps": False, "line": {"color": series_colour(i), "dash": _DASHES[i % len(_DASHES)]},
+         "marker": {"symbol": _SYMBOLS[i % len(_SYMBOLS)]}}
+        for i, ((doc,), d) in enumerate(traj.group_by("doc_id", maintain_order=True))
     ]
     layout = {
         "title": {"text": title},
         "yaxis": {"title": {"text": "rank"}, "range": [max(deepest, k) * 1.05 + 1, 0]},
         "xaxis": {"type": "category", "categoryorder": "array", "categoryarray": [esc(x) for x in order]},
         "shapes": [{"type": "line", "x0": 0, "x1": 1, "xref": "x domain", "y0": k + 0.5, "y1": k + 0.5, "yref": "y",
-                    "line": {"dash": "dot", "color": "red"}}],
+                    "line": {"dash": "dot", "color": PALETTE["vermillion"]}}],
         "annotations": [{"text": f"top {k}", "x": 1, "xref": "x domain", "xanchor": "right", "y": k + 0.5,
-                         "yref": "y", "yanchor": "bottom", "showarrow": False, "font": {"color": "red"}}],
+                         "yref": "y", "yanchor": "bottom", "showarrow": False, "font": {"color": PALETTE["vermillion"]}}],
         "height": 320,
         "margin": {"t": 50},
     }
@@ -880,10 +903,10 @@ def routing_dedup_figure(
     left = "queries per route" + ("" if routing_enabled else " (routing off: informational)")
     data = [
         {"type": "bar", "x": rc["route"].to_list(), "y": rc["queries"].to_list(), "text": rc["queries"].to_list(),
-         "name": "queries", "marker": {"color": "#9467bd"}, "showlegend": False, "xaxis": "x", "yaxis": "y"},
+         "name": "queries", "marker": {"color": PALETTE["purple"]}, "showlegend": False, "xaxis": "x", "yaxis": "y"},
         {"type": "bar", "x": dc["reason"].to_list() or ["nothing removed"], "y": dc["removed"].to_list() or [0],
          "text": [f"{r} in {q} queries" for r, q in zip(dc["removed"].to_list(), dc["queries"].to_list(), strict=True)] or ["0"],
-         "name": "removed", "marker": {"color": "#8c564b"}, "showlegend": False, "xaxis": "x2", "yaxis": "y2"},
+         "name": "removed", "marker": {"color": PALETTE["vermillion"]}, "showlegend": False, "xaxis": "x2", "yaxis": "y2"},
     ]
     layout = _two_panels(left, "removed by dedup, by reason")
     layout["yaxis2"]["rangemode"] = "nonnegative"
@@ -913,7 +936,7 @@ def reliability_figure(table: pl.DataFrame, *, title: str = "Calibration: predic
     spec = {
         "data": [
             {"type": "scatter", "x": [0, 1], "y": [0, 1], "mode": "lines", "name": "calibrated",
-             "line": {"dash": "dot", "color": "#999"}, "hoverinfo": "skip"},
+             "line": {"dash": "dot", "color": PALETTE["black"]}, "hoverinfo": "skip"},
             {"type": "scatter", "x": table["mean_prob"].to_list(), "y": table["observed"].to_list(), "mode": "lines+markers",
              "name": "score_prob", "marker": {"size": size, "color": _COLORS["fuse"]}, "customdata": table["n"].to_list(),
              "hovertemplate": "predicted %{x:.3f}<br>observed %{y:.3f}<br>%{customdata} results<extra></extra>"},

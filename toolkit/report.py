@@ -26,6 +26,7 @@ from .config import LABELS, PipelineConfig, load_config
 from .errors import InputError
 from .files import write_text_atomic
 from .metrics import evaluate, id_warnings, no_relevant, relevant_words
+from .panels import PALETTE, PATTERNS, series_colour
 from .pipeline import prepare, rescore
 from .store import Store
 from .threshold import unmet_note
@@ -327,8 +328,14 @@ def _breakdown(per_query: pl.DataFrame, queries: pl.DataFrame, fields: list[str]
 # reader announced three empty boxes), and with a title and axis titles of its own.
 
 
+def _style(i: int) -> dict:
+    """The i-th system's bars: a colour of `panels.PALETTE` and a pattern of its own, so overlaid or grouped systems
+    are not told apart by colour alone (user trial BC)."""
+    return {"marker": {"color": series_colour(i), "pattern": {"shape": PATTERNS[i % len(PATTERNS)]}}}
+
+
 def _bar(ab: pl.DataFrame, measure: str) -> tuple[go.Figure, str]:
-    fig = go.Figure(go.Bar(x=ab["system"].to_list(), y=ab[measure].to_list()))
+    fig = go.Figure(go.Bar(x=ab["system"].to_list(), y=ab[measure].to_list(), marker_color=PALETTE["blue"]))
     fig.update_layout(title=f"Mean {measure} per system", xaxis_title="system", yaxis_title=measure, height=350,
                       margin={"t": 40})
     values = ", ".join(f"{s} {v:.4f}" for s, v in ab.select("system", measure).iter_rows())
@@ -339,11 +346,9 @@ def _delta_hist(per_query: pl.DataFrame, baseline: str, measure: str) -> tuple[g
     wide = per_query.filter(pl.col("measure") == measure).pivot(on="system", index="qid", values="value").fill_null(0)
     fig = go.Figure()
     said = []
-    for s in wide.columns:
-        if s in ("qid", baseline):
-            continue
+    for i, s in enumerate(c for c in wide.columns if c not in ("qid", baseline)):
         d = wide[s] - wide[baseline]
-        fig.add_trace(go.Histogram(x=d.to_list(), name=s, opacity=0.6, nbinsx=40))
+        fig.add_trace(go.Histogram(x=d.to_list(), name=s, opacity=0.6, nbinsx=40, **_style(i)))
         said.append(f"{s} is higher on {(d > 0).sum()} queries, lower on {(d < 0).sum()}, equal on {(d == 0).sum()} "
                     f"(mean difference {d.mean():+.4f})")
     fig.update_layout(barmode="overlay", title=f"Per-query {measure} difference from the baseline {baseline}",
@@ -355,9 +360,9 @@ def _delta_hist(per_query: pl.DataFrame, baseline: str, measure: str) -> tuple[g
 def _latency_fig(latency: pl.DataFrame) -> tuple[go.Figure, str]:
     fig = go.Figure()
     said = []
-    for s in latency["system"].unique(maintain_order=True):
+    for i, s in enumerate(latency["system"].unique(maintain_order=True)):
         part = latency.filter((pl.col("system") == s) & (pl.col("stage") != "total"))
-        fig.add_trace(go.Bar(x=part["stage"].to_list(), y=part["p50_ms"].to_list(), name=s))
+        fig.add_trace(go.Bar(x=part["stage"].to_list(), y=part["p50_ms"].to_list(), name=s, **_style(i)))
         said.append(f"{s}: " + ", ".join(f"{st} {ms:.1f}" for st, ms in part.select("stage", "p50_ms").iter_rows()))
     fig.update_layout(barmode="group", title="Median (p50) latency of each stage per query", xaxis_title="stage",
                       yaxis_title="ms (p50)", height=350, margin={"t": 40})
