@@ -218,3 +218,14 @@ def test_figures_tell_stages_and_systems_apart_without_colour_and_name_their_lin
     bars, _ = _latency_fig(lat)
     for f in (hist, bars):
         assert set(_colours(f)) <= safe and len({t.marker.pattern.shape or "" for t in f.data}) == len(f.data) == 2
+
+
+@pytest.mark.parametrize(("notebook", "title"), [("02_fusion", "Fusion variants, demo dev split"),
+                                                  ("07_bring_your_own_corpus", "Characters per document")])
+def test_tutorial_figures_are_followed_by_a_sentence_saying_what_they_show(notebook, title):
+    """Tutorial 02's bar chart of the fusion variants and tutorial 07's characters per document came with no sentence
+    saying what they showed: a screen reader reads a plotly figure as nothing, and the next cell moved on."""
+    cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+    at = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and title in "".join(c["source"]))
+    after = cells[at + 1]
+    assert after["cell_type"] == "markdown" and "".join(after["source"]).startswith("Each bar is one "), after
