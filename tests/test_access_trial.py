@@ -229,3 +229,55 @@ def test_tutorial_figures_are_followed_by_a_sentence_saying_what_they_show(noteb
     at = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and title in "".join(c["source"]))
     after = cells[at + 1]
     assert after["cell_type"] == "markdown" and "".join(after["source"]).startswith("Each bar is one "), after
+
+
+def _screen(raw: bytes) -> list[str]:
+    """The lines a terminal shows for `raw`: a carriage return goes back to the line's start, text overwrites."""
+    lines, line, col = [], [], 0
+    for ch in raw.decode("utf-8", "replace"):
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            lines.append("".join(line).rstrip())
+            line, col = [], 0
+        else:
+            line[col:col + 1] = [ch]
+            col += 1
+    return [*lines, "".join(line).rstrip()] if line else lines
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+def test_tune_leaves_no_blank_or_finished_bar_lines_before_its_verdict(tmp_path, beir):
+    """`hrt tune` at a terminal printed a line per search (optuna's bar, one for the whole split and one per fold, each
+    left behind) before its verdict: six empty lines in a terminal that reported no width, six finished bars in one
+    60 columns wide, read out one by one by a screen reader."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    space = tmp_path / "space.yaml"
+    space.write_text("threshold.min_score: {float: [0.0, 1.0]}\n")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 60, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "COLUMNS")}
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "tune", "--dataset", str(beir), "--split", "test",
+                             "--force", "--base", "bm25-only", "--space", str(space), "--budget", "3", "--folds", "2",
+                             "--store", str(tmp_path / "s.duckdb"), "--out", str(tmp_path / "t.yaml")],
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
+                            env={**env, "PYTHONPATH": str(ROOT)})
+    os.close(slave)
+    raw = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not chunk:
+            break
+        raw += chunk
+    os.close(master)
+    assert proc.wait(timeout=300) == 0, raw.decode(errors="replace")[-800:]
+    shown = _screen(raw)
+    verdict = next(i for i, line in enumerate(shown) if "tuned config ->" in line)
+    assert all(line.strip() and "%|" not in line for line in shown[:verdict + 1]), shown

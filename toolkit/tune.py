@@ -45,6 +45,7 @@ from .interop import qrels_frame, queries_frame
 from .loaders import Dataset
 from .metrics import cutoff_depth, evaluate, no_relevant, parse_measures
 from .pipeline import Prepared, prepare, rescore
+from .progress import progress_bar
 from .provenance import query_keys
 from .store import Store
 
@@ -515,7 +516,7 @@ def tune(
     cache: dict[str, np.ndarray] = {}  # a setting tried by several searches is re-scored once
     invalid: dict[str, str] = {}  # the first invalid trial's reason, for the error when none is valid
 
-    def search(on: np.ndarray, run_seed: int, show: bool) -> list[tuple[dict[str, Any], np.ndarray]]:
+    def search(on: np.ndarray, run_seed: int, bar: Any) -> list[tuple[dict[str, Any], np.ndarray]]:
         """One search, its objective the mean over the queries selected by `on`: every trial's params and
         per-query values (of all queries, for reading on a held-out fold)."""
         history: list[tuple[dict[str, Any], np.ndarray]] = []
@@ -547,7 +548,8 @@ def tune(
         before = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
-            optuna.create_study(direction="maximize", sampler=sampler).optimize(objective, n_trials=budget, show_progress_bar=show)
+            optuna.create_study(direction="maximize", sampler=sampler).optimize(objective, n_trials=budget,
+                                                                                callbacks=[lambda *_: bar.update()])
         finally:
             optuna.logging.set_verbosity(before)
         return history
@@ -558,13 +560,19 @@ def tune(
         grid = _grid(sp)
         budget = min(budget, int(np.prod([len(v) for v in grid.values()])))
     t0 = time.perf_counter()
-    history = search(np.ones(len(qids), dtype=bool), seed, progress)  # what ships: the search over the whole split
-    if not history:
-        why = f" (e.g. {invalid['first']})" if invalid else ""
-        raise InputError(f"no trial produced a valid config{why}; check the search space")
-    # The nested searches, one per fold on the other folds' queries: for the held-out estimate only.
-    searched = {int(f): np.stack([v for _, v in h]) if (h := search(fold != f, seed + 1 + int(f), progress)) else np.zeros((0, len(qids)))
-                for f in np.unique(fold)}
+    # One bar for every search, erased when done: optuna's own bar, one per search and each left behind, put a line
+    # per search (six blank ones in a terminal that reports no width) before the verdict (user trial BC).
+    bar = progress_bar(total=budget * (1 + len(np.unique(fold))), show=progress, desc="tune", unit="trial", leave=False)
+    try:
+        history = search(np.ones(len(qids), dtype=bool), seed, bar)  # what ships: the search over the whole split
+        if not history:
+            why = f" (e.g. {invalid['first']})" if invalid else ""
+            raise InputError(f"no trial produced a valid config{why}; check the search space")
+        # The nested searches, one per fold on the other folds' queries: for the held-out estimate only.
+        searched = {int(f): np.stack([v for _, v in h]) if (h := search(fold != f, seed + 1 + int(f), bar)) else np.zeros((0, len(qids)))
+                    for f in np.unique(fold)}
+    finally:
+        bar.close()
     t_trials = time.perf_counter() - t0
 
     base_vals = per_query(base_cfg)
