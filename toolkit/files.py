@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import threading
 from pathlib import Path
 
 
 def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    """Write `text` to `path` whole or not at all. A symlink is followed: its target is replaced, the link kept.
+    A path that is no regular file (`/dev/stdout`, a FIFO, `>(cmd)`, a device) is written to as it is: a rename
+    would have put a file in its place (user trial BB: `--out /dev/full` run as root left a regular file there,
+    and a FIFO's reader waited for ever)."""
     p = Path(path)
+    try:
+        mode = os.stat(p).st_mode  # follows symlinks
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        with open(p, "w", encoding=encoding) as fh:
+            fh.write(text)
+        return p
+    if p.is_symlink():
+        write_text_atomic(os.path.realpath(p), text, encoding)
+        return p
     p.parent.mkdir(parents=True, exist_ok=True)
     # A name of this process and thread, opened like any new file (so it gets the usual permissions, which
     # `tempfile.mkstemp`'s 0600 would not).
