@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 import polars as pl
 
-from .errors import ToolkitError
+from .errors import InputError, ToolkitError
 
 MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "default"}
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
@@ -54,6 +54,7 @@ EXIT_ERROR = 2  # bad input, a missing or damaged file, a usage error (click's o
 EXIT_BUSY = 75  # the store is locked by another process (EX_TEMPFAIL): retry later
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); SIGTERM ends a command with 143 (`interrupts.exit_code`)
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as other Unix tools
+EXIT_GATE = 3  # `hrt eval --max-drop`: a run is significantly worse than the baseline by more than allowed
 _PROGRAM = False  # `hrt` runs as a program (`_Group.__call__`), not inside another's process (click's CliRunner)
 _EXIT_AT_ONCE = False  # set by `hrt search` in a program: the process ends when it is done (`_exit_at_once`)
 
@@ -1189,9 +1190,9 @@ def _conflict_notes(conflicts: dict[str, int], ties: str) -> list[str]:
 
 
 def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFrame | None, base: str, fmt: str,
-                 counted: str = "") -> str:
+                 counted: str = "", alpha: float = 0.05) -> str:
     """One row per run, each measure's mean and, for the runs against the baseline, p (Holm) beside it; CSV, or a
-    LaTeX tabular (booktabs; * marks p (Holm) <= 0.05) whose comment lines say what was counted (`counted`: a table
+    LaTeX tabular (booktabs; * marks p (Holm) <= alpha) whose comment lines say what was counted (`counted`: a table
     pasted into a paper keeps the query count and threshold, user trial AU). By hand: polars writes no LaTeX, and
     pandas' needs jinja2."""
     def p_of(rp: str, m: str) -> tuple[float | None, bool]:
@@ -1224,7 +1225,7 @@ def _paper_table(out: dict[str, dict[str, float]], ms: list[str], sig: pl.DataFr
         cells = [f"{agg.get(m, float('nan')):.4f}" + ("$^{*}$" if p_of(rp, m)[1] else "") for m in ms]
         lines.append(f"{tex(rp)} & " + " & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}",
-              f"% * = p (Holm) <= 0.05 against {tex(base)}, paired randomisation test" if sig is not None else "% one run: no test"]
+              f"% * = p (Holm) <= {alpha:g} against {tex(base)}, paired randomisation test" if sig is not None else "% one run: no test"]
     lines += [f"% {line}" for line in counted.splitlines() if line]
     return "\n".join(lines) + "\n"
 
@@ -1247,15 +1248,21 @@ TIES = {
 @click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures (2 for TREC DL).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "latex"]), default="table", show_default=True,
               help="csv / latex: the table alone, for a paper (one row per run; csv: p (Holm) vs the baseline beside each "
-                   "measure, latex: * where p (Holm) <= 0.05); notes on stderr.")
+                   "measure, latex: * where p (Holm) <= --alpha); notes on stderr.")
 @click.option("--per-query", is_flag=True, help="Also print per-query values.")
 @click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
 @click.option("--ties", type=click.Choice(list(TIES)), default="trec", show_default=True, help="Order within a query: trec = score as float32 desc, then doc id desc (trec_eval); rank = the rank column.")
 @click.option("--strict", is_flag=True, help="Qrels naming queries or documents the dataset lacks are an error (default: a warning with counts).")
+@click.option("--max-drop", "max_drop", multiple=True, metavar="MEASURE=DELTA",
+              help="A quality gate (repeatable): exit 3 when a run is below the baseline on MEASURE by more than DELTA "
+                   "and the drop is significant (p (Holm) <= --alpha). Implies --strict for the runs.")
+@click.option("--alpha", default=0.05, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+              help="Significance level of the tests, the stars and the gate.")
 @click.option("--average", type=click.Choice(list(AVERAGES)), default="judged", show_default=True,
               help="judged: every judged query in every mean, a query a run misses scoring 0 (trec_eval -c); run: only "
                    "the judged queries a run answers (trec_eval without -c); the tests pair the queries every run answers.")
-def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline, ties, strict, average) -> None:
+def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, baseline, ties, strict, max_drop, alpha,
+             average) -> None:
     """Evaluate TREC run(s) against a dataset's qrels (nDCG@10, R@5, R@10, MRR@10 by default).
 
     Every judged query of the query file counts (judgements naming unknown query or document ids are
@@ -1265,10 +1272,10 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     descending, and the rank column is ignored (`--ties rank` evaluates the rank column's order instead).
     Runs written by `hrt run` keep their ranks under that re-sort, so both give the same numbers there.
     With several runs, each is tested against the baseline (paired randomisation test, Holm-corrected
-    across runs, per measure; * = significant at 0.05). Every judged query is in every mean, as trec_eval -c
+    across runs, per measure; * = significant at --alpha, 0.05). Every judged query is in every mean, as trec_eval -c
     averages: a run that misses a query scores 0 there (`--average run`: only the queries a run answers, as
     trec_eval without -c). Run lines naming ids the dataset lacks, and measures that look past a run's depth,
-    are named.
+    are named. `--strict` (and a gate, `--max-drop`) refuse an empty run and one none of whose queries is judged.
     """
     _need_stdout()
     import warnings
@@ -1294,6 +1301,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     qrels = ds.qrels(split, strict=strict)
     ms = [m.strip() for m in measures.split(",") if m.strip()]
     parse_measures(ms)  # an unknown name before any file is read
+    gate = _gate_limits(max_drop, ms, len(run_path))
+    strict = strict or bool(gate)
     if empty := no_relevant(qrels, rel_threshold):
         shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
         click.echo(f"note: {len(empty)} of {qrels['qid'].n_unique()} judged queries have no document graded "
@@ -1302,6 +1311,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     per = {}
     conflicts = {}
     judged = {}
+    warned: dict[str, list[str]] = {}
     in_mean: dict[str, int] = {}
     pooled = bool((qrels["rel"] <= 0).any())
     depths = {}
@@ -1309,8 +1319,13 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     for rp in run_path:
         run_frame = read_run(rp)
         depths[rp] = run_depth(run_frame)
-        for msg in [*id_warnings(run_frame, qrels, f"the {split} qrels", missing_score_0=average == "judged"),
-                    *unknown_run_ids(run_frame, *known, str(dataset))]:
+        said = [*id_warnings(run_frame, qrels, f"the {split} qrels", missing_score_0=average == "judged"),
+                *unknown_run_ids(run_frame, *known, str(dataset))]
+        if strict and not qrels.join(run_frame.select("qid").unique(), on="qid", how="semi").height:
+            # A baseline of zeros passed every gate (user trial BB): an empty run, or one of another split, is no result.
+            raise InputError(f"{rp}: " + (said[0] if said else "no judged query in the run") + " (--strict)")
+        warned[rp] = said
+        for msg in said:
             click.echo(f"warning: {rp}: {msg}", err=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IdMismatchWarning)  # said above, with the split
@@ -1341,9 +1356,10 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
                 sig_notes.append(f"the tests pair the {len(common)} judged queries every run answers")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SmallSampleWarning)
-            sig = compare(stacked, base)
+            sig = compare(stacked, base, alpha=alpha)
         sig_notes += [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
     deep_notes = depth_notes(depths, ms)
+    failed = _gate_failures(sig, gate, alpha)
     relevant = relevant_words(rel_threshold)
     n_judged = qrels["qid"].n_unique()
     counted = (f"{n_judged} judged {split} queries, each in every mean (missing from a run: 0, as trec_eval -c)"
@@ -1353,11 +1369,12 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     if fmt in ("csv", "latex"):
         if per_query:
             raise ToolkitError(f"--per-query goes with --format table or json, not {fmt} (one row per run)")
-        click.echo(_paper_table(out, ms, sig, base, fmt, f"{counted}\nrelevant: {relevant}"), nl=False)
+        click.echo(_paper_table(out, ms, sig, base, fmt, f"{counted}\nrelevant: {relevant}", alpha), nl=False)
         # The caveats a paper's table must carry, on stderr (the review: a star without its "too few queries").
         for line in [f"{counted}; relevant: {relevant}; order: {TIES[ties]}", *sig_notes, *deep_notes,
                      *_conflict_notes(conflicts, ties)]:
             click.echo(f"note: {line}", err=True)
+        _gate_exit(gate, failed, base, alpha)
         return
     if fmt == "json":
         doc = {"dataset": str(dataset), "split": split, "queries": qrels["qid"].n_unique(), "rel_threshold": rel_threshold,
@@ -1366,13 +1383,19 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         doc["missing_queries"] = AVERAGES[average]
         doc["queries_in_mean"] = in_mean
         doc["notes"] = deep_notes
+        doc["warnings"] = warned
+        doc["baseline"] = base
+        doc["alpha"] = alpha
         if sig is not None:
             doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
             doc["significance_test"] = TEST_WORDS
             doc["significance_notes"] = sig_notes
         if per_query:
             doc["per_query"] = {rp: pq.to_dicts() for rp, pq in per.items()}
+        if gate:
+            doc["gate"] = {"max_drop": gate, "alpha": alpha, "passed": not failed, "failed": failed}
         click.echo(json.dumps(doc, indent=2))
+        _gate_exit(gate, failed, base, alpha)
         return
     from .terminal import display_width, ljust
 
@@ -1391,7 +1414,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
                 cells.append(f"{r['p_holm'][0]:>7.3g}{'*' if r['significant'][0] else ' '}" if len(r) else f"{'':>8}")
             click.echo(f"{ljust(rp, width)}  " + "  ".join(cells))
         # Where the stars are, not only in --help (user trial BC: a screen reader read "star" with no meaning)
-        click.echo("* = significant: p (Holm) <= 0.05")
+        click.echo(f"* = significant: p (Holm) <= {alpha:g}")
     for note in [*sig_notes, *deep_notes]:
         click.echo(f"note: {note}")
     click.echo(f"\nqueries: {n_judged} judged in {split}; relevant: {relevant}")
@@ -1407,6 +1430,52 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         for rp, pq in per.items():
             click.echo(f"\n{rp}")
             click.echo(_plain_table(pq.pivot(on="measure", index="qid", values="value").sort("qid")))
+    _gate_exit(gate, failed, base, alpha)
+
+
+def _gate_limits(max_drop: tuple[str, ...], measures: list[str], n_runs: int) -> dict[str, float]:
+    """`--max-drop nDCG@10=0.01` as {measure: allowed drop}; an error naming the value that cannot be one."""
+    gate: dict[str, float] = {}
+    for item in max_drop:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        try:
+            drop = float(value) if sep else float("nan")
+        except ValueError:
+            drop = float("nan")
+        if not drop >= 0:
+            raise InputError(f"--max-drop {item!r}: expected MEASURE=DELTA with DELTA >= 0, e.g. nDCG@10=0.01")
+        if name not in measures:
+            raise InputError(f"--max-drop {item!r}: {name} is not among --measures ({', '.join(measures)})")
+        gate[name] = drop
+    if gate and n_runs < 2:
+        raise InputError("--max-drop needs a baseline run and at least one more --run to hold against it")
+    return gate
+
+
+def _gate_failures(sig: pl.DataFrame | None, gate: dict[str, float], alpha: float) -> list[dict]:
+    """The (run, measure) pairs below the baseline by more than allowed, with p (Holm) <= alpha: a drop must be
+    both larger than the team accepts and more than noise, as a tuned config must win by more than noise."""
+    if not gate or sig is None:
+        return []
+    rows = sig.filter(pl.col("measure").is_in(list(gate)))
+    return [{"run": r["system"], "measure": r["measure"], "delta": r["delta"], "max_drop": gate[r["measure"]],
+             "p_holm": r["p_holm"]}
+            for r in rows.iter_rows(named=True) if r["delta"] < -gate[r["measure"]] and r["p_holm"] <= alpha]
+
+
+def _gate_exit(gate: dict[str, float], failed: list[dict], base: str, alpha: float) -> None:
+    """The gate's verdict on stderr (stdout keeps the table or JSON), and exit 3 when it failed."""
+    if not gate:
+        return
+    limits = ", ".join(f"{m} by more than {d:g}" for m, d in gate.items())
+    if not failed:
+        click.echo(f"gate: passed (no run is significantly below {base} on {limits}; p (Holm) <= {alpha:g})", err=True)
+        return
+    for f in failed:
+        click.echo(f"gate: FAILED: {f['run']}: {f['measure']} {f['delta']:+.4f} against {base} (allowed -{f['max_drop']:g}), "
+                   f"p (Holm) {f['p_holm']:.3g} <= {alpha:g}", err=True)
+    sys.exit(EXIT_GATE)
 
 
 @main.command()

@@ -1,0 +1,101 @@
+"""User trial BB: an ML platform engineer wiring `hrt` into a CI job as a retrieval-quality gate (rebuild the store,
+run the team's config, compare with main's baseline run, fail the build on a significant drop). Runs were
+byte-identical and caches safe; each test is a place where the gate passed on broken input, or where a CI idiom
+broke something."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from click.testing import CliRunner
+from conftest import write_beir
+
+from toolkit.cli import main
+
+
+def _hrt(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_out_writes_through_a_fifo_and_a_symlink_instead_of_replacing_them(tmp_path, corpus_file):
+    """`--out` wrote a temporary file and renamed it over the path: `--out /dev/full` run as root left a regular file
+    where the device was, a FIFO's reader waited for ever, and a symlink was replaced while its target stayed old."""
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    args = ("run", "--dataset", ds, "--config", "bm25-only", "--store", tmp_path / "s.duckdb", "--out")
+    assert _hrt(*args, tmp_path / "plain.trec").exit_code == 0
+    want = (tmp_path / "plain.trec").read_text()
+
+    target = tmp_path / "target.trec"
+    target.write_text("old\n")
+    (tmp_path / "link.trec").symlink_to(target)
+    assert _hrt(*args, tmp_path / "link.trec").exit_code == 0
+    assert (tmp_path / "link.trec").is_symlink() and target.read_text() == want
+
+    fifo = tmp_path / "run.fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    r = _hrt(*args, fifo)
+    reader.join(timeout=30)
+    assert r.exit_code == 0, r.output
+    assert got == [want] and fifo.is_fifo()
+
+
+def _runs(tmp_path, corpus_file):
+    """The dataset, a good run (the relevant document first) and one that lost it on every query."""
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    qrels = [line.split("\t") for line in (ds / "qrels" / "test.tsv").read_text().splitlines()[1:]]
+    docs = sorted({d for _, d, _ in qrels} | {"d1", "d2", "d3", "d4", "d5", "d6"})
+    good, bad = tmp_path / "main.trec", tmp_path / "pr.trec"
+    lines_good, lines_bad = [], []
+    for q in sorted({q for q, _, _ in qrels}):
+        rel = [d for qq, d, g in qrels if qq == q and int(g) > 0]
+        rest = [d for d in docs if d not in rel]
+        lines_good += [f"{q} Q0 {d} {r} {10 - r} main\n" for r, d in enumerate(rel + rest, 1)]
+        lines_bad += [f"{q} Q0 {d} {r} {10 - r} pr\n" for r, d in enumerate(rest + rel, 1)]
+    good.write_text("".join(lines_good))
+    bad.write_text("".join(lines_bad))
+    return ds, good, bad
+
+
+def test_a_gate_fails_with_its_own_exit_code_only_on_a_significant_drop(tmp_path, corpus_file):
+    """Every team wrote its own jq gate over `hrt eval --format json`, and exit 1 was also Python's crash code."""
+    ds, good, bad = _runs(tmp_path, corpus_file)
+    base = ("eval", "--dataset", ds, "--split", "test", "--run", good)
+    copy = tmp_path / "copy.trec"
+    copy.write_text(good.read_text().replace("main", "copy"))
+    same = _hrt(*base, "--run", copy, "--max-drop", "nDCG@10=0.01")
+    assert same.exit_code == 0 and "gate: passed" in same.stderr, same.output
+    worse = _hrt(*base, "--run", bad, "--max-drop", "nDCG@10=0.01", "--alpha", "0.5", "--format", "json")
+    assert worse.exit_code == 3, worse.output
+    assert f"gate: FAILED: {bad}: nDCG@10 -" in worse.stderr
+    doc = json.loads(worse.stdout)
+    assert doc["gate"]["passed"] is False and doc["gate"]["failed"][0]["measure"] == "nDCG@10"
+    assert doc["baseline"] == str(good) and doc["alpha"] == 0.5
+    lenient = _hrt(*base, "--run", bad, "--max-drop", "nDCG@10=1", "--alpha", "0.5")
+    assert lenient.exit_code == 0 and "gate: passed" in lenient.stderr  # a drop within what the team allows
+    for wrong, said in (("nDCG@10", "expected MEASURE=DELTA"), ("MAP=0.1", "MAP is not among --measures"),
+                        ("nDCG@10=-1", "DELTA >= 0")):
+        r = _hrt(*base, "--run", bad, "--max-drop", wrong)
+        assert r.exit_code == 2 and said in r.output, r.output
+
+
+def test_a_gate_refuses_an_empty_baseline_or_one_of_another_split(tmp_path, corpus_file):
+    """A baseline run of the dev split evaluated on test scored 0 everywhere, the candidate "won" with p 1e-5, and
+    the gate passed; only a warning on stderr said why. --strict did not cover runs."""
+    ds, good, bad = _runs(tmp_path, corpus_file)
+    other = tmp_path / "dev.trec"
+    other.write_text(good.read_text().replace("q", "dev-q"))
+    empty = tmp_path / "empty.trec"
+    empty.write_text("")
+    for broken in (other, empty):
+        r = _hrt("eval", "--dataset", ds, "--split", "test", "--run", broken, "--run", good, "--max-drop", "nDCG@10=0.01")
+        assert r.exit_code == 2 and str(broken) in r.output and "(--strict)" in r.output, r.output
+        r = _hrt("eval", "--dataset", ds, "--split", "test", "--run", broken, "--strict")
+        assert r.exit_code == 2, r.output
+    r = _hrt("eval", "--dataset", ds, "--split", "test", "--run", other, "--run", good, "--format", "json")
+    assert r.exit_code == 0  # without --strict: evaluated, and the JSON carries what stderr said
+    assert "0 of" in json.loads(r.stdout)["warnings"][str(other)][0]
