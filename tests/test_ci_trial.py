@@ -11,6 +11,7 @@ import threading
 
 from click.testing import CliRunner
 from conftest import write_beir
+from fake_servers import fake_server_fixture  # noqa: F401 - the `fake_server` fixture
 
 from toolkit.cli import main
 
@@ -99,3 +100,22 @@ def test_a_gate_refuses_an_empty_baseline_or_one_of_another_split(tmp_path, corp
     r = _hrt("eval", "--dataset", ds, "--split", "test", "--run", other, "--run", good, "--format", "json")
     assert r.exit_code == 0  # without --strict: evaluated, and the JSON carries what stderr said
     assert "0 of" in json.loads(r.stdout)["warnings"][str(other)][0]
+
+
+def test_a_run_whose_reranker_fell_back_says_so_in_its_tag_or_fails_when_asked(tmp_path, corpus_file, fake_server):
+    """With the reranker's endpoint down, `hrt run` exited 0 and wrote the same tag as a run that was reranked:
+    the only trace was a line on stderr a CI log scrolls past."""
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    cfg = tmp_path / "rr.yaml"
+    cfg.write_text(json.dumps({"name": "rr", "retrieval": {"dense": {"enabled": False}},
+                               "rerank": {"provider": "http", "url": fake_server.rerank_url, "retries": 0}}))
+    args = ("run", "--dataset", ds, "--config", cfg, "--store", tmp_path / "s.duckdb", "--out")
+    fake_server.mode = "500"
+    r = _hrt(*args, tmp_path / "down.trec")
+    assert r.exit_code == 0 and "reranker fallback" in r.stderr
+    assert {line.split()[-1].split(".")[0] for line in (tmp_path / "down.trec").read_text().splitlines()} == {"rr+fallback"}
+    r = _hrt(*args, tmp_path / "strict.trec", "--require-providers")
+    assert r.exit_code == 2 and "no run written (--require-providers)" in r.output and not (tmp_path / "strict.trec").exists()
+    fake_server.mode = "good"
+    assert _hrt(*args, tmp_path / "ok.trec").exit_code == 0
+    assert {line.split()[-1].split(".")[0] for line in (tmp_path / "ok.trec").read_text().splitlines()} == {"rr"}

@@ -1022,7 +1022,10 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
               help="Reference time of the recency prior for queries without a date (ISO date or date-time, UTC; "
                    "default: the config's priors.as_of, else now). A lab export names the time its numbers were for.")
 @_WAIT_OPTION
-def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of, wait_s) -> None:
+@click.option("--require-providers", is_flag=True,
+              help="Exit 2 and write no run when a reranker or expansion provider fell back to the local order on any "
+                   "query (CI: an endpoint outage is no result). Without it such a run's tag ends in +fallback.")
+def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of, wait_s, require_providers) -> None:
     """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
 
     The corpus is ingested into the store first (a no-op when unchanged). The default store is the dataset's
@@ -1080,6 +1083,13 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     # `Result.run`, not `final`: the collapsed byte-identical copies are listed after their result, so the
     # file holds what `experiment`, the lab, the tuner and reports score (judgements are per document id).
     final = res.run(depth)
+    from .providers import summary
+
+    if (providers := summary(res.per_query)) != "ok":
+        # The same tag and exit 0 whether the reranker answered or not (user trial BB): the file itself says so now.
+        if require_providers:
+            raise ToolkitError(f"providers: {providers}; no run written (--require-providers)")
+        tag = f"{tag}+fallback"
     if out == "-":  # the run on stdout, for a pipe; everything else stays on stderr
         from . import interrupts
         from .runs import run_text
@@ -1089,13 +1099,12 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     else:
         write_run(final, out, tag=tag)
     took = time.perf_counter() - t0
-    from .providers import summary
     from .threshold import unmet_note
 
     if note := unmet_note(res.per_query, cfg.threshold):
         click.echo(f"note: {note}", err=True)
     click.echo(f"{cfg.name}: {final['qid'].n_unique()}/{len(queries)} queries, {len(final)} results in {took:.1f}s; "
-               f"providers: {summary(res.per_query)} -> {'stdout' if out == '-' else out}", err=True)
+               f"providers: {providers} -> {'stdout' if out == '-' else out}", err=True)
 
 
 def _deep_enough(cfg, depth: int):
