@@ -27,7 +27,7 @@ import polars as pl
 from .config import GuardConfig
 from .features import SYSTEM_NAMES, TECH_ACRONYMS, technical_tokens
 
-EXACT_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "tokens": pl.List(pl.Utf8)}
+EXACT_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "tokens": pl.List(pl.Utf8), "whole": pl.Boolean}
 FLAG = "exact_token_kept"
 
 
@@ -46,6 +46,13 @@ def identifier_tokens(text: str) -> list[str]:
         if structured or mixed_case or constant or t.upper() in SYSTEM_NAMES:
             out.append(t)
     return out
+
+
+def whole_identifier(text: str, tokens: list[str]) -> bool:
+    """Whether the query is nothing but one identifier (`REQUESTS_CA_BUNDLE`, `2.34.2`, a quoted `get_terminal_size`):
+    a lookup, whose verbatim holder belongs first, not only in the top `max_rank` (user trial BD: a file that does not
+    hold the token stayed at rank 1 above BM25's exact hit)."""
+    return len(tokens) == 1 and text.strip().strip("\"'`").strip().lower() == tokens[0].lower()
 
 
 def _is_word_char(c: str) -> bool:
@@ -111,7 +118,9 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
         if low is None:
             low = lowered[d] = b.lower()
         found.append([t for t in toks[q] if _contains_word(low, t.lower())])
-    out = pairs.select("qid", "doc_id").with_columns(pl.Series("tokens", found, dtype=pl.List(pl.Utf8)))
+    whole = {q for q, t in zip(queries["qid"].cast(pl.Utf8), queries["text"], strict=True) if q in toks and whole_identifier(t, toks[q])}
+    out = pairs.select("qid", "doc_id").with_columns(pl.Series("tokens", found, dtype=pl.List(pl.Utf8)),
+                                                     pl.col("qid").is_in(list(whole)).alias("whole"))
     return out.filter(pl.col("tokens").list.len() > 0).sort("qid", "doc_id")
 
 
@@ -126,16 +135,18 @@ def strong(token: str) -> bool:
 
 
 def guarded(candidates: pl.DataFrame, exact: pl.DataFrame | None, depth: int = 1) -> pl.DataFrame:
-    """[qid, doc_id, tokens, bm25_rank]: every one of BM25's first `depth` documents (of each query's original
-    BM25 list) that contains a query identifier verbatim, with the identifiers it contains; beyond BM25's first
-    document only `strong` identifiers count. Sorted by (qid, bm25_rank)."""
+    """[qid, doc_id, tokens, whole, bm25_rank]: every one of BM25's first `depth` documents (of each query's
+    original BM25 list) that contains a query identifier verbatim, with the identifiers it contains (`whole`: the
+    query is only that identifier); beyond BM25's first document only `strong` identifiers count. Sorted by
+    (qid, bm25_rank)."""
     schema = {**EXACT_SCHEMA, "bm25_rank": pl.Int64}
     if exact is None or not len(exact) or not len(candidates):
         return pl.DataFrame(schema=schema)
     top = candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") <= depth)).select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rank").cast(pl.Int64).alias("bm25_rank")
     )
-    hits = top.join(exact.select("qid", "doc_id", "tokens"), on=["qid", "doc_id"], how="inner")
+    whole = pl.col("whole") if "whole" in exact.columns else pl.lit(False)  # frames built before the column
+    hits = top.join(exact.select("qid", "doc_id", "tokens", whole.alias("whole")), on=["qid", "doc_id"], how="inner")
     tokens = [t if r == 1 else [x for x in t if strong(x)] for t, r in zip(hits["tokens"].to_list(), hits["bm25_rank"].to_list(), strict=True)]
     hits = hits.with_columns(pl.Series("tokens", tokens, dtype=pl.List(pl.Utf8))).filter(pl.col("tokens").list.len() > 0)
     return hits.sort("qid", "bm25_rank").select(*schema)
@@ -156,12 +167,13 @@ def keep_exact(
     g = guarded(candidates, exact, cfg.depth)
     if not len(g) or not len(ranked):
         return ranked, status
-    m = cfg.max_rank
-    # Per query, the hit that counts: BM25's first document when it holds an identifier (the issue's rule: it
-    # ends in the top m); else one of the deeper hits already in the top m if any (then nothing moves:
-    # "held"), else the best BM25-ranked hit in the list (moved up: "kept"). A hit the list does not hold
-    # cannot be moved.
+    # Per query, the place m its hit must reach: `max_rank`, or 1 when the query is only the identifier. The hit
+    # that counts: BM25's first document when it holds an identifier (the issue's rule: it ends in the top m);
+    # else one of the deeper hits already in the top m if any (then nothing moves: "held"), else the best
+    # BM25-ranked hit in the list (moved up: "kept"). A hit the list does not hold cannot be moved.
+    m = pl.col("_m")
     present = g.join(ranked.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "rank"), on=["qid", "doc_id"])
+    present = present.with_columns(pl.when(pl.col("whole")).then(1).otherwise(cfg.max_rank).cast(pl.Int64).alias("_m"))
     chosen = (
         present.with_columns((pl.col("rank") <= m).alias("_in"), (pl.col("bm25_rank") == 1).alias("_first"))
         .sort("qid", "_first", "_in", "bm25_rank", descending=[False, True, True, False])
@@ -172,20 +184,20 @@ def keep_exact(
         pl.col("tokens").alias("exact_tokens"),
     )
     g = chosen.filter(~pl.col("_in")).select("qid", "doc_id")
-    hit = ranked.join(g.with_columns(pl.lit(True).alias("_g")), on=["qid", "doc_id"], how="left").with_columns(
-        pl.col("_g").fill_null(False)
-    )
+    hit = (ranked.join(g.with_columns(pl.lit(True).alias("_g")), on=["qid", "doc_id"], how="left")
+           .join(chosen.select("qid", "_m"), on="qid", how="left")
+           .with_columns(pl.col("_g").fill_null(False), pl.col("_m").fill_null(cfg.max_rank)))
     move = pl.col("_g") & (pl.col("rank") > m)
     if not hit.select(move.any()).item():
         return ranked, status
     moving = move.any().over("qid")
     # The new score sits between the scores now at places m-1 and m (just above the one at m for m = 1).
     s_m = pl.col("score").filter(pl.col("rank") == m).first().over("qid")
-    s_up = pl.col("score").filter(pl.col("rank") == m - 1).first().over("qid") if m > 1 else None
-    new_score = (s_up + s_m) / 2 if s_up is not None else s_m + (s_m.abs() * 1e-6).clip(lower_bound=1e-12)
+    s_up = pl.col("score").filter(pl.col("rank") == m - 1).first().over("qid")
+    new_score = pl.when(m > 1).then((s_up + s_m) / 2).otherwise(s_m + (s_m.abs() * 1e-6).clip(lower_bound=1e-12))
     out = (
         hit.with_columns(
-            pl.when(move).then(pl.lit(m - 0.5)).otherwise(pl.col("rank").cast(pl.Float64)).alias("_place"),
+            pl.when(move).then(m - 0.5).otherwise(pl.col("rank").cast(pl.Float64)).alias("_place"),
             pl.when(move).then(new_score).otherwise(pl.col("score")).alias("score"),
             pl.when(move)
             .then(pl.col("flags").list.concat(pl.lit([FLAG], pl.List(pl.Utf8))))
@@ -199,6 +211,6 @@ def keep_exact(
             .otherwise(pl.col("rank"))
             .alias("rank")
         )
-        .drop("_g", "_place")
+        .drop("_g", "_place", "_m")
     )
     return out, status

@@ -1,0 +1,52 @@
+"""User trial BD: a developer-tools engineer searching a monorepo (Python, C headers, shell, configs) as a coding
+agent's memory. Hybrid search found the right file in the top 5 for 41 of 44 queries; each test is a place where it
+lost a lookup BM25 alone gets right, or where what it returned was not usable as code."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from toolkit.config import GuardConfig
+from toolkit.guard import exact_matches, keep_exact, whole_identifier
+
+
+def _ranked(docs: list[str]) -> pl.DataFrame:
+    return pl.DataFrame({"qid": ["q"] * len(docs), "doc_id": docs, "rank": list(range(1, len(docs) + 1)),
+                         "score": [1.0 - i / 10 for i in range(len(docs))], "flags": [[] for _ in docs]},
+                        schema_overrides={"flags": pl.List(pl.Utf8)})
+
+
+BM25 = pl.DataFrame({"qid": ["q"] * 4, "list_id": ["orig:lex"] * 4, "doc_id": ["sessions", "a", "b", "c"],
+                     "rank": [1, 2, 3, 4]})
+
+
+@pytest.mark.parametrize(("query", "whole"), [
+    ("REQUESTS_CA_BUNDLE", True), ("2.34.2", True), ("`get_terminal_size`", True), ('"retryBackoffMs"', True),
+    ("where is REQUESTS_CA_BUNDLE read", False), ("REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE", False),
+])
+def test_a_query_that_is_only_an_identifier_is_a_lookup(query, whole):
+    texts = pl.DataFrame({"doc_id": ["sessions"], "title": ["sessions.py"],
+                          "text": ["verify = os.environ.get('REQUESTS_CA_BUNDLE') or os.environ.get('CURL_CA_BUNDLE') "
+                                   "2.34.2 get_terminal_size retryBackoffMs"]})
+    got = exact_matches(pl.DataFrame({"qid": ["q"], "text": [query]}), BM25.select("qid", "doc_id"), texts)
+    assert got["whole"].to_list() == [whole]
+
+
+def test_an_identifiers_holder_comes_first_when_the_query_is_only_that_identifier():
+    """`REQUESTS_CA_BUNDLE` put adapters.py, which does not contain it, at rank 1 and BM25's first document (which
+    does) at rank 3: the guard held it there, its top-3 rule met. A query that is only the identifier is a lookup."""
+    cfg = GuardConfig(exact_token=True, depth=10)
+    lookup = pl.DataFrame({"qid": ["q"], "doc_id": ["sessions"], "tokens": [["REQUESTS_CA_BUNDLE"]], "whole": [True]})
+    out, status = keep_exact(_ranked(["adapters", "models", "sessions", "utils"]), BM25, lookup, cfg)
+    assert out["doc_id"].to_list() == ["sessions", "adapters", "models", "utils"]
+    assert status["exact_token"].to_list() == ["kept"] and "exact_token_kept" in out["flags"][0]
+    assert out["score"].is_sorted(descending=True)
+    sentence = lookup.with_columns(pl.lit(False).alias("whole"))  # a question naming it: the top 3 is enough
+    out, status = keep_exact(_ranked(["adapters", "models", "sessions", "utils"]), BM25, sentence, cfg)
+    assert out["doc_id"].to_list()[2] == "sessions" and status["exact_token"].to_list() == ["held"]
+
+
+def test_whole_identifier_needs_the_whole_query():
+    assert whole_identifier("  ECONNREFUSED ", ["ECONNREFUSED"])
+    assert not whole_identifier("ECONNREFUSED in logs", ["ECONNREFUSED"])
