@@ -50,3 +50,30 @@ def test_an_identifiers_holder_comes_first_when_the_query_is_only_that_identifie
 def test_whole_identifier_needs_the_whole_query():
     assert whole_identifier("  ECONNREFUSED ", ["ECONNREFUSED"])
     assert not whole_identifier("ECONNREFUSED in logs", ["ECONNREFUSED"])
+
+
+def test_code_and_config_files_are_titled_and_found_by_their_path(tmp_path, embedder):
+    """64 Python files were titled `from __future__ import annotations`, scripts `!/bin/sh`; the title is indexed
+    with every chunk, and `Makefile` or `src/urllib3/util/retry.py` found files that merely call `makefile()`."""
+    from toolkit.config import load_config
+    from toolkit.loaders import load_corpus
+    from toolkit.pipeline import run_pipeline
+    from toolkit.store import Store
+
+    repo = tmp_path / "repo"
+    (repo / "src" / "net").mkdir(parents=True)
+    (repo / "src" / "net" / "retry.py").write_text("from __future__ import annotations\n\ndef backoff(n):\n    return 2 ** n\n")
+    (repo / "src" / "net" / "sock.py").write_text("from __future__ import annotations\n\ndef wrap(s):\n    return s.makefile('rb')\n")
+    (repo / "build.sh").write_text("#!/bin/sh\nset -e\nmake all\n")
+    (repo / "Makefile").write_text("# build everything\nall:\n\tpython -m build\n")
+    (repo / "NOTES.md").write_text("# Release plan\nShip on Friday.\n")
+    (repo / "README").write_text("Net tools\nA small library.\n")
+    docs = load_corpus(repo, include=("*.py", "*.sh"))
+    titles = {d["doc_id"]: d["title"] for d in docs}
+    assert titles == {"src/net/retry.py": "src/net/retry.py", "src/net/sock.py": "src/net/sock.py", "build.sh": "build.sh",
+                      "Makefile": "Makefile", "NOTES.md": "Release plan", "README": "Net tools"}
+    with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
+        st.ingest(docs)
+        for query, want in (("Makefile", "Makefile"), ("src/net/retry.py", "src/net/retry.py")):
+            res = run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": [query]}), load_config("bm25-only"))
+            assert res.final["doc_id"][0] == want, (query, res.final["doc_id"].to_list())

@@ -764,8 +764,7 @@ def _folder_docs(
                 "note: %s is %.1f MB of text, so it will be many chunks and much of the ingest's time; "
                 "--exclude '%s' leaves it out", rel, len(data) / 2**20, rel)
         text = _newlines(text)
-        # An empty file gets no title either, so it is skipped as an empty document (not indexed by name).
-        title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "")
+        title = _file_title(rel, text)
         top = rel.split("/")[0] if "/" in rel else None
         yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": _cut_title(title), "text": text, "metadata": {"path": rel}}
 
@@ -789,6 +788,27 @@ def _flat_query_fields(o: Mapping[str, Any], meta: Mapping[str, Any], where: str
         out[str(k)] = v
     typed_values(out, where, label="field `{}`")
     return out
+
+
+# Extensionless files that are build or container recipes, not notes: titled by their path, as code is.
+RECIPE_NAMES = frozenset({"makefile", "gnumakefile", "dockerfile", "containerfile", "jenkinsfile", "vagrantfile",
+                          "gemfile", "rakefile", "procfile", "justfile", "cmakelists.txt"})
+
+
+def _file_title(rel: str, text: str) -> str:
+    """A note's first line (a Markdown heading's words); a code, config or script file's path. A repository's
+    files were titled `from __future__ import annotations` (64 of them), a docstring's opening quotes (20) and
+    `!/bin/sh`, and the title is indexed with every chunk, while the path a coding agent searches for
+    (`Makefile`, `src/urllib3/util/retry.py`) was nowhere in the index (user trial BD). An empty file gets no
+    title, so it is skipped as an empty document (not indexed by name)."""
+    if not text.strip():
+        return ""
+    p = Path(rel)
+    note = p.suffix.lower() in TEXT_SUFFIXES or (
+        _extensionless(p.name) and p.name.lower() not in RECIPE_NAMES and not text.lstrip().startswith("#!"))
+    if not note:
+        return rel
+    return next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def _cut_title(title: str, limit: int = 200) -> str:
