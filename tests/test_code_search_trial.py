@@ -77,3 +77,34 @@ def test_code_and_config_files_are_titled_and_found_by_their_path(tmp_path, embe
         for query, want in (("Makefile", "Makefile"), ("src/net/retry.py", "src/net/retry.py")):
             res = run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": [query]}), load_config("bm25-only"))
             assert res.final["doc_id"][0] == want, (query, res.final["doc_id"].to_list())
+
+
+def test_a_result_says_which_lines_of_its_file_it_is_with_indentation_kept(tmp_path, embedder):
+    """`--format json` had no line numbers and a snippet with every newline and indent collapsed, starting
+    mid-word; `--format detailed` printed the whole file on one line."""
+    import json
+
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    body = [f"def helper_{i}(x):\n    return x + {i}\n\n" for i in range(60)]
+    body.insert(40, "class Retry:\n    def get_backoff_time(self):\n        if self.attempts <= 1:\n"
+                    "            return 0\n        return self.backoff_factor * 2 ** self.attempts\n\n")
+    source = "".join(body)
+    (repo / "retry.py").write_text(source)
+    store = tmp_path / "s.duckdb"
+    assert CliRunner().invoke(main, ["ingest", str(repo), "--store", str(store), "--include", "*.py"]).exit_code == 0
+    r = CliRunner().invoke(main, ["search", "get_backoff_time", "--store", str(store), "--format", "json", "-n", "1"])
+    assert r.exit_code == 0, r.output
+    hit = json.loads(r.stdout)["results"][0]
+    lines = source.split("\n")
+    want = next(i for i, line in enumerate(lines, 1) if "def get_backoff_time" in line)
+    assert hit["start_line"] <= want <= hit["end_line"] < len(lines)  # the chunk holding it, not the file
+    assert hit["chunk_text"] == "\n".join(lines[hit["start_line"] - 1 : hit["end_line"]])
+    assert "\n        return self.backoff_factor" in hit["chunk_text"]
+    r = CliRunner().invoke(main, ["search", "get_backoff_time", "--store", str(store), "--format", "detailed", "-n", "1"])
+    assert f"lines {hit['start_line']}-{hit['end_line']}:" in r.stdout
+    assert f"{want} |     def get_backoff_time(self):" in r.stdout

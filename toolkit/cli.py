@@ -883,7 +883,7 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
         if cfg.retrieval.lexical.enabled:
             _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
         docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
-        chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", pl.col("text").alias("excerpt"))
+        chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", "start_char", pl.col("text").alias("excerpt"))
     rows = (
         top.join(docs, on="doc_id", how="left")
         .join(chunks, on="chunk_id", how="left")

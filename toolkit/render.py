@@ -486,7 +486,14 @@ def _detailed(rows: list[dict[str, Any]], notes: list[str]) -> str:
         lines = [head, meta]
         if r.get("title"):
             lines.append(f"title: {clean(r['title'])}")
-        lines.append(clean(r.get("text") or r.get("excerpt") or ""))
+        where = chunk_lines(r.get("text"), r.get("excerpt"), r.get("start_char"))
+        if where:  # the matched chunk as its file has it, each line numbered (a line can forge no result block)
+            first, last, body = where
+            width = len(str(last))
+            lines.append(f"lines {first}-{last}:")
+            lines += [f"{n:>{width}} | {_code_line(x)}" for n, x in enumerate(body.split("\n"), first)]
+        else:
+            lines.append(clean(r.get("text") or r.get("excerpt") or ""))
         blocks.append("\n".join(lines))
     return _visible("\n\n".join(blocks) if rows else "\n".join([*notes, "no results"]))
 
@@ -513,8 +520,32 @@ def _metadata(v: Any) -> dict[str, Any]:
     return dict(v) if isinstance(v, Mapping) else {}
 
 
+def chunk_lines(doc_text: Any, chunk_text: Any, start_char: Any = None) -> tuple[int, int, str] | None:
+    """(first line, last line, the chunk's lines as its file has them): where a result sits in its file, for an
+    agent or an editor to open, with indentation kept (user trial BD: no line numbers, code flattened onto one
+    line). The chunk is found in its document from its stored start (the chunker trims its edges) and its first
+    line is taken whole. None when the chunk is not in the text (a document changed since it was chunked)."""
+    if not doc_text or not chunk_text:
+        return None
+    doc, chunk = str(doc_text), str(chunk_text)
+    at = doc.find(chunk, max(0, int(start_char or 0)))
+    if at < 0:
+        at = doc.find(chunk)
+    if at < 0:
+        return None
+    end = at + len(chunk)
+    first = doc.count("\n", 0, at) + 1
+    return first, first + doc.count("\n", at, end), doc[doc.rfind("\n", 0, at) + 1 : end]
+
+
+def _code_line(line: str) -> str:
+    """One line of a chunk for the terminal: indentation kept (tabs as 4 spaces), control characters escaped."""
+    return _CTRL.sub(escape, line.expandtabs(4))
+
+
 def _json_result(r: Mapping[str, Any], excerpt_chars: int, query: str | None = None) -> dict[str, Any]:
     """One result for `--format json` (the fields of docs/search-output.schema.json, nothing else)."""
+    where = chunk_lines(r.get("text"), r.get("excerpt"), r.get("start_char"))
     return {
         "rank": r.get("rank"),
         "doc_id": r.get("doc_id"),
@@ -536,6 +567,9 @@ def _json_result(r: Mapping[str, Any], excerpt_chars: int, query: str | None = N
         "also_in": [str(x) for x in r.get("also_in") or []],
         "copies": int(r.get("copies") or 0),
         "snippet": snippet(_body(r), excerpt_chars, query),
+        "start_line": where[0] if where else None,
+        "end_line": where[1] if where else None,
+        "chunk_text": where[2] if where else None,
         "metadata": _metadata(r.get("metadata")),
     }
 

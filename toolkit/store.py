@@ -2056,9 +2056,10 @@ class Store:
         )
 
     def chunks(self, chunk_ids: Sequence[str] | None = None) -> pl.DataFrame:
-        """Chunks with their document's title and source: [chunk_id, doc_id, ord, text, title, source]."""
+        """Chunks with their document's title and source: [chunk_id, doc_id, ord, start_char, text, text_hash, title,
+        source]."""
         sql = (
-            "SELECT c.chunk_id, c.doc_id, c.ord, c.text, c.text_hash, d.title, d.source FROM chunks c "
+            "SELECT c.chunk_id, c.doc_id, c.ord, c.start_char, c.text, c.text_hash, d.title, d.source FROM chunks c "
             "JOIN documents d USING (doc_id)"
         )
         if chunk_ids is None:
