@@ -108,3 +108,23 @@ def test_a_result_says_which_lines_of_its_file_it_is_with_indentation_kept(tmp_p
     r = CliRunner().invoke(main, ["search", "get_backoff_time", "--store", str(store), "--format", "detailed", "-n", "1"])
     assert f"lines {hit['start_line']}-{hit['end_line']}:" in r.stdout
     assert f"{want} |     def get_backoff_time(self):" in r.stdout
+
+
+def test_an_include_that_names_a_hidden_folder_reads_it(tmp_path):
+    """`--include '.github/*'` still skipped .github as hidden, without saying that the pattern was overridden;
+    a CI workflow could not be found. A version-control folder stays unread whatever the pattern."""
+    from toolkit.loaders import load_corpus
+
+    repo = tmp_path / "repo"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "ci.yml").write_text("name: ci\non: push\n")
+    (repo / ".git").mkdir()
+    (repo / ".git" / "config").write_text("[core]\n")
+    (repo / ".env").write_text("TOKEN=secret\n")
+    (repo / "notes.md").write_text("# Notes\n")
+    ids = {d["doc_id"] for d in load_corpus(repo, include=("*.yml",))}
+    assert ids == {"notes.md"}  # hidden stays hidden unless a pattern names it
+    corpus = load_corpus(repo, include=(".github/*", ".git/*"))
+    assert {d["doc_id"] for d in corpus} == {"notes.md", ".github/workflows/ci.yml"}
+    reasons = {s.where: s.reason for s in corpus.skipped}
+    assert reasons[".env"] == "hidden file or folder" and reasons[".git/config"] == "hidden file or folder"

@@ -604,18 +604,30 @@ def _unmatched_patterns(root: Path, rels: list[str], include: tuple[str, ...], e
                 logging.getLogger("toolkit").warning("warning: %s '%s' matches nothing in %s%s", flag, pat, root, slash)
 
 
-def _left_out(rel: Path, exclude: tuple[str, ...]) -> Skipped | None:
+NEVER_READ = frozenset({".git", ".hg", ".svn"})  # a version control folder is history, not notes: never read
+
+
+def _asked_for(rel: Path, include: tuple[str, ...]) -> bool:
+    """Whether an `--include` pattern that itself names a hidden part (`.github/*`, `*/.env.example`) matches this
+    hidden path: the user asked for it by name, and it was skipped as hidden without a word (user trial BD)."""
+    if any(part in NEVER_READ for part in rel.parts):
+        return False
+    return any(_glob(rel.as_posix(), pat) for pat in include if any(p.startswith(".") for p in pat.split("/")))
+
+
+def _left_out(rel: Path, exclude: tuple[str, ...], include: tuple[str, ...] = ()) -> Skipped | None:
     """Why a file is not read by its path alone: the first (outermost) hidden or excluded folder it is in,
-    else the file itself hidden or excluded; None if neither."""
+    else the file itself hidden or excluded; None if neither. A hidden path an `include` names is read."""
+    asked = _asked_for(rel, include)
     for i in range(1, len(rel.parts)):
         folder = "/".join(rel.parts[:i])
         if pat := _excluded(folder, exclude, folder=True):
             return Skipped(rel.as_posix(), f"excluded by --exclude '{pat}'", folder)
-        if rel.parts[i - 1].startswith("."):
+        if rel.parts[i - 1].startswith(".") and not asked:
             return Skipped(rel.as_posix(), "hidden file or folder", folder)
     if pat := _excluded(rel.as_posix(), exclude):
         return Skipped(rel.as_posix(), f"excluded by --exclude '{pat}'")
-    if rel.name.startswith("."):
+    if rel.name.startswith(".") and not asked:
         return Skipped(rel.as_posix(), "hidden file or folder")
     return None
 
@@ -707,7 +719,7 @@ def _folder_docs(
         walked = False
     for f in files:
         rel = f.relative_to(root).as_posix()
-        if why_not := _left_out(f.relative_to(root), exclude):
+        if why_not := _left_out(f.relative_to(root), exclude, include):
             skipped.append(why_not)
             continue
         if not _utf8(rel):  # a latin-1 name ("caf\xe9.md"): no id can hold it; the rest of the folder still goes in
