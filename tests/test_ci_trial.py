@@ -119,3 +119,29 @@ def test_a_run_whose_reranker_fell_back_says_so_in_its_tag_or_fails_when_asked(t
     fake_server.mode = "good"
     assert _hrt(*args, tmp_path / "ok.trec").exit_code == 0
     assert {line.split()[-1].split(".")[0] for line in (tmp_path / "ok.trec").read_text().splitlines()} == {"rr"}
+
+
+def test_config_check_show_and_diff_before_any_run(tmp_path):
+    """A config checked into the repository could only be validated by running it (or by `hrt export`, which
+    wrote a file and refused `--out -`), and nothing said what changed between main's config and a branch's."""
+    team = tmp_path / "team.yaml"
+    team.write_text("extends: qmd\nname: team\nfusion:\n  rrf_k: 40\n  alpha: 0.7\n")
+    r = _hrt("config", "diff", "qmd", team)
+    assert r.exit_code == 0 and r.stdout.splitlines() == ["fusion.rrf_k: 60 -> 40", "fusion.alpha: 0.5 -> 0.7"]
+    doc = json.loads(_hrt("config", "diff", "qmd", team, "--format", "json").stdout)
+    assert doc["changes"][0] == {"field": "fusion.rrf_k", "base": 60, "other": 40}
+    assert _hrt("config", "diff", "qmd", "qmd").stdout == "no setting differs between qmd and qmd\n"
+
+    r = _hrt("config", "check", team, "qmd")
+    assert r.exit_code == 0 and "fusion.alpha is set but fusion.method 'rrf' does not read it" in r.stderr
+    strict = _hrt("config", "check", "--strict", team)
+    assert strict.exit_code == 2 and strict.stderr.startswith("error: ")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fusion:\n  rrf_kk: 40\n")
+    r = _hrt("config", "check", bad)
+    assert r.exit_code == 2 and "bad.yaml: fusion.rrf_kk: unknown field (did you mean rrf_k?)" in r.output
+
+    shown = _hrt("config", "show", team)
+    copy = tmp_path / "resolved.yaml"
+    copy.write_text(shown.stdout)
+    assert _hrt("config", "diff", team, copy).stdout.startswith("no setting differs")

@@ -1844,5 +1844,74 @@ def presets() -> None:
         click.echo(f"{name:<14} {load_config(name).description}")
 
 
+
+@main.group(name="config")
+def config_group() -> None:
+    """Check, show and compare pipeline configs (preset names or files) without running them: what a CI job runs
+    before the expensive steps, and what a review of a tuned config reads."""
+
+
+@config_group.command(name="check")
+@click.argument("configs", nargs=-1, required=True)
+@click.option("--strict", is_flag=True, help="Warnings (settings that do nothing, a model trained on other "
+              "settings, ...) are errors: exit 2.")
+def config_check(configs: tuple[str, ...], strict: bool) -> None:
+    """Validate each CONFIG; errors name the file and field, warnings say which settings do nothing."""
+    import warnings
+
+    from .config import load_config
+
+    failed = False
+    for name in configs:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cfg = load_config(name)
+        said = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
+        for msg in said:
+            click.echo(f"{'error' if strict else 'warning'}: {msg}", err=True)  # (the message names the file)
+        failed |= strict and bool(said)
+        click.echo(f"{name}: {'not ok' if strict and said else 'ok'} ({cfg.name or 'unnamed'}"
+                   + (f", {len(said)} warning(s)" if said else "") + ")")
+    if failed:
+        sys.exit(EXIT_ERROR)
+
+
+@config_group.command(name="show")
+@click.argument("config")
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def config_show(config: str, fmt: str) -> None:
+    """Print CONFIG with every field resolved (`extends` applied, relative paths absolute), as `save_config`
+    writes it: the file loads back to the same config."""
+    from .config import config_text
+
+    _need_stdout()
+    click.echo(config_text(config, fmt), nl=False)
+
+
+@config_group.command(name="diff")
+@click.argument("base")
+@click.argument("other")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def config_diff(base: str, other: str, fmt: str) -> None:
+    """The fields where OTHER differs from BASE, after resolving both (names and descriptions are labels, not
+    settings, and are left out). Exit 0 either way: a difference is an answer, not an error."""
+    import warnings
+
+    from .config import load_config
+    from .panels import config_differences
+
+    with warnings.catch_warnings():  # `config check` says those; here they would bury the answer
+        warnings.simplefilter("ignore", UserWarning)
+        changes = config_differences(load_config(base), load_config(other))
+    if fmt == "json":
+        click.echo(json.dumps({"base": base, "other": other, "changes": [
+            {"field": k, "base": x, "other": y} for k, x, y, _ in changes]}, indent=2))
+        return
+    if not changes:
+        click.echo(f"no setting differs between {base} and {other}")
+    for k, _, _, shown in changes:
+        click.echo(f"{k}: {shown}")
+
+
 if __name__ == "__main__":
     main()

@@ -1432,22 +1432,27 @@ def save_config(cfg: PipelineConfig | str | Path, path: str | Path) -> Path:
     folder, so the file means the same files wherever it is loaded (a model name stays a name). `cfg` may be a preset
     name or a file too, as everywhere a config goes."""
     p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise InputError(f"{path}: config files end in .yaml, .yml or .json")
+    return write_text_atomic(p, config_text(cfg, "json" if suffix == ".json" else "yaml"))
+
+
+def config_text(cfg: PipelineConfig | str | Path, fmt: str = "yaml") -> str:
+    """The text `save_config` writes, every field resolved (`extends` applied, relative paths absolute): what
+    `hrt config show` prints, for a CI log or a review."""
     d = load_config(cfg).to_dict()
     for path_, kind, section, value in _relative_paths(d):
         if kind == "file" or Path(value).exists():
             section[path_.rsplit(".", 1)[-1]] = str(Path(value).absolute())
-    suffix = p.suffix.lower()
-    if suffix in (".yaml", ".yml"):
+    if fmt == "yaml":
         import yaml
 
         body = yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
-        text = f"{_SNAPSHOT_MARK}{_digest(body)}{_SNAPSHOT_NOTE}\n{body}"
-    elif suffix == ".json":
-        # JSON has no infinity; the string "inf" is what pydantic reads back as a float.
-        text = json.dumps(_json_safe(d), indent=2, ensure_ascii=False) + "\n"
-    else:
-        raise InputError(f"{path}: config files end in .yaml, .yml or .json")
-    return write_text_atomic(p, text)
+        return f"{_SNAPSHOT_MARK}{_digest(body)}{_SNAPSHOT_NOTE}\n{body}"
+    if fmt == "json":  # JSON has no infinity; the string "inf" is what pydantic reads back as a float.
+        return json.dumps(_json_safe(d), indent=2, ensure_ascii=False) + "\n"
+    raise InputError(f"config format {fmt!r}: yaml or json")
 
 
 # The first line of a YAML file `save_config` writes: a digest of the rest, so a load can tell a snapshot edited by

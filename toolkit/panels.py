@@ -985,6 +985,12 @@ def config_changes(base, cfg) -> list[tuple[str, object]]:
     return [(k, b.get(k)) for k in b if k not in LABELS and a.get(k) != b.get(k)]
 
 
+def config_differences(base, cfg) -> list[tuple[str, object, object, str]]:
+    """[(field path, value in `base`, value in `cfg`, both shown as "old -> new")] where they differ: `hrt config diff`."""
+    was = _fields(base, base.model_dump(mode="json"))
+    return [(k, was.get(k), v, f"{_show_value(was.get(k))} -> {_show_value(v)}") for k, v in config_changes(base, cfg)]
+
+
 def short_field(path: str, paths: Iterable[str]) -> str:
     """The shortest dotted tail of `path` that no other field of `paths` ends in: "dense.enabled" (the
     last part alone, "enabled", would read the same for the lexical and the dense list)."""
