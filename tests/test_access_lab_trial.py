@@ -93,3 +93,13 @@ def test_every_figure_says_in_words_what_it_shows(lab):
         assert slot.text in slot.view.children
         if slot.live:
             assert slot.widget._config["modeBarButtons"] == [["toImage", "resetScale2d"]]
+
+
+def test_a_bucket_weights_float_noise_is_no_change_either(lab):
+    """The review: a bucket slider's 0.30000000000000004 re-scored and renamed the config, as the other sliders did."""
+    buckets = [tuple(b) for b in lab.session.value_for("rerank.buckets")]
+    before, label = lab.updates, lab.session.label
+    noisy = [(bound, weight + 1e-16) for bound, weight in buckets]
+    lab._on_change("rerank.buckets", noisy)
+    time.sleep(0.3)
+    assert lab.updates == before and lab.session.label == label

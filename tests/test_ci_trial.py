@@ -68,7 +68,7 @@ def test_a_gate_fails_with_its_own_exit_code_only_on_a_significant_drop(tmp_path
     base = ("eval", "--dataset", ds, "--split", "test", "--run", good)
     copy = tmp_path / "copy.trec"
     copy.write_text(good.read_text().replace("main", "copy"))
-    same = _hrt(*base, "--run", copy, "--max-drop", "nDCG@10=0.01")
+    same = _hrt(*base, "--run", copy, "--max-drop", "nDCG@10=0.01", "--alpha", "0.5")  # 3 queries: p >= 0.25
     assert same.exit_code == 0 and "gate: passed" in same.stderr, same.output
     worse = _hrt(*base, "--run", bad, "--max-drop", "nDCG@10=0.01", "--alpha", "0.5", "--format", "json")
     assert worse.exit_code == 3, worse.output
@@ -80,7 +80,7 @@ def test_a_gate_fails_with_its_own_exit_code_only_on_a_significant_drop(tmp_path
     assert lenient.exit_code == 0 and "gate: passed" in lenient.stderr  # a drop within what the team allows
     for wrong, said in (("nDCG@10", "expected MEASURE=DELTA"), ("MAP=0.1", "MAP is not among --measures"),
                         ("nDCG@10=-1", "DELTA >= 0")):
-        r = _hrt(*base, "--run", bad, "--max-drop", wrong)
+        r = _hrt(*base, "--run", bad, "--max-drop", wrong, "--alpha", "0.5")
         assert r.exit_code == 2 and said in r.output, r.output
 
 
@@ -145,3 +145,61 @@ def test_config_check_show_and_diff_before_any_run(tmp_path):
     copy = tmp_path / "resolved.yaml"
     copy.write_text(shown.stdout)
     assert _hrt("config", "diff", team, copy).stdout.startswith("no setting differs")
+
+
+# -- the session's review of the gate and the writes ---------------------------------------------------------
+def test_a_gate_cannot_be_dodged_by_leaving_queries_out_nor_pass_when_it_cannot_decide(tmp_path, corpus_file):
+    """Averaged over the queries each run answers, a candidate that drops its bad queries passed the gate; with too
+    few queries for any p to reach alpha the gate said "passed" though it could never fail."""
+    ds, good, bad = _runs(tmp_path, corpus_file)
+    base = ("eval", "--dataset", ds, "--split", "test", "--run", good, "--run", bad)
+    r = _hrt(*base, "--max-drop", "nDCG@10=0.01", "--average", "run")
+    assert r.exit_code == 2 and "leave out --average run" in r.output, r.output
+    r = _hrt(*base, "--max-drop", "nDCG@10=0.01")  # 3 judged queries: the smallest p is 0.25
+    assert r.exit_code == 2 and "--max-drop cannot decide: 3 judged queries" in r.output, r.output
+    r = _hrt(*base, "--max-drop", "nDCG@10=0.01", "--max-drop", "nDCG@10=0.02")
+    assert r.exit_code == 2 and "has a limit already" in r.output
+
+
+def test_runs_of_disjoint_queries_averaged_over_their_own_are_evaluated_without_a_test(tmp_path, corpus_file):
+    ds, good, _ = _runs(tmp_path, corpus_file)
+    lines = good.read_text().splitlines(keepends=True)
+    first, rest = tmp_path / "first.trec", tmp_path / "rest.trec"
+    first.write_text("".join(x for x in lines if x.startswith("q1 ")))
+    rest.write_text("".join(x for x in lines if not x.startswith("q1 ")))
+    r = _hrt("eval", "--dataset", ds, "--split", "test", "--run", first, "--run", rest, "--average", "run")
+    assert r.exit_code == 0 and "no judged query is in every run: no test" in r.output, r.output
+
+
+def test_out_to_dev_stdout_appends_where_the_shell_appends_and_a_symlink_loop_is_an_error(tmp_path):
+    """`hrt run --out /dev/stdout >> all.trec` left only the last run in all.trec (the path was reopened and renamed
+    over); a symlink loop recursed until Python gave up."""
+    import subprocess
+    import sys
+
+    from toolkit.errors import InputError
+    from toolkit.files import write_text_atomic
+
+    out = tmp_path / "all.trec"
+    out.write_text("earlier\n")
+    code = "from toolkit.files import write_text_atomic; write_text_atomic('/dev/stdout', 'run\\n')"
+    with open(out, "a") as fh:
+        subprocess.run([sys.executable, "-c", code], stdout=fh, check=True)
+    assert out.read_text() == "earlier\nrun\n"
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    import pytest
+
+    with pytest.raises(InputError, match="symlink loop"):
+        write_text_atomic(tmp_path / "a", "x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "out.trec")
+    with pytest.raises(InputError, match="whose folder does not exist"):
+        write_text_atomic(tmp_path / "dangling", "x")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_config_check_goes_on_past_an_invalid_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fusion:\n  rrf_kk: 40\n")
+    r = _hrt("config", "check", bad, "qmd")
+    assert r.exit_code == 2 and f"{bad}: not ok" in r.stdout and "qmd: ok (qmd)" in r.stdout

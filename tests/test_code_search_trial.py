@@ -128,3 +128,11 @@ def test_an_include_that_names_a_hidden_folder_reads_it(tmp_path):
     assert {d["doc_id"] for d in corpus} == {"notes.md", ".github/workflows/ci.yml"}
     reasons = {s.where: s.reason for s in corpus.skipped}
     assert reasons[".env"] == "hidden file or folder" and reasons[".git/config"] == "hidden file or folder"
+
+
+def test_a_lookup_keeps_a_holder_already_first_rather_than_moving_bm25s_first_above_it():
+    """The review: another document holding the identifier was first already; BM25's first holder was moved above it."""
+    exact = pl.DataFrame({"qid": ["q", "q"], "doc_id": ["sessions", "b"], "tokens": [["X_Y"], ["X_Y"]],
+                          "whole": [True, True]})
+    out, status = keep_exact(_ranked(["b", "models", "utils", "sessions"]), BM25, exact, GuardConfig(exact_token=True, depth=10))
+    assert out["doc_id"].to_list() == ["b", "models", "utils", "sessions"] and status["exact_token"].to_list() == ["held"]

@@ -157,3 +157,19 @@ def test_version_names_the_commit_of_a_checkout_and_only_the_release_elsewhere(t
     shutil.rmtree(repo / ".git")
     assert provenance.code_version() == toolkit.__version__
     assert re.fullmatch(r"\d+\.\d+\.\d+(\+g[0-9a-f]{12}(\.dirty)?)?", provenance.code_version())
+
+
+def test_version_is_the_packages_own_commit_whatever_git_dir_a_hook_exported(tmp_path, monkeypatch):
+    """A GIT_DIR exported by a git hook or CI step named another repository's commit (the review)."""
+    import subprocess
+
+    from toolkit import provenance
+
+    other = tmp_path / "other"
+    other.mkdir()
+    git = ["git", "-C", str(other), "-c", "user.email=t@t", "-c", "user.name=t"]
+    for step in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "c"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    mine = provenance.code_version()
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    assert provenance.code_version() == mine

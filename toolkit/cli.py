@@ -1261,7 +1261,8 @@ TIES = {
 @click.option("--per-query", is_flag=True, help="Also print per-query values.")
 @click.option("--baseline", default=None, type=click.Path(dir_okay=False), help="Run the others are tested against (default: the first --run).")
 @click.option("--ties", type=click.Choice(list(TIES)), default="trec", show_default=True, help="Order within a query: trec = score as float32 desc, then doc id desc (trec_eval); rank = the rank column.")
-@click.option("--strict", is_flag=True, help="Qrels naming queries or documents the dataset lacks are an error (default: a warning with counts).")
+@click.option("--strict", is_flag=True, help="Qrels naming queries or documents the dataset lacks are an error (default: a "
+              "warning with counts), and so is an empty run or one none of whose queries is judged.")
 @click.option("--max-drop", "max_drop", multiple=True, metavar="MEASURE=DELTA",
               help="A quality gate (repeatable): exit 3 when a run is below the baseline on MEASURE by more than DELTA "
                    "and the drop is significant (p (Holm) <= --alpha). Implies --strict for the runs.")
@@ -1311,6 +1312,9 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     ms = [m.strip() for m in measures.split(",") if m.strip()]
     parse_measures(ms)  # an unknown name before any file is read
     gate = _gate_limits(max_drop, ms, len(run_path))
+    if gate and average == "run":
+        # Averaged over the queries each run answers, a run that leaves out its bad queries would pass (the review).
+        raise InputError("--max-drop judges every judged query (a query a run lacks scores 0): leave out --average run")
     strict = strict or bool(gate)
     if empty := no_relevant(qrels, rel_threshold):
         shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
@@ -1363,10 +1367,17 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
             stacked = stacked.filter(pl.col("qid").is_in(sorted(common)))
             if any(n != len(common) for n in in_mean.values()):
                 sig_notes.append(f"the tests pair the {len(common)} judged queries every run answers")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SmallSampleWarning)
-            sig = compare(stacked, base, alpha=alpha)
-        sig_notes += [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
+        if stacked.is_empty():  # runs of disjoint queries (--average run): nothing to pair
+            sig_notes.append("no judged query is in every run: no test")
+        else:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", SmallSampleWarning)
+                sig = compare(stacked, base, alpha=alpha)
+            sig_notes += [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
+        if gate and 2 / 2 ** stacked["qid"].n_unique() > alpha:
+            # A gate that cannot fail is no gate (the review): with n queries the sign-flip test's smallest p is 2/2^n.
+            raise InputError(f"--max-drop cannot decide: {stacked['qid'].n_unique()} judged queries, and the smallest p "
+                             f"the test can give is {2 / 2 ** stacked['qid'].n_unique():.3g}, above --alpha {alpha:g}")
     deep_notes = depth_notes(depths, ms)
     failed = _gate_failures(sig, gate, alpha)
     relevant = relevant_words(rel_threshold)
@@ -1456,6 +1467,8 @@ def _gate_limits(max_drop: tuple[str, ...], measures: list[str], n_runs: int) ->
             raise InputError(f"--max-drop {item!r}: expected MEASURE=DELTA with DELTA >= 0, e.g. nDCG@10=0.01")
         if name not in measures:
             raise InputError(f"--max-drop {item!r}: {name} is not among --measures ({', '.join(measures)})")
+        if name in gate:
+            raise InputError(f"--max-drop {item!r}: {name} has a limit already ({name}={gate[name]:g})")
         gate[name] = drop
     if gate and n_runs < 2:
         raise InputError("--max-drop needs a baseline run and at least one more --run to hold against it")
@@ -1865,7 +1878,13 @@ def config_check(configs: tuple[str, ...], strict: bool) -> None:
     for name in configs:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            cfg = load_config(name)
+            try:
+                cfg = load_config(name)
+            except ToolkitError as e:  # said, and the next config is still checked
+                click.echo(f"error: {e}", err=True)
+                click.echo(f"{name}: not ok")
+                failed = True
+                continue
         said = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
         for msg in said:
             click.echo(f"{'error' if strict else 'warning'}: {msg}", err=True)  # (the message names the file)
@@ -1904,8 +1923,10 @@ def config_diff(base: str, other: str, fmt: str) -> None:
         warnings.simplefilter("ignore", UserWarning)
         changes = config_differences(load_config(base), load_config(other))
     if fmt == "json":
+        from .config import _json_safe  # inf as "inf", as a saved JSON config writes it
+
         click.echo(json.dumps({"base": base, "other": other, "changes": [
-            {"field": k, "base": x, "other": y} for k, x, y, _ in changes]}, indent=2))
+            {"field": k, "base": _json_safe(x), "other": _json_safe(y)} for k, x, y, _ in changes]}, indent=2))
         return
     if not changes:
         click.echo(f"no setting differs between {base} and {other}")

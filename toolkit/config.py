@@ -492,7 +492,8 @@ class GuardConfig(_Model):
     # deeper hit among BM25's first `depth` is there already, the best-ranked one is moved up (guard.py). Live:
     # prepare finds every query's exact-token hits whatever these say.
     exact_token: Rescore[bool] = Field(False, description="Keep BM25's exact hit of a query identifier (CVE id, error code, version, path, camelCase or snake_case name) near the top.")
-    max_rank: Rescore[int] = Field(3, ge=1, le=100, description="The place the guarded exact hit ends at or above.")
+    max_rank: Rescore[int] = Field(3, ge=1, le=100, description="The place the guarded exact hit ends at or above "
+                                   "(a query that is only the identifier: first).")
     depth: Rescore[int] = Field(10, ge=1, le=100, description="How deep in BM25's list an exact hit is looked for.")
 
 

@@ -13,6 +13,8 @@ import stat
 import threading
 from pathlib import Path
 
+from .errors import InputError
+
 
 def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     """Write `text` to `path` whole or not at all. A symlink is followed: its target is replaced, the link kept.
@@ -20,6 +22,12 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> P
     would have put a file in its place (user trial BB: `--out /dev/full` run as root left a regular file there,
     and a FIFO's reader waited for ever)."""
     p = Path(path)
+    if (fd := _descriptor(p)) is not None:
+        # `--out /dev/stdout` of `hrt run ... >> all.trec`: written to the open descriptor, so an appended file is
+        # appended to (reopening the path truncated it, and renaming replaced it: the review).
+        with os.fdopen(os.dup(fd), "w", encoding=encoding) as fh:
+            fh.write(text)
+        return p
     try:
         mode = os.stat(p).st_mode  # follows symlinks
     except OSError:
@@ -29,7 +37,12 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> P
             fh.write(text)
         return p
     if p.is_symlink():
-        write_text_atomic(os.path.realpath(p), text, encoding)
+        target = Path(os.path.realpath(p))
+        if target.is_symlink():
+            raise InputError(f"{p}: a symlink loop (it resolves to {target}, a link again)")
+        if not target.parent.is_dir():
+            raise InputError(f"{p}: a symlink to {target}, whose folder does not exist")
+        write_text_atomic(target, text, encoding)
         return p
     p.parent.mkdir(parents=True, exist_ok=True)
     # A name of this process and thread, opened like any new file (so it gets the usual permissions, which
@@ -43,6 +56,20 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> P
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+_STD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def _descriptor(p: Path) -> int | None:
+    """The file descriptor a path names (`/dev/stdout`, `/dev/fd/3`, `/proc/self/fd/1`), else None."""
+    name = str(p)
+    if name in _STD_STREAMS:
+        return _STD_STREAMS[name]
+    for prefix in ("/dev/fd/", "/proc/self/fd/"):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return int(name[len(prefix):])
+    return None
 
 
 def path_stamp(p: Path) -> str:

@@ -174,9 +174,11 @@ def keep_exact(
     m = pl.col("_m")
     present = g.join(ranked.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "rank"), on=["qid", "doc_id"])
     present = present.with_columns(pl.when(pl.col("whole")).then(1).otherwise(cfg.max_rank).cast(pl.Int64).alias("_m"))
+    # For a lookup (m = 1) any holder already first will do: BM25's first is not moved above it (the review).
     chosen = (
         present.with_columns((pl.col("rank") <= m).alias("_in"), (pl.col("bm25_rank") == 1).alias("_first"))
-        .sort("qid", "_first", "_in", "bm25_rank", descending=[False, True, True, False])
+        .with_columns((pl.col("_in") & (m == 1)).alias("_done"))
+        .sort("qid", "_done", "_first", "_in", "bm25_rank", descending=[False, True, True, True, False])
         .unique("qid", keep="first", maintain_order=True)
     )
     status = chosen.select(

@@ -330,6 +330,22 @@ def _control(kind: str, value: Any, **kw: Any) -> W.Widget:
     raise ValueError(kind)
 
 
+def _settled(value: Any) -> Any:
+    """`value` with its floats rounded to 9 decimals (a slider's float noise), lists and tuples kept as they are."""
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, list | tuple):
+        return type(value)(_settled(v) for v in value)
+    return value
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as settings: a bucket list of tuples from the editor equals the config's list of lists."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
 def number_box(slider: W.FloatSlider | W.IntSlider, label: str | None = None) -> W.Widget:
     """A number field tied to `slider`: its typed value, with a `<label>` a screen reader speaks (a slider's
     handle has no accessible name in ipywidgets 8, and its readout is an unlabelled editable span; user trial
@@ -571,12 +587,11 @@ class Lab:
     def _on_change(self, key: str, value: Any) -> None:
         if self._syncing:
             return
-        if isinstance(value, float):
-            # A slider snapped to its step sends 1.0000000000000002 for 1.0: that re-scored every query and named the
-            # config "+ technical lexical boost 1" with nothing moved (user trial BC).
-            value = round(value, 9)
+        # A slider snapped to its step sends 1.0000000000000002 for 1.0: that re-scored every query and named the
+        # config "+ technical lexical boost 1" with nothing moved (user trial BC); a bucket's weight too (the review).
+        value = _settled(value)
         with self._lock:
-            if key not in self._pending and value == self.session.value_for(key):
+            if key not in self._pending and _same_value(value, self.session.value_for(key)):
                 return  # nothing moved: no re-scoring, no "updated" line
             self._pending[key] = value
         self._debouncer.trigger()

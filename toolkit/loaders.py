@@ -804,7 +804,7 @@ def _flat_query_fields(o: Mapping[str, Any], meta: Mapping[str, Any], where: str
 
 # Extensionless files that are build or container recipes, not notes: titled by their path, as code is.
 RECIPE_NAMES = frozenset({"makefile", "gnumakefile", "dockerfile", "containerfile", "jenkinsfile", "vagrantfile",
-                          "gemfile", "rakefile", "procfile", "justfile", "cmakelists.txt"})
+                          "gemfile", "rakefile", "procfile", "justfile"})
 
 
 def _file_title(rel: str, text: str) -> str:

@@ -986,9 +986,9 @@ def config_changes(base, cfg) -> list[tuple[str, object]]:
 
 
 def config_differences(base, cfg) -> list[tuple[str, object, object, str]]:
-    """[(field path, value in `base`, value in `cfg`, both shown as "old -> new")] where they differ: `hrt config diff`."""
-    was = _fields(base, base.model_dump(mode="json"))
-    return [(k, was.get(k), v, f"{_show_value(was.get(k))} -> {_show_value(v)}") for k, v in config_changes(base, cfg)]
+    """[(field path, value in `base`, value in `cfg`, both shown as "old -> new")] where they differ, labels left
+    out (`PipelineConfig.diff`): `hrt config diff`."""
+    return [(k, x, y, f"{_show_value(x)} -> {_show_value(y)}") for k, (x, y) in base.diff(cfg).items() if k not in LABELS]
 
 
 def short_field(path: str, paths: Iterable[str]) -> str:

@@ -9,6 +9,7 @@ flagged any collection with numeric ids).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -24,11 +25,14 @@ def code_version() -> str:
     root = Path(__file__).resolve().parents[1]
     if not (root / ".git").exists():
         return __version__
-    git = ["git", "-C", str(root)]
+    git = ["git", "--no-optional-locks", "-C", str(root)]
+    # The package's own repository: a GIT_DIR or GIT_WORK_TREE a hook or CI step exported named another one's commit,
+    # and `git status` may take the index lock a user's commit needs (the review).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | {"GIT_OPTIONAL_LOCKS": "0"}
     try:
-        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10, env=env)
         changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "toolkit"],
-                                 capture_output=True, text=True, timeout=10)
+                                 capture_output=True, text=True, timeout=10, env=env)
     except (OSError, subprocess.SubprocessError):  # no git on this machine: the release version is all there is
         return __version__
     if head.returncode or changed.returncode:

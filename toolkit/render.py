@@ -4,8 +4,8 @@ An agent pays for every character of memory it reads, so `compact` is the defaul
 per result (rank, final score and where it came from: each list's rank and score, e.g. `bm25 #1 12.4 ·
 dense #13 0.61`, and the factors of the memory priors that moved it; source and title; an excerpt; flags
 in words if any), five results within 2,000 characters, excerpts shortened to fit. Notes say when the list should not be trusted (low confidence,
-scores that barely differ, a provider that fell back). `detailed` shows full texts and all flags and falls
-back to compact when it would exceed `max_chars`. `json` is one object per result with a snippet, never a
+scores that barely differ, a provider that fell back). `detailed` shows each result's best chunk with its
+line numbers and all flags, and falls back to compact when it would exceed `max_chars`. `json` is one object per result with a snippet, never a
 whole document; its schema is `docs/search-output.schema.json` (described in docs/output.md).
 """
 
