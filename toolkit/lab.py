@@ -800,22 +800,22 @@ class Lab:
         # One section at a time, picked from a list: an Accordion's headers cannot be reached with the keyboard
         # (tabIndex -1, no role; user trial BC), a <select> can, and a screen reader says which section is open.
         self.section_boxes = [
-                section("fusion.method", "fusion.rrf_k", "fusion.lexical_weight", "fusion.dense_weight", "fusion.original_weight",
-                        "fusion.expansion_weight", "fusion.rank_bonus@1", "fusion.rank_bonus@3", "fusion.alpha", "fusion.normalization",
-                        extra=[self._fusion_note]),
-                section("rerank.blend", "rerank.top_n", "rerank.buckets", extra=[self._rerank_note]),
-                section("dedup.source_enabled", "dedup.max_per_source", "dedup.near_duplicate_enabled", "dedup.near_duplicate_threshold"),
-                section("threshold.min_score", "threshold.low_spread"),
-                section("routing.enabled", "routing.technical_lexical_boost", "routing.conversational_skip_lexical", "routing.conversational_skip_expansion"),
-                section(*(k for k in self.controls if k.startswith("priors."))),
-                section("guard.exact_token", "guard.max_rank", "adapt.dense_gap", "adapt.gap_scale", "adapt.min_weight",
-                        "adapt.max_weight", "dedup.identical_enabled"),
-                W.VBox([self._export_kind, self._export_path, export_btn, self._export_msg]),
+            section("fusion.method", "fusion.rrf_k", "fusion.lexical_weight", "fusion.dense_weight", "fusion.original_weight",
+                    "fusion.expansion_weight", "fusion.rank_bonus@1", "fusion.rank_bonus@3", "fusion.alpha", "fusion.normalization",
+                    extra=[self._fusion_note]),
+            section("rerank.blend", "rerank.top_n", "rerank.buckets", extra=[self._rerank_note]),
+            section("dedup.source_enabled", "dedup.max_per_source", "dedup.near_duplicate_enabled", "dedup.near_duplicate_threshold"),
+            section("threshold.min_score", "threshold.low_spread"),
+            section("routing.enabled", "routing.technical_lexical_boost", "routing.conversational_skip_lexical", "routing.conversational_skip_expansion"),
+            section(*(k for k in self.controls if k.startswith("priors."))),
+            section("guard.exact_token", "guard.max_rank", "adapt.dense_gap", "adapt.gap_scale", "adapt.min_weight",
+                    "adapt.max_weight", "dedup.identical_enabled"),
+            W.VBox([self._export_kind, self._export_path, export_btn, self._export_msg]),
         ]
         titles = ("fusion", "rerank blend", "dedup", "threshold", "routing", "priors", "guardrails", "export")
         self.section_pick = W.Dropdown(options=[(t, i) for i, t in enumerate(titles)], value=0, description="settings",
                                        style={"description_width": "70px"}, layout=W.Layout(width="300px"))
-        # The open section is the box's one child (ipywidgets' Stack drew its children 80 px wide in JupyterLab).
+        # The open section is the box's one child: the front end draws only the controls in view.
         self.sections = W.VBox([self.section_boxes[0]])
         self.section_pick.observe(lambda ch: setattr(self.sections, "children", (self.section_boxes[ch["new"]],)), names="value")
         controls = W.VBox([self.section_pick, self.sections], layout=W.Layout(width="400px", min_width="400px"))
