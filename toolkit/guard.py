@@ -5,11 +5,11 @@ A query that carries an exact identifier (`CVE-2022-41903`, `ECONNREFUSED`, `v2.
 release notes, plain hybrid RRF put the only file naming a CVE at rank 6 while BM25 ranked it first. The
 rule: the best-ranked of BM25's first `guard.depth` documents for the original query that contains one of
 the query's identifier tokens verbatim ends in the top `guard.max_rank` of the final list (moved up just
-above the result at that place, flag `exact_token_kept`), first when the query is only that identifier (a lookup);
-nothing else moves. Not only BM25's first
-document: stemming ranks a near-miss (`ERR_STREAM_PREMATURE_CLOSED` for `..._CLOSE`, `enable_cache` for
-`enable_caching`) and a stopword inside a flag (`--no-cache` searched as `cache`) blurs BM25 too, and then
-its first document does not hold the identifier (user trial Q).
+above the result at that place, flag `exact_token_kept`), first when the query is only that identifier (a
+lookup); nothing else moves. Not only BM25's first document: stemming ranks a near-miss
+(`ERR_STREAM_PREMATURE_CLOSED` for `..._CLOSE`, `enable_cache` for `enable_caching`) and a stopword inside a
+flag (`--no-cache` searched as `cache`) blurs BM25 too, and then its first document does not hold the
+identifier (user trial Q).
 
 Its input is computed once in `prepare` (`exact_matches`: which candidates contain which query token as a
 whole identifier, case-insensitive, in the document's title or text: see `_contains_word`), so switching the
