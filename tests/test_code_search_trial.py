@@ -136,3 +136,21 @@ def test_a_lookup_keeps_a_holder_already_first_rather_than_moving_bm25s_first_ab
                           "whole": [True, True]})
     out, status = keep_exact(_ranked(["b", "models", "utils", "sessions"]), BM25, exact, GuardConfig(exact_token=True, depth=10))
     assert out["doc_id"].to_list() == ["b", "models", "utils", "sessions"] and status["exact_token"].to_list() == ["held"]
+
+
+def test_a_reingest_that_only_retitles_files_says_so(tmp_path, embedder):
+    """Code files are titled by their path now: a repository ingested before "changed" every file on the next ingest
+    (and embedded them again) without an edit, and the summary did not say why."""
+    from toolkit.loaders import load_corpus
+    from toolkit.store import Store
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("from __future__ import annotations\n\nX = 1\n")
+    (repo / "notes.md").write_text("# Notes\ntext\n")
+    docs = load_corpus(repo, include=("*.py",))
+    old = [{**d, "title": "from __future__ import annotations"} if d["doc_id"] == "a.py" else d for d in docs]
+    with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
+        st.ingest(old)
+        rep = st.ingest(load_corpus(repo, include=("*.py",)))
+    assert rep.changed == 1 and rep.retitled == 1 and "1 changed (1 in their title only)" in rep.summary()

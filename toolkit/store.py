@@ -115,6 +115,9 @@ class IngestReport:
     fts_in_place: bool = False
     # How the new vectors came: "computed" by the embedder, or "supplied" (`--vectors`: read, not embedded).
     embeddings_how: str = "computed"
+    # Of the changed documents, those whose text is as stored and whose title changed (a new toolkit titling
+    # code files by their path: every file of a repository "changed" without an edit, and was embedded again).
+    retitled: int = 0
 
     @property
     def partly_embedded(self) -> bool:
@@ -129,7 +132,8 @@ class IngestReport:
             if self.partly_embedded else ""
         )
         return (
-            f"{self.documents} document{'s' if self.documents != 1 else ''}: {self.added} added, {self.changed} changed, "
+            f"{self.documents} document{'s' if self.documents != 1 else ''}: {self.added} added, {self.changed} changed"
+            + (f" ({self.retitled:,} in their title only)" if self.retitled else "") + ", "
             f"{self.unchanged} unchanged, {self.removed} removed; {self.chunks_written} chunk{'s' if self.chunks_written != 1 else ''} "
             "written; embeddings: "
             f"{self.embeddings_computed} {self.embeddings_how}, {self.embeddings_from_cache} from cache; "
@@ -1438,6 +1442,16 @@ class Store:
             out[i] = fresh[j]
         return out
 
+    def _retitled(self, changed: list[dict[str, Any]]) -> int:
+        """How many of these stored documents come with the same text and another title."""
+        if not changed:
+            return 0
+        self._register("ids", pl.DataFrame({"doc_id": [d["doc_id"] for d in changed]}, schema={"doc_id": pl.Utf8}))
+        stored = {i: (t, h) for i, t, h in self.con.execute(
+            "SELECT doc_id, title, text_hash FROM documents SEMI JOIN ids USING (doc_id)").fetchall()}
+        return sum(1 for d in changed if (old := stored.get(d["doc_id"])) and old[0] != d["title"]
+                   and old[1] == text_identity(d["text"]))
+
     def _register(self, name: str, df: pl.DataFrame) -> None:
         # Lazy: DuckDB scans a LazyFrame through polars' Arrow export; an Arrow table would import pandas (_Connection).
         sql_types = {pl.Utf8: "VARCHAR", pl.Int64: "BIGINT", pl.Float64: "DOUBLE"}
@@ -1600,6 +1614,7 @@ class Store:
                              "the documents stored from them; make them readable, --exclude them, or ingest without --prune "
                              "(nothing was changed)")
         added = sum(1 for d in todo if d["doc_id"] not in existing)
+        retitled = self._retitled([d for d in todo if d["doc_id"] in existing])
         if rechunk_all and (kept_old := sorted(set(existing) - incoming - set(removed))):
             # The documents left out would keep the old chunks while `index_settings` names the new size: one
             # store with two chunkings (BM25 lengths and dense scores mixed), reported as one.
@@ -1715,6 +1730,7 @@ class Store:
             documents=len(docs),
             added=added,
             changed=len(todo) - added,
+            retitled=retitled,
             unchanged=len(docs) - len(todo),
             removed=len(removed),
             chunks_written=chunks_written,
