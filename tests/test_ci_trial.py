@@ -203,3 +203,32 @@ def test_config_check_goes_on_past_an_invalid_config(tmp_path):
     bad.write_text("fusion:\n  rrf_kk: 40\n")
     r = _hrt("config", "check", bad, "qmd")
     assert r.exit_code == 2 and f"{bad}: not ok" in r.stdout and "qmd: ok (qmd)" in r.stdout
+
+
+def test_judged_queries_alone_run_against_a_store_ingested_from_a_folder(tmp_path):
+    """`hrt run` refused a dataset folder of queries and qrels without corpus.jsonl ("not a BEIR dataset"), so a
+    store built with `hrt ingest docs/` could only be evaluated from Python; and queries whose scope no stored
+    document had got no results while the summary said only "20/33 queries"."""
+    docs = tmp_path / "docs"
+    (docs / "ops").mkdir(parents=True)
+    (docs / "ops" / "deploy.md").write_text("# Deploy\nThe deploy fails with ECONNREFUSED when the proxy is down.\n")
+    (docs / "ops" / "backup.md").write_text("# Backup\nBackups run nightly at two.\n")
+    store = tmp_path / "pr.duckdb"
+    assert _hrt("ingest", docs, "--store", store, "--no-embed").exit_code == 0
+    qset = tmp_path / "qset"
+    (qset / "qrels").mkdir(parents=True)
+    (qset / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "deploy ECONNREFUSED", "metadata": {"scope": "ops"}}) + "\n"
+        + json.dumps({"_id": "q2", "text": "nightly backups", "metadata": {"scope": "infra"}}) + "\n")
+    (qset / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tops/deploy.md\t1\nq2\tops/backup.md\t1\n"
+                                             "q2\tops/gone.md\t1\n")
+    out = tmp_path / "pr.trec"
+    r = _hrt("run", "--dataset", qset, "--store", store, "--config", "bm25-only", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert out.read_text().startswith("q1 Q0 ops/deploy.md 1 ")
+    assert "1 judged document(s) of the test qrels are not in" in r.stderr and "'ops/gone.md'" in r.stderr
+    assert "1 query asks for scope(s) no stored document has (e.g. 'infra')" in r.stderr
+    r = _hrt("eval", "--dataset", qset, "--run", out)
+    assert r.exit_code == 0 and "corpus" not in r.stderr, r.output  # no corpus file: document ids are not checked
+    r = _hrt("run", "--dataset", qset, "--config", "bm25-only", "--out", out)  # no store: nothing to search
+    assert r.exit_code == 2 and "no corpus.jsonl" in r.output

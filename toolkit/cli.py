@@ -727,6 +727,26 @@ def _warn_judged_skipped(ds, split: str, corpus) -> str | None:
     return msg
 
 
+def _note_store_as_corpus(st, ds, split: str, queries: pl.DataFrame) -> None:
+    """With no corpus file the store is the corpus: say which judged documents it lacks (no run can find them) and
+    which query scopes none of its documents has (those queries get no results: `hrt run` printed "20/33 queries"
+    and nothing else, user trial BB)."""
+    stored = st.doc_sources()
+    judged = ds.qrels(split)
+    missing = judged.join(stored.select("doc_id"), on="doc_id", how="anti")["doc_id"].unique().sort()
+    if len(missing):
+        click.echo(f"warning: {len(missing)} judged document(s) of the {split} qrels are not in {st.path} (e.g. "
+                   f"{', '.join(map(repr, missing[:3]))}): no run can retrieve them, so they count as misses", err=True)
+    if "scope" in queries.columns and queries["scope"].drop_nulls().len():
+        have = set(stored["scope"].drop_nulls().to_list())
+        lost = sorted(q for q in set(queries["scope"].drop_nulls().to_list()) if st.stored_form("scope", q) not in have)
+        if lost:
+            n = queries.filter(pl.col("scope").is_in(lost)).height
+            click.echo(f"warning: {n} quer{'y asks' if n == 1 else 'ies ask'} for scope(s) no stored document has (e.g. "
+                       f"{', '.join(map(repr, lost[:3]))}): they get no results; the store's scopes are the folders "
+                       f"under the ingested folder (`hrt info --store {st.path}`)", err=True)
+
+
 def _echo_skipped(docs, verbose: bool = False) -> None:
     """Say what the corpus left out (count and reasons; each one with -v), on stderr."""
     skipped = getattr(docs, "skipped", [])
@@ -1028,7 +1048,8 @@ def _note_old_analysis(query: str, prep, store, *, lexical_only: bool) -> None:
 def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of, wait_s, require_providers) -> None:
     """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
 
-    The corpus is ingested into the store first (a no-op when unchanged). The default store is the dataset's
+    The corpus is ingested into the store first (a no-op when unchanged); a dataset folder of judged queries
+    without corpus.jsonl searches the --store as it is (documents ingested from a folder of notes). The default store is the dataset's
     cache: documents deleted from the dataset are removed from it. A --store you name may hold other documents:
     they would be retrieved and scored, so the run stops unless --prune (which removes them). Queries with
     `metadata.scope` only see documents of that scope.
@@ -1040,7 +1061,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     from .runs import check_tag, check_trec_ids, write_run
     from .store import Store
 
-    ds = Dataset.open(dataset)
+    ds = Dataset.open(dataset, corpus=store_path is None)  # judged queries alone do, given a --store to search
     _check_out(out, store_path or _default_store(ds))
     if out == "-":
         _need_stdout()
@@ -1060,25 +1081,37 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     store_path = store_path or _default_store(ds)
     queries = ds.queries(split)
     _in_sample_note({cfg.name or "config": cfg}, ds, split, queries["qid"].to_list(), queries["text"].to_list())
-    corpus = load_corpus(ds.root)
-    _warn_judged_skipped(ds, split, corpus)
     check_trec_ids(queries["qid"], "query", ds.root / "queries.jsonl")  # a TREC file cannot hold them
-    check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
+    corpus = None
+    if ds.has_corpus:
+        corpus = load_corpus(ds.root)
+        _warn_judged_skipped(ds, split, corpus)
+        check_trec_ids(pl.Series([d["doc_id"] for d in corpus]), "document", ds.root)
+    elif prune:
+        raise InputError(f"{ds.root} has no corpus.jsonl: the store's documents are the corpus, and --prune has nothing "
+                         "to keep them in step with")
+    elif not Path(store_path).expanduser().exists():
+        from .store import no_such_store
+
+        raise no_such_store(store_path)
     t0 = time.perf_counter()
     with _closing_embedder(_auto_ingest_embedder([cfg], store_path)) as emb, \
             Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
-        if not prune:  # never delete a user's documents unasked, nor retrieve them as the dataset's
+        if corpus is None:  # a store ingested from a folder, judged queries beside it (user trial BB)
+            _note_store_as_corpus(st, ds, split, queries)
+        elif not prune:  # never delete a user's documents unasked, nor retrieve them as the dataset's
             extra = sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in corpus})
             if extra:
                 raise ToolkitError(
                     f"{store_path} holds {len(extra)} document(s) not in {ds.root} (e.g. {', '.join(map(repr, extra[:3]))}): "
                     "they would be retrieved and scored; add --prune to remove them from the store, or use a store of "
                     "the dataset's own (omit --store)")
-        rep = st.ingest(corpus, settings=_cache_settings([cfg], cache), embed=_needs_vectors([cfg]), prune=prune,
-                        progress=_progress())
-        if rep.added or rep.changed or rep.removed:
-            _echo_skipped(corpus)
-            click.echo(rep.summary(), err=True)
+        if corpus is not None:
+            rep = st.ingest(corpus, settings=_cache_settings([cfg], cache), embed=_needs_vectors([cfg]), prune=prune,
+                            progress=_progress())
+            if rep.added or rep.changed or rep.removed:
+                _echo_skipped(corpus)
+                click.echo(rep.summary(), err=True)
         res = run_pipeline(st, queries, cfg, progress=_progress())
     # `Result.run`, not `final`: the collapsed byte-identical copies are listed after their result, so the
     # file holds what `experiment`, the lab, the tuner and reports score (judgements are per document id).
@@ -1305,7 +1338,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     )
     from .runs import rank_conflicts, read_run
 
-    ds = Dataset.open(dataset)
+    ds = Dataset.open(dataset, corpus=False)  # judged queries alone do: a run of a store ingested from a folder
     _distinct_runs(run_path)
     base = _baseline_run(baseline, run_path)
     qrels = ds.qrels(split, strict=strict)
@@ -1328,7 +1361,8 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
     in_mean: dict[str, int] = {}
     pooled = bool((qrels["rel"] <= 0).any())
     depths = {}
-    known = [pl.Series(list(ids), dtype=pl.Utf8) for ids in (ds.query_ids(), ds.corpus_ids())]  # once for every run
+    known = [pl.Series(list(ids), dtype=pl.Utf8) if ids is not None else None  # once for every run
+             for ids in (ds.query_ids(), ds.corpus_ids() if ds.has_corpus else None)]
     for rp in run_path:
         run_frame = read_run(rp)
         depths[rp] = run_depth(run_frame)

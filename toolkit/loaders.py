@@ -908,12 +908,19 @@ class Dataset:
         object.__setattr__(self, "root", Path(self.root))
 
     @classmethod
-    def open(cls, path: str | Path) -> Dataset:
-        """The collection at `path`, checked: an error when the folder has no corpus.jsonl."""
+    def open(cls, path: str | Path, *, corpus: bool = True) -> Dataset:
+        """The collection at `path`, checked: an error when the folder has no corpus.jsonl. `corpus=False`: judged
+        queries alone (queries.jsonl and qrels/) do, for documents ingested into a store from elsewhere (a folder
+        of notes): their ids are then not checked against a corpus file."""
         root = Path(path)
-        if not (root / "corpus.jsonl").exists():
-            raise InputError(f"{root}: not a BEIR dataset directory (no corpus.jsonl)")
+        if not (root / "corpus.jsonl").exists() and (corpus or not (root / "queries.jsonl").exists()):
+            raise InputError(f"{root}: not a BEIR dataset directory (no corpus.jsonl" + (
+                ")" if corpus else " and no queries.jsonl)"))
         return cls(root)
+
+    @property
+    def has_corpus(self) -> bool:
+        return (self.root / "corpus.jsonl").exists()
 
     @property
     def name(self) -> str:
@@ -989,9 +996,9 @@ class Dataset:
             raise InputError(f"{f}: no qrels for split {split!r} (available: {', '.join(self.splits()) or 'none'}){unread}")
         q = read_qrels(f)
         known_q = sorted(self.query_ids())
-        known_d = sorted(self.corpus_ids())
+        known_d = sorted(self.corpus_ids()) if self.has_corpus else None  # (judged queries alone: nothing to check)
         bad_q = q.filter(~pl.col("qid").is_in(known_q))
-        bad_d = q.filter(~pl.col("doc_id").is_in(known_d))
+        bad_d = q.filter(~pl.col("doc_id").is_in(known_d)) if known_d is not None else q.clear()
         problems = []
         if len(bad_q):
             problems.append(f"{len(bad_q)} judgement(s) name {bad_q['qid'].n_unique()} query id(s) not in queries.jsonl "

@@ -400,17 +400,18 @@ def id_warnings(run: pl.DataFrame, qrels: pl.DataFrame, where: str = "the qrels"
     return out
 
 
-def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str] | pl.Series, doc_ids: Collection[str] | pl.Series,
-                    where: str) -> list[str]:
+def unknown_run_ids(run: pl.DataFrame, query_ids: Collection[str] | pl.Series,
+                    doc_ids: Collection[str] | pl.Series | None, where: str) -> list[str]:
     """Run lines naming query or document ids `where` (the collection) lacks, in words: trec_eval drops them in
     silence, and so did `hrt eval` while some ids met. Two files joined with their byte order marks, document ids
     uppercased or written in NFD by a Mac made 1 to 35 queries score lower with no word (user trial AT). An id that
-    differs from a known one only by case, normalisation or spaces is shown beside it (`ids.near_miss`)."""
+    differs from a known one only by case, normalisation or spaces is shown beside it (`ids.near_miss`). `doc_ids`
+    None: no corpus to check against (judged queries of a store ingested from elsewhere)."""
     from .ids import near_miss
 
     out = []
     # As Series once (a caller evaluating several runs passes them so): a set of 8.8M ids made a list per call, ~5 s.
-    query_ids, doc_ids = (x if isinstance(x, pl.Series) else pl.Series(list(x), dtype=pl.Utf8) for x in (query_ids, doc_ids))
+    query_ids, doc_ids = (x if isinstance(x, pl.Series) else pl.Series(list(x or ()), dtype=pl.Utf8) for x in (query_ids, doc_ids))
     if len(query_ids):
         qs = run.select(pl.col("qid").cast(pl.Utf8)).unique().filter(~pl.col("qid").is_in(query_ids.implode()))["qid"].sort()
         if len(qs):
