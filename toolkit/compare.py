@@ -300,8 +300,9 @@ def interval_disagrees(p: float, ci: tuple[float, float], alpha: float) -> str |
         return None
     excludes_zero = ci[0] > 0 or ci[1] < 0
     if excludes_zero and p >= alpha:
-        return (f"the 95% bootstrap interval excludes 0 while the test's p is >= {alpha:g}: the percentile interval is the "
-                "narrower of the two on few queries (and is not corrected for several systems); the verdict follows the test")
+        return (f"the 95% bootstrap interval excludes 0 while the test's p is >= {alpha:g}: the interval is not corrected "
+                "for several systems, as the p (Holm) is, and the percentile interval is the narrower of the two on few "
+                "queries; the verdict follows the test")
     if not excludes_zero and p < alpha:
         return f"the 95% bootstrap interval includes 0 while the test's p is < {alpha:g}; the verdict follows the test"
     return None
