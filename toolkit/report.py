@@ -108,7 +108,9 @@ class Report:
             _table(self.ab, "Mean of each measure per system, with latency per query (ms) and providers"),
             "<h2>Against the baseline</h2>",
             "<p>delta: mean difference with its 95% bootstrap interval; p (Holm): paired randomisation test, "
-            "corrected across the compared systems; * = p (Holm) &lt;= 0.05.</p>",
+            "corrected across the compared systems, per measure (not across the measures: a star on one of several "
+            "measures by chance is more likely than 0.05; name the measure that decides before looking); "
+            "* = p (Holm) &lt;= 0.05.</p>",
             _table(self.significance.select(
                 "measure", "system", "mean", "baseline_mean", "delta", pl.col("ci_low").alias("delta 95% low"),
                 pl.col("ci_high").alias("delta 95% high"), "wins", "ties", "losses", pl.col("p_holm").alias("p (Holm)"), "significant",
