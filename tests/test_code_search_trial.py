@@ -154,3 +154,24 @@ def test_a_reingest_that_only_retitles_files_says_so(tmp_path, embedder):
         st.ingest(old)
         rep = st.ingest(load_corpus(repo, include=("*.py",)))
     assert rep.changed == 1 and rep.retitled == 1 and "1 changed (1 in their title only)" in rep.summary()
+
+
+def test_a_version_typed_with_its_v_finds_the_file_that_writes_it_without(tmp_path, embedder):
+    """`v2.34.2` missed `__version__ = "2.34.2"` (not in the top 5; `2.34.2` found it first), and the guard did not
+    count the file as holding the identifier."""
+    from toolkit.config import load_config
+    from toolkit.loaders import load_corpus
+    from toolkit.pipeline import run_pipeline
+    from toolkit.store import Store
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "version.py").write_text('__title__ = "requests"\n__version__ = "2.34.2"\n')
+    for i in range(6):
+        (repo / f"notes{i}.md").write_text(f"# Release v{i}.0\nThe release v{i}.0 fixed bug {i} in the client.\n")
+    with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(repo, include=("*.py",)))
+        for cfg in ("bm25-only", "default"):
+            res = run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": ["v2.34.2"]}), load_config(cfg))
+            assert res.final["doc_id"][0] == "version.py", (cfg, res.final["doc_id"].to_list())
+        assert res.per_query["exact_tokens"][0].to_list() == ["v2.34.2"]

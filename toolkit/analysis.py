@@ -158,6 +158,17 @@ def _indic_vowels() -> dict[int, str]:
     return out
 
 
+# A version a user types with its "v" (`v2.34.2`) where files write it without (`__version__ = "2.34.2"`).
+_V_VERSION = re.compile(r"(?<![\w.])[vV](\d+(?:\.\d+)+)\b")
+
+
+def query_lexical_text(text: str) -> str:
+    """`lexical_text` of a query, each `v`-prefixed version also without its `v`: the index holds `2.34.2` as a
+    document wrote it, and `v2.34.2` missed it (user trial BD: the version file was not in the top 5)."""
+    bare = [m.group(1) for m in _V_VERSION.finditer(text)]
+    return lexical_text(f"{text}\n{' '.join(bare)}" if bare else text)
+
+
 def lexical_text(text: str) -> str:
     """The string given to the FTS index (and to queries): the text followed by its compound forms and
     its CJK characters and pairs, NFKC-normalised and case-folded (see the module docstring).

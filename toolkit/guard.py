@@ -91,6 +91,15 @@ def _contains_word(text: str, tok: str) -> bool:
     return False
 
 
+_V_VERSION = re.compile(r"^v\d+(?:\.\d+)+$")
+
+
+def _holds(low: str, tok: str) -> bool:
+    """`_contains_word`, and a `v`-prefixed version is held by its bare form too (`v2.34.2` by `2.34.2`, as BM25
+    now searches it: `analysis.query_lexical_text`)."""
+    return _contains_word(low, tok) or (_V_VERSION.match(tok) is not None and _contains_word(low, tok[1:]))
+
+
 def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:
     """[qid, doc_id, tokens]: the candidates of each query whose title or text contains one of the query's
     identifier tokens verbatim (only pairs with at least one). `texts` = [doc_id, title, text]."""
@@ -118,7 +127,7 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
         low = lowered.get(d)
         if low is None:
             low = lowered[d] = b.lower()
-        found.append([t for t in toks[q] if _contains_word(low, t.lower())])
+        found.append([t for t in toks[q] if _holds(low, t.lower())])
     whole = {q for q, t in zip(queries["qid"].cast(pl.Utf8), queries["text"], strict=True) if q in toks and whole_identifier(t, toks[q])}
     out = pairs.select("qid", "doc_id").with_columns(pl.Series("tokens", found, dtype=pl.List(pl.Utf8)),
                                                      pl.col("qid").is_in(list(whole)).alias("whole"))

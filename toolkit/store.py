@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from . import interrupts
-from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_text
+from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_text, query_lexical_text
 from .chunking import chunk_body, chunk_text
 from .config import Stemmer, Stopwords
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
@@ -2264,7 +2264,7 @@ class Store:
 
         settings = self.settings or IndexSettings()
         # The query texts go in as one list parameter (no frame registration: a fixed ~2 ms per call).
-        lex = [lexical_text(t) for t in queries["text"].to_list()]
+        lex = [query_lexical_text(t) for t in queries["text"].to_list()]
         with self._snapshot():  # the matrix and the query terms' ids and df from one state of the index
             m = self._lexical_matrix(k1, b)
             qt = self.con.execute(
@@ -2347,7 +2347,7 @@ class Store:
             (pl.col("scope") if scope_filter and "scope" in queries.columns else pl.lit(None, pl.Utf8)).alias("scope"),
         )
         # A loop, not `map_elements`: polars reads the function's bytecode first (~3 ms of a cold `hrt search`).
-        lex = [None if t is None else lexical_text(t) for t in queries["text"].to_list()]
+        lex = [None if t is None else query_lexical_text(t) for t in queries["text"].to_list()]
         fsql, fparams = self._filter_sql(filters)
         # Shape of the query, tuned on LoCoMo (1,536 queries, 3x faster than a straight join):
         # - postings carry their document's scope and BM25 term weight, so the query join is an equality
@@ -2454,7 +2454,7 @@ class Store:
         return self.con.frame(
             "SELECT chunk_id, fts_main_chunks.match_bm25(chunk_id, ?, k := ?, b := ?) AS score FROM chunks "
             "WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?",
-            [lexical_text(text), k1, b, top_k],
+            [query_lexical_text(text), k1, b, top_k],
         )
 
     # ------------------------------------------------------------------ dense search
