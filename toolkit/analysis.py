@@ -163,10 +163,13 @@ _V_VERSION = re.compile(r"(?<![\w.])[vV](\d+(?:\.\d+)+)\b")
 
 
 def query_lexical_text(text: str) -> str:
-    """`lexical_text` of a query, each `v`-prefixed version also without its `v`: the index holds `2.34.2` as a
-    document wrote it, and `v2.34.2` missed it (user trial BD: the version file was not in the top 5)."""
-    bare = [m.group(1) for m in _V_VERSION.finditer(text)]
-    return lexical_text(f"{text}\n{' '.join(bare)}" if bare else text)
+    """`lexical_text` of a query, each `v`-prefixed version also as the bare version's compound (`2_34_2`): the index
+    holds `2.34.2` as a document wrote it, and `v2.34.2` missed it (user trial BD: the version file was not in the
+    top 5). Only the compound: the bare parts ("2", "34") matched every numbered note and cost the demo's version
+    queries (default nDCG@10 0.7025 -> 0.6968 on its test split)."""
+    out = lexical_text(text)
+    bare = [m.group(1).replace(".", "_") for m in _V_VERSION.finditer(text)]
+    return f"{out}\n{' '.join(bare)}" if bare else out
 
 
 def lexical_text(text: str) -> str:
