@@ -270,3 +270,18 @@ def test_eval_and_the_lab_say_their_stars_are_not_corrected_across_measures(tmp_
                           "queries": [40, 40]})
     fig = panels.metrics_figure(table, current_name="a", baseline_name="b", raw=True)
     assert "uncorrected, in-sample: exploratory" in fig["layout"]["title"]["text"]
+
+
+def test_a_report_writes_its_tables_as_json_for_a_bot(tmp_path, corpus_file):
+    """`hrt report` printed a table to stdout and kept significance and the config diff in the HTML only: a bot that
+    posts to a pull request had to scrape the page."""
+    ds = write_beir(tmp_path / "ds", corpus_file)
+    out, js = tmp_path / "r.html", tmp_path / "r.json"
+    r = _hrt("report", "--dataset", ds, "--split", "test", "--config", "bm25-only", "--config", "qmd", "--store",
+             tmp_path / "s.duckdb", "--latency-sample", "0", "--out", out, "--json", js)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(js.read_text())
+    assert doc["baseline"] == "bm25-only" and [row["system"] for row in doc["ab"]] == ["bm25-only", "qmd"]
+    assert {row["measure"] for row in doc["significance"]} >= {"nDCG@10"} and doc["queries"] > 0
+    assert any(row["field"].startswith("fusion.") or row["field"].startswith("retrieval.") for row in doc["config_diff"])
+    assert doc["provenance"]["hybrid-retrieval-toolkit"]

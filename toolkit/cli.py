@@ -1562,11 +1562,14 @@ def _gate_exit(gate: dict[str, float], failed: list[dict], base: str, alpha: flo
 @click.option("--rel-threshold", default=1, show_default=True, help="Grade counted as relevant by binary measures.")
 @click.option("--latency-sample", default=30, show_default=True, help="Queries timed one by one for per-stage p50/p95 (0 = skip).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write (self-contained).")
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
+              help="Also write the report's tables as JSON (A/B, significance, config diff, breakdown, latency, notes).")
 @click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),
               help="Reference time of the recency priors for queries without a date (as hrt run; default: each config's "
                    "priors.as_of, else now, which the report then names).")
 @_WAIT_OPTION
-def report(dataset, split, configs, baseline, store_path, group_by, rel_threshold, latency_sample, out, as_of, wait_s) -> None:
+def report(dataset, split, configs, baseline, store_path, group_by, rel_threshold, latency_sample, out, json_out, as_of,
+           wait_s) -> None:
     """Compare configs on a dataset: A/B table (R@1, R@5, P@3, nDCG@10, MRR@10, latency), significance
     against the baseline (randomisation test, Holm), break-downs by query metadata, per-stage latency,
     and plotly figures, in one self-contained HTML file."""
@@ -1618,8 +1621,10 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
     rep.notes[:0] = [*in_sample, *(f"{ds.root / 'qrels' / f'{split}.tsv'}: {p}" for p in ds.qrels_problems(split)),
                      *([lost] if lost else []), *clocks]
     rep.write_html(out)
+    if json_out:
+        rep.write_json(json_out)
     click.echo(_plain_table(rep.ab))
-    click.echo(f"report -> {out}")
+    click.echo(f"report -> {out}" + (f", {json_out}" if json_out else ""))
 
 
 @main.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -137,9 +138,27 @@ class Report:
     def write_html(self, path: str | Path) -> Path:
         return write_text_atomic(path, self.to_html())
 
+    def to_dict(self) -> dict:
+        """What the page shows, as data (`hrt report --json`): a CI bot posts the A/B table and the significance
+        rows, which were only in the HTML (user trial BB). Non-finite numbers are null."""
+        def rows(df: pl.DataFrame) -> list[dict]:
+            return [{k: _finite(v) for k, v in r.items()} for r in df.to_dicts()] if len(df) else []
+
+        return {"dataset": self.dataset, "split": self.split, "baseline": self.baseline, "queries": self.n_queries,
+                "rel_threshold": self.rel_threshold, "provenance": self.provenance, "notes": list(self.notes),
+                "ab": rows(self.ab), "significance": rows(self.significance), "config_diff": rows(self.config_diff()),
+                "breakdown": rows(self.breakdown), "latency": rows(self.latency)}
+
+    def write_json(self, path: str | Path) -> Path:
+        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+
 
 def _show(v: object) -> str:
     return "" if v is None else json.dumps(v, default=str) if isinstance(v, list | dict) else str(v)
+
+
+def _finite(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def _plotly_loader(figures_json: str) -> str:
