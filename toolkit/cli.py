@@ -55,6 +55,7 @@ EXIT_BUSY = 75  # the store is locked by another process (EX_TEMPFAIL): retry la
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); SIGTERM ends a command with 143 (`interrupts.exit_code`)
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as other Unix tools
 EXIT_GATE = 3  # `hrt eval --max-drop`: a run is significantly worse than the baseline by more than allowed
+EXIT_DAMAGED = 74  # a store file DuckDB finds damaged or cannot read (EX_IOERR): rebuild it (a CI job drops its cache)
 _PROGRAM = False  # `hrt` runs as a program (`_Group.__call__`), not inside another's process (click's CliRunner)
 _EXIT_AT_ONCE = False  # set by `hrt search` in a program: the process ends when it is done (`_exit_at_once`)
 
@@ -210,8 +211,10 @@ class _Group(click.Group):
                            "altered; do not use it", err=True)
                 sys.exit(EXIT_ERROR)
             if from_duckdb and type(e).__name__ == "IOException" and not debug:
+                # Its own code (user trial BB): a CI job restoring a cached store can drop the cache and rebuild,
+                # where exit 2 (bad input) cannot be told apart from a bad config.
                 click.echo(f"error: a store file is damaged or cannot be read: {str(e).splitlines()[0]}", err=True)
-                sys.exit(EXIT_ERROR)
+                sys.exit(EXIT_DAMAGED)
             # A full disk at commit (TransactionException: "Could not write file ...: No space left on device") or
             # DuckDB out of memory: the machine, not a bug. Any other transaction error is a bug: as raised.
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
