@@ -21,8 +21,10 @@ help <= 1.5x floor.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -71,7 +73,9 @@ def main() -> None:
     # Bytecode as an installed package has it: PYTHONDONTWRITEBYTECODE would make every run compile the toolkit's
     # sources again (about 0.1 s); the warm-up writes the .pyc files under a prefix outside the trees.
     base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
-    base_env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="hrt-pyc-")
+    pyc = tempfile.mkdtemp(prefix="hrt-pyc-")
+    atexit.register(shutil.rmtree, pyc, ignore_errors=True)  # each run left its bytecode folder in /tmp
+    base_env["PYTHONPYCACHEPREFIX"] = pyc
     env_now = base_env | {"PYTHONPATH": str(REPO)}
     jobs: dict[str, tuple[list[str], dict[str, str]]] = {k: (c, env_now) for k, c in commands(args.store).items()}
     if args.before:
