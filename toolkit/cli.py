@@ -1052,8 +1052,8 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     """Run a pipeline over a dataset's queries and write a TREC run (qid Q0 docid rank score tag).
 
     The corpus is ingested into the store first (a no-op when unchanged); a dataset folder of judged queries
-    without corpus.jsonl searches the --store as it is (documents ingested from a folder of notes). The default store is the dataset's
-    cache: documents deleted from the dataset are removed from it. A --store you name may hold other documents:
+    without corpus.jsonl searches the --store as it is (documents ingested from a folder of notes). The default
+    store is the dataset's cache: documents deleted from the dataset are removed from it. A --store you name may hold other documents:
     they would be retrieved and scored, so the run stops unless --prune (which removes them). Queries with
     `metadata.scope` only see documents of that scope.
     """
@@ -1412,7 +1412,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
                 sig = compare(stacked, base, alpha=alpha)
             sig_notes += [str(w.message).removeprefix("compare: ") for w in caught if issubclass(w.category, SmallSampleWarning)]
         if gate and sig is not None:
-            _gate_decidable(stacked, sig, base, gate, alpha)
+            _gate_decidable(sig, base, gate, alpha)
     deep_notes = depth_notes(depths, ms)
     failed = _gate_failures(sig, gate, alpha)
     relevant = relevant_words(rel_threshold)
@@ -1513,21 +1513,23 @@ def _gate_limits(max_drop: tuple[str, ...], measures: list[str], n_runs: int) ->
     return gate
 
 
-def _gate_decidable(stacked: pl.DataFrame, sig: pl.DataFrame, base: str, gate: dict[str, float], alpha: float) -> None:
+def _gate_decidable(sig: pl.DataFrame, base: str, gate: dict[str, float], alpha: float) -> None:
     """An error when a run is below the baseline by more than allowed but the test could not call it significant
-    whatever the numbers: with k queries that differ (ties count for nothing) the sign-flip test's smallest p is
-    2/2^k. A gate passed a drop 9 times the allowance on 3 differing queries of 33 (user trial BE)."""
-    wide = stacked.filter(pl.col("measure").is_in(list(gate))).pivot(on="system", index=["qid", "measure"], values="value")
+    whatever the numbers: ties count for nothing, so with k queries that differ (wins + losses) the smallest p is
+    `compare.smallest_p(k)`, after Holm over the runs. A gate passed a drop 9 times the allowance on 3 differing
+    queries of 33 (user trial BE)."""
+    from .compare import smallest_p
+
+    n_runs = sig["system"].n_unique()
     for r in sig.filter(pl.col("measure").is_in(list(gate))).iter_rows(named=True):
         if not r["delta"] < -gate[r["measure"]]:
             continue  # no drop beyond the allowance: nothing to decide
-        rows = wide.filter(pl.col("measure") == r["measure"])
-        k = int((rows[r["system"]].fill_null(0.0) != rows[base].fill_null(0.0)).sum())
-        if 2 / 2**k > alpha:
+        k = r["wins"] + r["losses"]
+        if (floor := smallest_p(k, n_systems=n_runs)) > alpha:
             raise InputError(
                 f"--max-drop cannot decide: {r['system']} is {r['delta']:+.4f} on {r['measure']} against {base} (allowed "
                 f"-{gate[r['measure']]:g}), but only {k} judged quer{'y differs' if k == 1 else 'ies differ'}, and the "
-                f"smallest p the test can give then is {2 / 2**k:.3g}, above --alpha {alpha:g}: judge more queries")
+                f"smallest p the test can give then is {floor:.3g}, above --alpha {alpha:g}: judge more queries")
 
 
 def _gate_failures(sig: pl.DataFrame | None, gate: dict[str, float], alpha: float) -> list[dict]:
@@ -1915,7 +1917,6 @@ def presets() -> None:
 
     for name in list_presets():
         click.echo(f"{name:<14} {load_config(name).description}")
-
 
 
 @main.group(name="config")

@@ -33,21 +33,22 @@ def _bar(trace: dict) -> str:
     hover = trace.get("hovertext")
     labels = trace.get("text")
     points = []
-    for i, (x, y) in enumerate(zip(xs, ys, strict=False)):
+    for i, (x, y) in enumerate(zip(xs[:MAX_POINTS], ys, strict=False)):
         if isinstance(hover, list | tuple) and i < len(hover):
             points.append(plain(hover[i]))
         elif isinstance(labels, list | tuple) and i < len(labels):
             points.append(f"{plain(x)} {plain(labels[i])}")
         else:
             points.append(f"{plain(x)} {_number(y)}")
-    more = f" (and {len(points) - MAX_POINTS} more)" if len(points) > MAX_POINTS else ""
+    shown = min(len(xs), len(ys))
+    more = f" (and {shown - MAX_POINTS} more)" if shown > MAX_POINTS else ""
     name = plain(trace.get("name") or "")
-    return (f"{name}: " if name else "") + "; ".join(points[:MAX_POINTS]) + more
+    return (f"{name}: " if name else "") + "; ".join(points) + more
 
 
 def _line(trace: dict) -> str:
     xs, ys = list(trace.get("x") or []), list(trace.get("y") or [])
-    steps = " then ".join(f"{plain(x)} {_number(y)}" for x, y in zip(xs, ys, strict=False))
+    steps = " then ".join(f"{plain(x)} {_number(y)}" for x, y in zip(xs[:MAX_POINTS], ys, strict=False))
     return f"{plain(trace.get('name') or 'line')}: {steps}"
 
 

@@ -25,10 +25,9 @@ from collections.abc import Iterable
 
 import plotly.graph_objects as go
 import polars as pl
-from pydantic import BaseModel
 
 from .compare import MIN_QUERIES, small_sample_note, ttest
-from .config import LABELS
+from .config import FIELD_STAGES, LABELS
 from .fusion import in_rank_order
 
 LATER_STAGES = ("fuse", "blend", "final")
@@ -968,25 +967,10 @@ def _show_value(v: object) -> str:
     return str(v)
 
 
-def _fields(model, dumped: dict, prefix: str = "") -> dict[str, object]:
-    """{dotted field path: value} of a config: sections (sub-models) are walked, a dict-valued field (e.g.
-    priors.priority_map) is one value, so replacing it shows as a whole, not as the keys it still has."""
-    out: dict[str, object] = {}
-    for k, v in dumped.items():
-        sub = getattr(model, k, None)
-        if isinstance(v, dict) and isinstance(sub, BaseModel):
-            out.update(_fields(sub, v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def config_changes(base, cfg) -> list[tuple[str, object]]:
     """[(field path, new value)] where `cfg` differs from `base` (both PipelineConfig); the labels
     (`config.LABELS`: name, description, ...) are not settings and are left out."""
-    a = _fields(base, base.model_dump(mode="json"))
-    b = _fields(cfg, cfg.model_dump(mode="json"))
-    return [(k, b.get(k)) for k in b if k not in LABELS and a.get(k) != b.get(k)]
+    return [(k, y) for k, (_, y) in base.diff(cfg).items() if k not in LABELS]
 
 
 def config_differences(base, cfg) -> list[tuple[str, object, object, str]]:
@@ -1017,7 +1001,7 @@ def config_label(base, cfg, *, max_changes: int = 3) -> str:
         return name
     if len(changes) > max_changes:
         return f"{name} + {len(changes)} changes"
-    paths = list(_fields(cfg, cfg.model_dump(mode="json")))
+    paths = list(FIELD_STAGES)  # every field path, declared once in `config`
     shown = [short_field(k, paths) for k, _ in changes]  # a dotted tail stays a path: "rerank.top_n", not "rerank.top n"
     return name + " + " + ", ".join(f"{k if '.' in k else k.replace('_', ' ')} {_show_value(v)}" for k, (_, v) in zip(shown, changes, strict=True))
 

@@ -23,11 +23,11 @@ import yaml
 
 from . import providers
 from .compare import TEST_WORDS, SmallSampleWarning, compare, interval_notes
-from .config import LABELS, PipelineConfig, load_config
+from .config import PipelineConfig, load_config
 from .errors import InputError
 from .files import write_text_atomic
 from .metrics import evaluate, id_warnings, no_relevant, relevant_words
-from .panels import PALETTE, PATTERNS, series_colour
+from .panels import PALETTE, PATTERNS, config_differences, series_colour
 from .pipeline import prepare, rescore
 from .store import Store
 from .threshold import unmet_note
@@ -66,7 +66,7 @@ class Report:
             return pl.DataFrame()
         base = self.configs[self.baseline]
         others = [n for n in self.configs if n != self.baseline]
-        fields = sorted({k for n in others for k in base.diff(self.configs[n]) if k not in LABELS})
+        fields = sorted({k for n in others for k, *_ in config_differences(base, self.configs[n])})
         flat = {n: c.flat() for n, c in self.configs.items()}
         return pl.DataFrame(
             {"field": fields, **{n: [_show(flat[n].get(f)) for f in fields] for n in [self.baseline, *others]}},
