@@ -18,6 +18,7 @@ store never mixes it with fp32 vectors.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -316,6 +317,25 @@ _DAMAGE_ERRORS = frozenset({"InvalidProtobuf", "InvalidArgument", "InvalidGraph"
                             "FileNotFoundError"})
 
 
+@functools.lru_cache(maxsize=4)
+def _opened(ort, tokenizer_cls, d: str, model: str, threads: int | None, stamp: tuple[int, int]):
+    """The manifest, tokenizer and ONNX Runtime session of an export, opened once per process and shared by every
+    `OnnxEmbedder` of it (both are safe across threads once configured). Opening them cost ~140 ms of CPU per
+    embedder, so a process that opens stores briefly (a memory service, a script's loop) paid it per store.
+    At most a few entries (fp32, int8): each holds its model in memory for the process's life."""
+    manifest = json.loads((Path(d) / "manifest.json").read_text())
+    tok = tokenizer_cls.from_file(str(Path(d) / "tokenizer.json"))
+    tok.enable_truncation(manifest["max_seq_length"])
+    tok.enable_padding(pad_id=manifest["pad_id"], pad_token=manifest["pad_token"])
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    # Busy-waiting worker threads win microseconds on an idle machine and lose whole cores on a shared one.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(Path(d) / model), opts, providers=["CPUExecutionProvider"])
+    return manifest, tok, session
+
+
 class OnnxEmbedder:
     """A sentence-transformers model run by ONNX Runtime (exported on first use, then torch-free).
 
@@ -375,18 +395,11 @@ class OnnxEmbedder:
                         discard(d, problem)
 
     def _open(self, ort, tokenizer_cls, d: Path) -> None:
-        manifest = json.loads((d / "manifest.json").read_text())
-        tok = tokenizer_cls.from_file(str(d / "tokenizer.json"))
-        tok.enable_truncation(manifest["max_seq_length"])
-        tok.enable_padding(pad_id=manifest["pad_id"], pad_token=manifest["pad_token"])
-        opts = ort.SessionOptions()
-        if self.threads:
-            opts.intra_op_num_threads = self.threads
-        # Busy-waiting worker threads win microseconds on an idle machine and lose whole cores on a shared one.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         model = d / ("model_int8.onnx" if self.quantize else "model.onnx")
-        session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
-        self._manifest, self._tok, self._session = manifest, tok, session
+        st = model.stat()  # a re-exported or damaged file is another key: never a stale session
+        self._manifest, self._tok, self._session = _opened(ort, tokenizer_cls, str(d), model.name, self.threads,
+                                                           (st.st_mtime_ns, st.st_size))
+
 
     @property
     def dim(self) -> int:

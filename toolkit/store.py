@@ -14,6 +14,7 @@ Design notes
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -312,6 +313,24 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@functools.cache
+def _signature_checked(path: str) -> str:
+    """`path`, after DuckDB's own signature check of the extension file, made once per process in a throw-away
+    in-memory database. A store then loads the file with `allow_unsigned_extensions`: the check (a SHA-256 of an
+    11 MB file) cost ~35 ms of CPU on every store opened, and a process opening stores briefly (a memory service,
+    a script, the test suite's ~800 stores) paid it each time for a file that had not changed. Every store opens
+    with the same setting, so two Stores on one file in a process never disagree about it."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("LOAD '" + path.replace("'", "''") + "'")
+    except duckdb.Error as e:
+        raise StoreError(f"{path}: DuckDB refuses this extension file ({str(e).splitlines()[0]}); reinstall its "
+                         "package (duckdb-extension-fts / duckdb-extension-vss ==1.5.5)") from None
+    finally:
+        con.close()
+    return path
 
 
 def fts_extension_path() -> str:
@@ -788,11 +807,13 @@ class Store:
         disk. Its default is 80% of the machine's memory, too much to share a laptop with a large index build.
         `threads`: DuckDB's worker threads (default $HRT_DUCKDB_THREADS, else one per core). DuckDB keeps one
         database per file in a process, so Stores on one file share the setting: the last one given wins.
-        `verify_extension=False` (`hrt search`): the packaged FTS extension loads without DuckDB's signature check,
-        a SHA-256 of its 11 MB file (~35 ms of a cold search). The check adds nothing to what importing its package
-        already trusts: the file lies in that package, whose code runs first; and once it is loaded, the sandbox
-        lets no other extension load. DuckDB then refuses another connection to the file in this process that
-        does not ask the same (`allow_unsigned_extensions`, a setting of the database, not of the connection)."""
+        `verify_extension`: DuckDB checks the packaged extension's signature once per process, before the first
+        store loads it (`_signature_checked`); `False` (`hrt search`) skips even that, a SHA-256 of its 11 MB
+        file (~35 ms of a cold search). The check adds nothing to what importing its package already trusts: the
+        file lies in that package, whose code runs first; and once it is loaded, the sandbox lets no other
+        extension load. Every store is opened with `allow_unsigned_extensions` (a setting of the database, not
+        of the connection), so DuckDB refuses another connection to the file in this process that does not ask
+        the same: run SQL of your own through `Store.con`."""
         # "~/notes.duckdb" quoted past the shell: DuckDB expands the ~ itself, so every check here must too (the
         # existence check read ./~/notes.duckdb while DuckDB wrote $HOME/notes.duckdb, user trial AG)
         self.path = Path(path).expanduser()
@@ -824,7 +845,7 @@ class Store:
                 raise StoreError(f"{self.path}: cannot create its folder {self.path.parent} ({e.strerror or e}); "
                                  "give a store path in a writable folder (--store)") from None
         try:
-            config = {} if verify_extension else {"allow_unsigned_extensions": "true"}
+            config = {"allow_unsigned_extensions": "true"}  # the same for every store: see `verify_extension`
             self.con = _Connection(_connect_waiting(self.path, read_only, wait_s, config))
         except duckdb.Error as e:
             if "Could not set lock" in str(e):  # another process writes to it: a harness may retry (exit 75)
@@ -856,12 +877,14 @@ class Store:
         self.con.execute("SET enable_progress_bar = false")
         if threads is not None:  # a setting, not a connect option: another Store on the file may open without it
             self.con.execute(f"SET threads = {int(threads)}")  # checked by `duckdb_threads`
-        self.con.execute("LOAD '" + fts_extension_path().replace("'", "''") + "'")
+        fts = _signature_checked(fts_extension_path()) if verify_extension else fts_extension_path()
+        self.con.execute("LOAD '" + fts.replace("'", "''") + "'")
         # An older store's vss HNSW index needs its extension to be dropped (`_drop_vss_index`); loaded now, since
         # the sandbox below loads nothing, and found in the catalog, which runs none of the file's SQL.
         if not read_only and self.con.execute(
                 "SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'embeddings_hnsw'").fetchone()[0]:
-            self.con.execute("LOAD '" + vss_extension_path().replace("'", "''") + "'")
+            vss = _signature_checked(vss_extension_path()) if verify_extension else vss_extension_path()
+            self.con.execute("LOAD '" + vss.replace("'", "''") + "'")
         self._sandbox()  # before any query reads the file's tables: one of them may be a planted view
         if memory_limit is not None:
             if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", memory_limit.strip(), re.I):
