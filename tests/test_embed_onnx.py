@@ -129,3 +129,29 @@ def test_the_first_export_says_why_it_pauses_in_a_terminal_only(tmp_path, monkey
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)
         embed_onnx.export(model)
         assert ("exporting tiny-model to ONNX once" in stream.getvalue()) is heard, stream.getvalue()
+
+
+def test_embedders_of_one_export_share_one_session_until_the_file_changes(onnx):
+    """Opening the ONNX session cost ~140 ms of CPU per embedder: a process that opens stores briefly (a memory
+    service) paid it per store. Embedders of one export now share the session; a re-exported file gets its own."""
+    import os
+
+    from toolkit.embed_onnx import _opened, export
+
+    onnx.embed(["warm"])
+    first, second = make_embedder(backend="onnx"), make_embedder(backend="onnx")
+    opened = _opened.cache_info().misses
+    v = second.embed(["deploy fails with ECONNREFUSED"])
+    first.embed(["x"])
+    assert _opened.cache_info().misses == opened  # no session opened for them
+    assert first._session is second._session is onnx._session
+    np.testing.assert_allclose(v, onnx.embed(["deploy fails with ECONNREFUSED"]), atol=1e-6)
+    model = export(second._model_dir) / "model.onnx"
+    st = model.stat()
+    try:
+        os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # as a fresh export of the same model
+        third = make_embedder(backend="onnx")
+        third.embed(["x"])
+        assert third._session is not onnx._session
+    finally:
+        os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -474,3 +474,27 @@ def test_a_closed_store_says_so(tmp_path, corpus_file):
     for use in (lambda: ro.lexical_search(q(("q", "deploy"))), lambda: ro.stats(), lambda: ro.ingest(load_corpus(corpus_file))):
         with pytest.raises(StoreError, match="is closed"):
             use()
+
+
+def test_the_extension_signature_is_checked_once_per_process_and_a_tampered_file_is_refused(tmp_path, monkeypatch):
+    """DuckDB's signature check of the packaged FTS extension (~35 ms) runs once per process, not per store opened;
+    a damaged or swapped file is still refused, naming the file, before any store is created."""
+    import shutil
+
+    from toolkit import store as store_mod
+
+    for i in range(3):
+        Store(tmp_path / f"s{i}.duckdb").close()
+    info = store_mod._signature_checked.cache_info()
+    assert info.misses <= 1 and info.hits >= 2, info
+    bad = tmp_path / "fts.duckdb_extension"
+    shutil.copy(store_mod.fts_extension_path(), bad)
+    with open(bad, "r+b") as fh:  # one byte of the code changed: the signature no longer matches
+        fh.seek(4096)
+        byte = fh.read(1)
+        fh.seek(4096)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    monkeypatch.setattr(store_mod, "fts_extension_path", lambda: str(bad))
+    with pytest.raises(StoreError, match=r"fts\.duckdb_extension: DuckDB refuses this extension file"):
+        Store(tmp_path / "t.duckdb")
+    assert not (tmp_path / "t.duckdb").exists()

@@ -819,6 +819,7 @@ class Store:
         self.path = Path(path).expanduser()
         self.read_only = read_only
         threads = duckdb_threads(threads)  # checked before anything is created
+        fts = _signature_checked(fts_extension_path()) if verify_extension else fts_extension_path()  # and this
         if embedder is not None:
             _check_embedder(embedder)
         self._calls = _Calls(self.path)  # the calls under way, which `close` lets finish
@@ -877,7 +878,6 @@ class Store:
         self.con.execute("SET enable_progress_bar = false")
         if threads is not None:  # a setting, not a connect option: another Store on the file may open without it
             self.con.execute(f"SET threads = {int(threads)}")  # checked by `duckdb_threads`
-        fts = _signature_checked(fts_extension_path()) if verify_extension else fts_extension_path()
         self.con.execute("LOAD '" + fts.replace("'", "''") + "'")
         # An older store's vss HNSW index needs its extension to be dropped (`_drop_vss_index`); loaded now, since
         # the sandbox below loads nothing, and found in the catalog, which runs none of the file's SQL.
