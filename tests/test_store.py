@@ -498,3 +498,26 @@ def test_the_extension_signature_is_checked_once_per_process_and_a_tampered_file
     with pytest.raises(StoreError, match=r"fts\.duckdb_extension: DuckDB refuses this extension file"):
         Store(tmp_path / "t.duckdb")
     assert not (tmp_path / "t.duckdb").exists()
+
+
+def test_a_querys_stopwords_are_dropped_before_stemming_as_the_documents_were(tmp_path):
+    """The index drops the documents' stopwords before stemming; DuckDB's `match_bm25` stems a query's and looks them
+    up, so "using" matched "usefulness" (both stem to "us") and "the" matched "thes" (user trial BF). Both BM25 paths
+    now drop them first, as Lucene, Elasticsearch and bm25s do; a store indexed without stopwords keeps every word."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in [
+        {"_id": "use", "text": "On the usefulness of thes and other rare words."},
+        {"_id": "radio", "text": "Radio interferometers observe the sun."},
+    ]))
+    q = pl.DataFrame({"qid": ["stop", "mixed"], "text": ["the of and using several", "observations of the sun using radio"]})
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(load_corpus(corpus), embed=False)
+        for search in (st.lexical_search, st.lexical_search_sql):
+            got = search(q, top_k=5, scope_filter=False)
+            assert got.filter(pl.col("qid") == "stop").is_empty(), search.__name__
+            assert got.filter(pl.col("qid") == "mixed")["doc_id"].to_list() == ["radio"], search.__name__
+        assert not st.match_bm25("the of and using several").is_empty()  # DuckDB's own macro: what it was
+    with Store(tmp_path / "none.duckdb") as st:
+        st.ingest(load_corpus(corpus), settings=IndexSettings(stopwords="none"), embed=False)
+        got = st.lexical_search_sql(q, top_k=5, scope_filter=False)
+        assert set(got.filter(pl.col("qid") == "stop")["doc_id"]) == {"use", "radio"}

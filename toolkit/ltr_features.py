@@ -21,6 +21,7 @@ import polars as pl
 
 from .analysis import lexical_text
 from .config import Stemmer
+from .store import QUERY_TERM_FILTER
 
 _STEMMERS = frozenset(get_args(Stemmer))
 
@@ -143,7 +144,8 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
     n_docs = con.execute("SELECT num_docs FROM fts_main_chunks.stats").fetchone()[0]
     qt = con.execute(
         f"""SELECT DISTINCT q.qid, d.termid, ln(((? - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
-        FROM (SELECT qid, stem(unnest(fts_main_chunks.tokenize(lex)), '{stemmer}') AS t FROM ltr_q) q
+        FROM (SELECT qid, stem(tok, '{stemmer}') AS t
+              FROM (SELECT qid, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM ltr_q) WHERE {QUERY_TERM_FILTER}) q
         JOIN fts_main_chunks.dict d ON d.term = q.t""",
         [n_docs],
     ).pl()
@@ -188,7 +190,7 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
         f"""WITH toks AS MATERIALIZED (SELECT chunk_id, unnest(t) AS tok, unnest(range(1, len(t) + 1)) AS pos
                FROM (SELECT c.chunk_id, fts_main_chunks.tokenize(c.lex_text) AS t FROM chunks c
                      SEMI JOIN (SELECT DISTINCT chunk_id FROM ltr_prox) p ON p.chunk_id = c.chunk_id)),
-           vocab AS MATERIALIZED (SELECT v.tok, d.termid FROM (SELECT DISTINCT tok FROM toks) v
+           vocab AS MATERIALIZED (SELECT v.tok, d.termid FROM (SELECT DISTINCT tok FROM toks WHERE {QUERY_TERM_FILTER}) v
                JOIN fts_main_chunks.dict d ON d.term = stem(v.tok, '{stemmer}')
                SEMI JOIN (SELECT DISTINCT termid FROM ltr_qt) qt ON qt.termid = d.termid),
            occ AS (SELECT p.qid, p.doc_id, o.pos, v.termid

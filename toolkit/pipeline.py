@@ -185,8 +185,9 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # AC's (dates, amounts and abbreviations are no identifiers; an identifier in a hyphen compound is held); 5: the
 # review of those rules (English versions kept, identifiers joined by hyphens go on); 6: `whole`, a query that
 # is only an identifier (user trial BD); 7: a `v`-version searched by its bare parts too (trial BD; cost the demo);
-# 8: by the bare version's compound only, and held by its bare form.
-PREPARE_VERSION = 8
+# 8: by the bare version's compound only, and held by its bare form; 9: a query's stopwords dropped before stemming
+# (`store.QUERY_TERM_FILTER`, user trial BF).
+PREPARE_VERSION = 9
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,
