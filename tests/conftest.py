@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.embed import SentenceTransformerEmbedder
+from toolkit.embed import Embedder, SentenceTransformerEmbedder, make_embedder
 from toolkit.loaders import load_corpus
 from toolkit.store import Store
 
@@ -54,16 +54,16 @@ def _worker_exit() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _hrt_cache_dir(tmp_path_factory):
-    """Exported ONNX models go to a directory of this test run, not the user's cache. Subprocesses inherit it,
-    the tutorials' kernels included (they run in the same pytest run), so it is one directory for all xdist
-    workers: the model is exported about once per run (concurrent exports are safe), not once per worker or
-    per tutorial kernel."""
+def _hrt_cache_dir():
+    """Exported ONNX models go to the checkout's `notebooks/.cache/hrt` (ignored by git, beside the tutorials'
+    demo store), not the user's cache. Subprocesses inherit it, the tutorials' kernels included (they run in the
+    same pytest run), so it is one directory for all xdist workers and for later runs: the model is exported once
+    per checkout (concurrent exports are safe; a damaged entry is exported again), not in every run (~6 s of
+    CPU). Tests of the export itself use folders of their own."""
     old = os.environ.get("HRT_CACHE_DIR")
-    base = tmp_path_factory.getbasetemp()
-    run_dir = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # popen-gwN -> the run's folder
-    (run_dir / "hrt-cache").mkdir(exist_ok=True)
-    os.environ["HRT_CACHE_DIR"] = str(run_dir / "hrt-cache")
+    cache = Path(__file__).resolve().parents[1] / "notebooks" / ".cache" / "hrt"
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ["HRT_CACHE_DIR"] = str(cache)
     yield
     if old is None:
         os.environ.pop("HRT_CACHE_DIR", None)
@@ -72,7 +72,14 @@ def _hrt_cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
+def embedder() -> Embedder:
+    """The packaged model as users get it (`backend: auto`: ONNX Runtime where it is installed). A worker then
+    never imports torch (~4 s of CPU each) unless a test asks for `torch_embedder`; the vectors are the same."""
+    return make_embedder(backend="auto")
+
+
+@pytest.fixture(scope="session")
+def torch_embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
 
 

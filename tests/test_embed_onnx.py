@@ -32,9 +32,9 @@ def onnx():
 
 
 @pytest.mark.long
-def test_onnx_vectors_equal_torch_within_float_tolerance(embedder, onnx, texts):
-    ref, got = embedder.embed(texts), onnx.embed(texts)
-    assert onnx.model_id == embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+def test_onnx_vectors_equal_torch_within_float_tolerance(torch_embedder, onnx, texts):
+    ref, got = torch_embedder.embed(texts), onnx.embed(texts)
+    assert onnx.model_id == torch_embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert got.shape == ref.shape == (len(texts), 384)
     cos = (ref * got).sum(axis=1)
     assert cos.min() > 0.9999, cos.min()
@@ -54,20 +54,20 @@ def test_export_is_cached_and_reused(onnx):
     assert (d / "model.onnx").stat().st_mtime_ns == stamp
 
 
-def test_int8_is_close_but_recorded_as_another_model(embedder, texts):
+def test_int8_is_close_but_recorded_as_another_model(torch_embedder, texts):
     q8 = make_embedder(backend="onnx-int8")
-    assert q8.model_id == embedder.model_id + "#int8"
-    cos = (embedder.embed(texts[:24]) * q8.embed(texts[:24])).sum(axis=1)
+    assert q8.model_id == torch_embedder.model_id + "#int8"
+    cos = (torch_embedder.embed(texts[:24]) * q8.embed(texts[:24])).sum(axis=1)
     assert cos.mean() > 0.97, cos.mean()
 
 
-def test_torch_store_is_searched_with_onnx_queries_and_int8_is_refused(tmp_path, corpus_file, embedder):
+def test_torch_store_is_searched_with_onnx_queries_and_int8_is_refused(tmp_path, corpus_file, torch_embedder):
     path = tmp_path / "t.duckdb"
-    with Store(path, embedder=embedder) as st:
+    with Store(path, embedder=torch_embedder) as st:
         st.ingest(load_corpus(corpus_file))
         assert st.embedding_backend == "torch"
     q = pl.DataFrame({"qid": ["a", "b"], "text": ["deploy connection refused", "how long do we wait between retries"]})
-    with Store(path, embedder=embedder) as st:
+    with Store(path, embedder=torch_embedder) as st:
         ref = st.dense_search(q, top_k=6, scope_filter=False)
     with Store(path, read_only=True) as st:
         got = st.dense_search(q, top_k=6, scope_filter=False, embedding={"backend": "onnx"})
