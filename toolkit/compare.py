@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -104,34 +105,48 @@ def randomization_test(
     # sizes |d|: sampled over them in sorted order, p is the same for A vs B and B vs A and whatever order
     # or names the queries come in (only the observed sum keeps the signs).
     d = np.sort(np.abs(d))
-    if n <= 30 and 2**n <= n_permutations:
-        # Exact: all 2^n sign patterns (the identity among them), no sampling error; in chunks of rows.
-        hits, rows = 0, max(1, _CHUNK // n)
-        for start in range(0, 2**n, rows):
-            bits = (np.arange(start, min(start + rows, 2**n))[:, None] >> np.arange(n)) & 1
-            hits += int(np.count_nonzero(np.abs((1 - 2 * bits) @ d) >= obs - tol))
+    exact, chunks = flip_patterns(n, n_permutations, seed)
+    total, hits = d.sum(), 0
+    for flip in chunks:
+        # Sum with the flipped signs = total - 2 * (sum of the flipped values).
+        hits += int(np.count_nonzero(np.abs(total - 2.0 * (flip @ d)) >= obs - tol))
+    if exact:
         return hits / 2**n
-    p = _sampled(d, obs, tol, n_permutations, seed)
+    p = (hits + 1) / (n_permutations + 1)
     if p < refine_below:
         return randomization_test(diff, REFINE * n_permutations, seed)
     return p
 
 
-def _sampled(d: np.ndarray, obs: float, tol: float, n_permutations: int, seed: int | list[int]) -> float:
-    n = d.size
-    rng = np.random.default_rng(seed)
-    total, hits, done = d.sum(), 0, 0
-    rows = max(1, _CHUNK // n)
-    while done < n_permutations:
-        b = min(rows, n_permutations - done)
-        # Random bytes unpacked to bits are ~2x faster than integers(0, 2) and feed a BLAS float product.
-        raw = np.frombuffer(rng.bytes(b * ((n + 7) // 8)), dtype=np.uint8).reshape(b, -1)
-        flip = np.unpackbits(raw, axis=1, count=n).astype(np.float64)
-        # Sum with the flipped signs = total - 2 * (sum of the flipped values).
-        sums = total - 2.0 * (flip @ d)
-        hits += int(np.count_nonzero(np.abs(sums) >= obs - tol))
-        done += b
-    return (hits + 1) / (n_permutations + 1)
+def exact_flips(n: int, n_permutations: int) -> bool:
+    """Whether a sign-flip test on `n` queries enumerates every pattern (2^n <= n_permutations) instead of sampling."""
+    return n <= 30 and 2**n <= n_permutations
+
+
+def flip_patterns(n: int, n_permutations: int, seed: int | list[int]) -> tuple[bool, Iterator[np.ndarray]]:
+    """The sign patterns of a paired sign-flip test on `n` queries, in chunks of rows of 0.0 / 1.0 (1 = that query's
+    difference changes sign): every one of the 2^n (the identity among them: exact, no sampling error) when
+    2^n <= `n_permutations`, else `n_permutations` drawn at random. Returns (exact, chunks). Chunks bound memory
+    whatever the query count. One generator for every sign-flip test (`randomization_test`, the tuner's
+    selection-aware test in `toolkit.tune`)."""
+    rows = max(1, _CHUNK // max(n, 1))
+
+    def enumerate_all() -> Iterator[np.ndarray]:
+        for start in range(0, 2**n, rows):
+            yield ((np.arange(start, min(start + rows, 2**n))[:, None] >> np.arange(n)) & 1).astype(np.float64)
+
+    def sample() -> Iterator[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        done = 0
+        while done < n_permutations:
+            b = min(rows, n_permutations - done)
+            # Random bytes unpacked to bits are ~2x faster than integers(0, 2) and feed a BLAS float product.
+            raw = np.frombuffer(rng.bytes(b * ((n + 7) // 8)), dtype=np.uint8).reshape(b, -1)
+            yield np.unpackbits(raw, axis=1, count=n).astype(np.float64)
+            done += b
+
+    exact = exact_flips(n, n_permutations)
+    return exact, enumerate_all() if exact else sample()
 
 
 def bootstrap_ci(
