@@ -108,7 +108,7 @@ class Report:
             "<h2>A/B table</h2>",
             _table(self.ab, "Mean of each measure per system, with latency per query (ms) and providers"),
             "<h2>Against the baseline</h2>",
-            "<p>delta: mean difference with its 95% bootstrap interval; p (Holm): paired randomisation test, "
+            "<p>delta: mean difference with its 95% interval (symmetric studentised bootstrap; [-1, 1] when the queries cannot bound it); p (Holm): paired randomisation test, "
             "corrected across the compared systems, per measure (not across the measures: a star on one of several "
             "measures by chance is more likely than 0.05; name the measure that decides before looking); "
             "* = p (Holm) &lt;= 0.05.</p>",
