@@ -242,15 +242,21 @@ def test_the_p_value_does_not_depend_on_direction_or_query_order():
 
 
 def test_the_tuners_gate_refines_p_near_its_own_alpha(monkeypatch):
+    """A sampled p below 2 x alpha is sampled again with ten times the sign patterns (as `compare` does), so its
+    Monte Carlo error does not flip the verdict; the gate's own alpha decides what is near."""
     import importlib
 
     T = importlib.import_module("toolkit.tune")  # (the package's `tune` attribute is the function)
     seen = []
-    real = T.compare
-    monkeypatch.setattr(T, "compare", lambda *a, **k: seen.append(k.get("alpha")) or real(*a, **k))
-    scores = np.array([[0.5] * 12, [0.6] * 12])
-    T.decide(["base", "x"], scores, np.arange(12) % 3, measure="m", alpha=0.2)
-    assert seen == [0.2]
+    real = T.flip_patterns
+    monkeypatch.setattr(T, "flip_patterns", lambda n, k, seed: seen.append(k) or real(n, k, seed))
+    base = np.full(20, 0.5)
+    scores = np.stack([base, base + np.where(np.arange(20) % 4 == 0, -0.1, 0.08)])  # p ~0.08: 2^20 patterns, sampled
+    T.decide(["base", "x"], scores, np.arange(20) % 4, measure="m", alpha=0.05)
+    assert seen == [10_000, 100_000]
+    seen.clear()
+    T.decide(["base", "x"], scores, np.arange(20) % 4, measure="m", alpha=0.02)
+    assert seen == [10_000]
 
 
 def test_hrt_run_as_of_is_checked_and_says_when_it_does_nothing(tmp_path):

@@ -325,3 +325,47 @@ def test_a_range_beyond_the_fields_own_bounds_is_refused_while_one_only_the_base
     with pytest.raises(InputError, match="nothing to tune"):
         tune(store, dataset, base="bm25-only", space={"fusion.method": ["convex"], "fusion.alpha": {"float": [0.0, 1.0]}},
              budget=2, folds=2, progress=False)
+
+
+def _ndcg_like(size: int, rng: np.random.Generator) -> np.ndarray:
+    """Per-query values shaped like nDCG@10: 30% at 0, 30% at 1, the rest in between."""
+    u = rng.random(size)
+    return np.where(u < 0.3, 0.0, np.where(u < 0.6, 1.0, np.round(rng.beta(2, 2, size), 2)))
+
+
+def test_under_the_null_its_test_assumes_the_gate_ships_at_most_alpha_over_two():
+    """Every sign pattern of fixed per-query differences (candidates vs the base, one candidate set for every fold) is
+    a dataset where nothing beats the base. The paired test on the cross-validated scores shipped a change on 5.5% of
+    them (its choices share data and pick a maximum; the audit, user trial BE: 6.3% of simulated null splits); the
+    gate re-runs the selection under each flip, so it ships on at most alpha / 2 of them, exactly."""
+    from toolkit.tune import decide
+
+    rng = np.random.default_rng(1)
+    n, fold = 8, np.arange(8) % 4
+    base = rng.uniform(0.2, 0.8, n)
+    diffs = np.vstack([np.zeros(n), np.round(rng.normal(0, 0.2, (5, n)), 2)])
+    shipped = 0
+    for pattern in range(2**n):
+        signs = 1 - 2 * ((pattern >> np.arange(n)) & 1)
+        shipped += decide(["base", *"abcde"], base + signs * diffs, fold, measure="m").chosen != "base"
+    assert 0 < shipped <= 0.025 * 2**n
+
+
+def test_a_null_split_the_paired_test_called_a_win_keeps_the_base():
+    """32 queries, the base and 23 configs that are no better (each keeps the query's shared value with probability
+    0.6, else draws its own): cross-validated selection gains +0.17 on held-out folds, the paired test on those scores
+    gave p = 0.003 (a change shipped); with the selection re-run under the null, p is 0.1 and the base is kept, and
+    the 95% interval holds the true gain, 0."""
+    from toolkit.compare import _seed, randomization_test
+    from toolkit.tune import cv_heldout, decide
+
+    rng = np.random.default_rng(87)
+    shared = _ndcg_like(32, rng)
+    scores = np.where(rng.random((24, 32)) < 0.6, shared, _ndcg_like(24 * 32, rng).reshape(24, 32))
+    fold = rng.permutation(np.arange(32) % 5)
+    d = cv_heldout(scores, fold)[0] - scores[0]
+    assert d.mean() > 0.05 and randomization_test(d, seed=_seed(0, d), refine_below=0.1) < 0.01  # the old verdict
+    dec = decide(["base", *(f"c{i}" for i in range(1, 24))], scores, fold, measure="nDCG@10")
+    assert dec.chosen == "base" and dec.index != 0 and dec.p_value >= 0.05 and "not more than noise" in dec.rule
+    assert dec.gain == pytest.approx(d.mean()) and dec.ci[0] <= 0 <= dec.ci[1] and dec.ci[0] <= dec.gain <= dec.ci[1]
+    assert "sign-flip test of the whole selection" in dec.rule

@@ -1650,7 +1650,8 @@ def report(dataset, split, configs, baseline, store_path, group_by, rel_threshol
 @click.option("--no-anchors", is_flag=True, help="Leave out the fixed settings (one list alone, plain RRF) "
               "that compete with the search.")
 @click.option("--alpha", default=0.05, show_default=True, type=float, help="Significance level the held-out "
-              "gain over the base must reach (paired randomization test) for the base to be replaced.")
+              "gain over the base must reach (a sign-flip test that re-runs the cross-validated selection) for the base "
+              "to be replaced.")
 @click.option("--rel-threshold", default=1, show_default=True, type=click.IntRange(1),
               help="Grade a binary --measure counts as relevant (2 for TREC DL).")
 @_WAIT_OPTION
