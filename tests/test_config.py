@@ -367,3 +367,34 @@ def test_a_frozen_config_is_hashable_so_it_can_key_a_cache():
     assert scored(base) == scored(load_config("default")) and len(calls) == 1
     assert scored(base.with_updates({"fusion.rrf_k": 30})) == 30 and len(calls) == 2
     assert len({base, load_config("default"), load_config("qmd")}) == 2
+
+
+def test_query_term_frequency_is_a_prepare_field_that_round_trips_and_checks(tmp_path):
+    """`retrieval.lexical.query_term_frequency` (Lucene-like BM25: a repeated query term counts per occurrence) is
+    off by default, set by a config file as a user writes one, kept by a save and load, accepted by `hrt config
+    check` without a warning, named by `hrt config diff`, and a prepare field: it changes the cache key (so the lab
+    retrieves again) and `hrt tune` cannot move it. With BM25 off it does nothing, and the check says so."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+    from toolkit.config import Stage, prepare_settings, stage_of
+
+    assert PipelineConfig().retrieval.lexical.query_term_frequency is False
+    f = tmp_path / "lucene.yaml"
+    f.write_text("extends: bm25-only\nretrieval: {lexical: {query_term_frequency: true}}\n")
+    cfg = load_config(f)
+    assert cfg.retrieval.lexical.query_term_frequency is True
+    for ext in ("yaml", "json"):
+        assert load_config(save_config(cfg, tmp_path / f"back.{ext}")) == cfg
+    assert stage_of("retrieval.lexical.query_term_frequency") is Stage.PREPARE
+    assert prepare_settings(cfg) != prepare_settings(load_config("bm25-only"))
+    r = CliRunner().invoke(main, ["config", "check", "--strict", str(f)])
+    assert r.exit_code == 0 and r.stdout.strip() == f"{f}: ok (lucene)" and not r.stderr, r.output
+    r = CliRunner().invoke(main, ["config", "diff", "bm25-only", str(f)])
+    assert r.exit_code == 0 and r.stdout.startswith("retrieval.lexical.query_term_frequency:"), r.output
+    with pytest.raises(InputError, match="query_term_frequency: Input should be a valid boolean"):  # strict: no "yes"
+        config_from_dict({"retrieval": {"lexical": {"query_term_frequency": "yes"}}})
+    off = tmp_path / "off.yaml"
+    off.write_text("extends: vector-only\nretrieval: {lexical: {query_term_frequency: true}}\n")
+    r = CliRunner().invoke(main, ["config", "check", str(off)])
+    assert r.exit_code == 0 and "retrieval.lexical.query_term_frequency is set but retrieval.lexical.enabled is false" in r.stderr

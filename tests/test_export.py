@@ -267,6 +267,19 @@ def test_tuned_bm25_parameters_reach_the_index_or_are_named():
         assert not any("BM25 k1" in x for x in export_config("qmd", engine).not_carried), engine
 
 
+def test_the_analyzer_note_says_which_query_term_frequency_scores_repeats_as_the_engine():
+    """A user trial: a query repeating a word (`error error error code`) scored as `error code` in the toolkit and
+    with `error` three times in Elasticsearch and OpenSearch. Each export's note says how the engine counts it and
+    which `retrieval.lexical.query_term_frequency` matches; the mapping itself is the same either way."""
+    lucene = load_config("qmd").with_updates({"retrieval.lexical.query_term_frequency": True})
+    for engine in ("opensearch", "elasticsearch", "weaviate"):
+        off, on = export_config("qmd", engine), export_config(lucene, engine)
+        assert "Repeated query words:" in off.analyzer_note and "set it to true" in off.analyzer_note, engine
+        assert "query_term_frequency: true" in on.analyzer_note and "set it to true" not in on.analyzer_note, engine
+        assert off.payload == on.payload and off.not_carried == on.not_carried, engine
+    assert "not checked" in export_config("qmd", "lancedb").analyzer_note
+    assert "Repeated" not in export_config("vector-only", "opensearch").analyzer_note  # no BM25, nothing to say
+
 # ---------------------------------------------------------------- user trial: overwrites, single lists, windows, analyzers
 def test_export_refuses_to_write_over_the_config_it_exports(tmp_path, monkeypatch):
     """A user trial: `hrt export --config victim.yaml --engine opensearch --out victim.yaml` replaced the tuned

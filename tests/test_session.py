@@ -96,3 +96,19 @@ def test_binary_measures_follow_the_grade_threshold_in_session_and_tune(store):
     # At threshold 2 no grade-1 judgement counts on R@5: every config scores 0, nothing to tune (user trial AY).
     with pytest.raises(InputError, match=r"no judged dev query has a document graded >= 2"):
         tune(store, QUERIES, graded, base="hybrid-rrf", budget=2, folds=2, measure="R@5", progress=False, rel_threshold=2)
+
+
+def test_query_term_frequency_retrieves_again_and_reaches_bm25(store):
+    """The Lucene-like BM25 switch (`retrieval.lexical.query_term_frequency`) is a prepare field: the lab prepares
+    again for it (no cached list could show it), and the lexical scores it gives are the store's with it on."""
+    q = pl.DataFrame({"qid": ["r"], "text": ["deploy deploy deploy ECONNREFUSED"]})
+    s = Session(store, q, None, config="bm25-only", baseline=None)
+    prepared = s.prepared
+    lex = lambda p: p.candidates.filter(pl.col("retriever") == "lex").sort("rank")  # noqa: E731
+    assert s.set("retrieval.lexical.query_term_frequency", True) and s.prepared is not prepared
+    want = store.lexical_search(q, top_k=100, query_term_frequency=True)
+    assert lex(s.prepared)["doc_id"].to_list() == want["doc_id"].to_list()
+    assert lex(s.prepared)["score"].to_list() == pytest.approx(want["score"].to_list())
+    assert lex(s.prepared)["score"].to_list() != pytest.approx(lex(prepared)["score"].to_list())
+    ref = run_pipeline(store, q, s.config).final.select("qid", "doc_id", "rank")
+    assert s.result.final.select("qid", "doc_id", "rank").equals(ref)

@@ -194,7 +194,8 @@ def test_store_file_is_plain_duckdb(store):
 
 @pytest.mark.parametrize("sparse_topk", [False, True])
 def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path, monkeypatch, sparse_topk):
-    """Both top-k kernels (dense score blocks; per-query sparse top-k, used on large stores) against SQL."""
+    """Both top-k kernels (dense score blocks; per-query sparse top-k, used on large stores) against SQL, with and
+    without query term frequency."""
     from conftest import shared
 
     import toolkit.store as store_mod
@@ -208,9 +209,9 @@ def test_sparse_bm25_equals_the_sql_path_on_cacm(tmp_path, monkeypatch, sparse_t
     with Store(tmp_path / "cacm.duckdb") as st:
         st.ingest(load_corpus(ds.root), embed=False)
         queries = ds.queries()
-        for level in ("document", "chunk"):
-            a = st.lexical_search_sql(queries, top_k=50, level=level).sort("qid", "rank")
-            b = st.lexical_search(queries, top_k=50, level=level).sort("qid", "rank")
+        for level, qtf in (("document", False), ("chunk", False), ("document", True)):
+            a = st.lexical_search_sql(queries, top_k=50, level=level, query_term_frequency=qtf).sort("qid", "rank")
+            b = st.lexical_search(queries, top_k=50, level=level, query_term_frequency=qtf).sort("qid", "rank")
             assert a.select("qid", "doc_id", "chunk_id", "rank").equals(b.select("qid", "doc_id", "chunk_id", "rank"))
             np.testing.assert_allclose(a["score"].to_numpy(), b["score"].to_numpy(), atol=1e-8)
 
@@ -521,3 +522,54 @@ def test_a_querys_stopwords_are_dropped_before_stemming_as_the_documents_were(tm
         st.ingest(load_corpus(corpus), settings=IndexSettings(stopwords="none"), embed=False)
         got = st.lexical_search_sql(q, top_k=5, scope_filter=False)
         assert set(got.filter(pl.col("qid") == "stop")["doc_id"]) == {"use", "radio"}
+
+
+def test_a_repeated_query_term_counts_per_occurrence_only_with_query_term_frequency(tmp_path):
+    """User trial: `error error error code` scored as `error code` (distinct query terms, DuckDB's match_bm25), while
+    Lucene, Elasticsearch, OpenSearch, bm25s and rank_bm25 sum a repeated term. `query_term_frequency` adds idf * w
+    once more per occurrence, on both BM25 paths alike; counted after stemming, and a repeated stopword still counts
+    nothing."""
+    import math
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in [
+        {"_id": "err", "text": "An error was logged by the parser."},
+        {"_id": "code", "text": "The code review found a code smell in the code."},
+        {"_id": "both", "text": "Error code 42 means the disk is full."},
+        {"_id": "other", "text": "Nothing to see in this note about lunch."},
+    ]))
+    texts = {"plain": "error code", "rep": "error error error code", "stem": "errors error code", "stop": "the the error code"}
+    qs = pl.DataFrame({"qid": list(texts), "text": list(texts.values())})
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(load_corpus(corpus), embed=False)
+        n, avgdl = st.con.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
+        (df,) = st.con.execute("SELECT df FROM fts_main_chunks.dict WHERE term = 'error'").fetchone()
+        tf, dl = st.con.execute(
+            "SELECT count(*), any_value(fd.len) FROM fts_main_chunks.terms t JOIN fts_main_chunks.dict d USING (termid) "
+            "JOIN fts_main_chunks.docs fd USING (docid) WHERE d.term = 'error' AND fd.name = 'err#0'").fetchone()
+        k1, b = 1.2, 0.75
+        idf_w = math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+
+        def scores(search, qtf):
+            got = search(qs, top_k=10, level="chunk", scope_filter=False, query_term_frequency=qtf)
+            return {(r["qid"], r["doc_id"]): r["score"] for r in got.iter_rows(named=True)}, got
+
+        st._lexical_matrix(k1, b)  # the sparse path for these few queries too (else it hands them to SQL)
+        for qtf in (False, True):
+            sparse, sparse_frame = scores(st.lexical_search, qtf)
+            sql, sql_frame = scores(st.lexical_search_sql, qtf)
+            assert sparse_frame.select("qid", "doc_id", "rank").equals(sql_frame.select("qid", "doc_id", "rank")), qtf
+            assert sparse.keys() == sql.keys() and all(abs(sparse[k] - sql[k]) < 1e-9 for k in sql), qtf
+            plain, rep, stem, stop = (sql[(q, "err")] for q in ("plain", "rep", "stem", "stop"))
+            assert stop == pytest.approx(plain, abs=1e-12)  # stopwords are dropped, repeated or not
+            if qtf:  # two more occurrences of `error`: 2 * idf * w more; `errors` is `error` once more after stemming
+                assert rep - plain == pytest.approx(2 * idf_w, rel=1e-9)
+                assert stem - plain == pytest.approx(idf_w, rel=1e-9)
+            else:
+                assert rep == pytest.approx(plain, abs=1e-12) and stem == pytest.approx(plain, abs=1e-12)
+        # What the user sees: the repeated word puts the document with it above the one with the other word.
+        for search in (st.lexical_search, st.lexical_search_sql):
+            off = search(qs, top_k=10, level="chunk", scope_filter=False)
+            on = search(qs, top_k=10, level="chunk", scope_filter=False, query_term_frequency=True)
+            order = lambda f: f.filter(pl.col("qid") == "rep")["doc_id"].to_list()  # noqa: E731
+            assert order(off).index("code") < order(off).index("err") and order(on).index("err") < order(on).index("code")

@@ -246,6 +246,7 @@ def test_decide_rules_on_known_per_query_scores():
         "rerank.top_n",
         "rerank.provider",
         "routing.conversational_skip_lexical",
+        "retrieval.lexical.query_term_frequency",
     ],
 )
 def test_expensive_keys_rejected_naming_key(store, dataset, key):

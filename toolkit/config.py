@@ -266,6 +266,10 @@ class LexicalConfig(_Model):
     top_k: Prepare[int] = Field(100, ge=1, le=10_000, description="Places in each BM25 list (documents or chunks, by `retrieval.level`).")
     k1: Prepare[float] = Field(1.2, ge=0.0, le=10.0, description="BM25 term-frequency saturation (higher: repeated terms count for more).")
     b: Prepare[float] = Field(0.75, ge=0.0, le=1.0, description="BM25 length normalisation (0: none, 1: full).")
+    # DuckDB's `match_bm25` scores each distinct query term once; Lucene (Elasticsearch, OpenSearch), bm25s and
+    # rank_bm25 sum a repeated term, each occurrence adding idf * w again. Counted after analysis, so two words
+    # with one stem are one term repeated (docs/bm25.md).
+    query_term_frequency: Prepare[bool] = Field(False, description="Count a query term once per occurrence, as Lucene (Elasticsearch, OpenSearch), bm25s and rank_bm25 do: `error error code` weighs `error` twice. false: each distinct term once (DuckDB's match_bm25).")
     # The index is built at ingest (`hrt ingest --stemmer/--stopwords`) and belongs to the store. Unset,
     # a pipeline runs on whatever index the store has; set, `prepare` checks the store was built so and
     # stops with a clear error otherwise (a config tuned on one index says so when run on another).

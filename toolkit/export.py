@@ -214,8 +214,29 @@ def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
         "and splits technical tokens (versions, snake_case, camelCase, error codes) into parts plus the whole token; "
         "it also folds text (NFKC and case folding: full-width ＥＣＯＮＮ is econn) and indexes Chinese, Japanese and Korean "
         "text as single characters and character pairs, so a CJK word matches inside a sentence; "
-        f"a plain BM25 `match` on a default analyzer does not reproduce that, so lexical scores and ranks differ: {how}."
+        f"a plain BM25 `match` on a default analyzer does not reproduce that, so lexical scores and ranks differ: {how}. "
+        + _repeats_note(cfg, engine)
     )
+
+
+# How each engine's BM25 counts a query word given more than once (`retrieval.lexical.query_term_frequency`).
+_ENGINE_REPEATS = {
+    "opensearch": "OpenSearch (Lucene) adds a repeated query word's score once per occurrence",
+    "elasticsearch": "Elasticsearch (Lucene) adds a repeated query word's score once per occurrence",
+    "weaviate": "Weaviate's BM25 weighs a repeated query word by its count",
+}
+
+
+def _repeats_note(cfg: PipelineConfig, engine: str) -> str:
+    """Which `retrieval.lexical.query_term_frequency` scores a repeated query word as `engine` does."""
+    on = cfg.retrieval.lexical.query_term_frequency
+    ours = ("this config counts each occurrence too (retrieval.lexical.query_term_frequency: true)" if on else
+            "this config counts it once (retrieval.lexical.query_term_frequency: false, DuckDB's match_bm25); "
+            "set it to true to score such queries as the engine does")
+    if engine in _ENGINE_REPEATS:
+        return f"Repeated query words: {_ENGINE_REPEATS[engine]}; {ours}."
+    return (f"Repeated query words: the toolkit counts a repeated word {'per occurrence' if on else 'once'} "
+            f"(retrieval.lexical.query_term_frequency: {str(on).lower()}); how LanceDB's FTS counts one is not checked here.")
 
 
 def _min_version(needs: list[tuple[str, str]]) -> tuple[str, str]:

@@ -168,7 +168,8 @@ def _with_copies(run: pl.DataFrame, copies: pl.DataFrame) -> pl.DataFrame:
 
 def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     r = cfg.retrieval
-    lex = {"top_k": r.lexical.top_k, "k1": r.lexical.k1, "b": r.lexical.b} if r.lexical.enabled else None
+    lex = ({"top_k": r.lexical.top_k, "k1": r.lexical.k1, "b": r.lexical.b,
+            "query_term_frequency": r.lexical.query_term_frequency} if r.lexical.enabled else None)
     den = None
     if r.dense.enabled:
         den = {"top_k": r.dense.top_k, "embedding": r.dense.embedder_args(), "index": r.dense.index,

@@ -322,6 +322,14 @@ def _file_lock(path: Path) -> Iterator[None]:
 QUERY_TERM_FILTER = "tok <> '' AND tok NOT IN (SELECT sw FROM fts_main_chunks.stopwords)"
 
 
+def _qtf(on: bool, count: str = "count(*)") -> str:
+    """SQL factor of a query term's IDF: its count in the query (`query_term_frequency`, as Lucene) or 1 (distinct
+    terms, as DuckDB's `match_bm25`). A bool is checked: only these two texts reach the SQL."""
+    if not isinstance(on, bool | np.bool_):
+        raise InputError(f"query_term_frequency must be true or false, got {on!r}")
+    return f"{count}::DOUBLE" if on else "1"
+
+
 @functools.cache
 def _signature_checked(path: str) -> str:
     """`path`, after DuckDB's own signature check of the extension file, made once per process in a throw-away
@@ -2269,6 +2277,7 @@ class Store:
         level: str = "document",
         k1: float = 1.2,
         b: float = 0.75,
+        query_term_frequency: bool = False,
         scope_filter: bool = True,
         filters: dict[str, Any] | None = None,
         block: int = 256,
@@ -2278,6 +2287,7 @@ class Store:
         Queries are tokenised and stemmed by the FTS index's own macros (one SQL for all queries); the
         chunk term weights come from the FTS tables once per store generation. Same scores and rankings
         as `lexical_search_sql` (a test checks), several times faster: no join per query term.
+        `query_term_frequency`: a term repeated in the query counts once per occurrence (Lucene, bm25s), not once.
         """
         if not self.has_lexical_index():
             self._refuse_empty()
@@ -2289,6 +2299,7 @@ class Store:
             # A few queries in a fresh process (`hrt search`): one SQL join over the postings of their terms
             # beats reading every posting into a matrix (and importing scipy) for them.
             return self.lexical_search_sql(queries, top_k=top_k, level=level, k1=k1, b=b,
+                                           query_term_frequency=query_term_frequency,
                                            scope_filter=scope_filter, filters=filters)
         import scipy.sparse as sp
 
@@ -2297,13 +2308,15 @@ class Store:
         lex = [query_lexical_text(t) for t in queries["text"].to_list()]
         with self._snapshot():  # the matrix and the query terms' ids and df from one state of the index
             m = self._lexical_matrix(k1, b)
+            # A query row's weight of a term: its IDF, times its count in the query with `query_term_frequency`
+            # (the same product as `lexical_search_sql`'s qterm, so both paths give the same floats).
             qt = self.con.execute(
-                f"""SELECT DISTINCT q.qi, d.termid, ln((({m["n_docs"]} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
+                f"""SELECT q.qi, d.termid, ln((({m["n_docs"]} - d.df + 0.5) / (d.df + 0.5)) + 1) * {_qtf(query_term_frequency)} AS idf
                 FROM (SELECT qi, stem(tok, $2) AS t
                       FROM (SELECT qi, unnest(fts_main_chunks.tokenize(lex)) AS tok
                             FROM (SELECT generate_subscripts($1, 1) - 1 AS qi, unnest($1) AS lex))
                       WHERE {QUERY_TERM_FILTER}) q
-                JOIN fts_main_chunks.dict d ON d.term = q.t""",
+                JOIN fts_main_chunks.dict d ON d.term = q.t GROUP BY q.qi, d.termid, d.df""",
                 [lex, settings.stemmer],
             ).fetchnumpy()
         qmat = sp.csr_matrix((qt["idf"], (qt["qi"], qt["termid"])), shape=(len(queries), m["wt"].shape[0]))
@@ -2360,6 +2373,7 @@ class Store:
         level: str = "document",
         k1: float = 1.2,
         b: float = 0.75,
+        query_term_frequency: bool = False,
         scope_filter: bool = True,
         filters: dict[str, Any] | None = None,
     ) -> pl.DataFrame:
@@ -2367,7 +2381,9 @@ class Store:
 
         DuckDB's `match_bm25` (same tokenizer, stemmer, distinct query terms, k1, b) batched, except that a query's
         stopwords are dropped before stemming, as the index dropped the documents' (`QUERY_TERM_FILTER`):
-        `match_bm25` scores one query per call (~50 queries/s), this join scores ~1,000+/s.
+        `match_bm25` scores one query per call (~50 queries/s), this join scores ~1,000+/s. With
+        `query_term_frequency` a term repeated in the query (after stemming) counts once per occurrence, as Lucene's,
+        bm25s's and rank_bm25's BM25 do, instead of once.
         """
         if not self.has_lexical_index():
             self._refuse_empty()
@@ -2401,10 +2417,12 @@ class Store:
                      dense_rank() OVER (ORDER BY c.doc_id) AS doc_i, row_number() OVER (ORDER BY c.doc_id, c.ord) AS chunk_i
                    FROM fts_main_chunks.docs fd JOIN chunks c ON c.chunk_id = fd.name
                    JOIN documents d ON d.doc_id = c.doc_id WHERE true {fsql}),
-            qt AS MATERIALIZED (SELECT DISTINCT qi, scope, stem(tok, ?) AS t
-                   FROM (SELECT qi, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE {QUERY_TERM_FILTER}),
+            qt AS MATERIALIZED (SELECT qi, scope, t, count(*) AS n
+                   FROM (SELECT qi, scope, stem(tok, ?) AS t
+                         FROM (SELECT qi, scope, unnest(fts_main_chunks.tokenize(lex)) AS tok FROM qin) WHERE {QUERY_TERM_FILTER})
+                   GROUP BY qi, scope, t),
             qterm AS MATERIALIZED (SELECT qt.qi, qt.scope, d.termid,
-                     ln((({n_docs} - d.df + 0.5) / (d.df + 0.5)) + 1) AS idf
+                     ln((({n_docs} - d.df + 0.5) / (d.df + 0.5)) + 1) * {_qtf(query_term_frequency, "qt.n")} AS idf
                    FROM qt JOIN fts_main_chunks.dict d ON d.term = qt.t),
             post AS MATERIALIZED (SELECT t.termid, t.docid, any_value(m.scope) AS scope,
                      count(*) * ({k1} + 1) / (count(*) + {k1} * (1 - {b} + {b} * any_value(m.len) / {avgdl})) AS w
