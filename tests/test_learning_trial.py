@@ -157,6 +157,19 @@ def test_a_model_used_with_other_retrieval_settings_warns(tmp_path, dataset, cor
         warnings.simplefilter("always")
         rescore(prepare(st, q, cfg), cfg)
     assert any("other retrieval settings (retrieval.lexical.top_k 100 in training, 20 here" in str(w.message) for w in got)
+    # A model trained before `retrieval.lexical.query_term_frequency` existed recorded no value for it: it ran the
+    # default (false), so the same settings raise no warning, and the Lucene-like count does.
+    doc = json.loads(out.read_text())
+    del doc["info"]["settings"]["retrieval.lexical.query_term_frequency"]
+    out.write_text(json.dumps(doc))
+    for qtf, warned in ((False, False), (True, True)):
+        cfg = load_config("learned").with_updates({"fusion.model": str(out), "retrieval.lexical.query_term_frequency": qtf})
+        with Store(store, read_only=True) as st, warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            rescore(prepare(st, q, cfg), cfg)
+        said = [str(w.message) for w in got if "other retrieval settings" in str(w.message)]
+        assert bool(said) is warned, said
+        assert not said or "retrieval.lexical.query_term_frequency False in training, True here" in said[0]
 
 
 def test_a_model_used_on_a_store_built_otherwise_warns(tmp_path, corpus_file):

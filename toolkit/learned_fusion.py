@@ -403,7 +403,12 @@ def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any]
     trained = model.info.get("settings")
     if not isinstance(trained, dict) or not settings:
         return
+    from .config import PipelineConfig, prepare_settings
+
     now = feature_settings(settings)
+    # A field the record lacks was added to the config after the model was trained, which then ran its default
+    # (retrieval.lexical.query_term_frequency: false): that is no difference.
+    trained = {**{k: v for k, v in feature_settings(prepare_settings(PipelineConfig())).items() if k not in trained}, **trained}
     diff = [f"{k} {trained.get(k)!r} in training, {now.get(k)!r} here" for k in sorted(set(trained) | set(now))
             if trained.get(k) != now.get(k) and not k.endswith(".enabled")]  # a switched-off list: warn_disabled_lists
     if diff:
