@@ -396,6 +396,11 @@ def feature_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in settings.items() if k.startswith(("retrieval.", "expansion."))}, default=str))
 
 
+# Settings added to the config after models recorded theirs, with the value every earlier model ran: a record that
+# lacks one was trained so (whatever the field's default is now), and is compared as such.
+SETTINGS_BEFORE_RECORDED: dict[str, Any] = {"retrieval.lexical.query_term_frequency": False}
+
+
 def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any] | None) -> None:
     """UserWarning (once per model file and difference) when the features are made with other retrieval settings than the
     model was trained on (list depths, level chunk/document, expansion): its trees and score_prob read ranks
@@ -403,12 +408,8 @@ def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any]
     trained = model.info.get("settings")
     if not isinstance(trained, dict) or not settings:
         return
-    from .config import PipelineConfig, prepare_settings
-
     now = feature_settings(settings)
-    # A field the record lacks was added to the config after the model was trained, which then ran its default
-    # (retrieval.lexical.query_term_frequency: false): that is no difference.
-    trained = {**{k: v for k, v in feature_settings(prepare_settings(PipelineConfig())).items() if k not in trained}, **trained}
+    trained = {**SETTINGS_BEFORE_RECORDED, **trained}
     diff = [f"{k} {trained.get(k)!r} in training, {now.get(k)!r} here" for k in sorted(set(trained) | set(now))
             if trained.get(k) != now.get(k) and not k.endswith(".enabled")]  # a switched-off list: warn_disabled_lists
     if diff:
