@@ -6,6 +6,7 @@ import atexit
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,10 @@ def _hrt_cache_dir():
     CPU). Tests of the export itself use folders of their own."""
     old = os.environ.get("HRT_CACHE_DIR")
     cache = Path(__file__).resolve().parents[1] / "notebooks" / ".cache" / "hrt"
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only checkout: a folder of this run
+        cache = Path(tempfile.mkdtemp(prefix="hrt-cache-"))
     os.environ["HRT_CACHE_DIR"] = str(cache)
     yield
     if old is None:

@@ -197,10 +197,28 @@ def test_the_interval_of_a_difference_covers_its_mean_as_often_as_it_says_on_ske
 
 
 def test_an_interval_from_ten_mostly_unchanged_queries_says_how_little_they_tell():
-    """Eight tied queries and two gains: the percentile interval was [0.00, 0.16] (all but excluding 0, as if the gain
-    were known); resampling mostly-tied queries cannot bound the mean, so the interval spans what a difference of
-    [0, 1] values can be."""
+    """Eight tied queries and two gains: the percentile interval was [0.00, 0.19] (all but excluding 0, as if the gain
+    were known); the studentised one is wider and holds 0, as the test (p 0.25) does."""
     d = [0.0] * 8 + [0.3, 0.5]
     row = compare(pl.concat([frame("a", [0.5] * 10), frame("b", [0.5 + x for x in d])]), "a").row(0, named=True)
-    assert (row["ci_low"], row["ci_high"]) == (-1.0, 1.0)
-    assert bootstrap_ci(np.array(d)) == (-np.inf, np.inf)  # no bounds given: unbounded
+    assert row["ci_low"] < 0.0 < 0.19 < row["ci_high"] <= 1.0 and not row["significant"]
+
+
+def test_degenerate_resamples_do_not_make_a_clear_win_unbounded():
+    """Review: a binary measure won on 19 of 20 queries drew a resample of twenty 1s a third of the time, whose
+    statistic was infinite: the interval was [-1, 1] beside p 1e-5. Such resamples are scaled by the sample's
+    standard error a single differing query gives; near-equal differences no longer jump from a point to [-1, 1]; one query bounds nothing."""
+    row = compare(pl.concat([frame("a", [0.0] * 20), frame("b", [1.0] * 19 + [0.0])]), "a").row(0, named=True)
+    assert row["significant"] and 0.7 < row["ci_low"] < 0.95 < row["ci_high"] <= 1.0, row  # exact binomial: [0.75, 1]
+    lo, hi = bootstrap_ci(np.array([0.1] * 29 + [0.11]))
+    assert 0.09 < lo < 0.1004 < hi < 0.11
+    assert bootstrap_ci(np.array([0.5]), bounds=(-1.0, 1.0)) == (-1.0, 1.0)
+    assert bootstrap_ci(np.array([0.2] * 5)) == (0.2, 0.2)  # every query moved alike: nothing varies
+    assert all(np.isnan(bootstrap_ci(np.array([0.1, np.nan, 0.2]))))
+
+
+def test_a_value_that_is_not_a_number_is_an_error_not_a_star():
+    """Review: a NaN per-query value gave p 0.0, so 'significant', and an infinite interval."""
+    rows = pl.concat([frame("a", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]), frame("b", [0.2, float("nan"), 0.3, 0.4, 0.5, 0.6])])
+    with pytest.raises(InputError, match=r"per-query value nan \(system 'b', query 'q1', measure"):
+        compare(rows, "a")

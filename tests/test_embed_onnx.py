@@ -92,7 +92,7 @@ def test_onnx_query_path_never_imports_torch(tmp_path, corpus_file, onnx):
     assert out[0] == "onnx" and out[-1] == "[]", out
 
 
-def test_the_export_prints_nothing(tmp_path):
+def test_the_export_prints_nothing_and_is_readable_by_other_users(tmp_path):
     """The export runs inside a user's first hybrid search or notebook cell (a tutorial's checked cell once
     failed on its "Loading weights" bar and a tokenizer deprecation on stderr): it must print nothing."""
     import os
@@ -104,6 +104,17 @@ def test_the_export_prints_nothing(tmp_path):
                          env={**os.environ, "HRT_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stderr == "" and len(out.stdout.splitlines()) == 1, (out.stdout, out.stderr)
+    # Readable by other users (user trial AG: mkdtemp's 0700 folder, made as root at an image build, stopped every
+    # hybrid search of the user the container runs as). Checked on this fresh export, not on the test run's cache,
+    # which an earlier run made.
+    import stat
+
+    mask = os.umask(0)
+    os.umask(mask)
+    entry = next(p for p in tmp_path.rglob("manifest.json")).parent
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o777 & ~mask
+    for name in ("model.onnx", "tokenizer.json", "manifest.json"):
+        assert stat.S_IMODE((entry / name).stat().st_mode) == 0o666 & ~mask
 
 
 def test_the_first_export_says_why_it_pauses_in_a_terminal_only(tmp_path, monkeypatch):

@@ -486,7 +486,7 @@ def test_the_extension_signature_is_checked_once_per_process_and_a_tampered_file
 
     for i in range(3):
         Store(tmp_path / f"s{i}.duckdb").close()
-    info = store_mod._signature_checked.cache_info()
+    info = store_mod._checked_signature.cache_info()
     assert info.misses <= 1 and info.hits >= 2, info
     bad = tmp_path / "fts.duckdb_extension"
     shutil.copy(store_mod.fts_extension_path(), bad)

@@ -370,3 +370,25 @@ def test_a_null_split_the_paired_test_called_a_win_keeps_the_base():
     assert dec.chosen == "base" and dec.index != 0 and dec.p_value >= 0.05 and "not more than noise" in dec.rule
     assert dec.gain == pytest.approx(d.mean()) and dec.ci[0] <= 0 <= dec.ci[1] and dec.ci[0] <= dec.gain <= dec.ci[1]
     assert "sign-flip test of the whole selection" in dec.rule
+
+
+def test_exact_ties_go_to_the_base_and_the_interval_never_excludes_zero_by_rounding():
+    """Review: on a 0.1 grid a fold read a candidate whose training sum beat the base's by 5.55e-17 (a float sum's
+    order), unlike cv_heldout; and an interval [+1.1e-9, +0.5] 'excluded 0' beside p 0.125."""
+    from toolkit.tune import cv_heldout, selection_test
+
+    base = np.array([0.0, 0.0, 0.5, 0.4, 0.4, 0.4])
+    cand = np.array([0.1, 0.2, 0.2, 0.3, 0.3, 0.3])  # fold 1's training mean equals the base's
+    fold = np.array([0, 0, 0, 1, 1, 1])
+    scores = np.vstack([base, cand])
+    held, gain, _, _ = selection_test({0: scores, 1: scores}, base, fold)
+    assert np.array_equal(held, cv_heldout(scores, fold)[0]) and np.array_equal(held, base) and gain == 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n, k, nf = int(rng.integers(4, 13)), int(rng.integers(2, 6)), int(rng.integers(2, 5))
+        fold = np.arange(n) % nf
+        base = np.round(rng.uniform(0, 1, n), 1)
+        moved = np.round(rng.normal(0.15 * rng.random(), 0.2, (k, n)), 1) * (rng.random((k, n)) < 0.6)
+        scores = np.vstack([base, np.clip(base + moved, 0, 1)])
+        _, _, p, ci = selection_test({int(f): scores for f in np.unique(fold)}, base, fold)
+        assert (ci[0] > 0 or ci[1] < 0) == (p < 0.05), (p, ci)

@@ -317,6 +317,9 @@ _DAMAGE_ERRORS = frozenset({"InvalidProtobuf", "InvalidArgument", "InvalidGraph"
                             "FileNotFoundError"})
 
 
+_OPEN_LOCK = threading.Lock()  # threads making their first embedders at once open one session, not one each (review)
+
+
 @functools.lru_cache(maxsize=4)
 def _opened(ort, tokenizer_cls, d: str, model: str, threads: int | None, stamp: tuple[int, int]):
     """The manifest, tokenizer and ONNX Runtime session of an export, opened once per process and shared by every
@@ -397,8 +400,9 @@ class OnnxEmbedder:
     def _open(self, ort, tokenizer_cls, d: Path) -> None:
         model = d / ("model_int8.onnx" if self.quantize else "model.onnx")
         st = model.stat()  # a re-exported or damaged file is another key: never a stale session
-        self._manifest, self._tok, self._session = _opened(ort, tokenizer_cls, str(d), model.name, self.threads,
-                                                           (st.st_mtime_ns, st.st_size))
+        with _OPEN_LOCK:
+            self._manifest, self._tok, self._session = _opened(ort, tokenizer_cls, str(d), model.name, self.threads,
+                                                               (st.st_mtime_ns, st.st_size))
 
 
     @property

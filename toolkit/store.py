@@ -330,8 +330,15 @@ def _qtf(on: bool, count: str = "count(*)") -> str:
     return f"{count}::DOUBLE" if on else "1"
 
 
-@functools.cache
 def _signature_checked(path: str) -> str:
+    """`path`, once DuckDB has checked its signature in this process (`_checked_signature`); a file replaced since
+    (another inode, size or time: a reinstall under a long-lived kernel) is checked again."""
+    st = os.stat(path)
+    return _checked_signature(path, (st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.cache
+def _checked_signature(path: str, stamp: tuple[int, int, int]) -> str:
     """`path`, after DuckDB's own signature check of the extension file, made once per process in a throw-away
     in-memory database. A store then loads the file with `allow_unsigned_extensions`: the check (a SHA-256 of an
     11 MB file) cost ~35 ms of CPU on every store opened, and a process opening stores briefly (a memory service,
@@ -884,9 +891,10 @@ class Store:
             if "different configuration than existing connections" in str(e):  # this process has it open already
                 other = "writable" if read_only else "read-only"
                 raise StoreError(f"{self.path}: this process has the store open already in another way (a {other} Store "
-                                 f"object, e.g. from an earlier notebook cell, or one opened with other settings): use that "
-                                 f"one, or close it first; DuckDB opens a file one way per process "
-                                 f"({str(e).splitlines()[0]})") from e
+                                 f"object, e.g. from an earlier notebook cell, or a connection of your own: "
+                                 f"duckdb.connect(path) without config={{'allow_unsigned_extensions': 'true'}}, which every "
+                                 f"Store asks): use that one, or close it first, and run SQL of your own through "
+                                 f"Store.con; DuckDB opens a file one way per process ({str(e).splitlines()[0]})") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
