@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from toolkit.analysis import query_lexical_text
 from toolkit.embed import SentenceTransformerEmbedder
 from toolkit.errors import InputError, StoreError
 from toolkit.loaders import load_corpus
@@ -573,3 +574,33 @@ def test_a_repeated_query_term_counts_per_occurrence_only_with_query_term_freque
             on = search(qs, top_k=10, level="chunk", scope_filter=False, query_term_frequency=True)
             order = lambda f: f.filter(pl.col("qid") == "rep")["doc_id"].to_list()  # noqa: E731
             assert order(off).index("code") < order(off).index("err") and order(on).index("err") < order(on).index("code")
+
+
+def test_bm25_equals_bm25s_lucene_on_the_same_analysed_chunks(tmp_path):
+    """docs/bm25.md's claim, kept checked: fed the chunks' own terms (the index's analysis), bm25s's Lucene BM25 gives
+    every chunk the toolkit's score divided by k1 + 1, with query term frequency on (both sum a repeated term)."""
+    bm25s = pytest.importorskip("bm25s")
+    from pathlib import Path
+
+    from toolkit.loaders import Dataset
+
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    queries = Dataset.open(demo).queries().head(25).select("qid", "text")
+    with Store(tmp_path / "demo.duckdb") as st:
+        st.ingest(load_corpus(demo), embed=False)
+        terms = st.con.execute(
+            "SELECT d.name, list(k.term ORDER BY k.term) FROM fts_main_chunks.terms t JOIN fts_main_chunks.dict k "
+            "USING (termid) JOIN fts_main_chunks.docs d USING (docid) GROUP BY d.name ORDER BY d.name").fetchall()
+        got = st.lexical_search_sql(queries, top_k=10_000, level="chunk", scope_filter=False, query_term_frequency=True)
+        qterms = {qid: [t for (t,) in st.con.execute(
+            "SELECT stem(tok, 'porter') FROM (SELECT unnest(fts_main_chunks.tokenize(?)) AS tok) WHERE "
+            "tok <> '' AND tok NOT IN (SELECT sw FROM fts_main_chunks.stopwords)", [query_lexical_text(text)]).fetchall()]
+            for qid, text in queries.iter_rows()}
+    ids = [name for name, _ in terms]
+    ref = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
+    ref.index([t for _, t in terms], show_progress=False)
+    for qid, toks in qterms.items():
+        want = ref.get_scores(toks) * 2.2
+        mine = dict(got.filter(pl.col("qid") == qid).select("chunk_id", "score").iter_rows())
+        assert {ids[i] for i in np.flatnonzero(want > 0)} == set(mine), qid
+        np.testing.assert_allclose([mine[ids[i]] for i in np.flatnonzero(want > 0)], want[want > 0], rtol=1e-6)
