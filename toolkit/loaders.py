@@ -58,6 +58,7 @@ from .errors import InputError
 from .files import utf16_text
 from .ids import near_miss
 from .interop import named_index_as_columns
+from .markup_text import drop_mdx_imports, front_matter, html_text, markdown_title, plain_value, rst_title
 from .metatypes import is_date_field, parse_date, typed_values
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
@@ -775,10 +776,61 @@ def _folder_docs(
             logging.getLogger("toolkit").warning(
                 "note: %s is %.1f MB of text, so it will be many chunks and much of the ingest's time; "
                 "--exclude '%s' leaves it out", rel, len(data) / 2**20, rel)
-        text = _newlines(text)
-        title = _file_title(rel, text)
+        title, text, fields = _note_parts(rel, _newlines(text))
         top = rel.split("/")[0] if "/" in rel else None
-        yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": _cut_title(title), "text": text, "metadata": {"path": rel}}
+        yield rel, {"doc_id": rel, "source": rel, "scope": top, "title": _cut_title(title), "text": text,
+                    "metadata": {"path": rel, **fields}}
+
+
+HTML_SUFFIXES = frozenset({".html", ".htm"})  # read (when --include names them) as the text a reader sees
+MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdx"})  # front matter read as title and metadata
+
+
+def _note_parts(rel: str, text: str) -> tuple[str, str, dict[str, Any]]:
+    """(title, text, metadata fields) of a file read as text. An HTML page: its visible text and <title>
+    (`markup_text.html_text`; user trial: markup, scripts and the shared navigation were indexed). Markdown:
+    front matter's `title` and other fields, the block itself left out of the text (a malformed one is kept as
+    text, with a warning naming the file); an MDX file's imports left out; the first line past front matter and
+    HTML comments as title. reStructuredText: the first section title. Anything else as `_file_title` says."""
+    suffix = rel[rel.rfind("."):].lower() if "." in rel.rpartition("/")[2] else ""
+    if suffix in HTML_SUFFIXES:
+        title, body = html_text(text)
+        return title or (rel if body.strip() else ""), body, {}
+    if suffix in MARKDOWN_SUFFIXES:
+        title, fields = "", {}
+        if text.startswith(("---", "+++")):
+            found, text, error = front_matter(text)
+            if error:
+                logging.getLogger("toolkit").warning("warning: %s: %s; indexed with it as text", rel, error)
+            elif found:
+                title, fields = _front_fields(rel, found)
+        if suffix == ".mdx":
+            text = drop_mdx_imports(text)
+        return title or markdown_title(text), text, fields
+    if suffix == ".rst":
+        return rst_title(text), text, {}
+    return _file_title(rel, text), text, {}
+
+
+def _front_fields(rel: str, found: Mapping[Any, Any]) -> tuple[str, dict[str, Any]]:
+    """(title, metadata) of a Markdown file's front matter: `title` as the title; every other field as metadata
+    (dates as ISO 8601 text, so `date` is one the recency prior reads; lists such as `tags` as lists). A date
+    field (`date`, `updated`, `*_at`, ...) that reads as no date is left out with a warning: refusing it stopped the
+    whole ingest for one page. `path` stays the file's path."""
+    title = plain_value(found.get("title"))
+    title = str(title).strip() if isinstance(title, str | int | float) and not isinstance(title, bool) else ""
+    fields: dict[str, Any] = {}
+    for k, v in found.items():
+        key, value = str(k), plain_value(v)
+        if key in ("title", "path") or value is None:
+            continue
+        if is_date_field(key) and not isinstance(value, list | dict) and parse_date(value) is None and not (
+                isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e8):
+            logging.getLogger("toolkit").warning(
+                "warning: %s: front matter field `%s`: %r is not a date; left out", rel, key, value)
+            continue
+        fields[key] = value
+    return title, fields
 
 
 # A query's id: BEIR's `_id`, and the names other tools write (ir_datasets' `query_id`, user trial AM).
