@@ -72,6 +72,7 @@ def test_html_text_without_main_keeps_the_body_and_takes_the_first_h1():
     assert title == "Only Heading"  # a no-break space is a space
     assert text.split("\n") == ["Only Heading", "Para one", "Line two", "Para three"]
     assert html_text("<p>Unclosed <b>tags & stray < signs") == ("", "Unclosed tags & stray < signs")
+    assert html_text("<html><head><title>T</title><style>p{}</style><body><p>Body words") == ("T", "Body words")  # no </head>
 
 
 def test_markdown_front_matter_becomes_title_and_metadata(tmp_path):

@@ -26,8 +26,6 @@ from datetime import date, datetime, time
 from html.parser import HTMLParser
 from typing import Any
 
-import yaml
-
 # Elements whose content is no page text. <head> is dropped but for its <title> (kept apart, as the title).
 DROPPED = frozenset({"script", "style", "template", "svg", "noscript", "head", "nav", "aside", "footer",
                      "math", "iframe", "object", "canvas"})
@@ -83,12 +81,12 @@ class _PageText(HTMLParser):
             self.title = []
         if tag == "h1" and not self.h1_kept:
             self.h1 = []
+        if tag == "body" and "head" in self.drop:  # a <head> never closed ends here
+            self.drop.clear()
         if self.drop:
             if tag in DROPPED and tag not in VOID:
                 self.drop.append(tag)
             return
-        if tag == "body":  # a <head> never closed ends here
-            self.drop.clear()
         if tag in DROPPED or (tag in DROPPED_OUTSIDE_MAIN and not self.main):
             self.drop.append(tag)
             return
@@ -191,6 +189,8 @@ def front_matter(text: str) -> tuple[dict[str, Any] | None, str, str | None]:
     if end is None:
         return None, text, None  # a thematic break at the top, not front matter
     block = "\n".join(lines[:end])
+    import yaml  # here: a search imports the loaders, never YAML (tests/test_cold_start.py)
+
     try:
         fields = yaml.load(block, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if fence == "---" \
             else tomllib.loads(block)
