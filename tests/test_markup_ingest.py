@@ -123,3 +123,24 @@ def test_rst_title_is_its_first_section_title(tmp_path):
     (notes / "over.rst").write_text("=========\n Overview\n=========\n\nText.\n")
     docs = {d["doc_id"]: d["title"] for d in load_corpus(notes)}
     assert docs == {"guide.rst": "Installation Guide", "over.rst": "Overview"}
+
+
+def test_a_page_in_its_declared_charset_is_read_and_other_undecodable_files_still_stop(tmp_path):
+    """Trial BG: one Latin-1 page (`<meta charset="iso-8859-1">`) stopped the whole ingest. A page is read in the
+    charset it declares, as a browser reads it; a file that declares nothing still stops, naming file and line."""
+    import pytest
+
+    from toolkit.errors import InputError
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "latin.html").write_bytes(b'<html><head><meta charset="iso-8859-1"><title>R\xe9sum\xe9</title></head>'
+                                      b"<body><p>Le caf\xe9 ouvre \xe0 huit heures.</p></body></html>")
+    (site / "http-equiv.htm").write_bytes(b'<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">'
+                                          b"<p>\x93quoted\x94 na\xefve</p>")
+    docs = {d["doc_id"]: d for d in load_corpus(site, include=["*.html", "*.htm"])}
+    assert docs["latin.html"]["title"] == "Résumé" and "Le café ouvre à huit heures." in docs["latin.html"]["text"]
+    assert "\u201cquoted\u201d naïve" in docs["http-equiv.htm"]["text"]
+    (site / "notes.md").write_bytes(b"caf\xe9\n")
+    with pytest.raises(InputError, match=r"notes\.md:1: not valid UTF-8"):
+        load_corpus(site, include=["*.html", "*.htm"])

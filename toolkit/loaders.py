@@ -770,8 +770,9 @@ def _folder_docs(
             try:
                 text = body.decode("utf-8")
             except UnicodeDecodeError as e:
-                line = body[: e.start].count(b"\n") + 1
-                raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
+                if (text := declared_html_text(rel, body)) is None:
+                    line = body[: e.start].count(b"\n") + 1
+                    raise InputError(f"{f}:{line}: not valid UTF-8; re-encode the file as UTF-8") from e
         if walked and len(data) > LARGE_FILE_BYTES:
             logging.getLogger("toolkit").warning(
                 "note: %s is %.1f MB of text, so it will be many chunks and much of the ingest's time; "
@@ -784,6 +785,22 @@ def _folder_docs(
 
 HTML_SUFFIXES = frozenset({".html", ".htm"})  # read (when --include names them) as the text a reader sees
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdx"})  # front matter read as title and metadata
+
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
+
+
+def declared_html_text(rel: str, body: bytes) -> str | None:
+    """An HTML page that is not UTF-8, decoded as its own `<meta charset>` (or `http-equiv` Content-Type) says, as a
+    browser reads it (user trial BG: one Latin-1 page of a documentation site stopped the whole ingest); None for
+    any other file, or a charset Python does not know, or bytes that do not decode in it (then the UTF-8 error
+    stands). Only the first 2 KB are searched, where HTML puts the declaration."""
+    if rel[rel.rfind("."):].lower() not in HTML_SUFFIXES or not (m := _META_CHARSET.search(body[:2048])):
+        return None
+    try:
+        return body.decode(m.group(1).decode("ascii"))
+    except (LookupError, UnicodeDecodeError):
+        return None
 
 
 def _note_parts(rel: str, text: str) -> tuple[str, str, dict[str, Any]]:
