@@ -65,7 +65,7 @@ def small_sample_note(n: int, *, test: str = "randomization", alpha: float = 0.0
                 f"{alpha:g}, so no difference can be significant; judge more queries")
     if n < MIN_QUERIES:
         return (f"only {n} queries: p-values from so few queries are unreliable, and a bootstrap interval from them is "
-                "wide, often unbounded (it covers the true difference less often than it says); judge at least "
+                "wide, and still covers the true difference less often than it says; judge at least "
                 f"{MIN_QUERIES} before claiming a win")
     return None
 
@@ -119,11 +119,6 @@ def randomization_test(
     return p
 
 
-def exact_flips(n: int, n_permutations: int) -> bool:
-    """Whether a sign-flip test on `n` queries enumerates every pattern (2^n <= n_permutations) instead of sampling."""
-    return n <= 30 and 2**n <= n_permutations
-
-
 def flip_patterns(n: int, n_permutations: int, seed: int | list[int]) -> tuple[bool, Iterator[np.ndarray]]:
     """The sign patterns of a paired sign-flip test on `n` queries, in chunks of rows of 0.0 / 1.0 (1 = that query's
     difference changes sign): every one of the 2^n (the identity among them: exact, no sampling error) when
@@ -146,7 +141,7 @@ def flip_patterns(n: int, n_permutations: int, seed: int | list[int]) -> tuple[b
             yield np.unpackbits(raw, axis=1, count=n).astype(np.float64)
             done += b
 
-    exact = exact_flips(n, n_permutations)
+    exact = n <= 30 and 2**n <= n_permutations
     return exact, enumerate_all() if exact else sample()
 
 
@@ -166,13 +161,10 @@ def bootstrap_ci(
     10 and 94-98% at 30 (95% at 100), and is wider where that one was too narrow. Why by hand: `scipy.stats.bootstrap`
     offers percentile, basic and BCa only (BCa measured no better on the same data: 71-87% at 10, 83-95% at 30;
     Student's t: 73-88%, 88-93%), and `import scipy.stats` costs ~0.6 s here. A resample whose differences are all equal has
-    no standard error of its own: its deviation is scaled by the one a single differing query would give it, the
-    sample's standard deviation over n (se / sqrt(n)). Scored as infinite, such resamples made a binary measure won on
-    19 of 20 queries (a third of its resamples are twenty 1s) [-1, 1] beside p 1e-5 (review); scaled by the sample's
-    se they made mostly-tied samples too narrow (LoCoMo at 10 queries: 75% covered); so scaled, [0.73, 1] there (the
-    exact binomial interval of 19/20 is [0.75, 1.00]) and 81% covered at 10 mostly-tied LoCoMo queries (94% at 30).
-    One query bounds nothing: the interval is `bounds`. Every query moved by the same amount gives that amount
-    (nothing varies).
+    no standard error of its own: its deviation is scaled by the one a single differing query would give it (the
+    sample's se / sqrt(n)). Infinite, it made a binary win on 19 of 20 queries [-1, 1] beside p 1e-5; the sample's se
+    made mostly-tied samples too narrow; so scaled, 19/20 gives [0.73, 1] (exact binomial: [0.75, 1.00]). One query
+    bounds nothing (`bounds`); every query moved by the same amount gives that amount.
     `compare` uses 2,000 resamples by default (Hall: >= 1,000 for a 95% bootstrap-t quantile).
     """
     d = np.asarray(diff, dtype=float)

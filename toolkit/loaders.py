@@ -795,7 +795,7 @@ def declared_html_text(rel: str, body: bytes) -> str | None:
     browser reads it (user trial BG: one Latin-1 page of a documentation site stopped the whole ingest); None for
     any other file, or a charset Python does not know, or bytes that do not decode in it (then the UTF-8 error
     stands). Only the first 2 KB are searched, where HTML puts the declaration."""
-    if rel[rel.rfind("."):].lower() not in HTML_SUFFIXES or not (m := _META_CHARSET.search(body[:2048])):
+    if Path(rel).suffix.lower() not in HTML_SUFFIXES or not (m := _META_CHARSET.search(body[:2048])):
         return None
     try:
         return body.decode(m.group(1).decode("ascii"))
@@ -809,7 +809,7 @@ def _note_parts(rel: str, text: str) -> tuple[str, str, dict[str, Any]]:
     front matter's `title` and other fields, the block itself left out of the text (a malformed one is kept as
     text, with a warning naming the file); an MDX file's imports left out; the first line past front matter and
     HTML comments as title. reStructuredText: the first section title. Anything else as `_file_title` says."""
-    suffix = rel[rel.rfind("."):].lower() if "." in rel.rpartition("/")[2] else ""
+    suffix = Path(rel).suffix.lower()
     if suffix in HTML_SUFFIXES:
         title, body = html_text(text)
         return title or (rel if body.strip() else ""), body, {}
