@@ -153,7 +153,8 @@ def main() -> None:
         )
         means = per.group_by("system", "measure").agg(pl.col("value").mean()).pivot(on="measure", index="system", values="value")
         secs = per.group_by("system").agg(pl.col("seconds").first())
-        single = means.filter(pl.col("system").is_in(["bm25-only", "vector-only"])).sort("nDCG@10", descending=True)["system"][0]
+        singles = means.filter(pl.col("system").is_in(["bm25-only", "vector-only"])).sort("nDCG@10", descending=True)["system"]
+        single = singles[0] if len(singles) else next(iter(configs))  # without the single lists: the first config named
         sig = compare(per.filter(pl.col("measure").is_in(["nDCG@10", "R@5"])).select("system", "qid", "measure", "value"), single)
 
         def p_of(system: str, measure: str, sig: pl.DataFrame = sig, single: str = single) -> str:

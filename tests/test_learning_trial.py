@@ -89,10 +89,10 @@ def test_a_model_says_what_it_was_trained_on_and_in_sample_scores_are_called_so(
     r = _cli("tune", "--dataset", str(dataset), "--split", "dev", "--store", str(store), "--base", str(cfg), "--budget", "2",
              "--folds", "2", "--out", str(tmp_path / "t.yaml"))
     assert r.exit_code == 2 and "trained on 4 of the 4 dev queries" in r.stderr
-    # The shipped model lists collections and splits: the demo's dev split is in-sample for it.
+    # The shipped model lists the dev queries of each collection it learned from: the demo's are in-sample for it.
     from toolkit.learned_fusion import training_overlap
 
-    assert training_overlap(None, "demo", "dev", ["x", "y"]) == (2, "demo/dev")
+    assert training_overlap(None, "demo", "dev", ["q02", "q04", "x"]) == (2, "demo/dev")
     assert training_overlap(None, "demo", "test", ["x"])[0] == 0
 
 
@@ -170,6 +170,34 @@ def test_a_model_used_with_other_retrieval_settings_warns(tmp_path, dataset, cor
         said = [str(w.message) for w in got if "other retrieval settings" in str(w.message)]
         assert bool(said) is warned, said
         assert not said or "retrieval.lexical.query_term_frequency False in training, True here" in said[0]
+
+
+def test_a_model_trained_on_older_features_warns_and_a_new_one_records_its_version(tmp_path, dataset):
+    """A model trained before PREPARE 9 learned BM25 features that matched a query's stopwords: scored now, its
+    trees see other values, and nothing said so. The shipped model is trained on today's features."""
+    from toolkit.learned_fusion import FEATURE_CHANGES, SHIPPED_MODEL
+    from toolkit.pipeline import PREPARE_VERSION, prepare, rescore
+
+    (dataset / "qrels" / "test.tsv").unlink()
+    store, out = tmp_path / "s.duckdb", tmp_path / "m.json"
+    assert _train(dataset, store, out).exit_code == 0
+    assert json.loads(out.read_text())["info"]["prepare_version"] == PREPARE_VERSION
+    assert json.loads(SHIPPED_MODEL.read_text())["info"]["prepare_version"] >= max(FEATURE_CHANGES)
+    old = tmp_path / "old.json"
+    doc = json.loads(out.read_text())
+    del doc["info"]["prepare_version"]
+    old.write_text(json.dumps(doc))
+    q = pl.DataFrame({"qid": ["x"], "text": ["why does the deploy fail"]})
+    said = {}
+    for name, path in (("new", out), ("old", old), ("shipped", None)):
+        cfg = load_config("learned").with_updates({"fusion.model": None if path is None else str(path)})
+        with Store(store, read_only=True) as st, warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            rescore(prepare(st, q, cfg), cfg)
+        said[name] = [str(w.message) for w in got if "trained by an older toolkit" in str(w.message)]
+    assert said["new"] == [] and said["shipped"] == []
+    assert len(said["old"]) == 1 and "old.json" in said["old"][0] and "no prepare version recorded" in said["old"][0]
+    assert "stopwords" in said["old"][0] and "re-train it with `hrt train-fusion`" in said["old"][0]
 
 
 def test_a_model_used_on_a_store_built_otherwise_warns(tmp_path, corpus_file):

@@ -419,6 +419,27 @@ def warn_other_settings(model: FusionModel, path: Path, settings: dict[str, Any]
                    + "): its ranking and score_prob may not hold here")
 
 
+# Prepare versions (`pipeline.PREPARE_VERSION`) whose change moved the features a model reads, and how. A model
+# records the version it was trained at (`info.prepare_version`); one that records none predates them all.
+FEATURE_CHANGES: dict[int, str] = {
+    9: "BM25 no longer matches a query's stopwords (user trial BF), so every lex_, q_lex_, q_idf_ and coverage "
+       "feature moved",
+}
+
+
+def warn_older_features(model: FusionModel, path: Path) -> None:
+    """UserWarning (once per model file) when the toolkit computes the model's features otherwise than when it
+    was trained: its trees split on values of another scale, so its ranking and score_prob may not hold."""
+    trained = model.info.get("prepare_version")
+    since = [why for version, why in sorted(FEATURE_CHANGES.items()) if not isinstance(trained, int) or version > trained]
+    if since:
+        _warn_once(f"features:{path}:{trained}",
+                   f"learned fusion model {path} was trained by an older toolkit "
+                   f"({'prepare version ' + str(trained) if isinstance(trained, int) else 'no prepare version recorded'})"
+                   f" and its features have changed since: {'; '.join(since)}. Its ranking and score_prob may not hold:"
+                   " re-train it with `hrt train-fusion`")
+
+
 def warn_other_store(model: FusionModel, path: Path, index: dict[str, Any] | None) -> None:
     """UserWarning (once per model file and store setting) when the store's embedding model or index settings
     (chunking, stemmer, stopwords) are none the model learned from: its dense-score and BM25 features then come
@@ -448,6 +469,7 @@ def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
         warn_disabled_lists(model, p, getattr(prep, "settings", None))
         warn_other_settings(model, p, getattr(prep, "settings", None))
         warn_other_store(model, p, getattr(prep, "index", None))
+        warn_older_features(model, p)
         return score(feats, model)
 
     return prep.derived(stamp, (feats,), build)

@@ -44,7 +44,7 @@ from .files import write_text_atomic
 from .learned_fusion import FusionModel, _lightgbm, feature_settings, prior_score
 from .loaders import Dataset, check_split
 from .metrics import evaluate
-from .pipeline import prepare
+from .pipeline import PREPARE_VERSION, prepare
 from .provenance import query_keys
 
 BASELINES = {"rrf": "rrf", "lexical": "lex_rr", "dense": "vec_rr"}  # feature whose order is the baseline
@@ -340,7 +340,7 @@ def fit(
     info = {
         "trained_on": {name: {"queries": n, "rel_threshold": rel_threshold.get(name, 1)} for name, n in sizes.items()},
         "best_iteration": best_iter, "seed": seed, "holdout": holdout, "balance": balance, "prior": prior,
-        "lightgbm": lgb.__version__,
+        "lightgbm": lgb.__version__, "prepare_version": PREPARE_VERSION,
     }  # fmt: skip
     model = FusionModel(features, final.model_to_string(), cal, rt_all, info, prior_d)
     early_stopped = bool(len(held_useful))
