@@ -4,6 +4,7 @@ notes folder, deeply nested metadata, and query text that makes backtracking reg
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import re
 import sys
@@ -77,16 +78,40 @@ def test_notes_symlink_outside_the_folder_is_skipped_and_named(tmp_path, capsys)
     corpus = load_corpus(notes)
     ids = sorted(d["doc_id"] for d in corpus)
     assert "link.md" not in ids and "up.md" not in ids
-    assert {"a.md", "sub/b.md", "alias.md", "rel.md"} <= set(ids)
+    assert ids == ["a.md", "sub/b.md"]  # a link inside the folder is the same file: read once, under its own name
     assert not any("SECRETVALUE" in d["text"] for d in corpus)
     reasons = {s.where: s.reason for s in corpus.skipped}
     real = str(secret.resolve())
     assert reasons["link.md"] == f"symlink to outside the folder (target: {real})"
     assert reasons["up.md"] == f"symlink to outside the folder (target: {real})"
-    assert "2 symlink to outside the folder" in corpus.skipped_summary()
+    assert reasons["alias.md"] == reasons["rel.md"] == "same file under another name (a symlink to sub/b.md; indexed once, under that name)"
+    assert "2 symlink to outside the folder" in corpus.skipped_summary() and "2 same file under another name" in corpus.skipped_summary()
     _echo_skipped(corpus, True)
     err = capsys.readouterr().err
     assert "skipped link.md: symlink to outside the folder" in err and "skipped up.md:" in err
+
+
+def test_a_file_under_two_names_is_one_document_under_the_name_the_walk_reads(tmp_path):
+    """The review's open item since trial AS: a symlink (or hard link) to a note in the same folder stored its
+    text twice, as two documents, so a search returned it twice and the store held it twice."""
+    from toolkit.loaders import load_corpus
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "b.md").write_text("# B\nshared text\n")
+    (notes / "a-link.md").symlink_to("b.md")  # sorts before its target: the file's own name still wins
+    os.link(notes / "b.md", notes / "c-hard.md")
+    (notes / "d.yaml").write_text("k: v\n")  # not read by default: a .md link to it is the one name read
+    (notes / "e.md").symlink_to("d.yaml")
+    (notes / "f.md").symlink_to("e.md")  # a chain: the same file again
+    corpus = load_corpus(notes)
+    assert sorted(d["doc_id"] for d in corpus) == ["b.md", "e.md"]
+    reasons = {s.where: s.reason for s in corpus.skipped}
+    assert reasons["a-link.md"] == "same file under another name (a symlink to b.md; indexed once, under that name)"
+    assert reasons["c-hard.md"] == "same file under another name (a hard link of b.md; indexed once, under that name)"
+    assert reasons["f.md"] == "same file under another name (a symlink to e.md; indexed once, under that name)"
+    # Named on their own, files are the caller's choice: both names are read.
+    assert len(load_corpus(notes / "a-link.md")) == 1
 
 
 def test_notes_folder_reached_through_a_symlink_still_reads_its_files(tmp_path):

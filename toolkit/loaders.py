@@ -46,6 +46,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import date, time
 from decimal import Decimal
@@ -685,6 +686,12 @@ def _outside(f: Path, real_root: Path) -> str | None:
     return None if real.is_relative_to(real_root) else str(real)
 
 
+def _identity(f: Path) -> tuple[int, int]:
+    """(device, inode) of the file `f` names, through symlinks: one file under two names has one identity."""
+    st = f.stat()
+    return st.st_dev, st.st_ino
+
+
 def _folder_docs(
     root: Path, skipped: list[Skipped], include: tuple[str, ...] = (), files: Iterable[Path] | None = None,
     exclude: tuple[str, ...] = (),
@@ -718,6 +725,17 @@ def _folder_docs(
         walked = True
     else:
         walked = False
+    # A file reached under two names (a symlink to a file in the folder, a hard link) is read once, under the
+    # name of the file itself when the walk reads it: twice would store one text as two documents (the review's
+    # open item since trial AS). Files keyed by (device, inode); a name the walk would not read does not claim.
+    owner: dict[tuple[int, int], str] = {}
+    if walked:
+        for f in files:
+            rel = f.relative_to(root)
+            if not f.is_symlink() and not _left_out(rel, exclude, include) and (
+                    _named_note(rel.as_posix(), include) or _extensionless(f.name)):
+                with suppress(OSError):
+                    owner.setdefault(_identity(f), rel.as_posix())
     for f in files:
         rel = f.relative_to(root).as_posix()
         if why_not := _left_out(f.relative_to(root), exclude, include):
@@ -733,6 +751,15 @@ def _folder_docs(
                 f"symlink to outside the folder (target: {outside})"
             skipped.append(Skipped(rel, why))
             continue
+        if walked and (_named_note(rel, include) or _extensionless(f.name)):  # other names are not read anyway
+            try:
+                first = owner.setdefault(_identity(f), rel)
+            except OSError:
+                first = rel
+            if first != rel:
+                kind = "a symlink to" if f.is_symlink() else "a hard link of"
+                skipped.append(Skipped(rel, f"same file under another name ({kind} {first}; indexed once, under that name)"))
+                continue
         if rel == "corpus.jsonl":  # `beir_corpus` found notes beside it and no queries or qrels
             skipped.append(Skipped(rel, "a collection's corpus file, not a note (no queries.jsonl or qrels/ beside "
                                         "it, so the folder is read as notes; ingest the file itself for its records)"))
