@@ -67,6 +67,7 @@ def test_ingest_search_run_eval(tmp_path, beir):
     sig = json.loads(r.output)["significance"]
     assert "no difference can be significant" in json.loads(r.output)["significance_notes"][0]
     assert {x["system"] for x in sig} == set(runs[:2]) and all(0 <= x["p_holm"] <= 1 for x in sig)
+    assert all(x["ci_low"] <= x["delta"] <= x["ci_high"] for x in sig)  # the interval the README promises
     r = run.invoke(main, args + ["--baseline", str(tmp_path / "nope.trec")])
     assert r.exit_code == 2 and "not one of the --run files" in r.output
 

@@ -71,6 +71,7 @@ def test_experiment_matches_the_hand_loop_and_prepares_once_per_key(store, monke
         assert row["recip_rank"] == pytest.approx(r["mean"]) and row["recip_rank delta"] == pytest.approx(r["delta"])
         assert (row["recip_rank +"], row["recip_rank ="], row["recip_rank -"]) == (r["wins"], r["ties"], r["losses"])
         assert row["recip_rank p-value corrected"] == pytest.approx(r["p_holm"])
+        assert (row["recip_rank ci low"], row["recip_rank ci high"]) == pytest.approx((r["ci_low"], r["ci_high"]))
     base = out.filter(pl.col("name") == "bm25").row(0, named=True)
     assert base["nDCG@10 delta"] == 0.0 and base["nDCG@10 p-value"] is None
 

@@ -1442,7 +1442,7 @@ def eval_cmd(dataset, split, run_path, measures, rel_threshold, fmt, per_query, 
         doc["baseline"] = base
         doc["alpha"] = alpha
         if sig is not None:
-            doc["significance"] = sig.select("system", "measure", "delta", "p_value", "p_holm", "significant").to_dicts()
+            doc["significance"] = sig.select("system", "measure", "delta", "ci_low", "ci_high", "p_value", "p_holm", "significant").to_dicts()
             doc["significance_test"] = TEST_WORDS
             doc["significance_notes"] = sig_notes
         if per_query:

@@ -84,8 +84,8 @@ def experiment(
 ) -> pl.DataFrame:
     """One row per system: the mean of each measure and, with a `baseline` (a name, or an index into the
     configs), per measure the delta, wins/ties/losses (`m +`, `m =`, `m -`), the paired test's p-value,
-    the p-value corrected across systems (`correction`: holm, bonferroni or none) and `m reject` (corrected
-    p <= alpha). Measure names may be toolkit, ir_measures or trec_eval spellings. `queries` and `qrels`
+    the p-value corrected across systems (`correction`: holm, bonferroni or none), `m reject` (corrected
+    p <= alpha) and `m ci low` / `m ci high`, the 95% interval of the delta (`compare.bootstrap_ci`). Measure names may be toolkit, ir_measures or trec_eval spellings. `queries` and `qrels`
     may be polars or pandas frames with toolkit, PyTerrier, BEIR or ir_measures columns. `rel_threshold`:
     the grade binary measures count as relevant (2 for TREC DL; nDCG uses every grade).
 
@@ -146,6 +146,8 @@ def experiment(
             pl.col("p_value").alias(f"{m} p-value"),
             pl.col("p_corr").alias(f"{m} p-value corrected"),
             (pl.col("p_corr") <= alpha).fill_null(False).alias(f"{m} reject"),
+            pl.col("ci_low").alias(f"{m} ci low"),  # 95% interval of the delta (`compare.bootstrap_ci`)
+            pl.col("ci_high").alias(f"{m} ci high"),
         )
         out = out.join(c, on="name", how="left")
     # The baseline's own row: delta 0, no test (PyTerrier leaves these empty too).
