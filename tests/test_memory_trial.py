@@ -413,3 +413,22 @@ def test_a_store_object_sees_another_ones_deletions_and_additions(tmp_path):
             assert len(a.lexical_search(q)) == 2
         finally:
             a.close()
+
+
+def test_deleting_a_note_by_its_name_without_the_extension_names_the_stored_id(tmp_path):
+    """User trial BI: the README's `hrt delete note-17 note-18` after `hrt ingest notes/` failed with "no document
+    with id 'note-17'": a folder's ids are paths with their extension, and the error did not say so."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for n in (17, 18):
+        (notes / f"note-{n}.md").write_text(f"# Note {n}\nsome text {n}\n")
+    store = str(tmp_path / "mem.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(notes), "--store", store, "--no-embed"]).exit_code == 0
+    r = CliRunner().invoke(main, ["delete", "note-17", "note-18", "--store", store])
+    assert r.exit_code == 2 and "(stored ids of that name: 'note-17.md', 'note-18.md')" in r.output, r.output
+    r = CliRunner().invoke(main, ["delete", "note-17.md", "note-18.md", "--store", store])
+    assert r.exit_code == 0, r.output

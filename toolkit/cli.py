@@ -382,8 +382,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
     files: .md, .markdown, .txt, .text, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
     relative path, scope = top folder). Any other extension (.py, .yaml, .log) is skipped, the same on every
-    machine, until --include names it; --exclude leaves files or folders out; hidden folders (.git) are never
-    read. A text file over 5 MB is named before embedding starts. A JSONL
+    machine, until --include names it; --exclude leaves files or folders out; hidden files and folders are read
+    only when an --include names them (.git, .hg and .svn never). A text file over 5 MB is named before embedding starts. A JSONL
     or Parquet record's top-level fields other than the id, text, title, source, scope, metadata and vector are
     stored as metadata (checked like metadata: a bad date names the line and field). Files
     and records left out (other types, binary content, empty documents) are counted; -v names each with the

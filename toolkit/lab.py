@@ -5,7 +5,7 @@ inspector lists, export); the lab only turns widget changes into `session.update
 redraws the panels in place from what the session holds. Every headless call goes the same path.
 
     from toolkit.lab import Lab
-    lab = Lab.from_dataset(".hrt/locomo.duckdb", "data/locomo", split="dev", config="qmd")
+    lab = Lab.from_dataset(".hrt/demo.duckdb", "data/demo", split="dev", config="qmd")  # or ../shared/datasets/locomo
     lab                                   # renders controls + panels (JupyterLab 4 / classic notebook)
     lab.set("fusion.lexical_weight", 2.0); lab.metrics   # headless: same path as a slider, no debounce
     lab.pin_baseline(); lab.export("yaml", "tuned.yaml")

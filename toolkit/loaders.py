@@ -465,7 +465,8 @@ def load_corpus(
     "docs/*.html") of further files in a folder to read as text, e.g. source code for a code assistant's
     memory; like .md files, they must be UTF-8. `exclude`: glob patterns, matched the same way on files and
     folders ("logs/*", "node_modules", "*.log"), of what a folder's reading leaves out (listed in `skipped`;
-    `exclude` wins over `include`). Hidden files and folders (.git) are never read. A file read as text that is
+    `exclude` wins over `include`). Hidden files and folders are read only when an `include` names them
+    (.git, .hg and .svn never). A file read as text that is
     larger than 5 MB (`LARGE_FILE_BYTES`) is named in a warning on the "toolkit" logger as it is read.
 
     `id_prefix` is put before every document id (`"personal/"` makes `todo.md` `personal/todo.md`): a

@@ -1831,8 +1831,14 @@ class Store:
                                                     [ids]).fetchall()}
         if (absent := [i for i in ids if i not in held]) and not missing_ok:
             more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
-            raise InputError(f"{self.path}: no document with id {', '.join(map(repr, absent[:3]))}{more}: nothing was "
-                             "deleted (missing_ok=True, or --missing-ok, skips ids the store does not hold)")
+            # A folder's notes are stored under their path with its extension (user trial BI: `hrt delete note-17`
+            # for note-17.md only said the id was absent): the stored ids an absent one is the stem of are named.
+            near = [r[0] for r in self.con.execute(
+                "SELECT doc_id FROM documents WHERE regexp_replace(doc_id, '\.[^./]+$', '') IN (SELECT unnest(?::VARCHAR[])) "
+                "ORDER BY doc_id LIMIT 3", [absent[:3]]).fetchall()]
+            hint = f" (stored ids of that name: {', '.join(map(repr, near))})" if near else ""
+            raise InputError(f"{self.path}: no document with id {', '.join(map(repr, absent[:3]))}{more}{hint}: nothing "
+                             "was deleted (missing_ok=True, or --missing-ok, skips ids the store does not hold)")
         gone = [i for i in ids if i in held]
         if not gone:
             if not self.read_only:
