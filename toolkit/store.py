@@ -1834,7 +1834,7 @@ class Store:
             # A folder's notes are stored under their path with its extension (user trial BI: `hrt delete note-17`
             # for note-17.md only said the id was absent): the stored ids an absent one is the stem of are named.
             near = [r[0] for r in self.con.execute(
-                "SELECT doc_id FROM documents WHERE regexp_replace(doc_id, '\.[^./]+$', '') IN (SELECT unnest(?::VARCHAR[])) "
+                r"SELECT doc_id FROM documents WHERE regexp_replace(doc_id, '\.[^./]+$', '') IN (SELECT unnest(?::VARCHAR[])) "
                 "ORDER BY doc_id LIMIT 3", [absent[:3]]).fetchall()]
             hint = f" (stored ids of that name: {', '.join(map(repr, near))})" if near else ""
             raise InputError(f"{self.path}: no document with id {', '.join(map(repr, absent[:3]))}{more}{hint}: nothing "
