@@ -85,7 +85,7 @@ def test_markdown_front_matter_becomes_title_and_metadata(tmp_path):
     (notes / "page.mdx").write_text("---\nsidebar_position: 2\n---\nimport Tabs from '@theme/Tabs';\n"
                                     "import {\n  TabItem,\n} from '@theme/TabItem';\n\n# Mdx Title\nMdx body.\n")
     store = tmp_path / "s.duckdb"
-    _ingest(notes, "--store", store, "--include", "*.mdx")
+    _ingest(notes, "--store", store)  # .mdx is read by default (Docusaurus pages)
     with Store(store, read_only=True) as st:
         docs = {d: (t, x, json.loads(m)) for d, t, x, m in st.documents().select("doc_id", "title", "text", "metadata").rows()}
         assert st.value_fields()["date"] == "date"  # the recency prior reads it

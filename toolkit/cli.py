@@ -380,7 +380,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
-    files: .md, .markdown, .txt, .text, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
+    files: .md, .markdown, .mdx, .txt, .text, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
     relative path, scope = top folder). Any other extension (.py, .yaml, .log) is skipped, the same on every
     machine, until --include names it; --exclude leaves files or folders out; hidden files and folders are read
     only when an --include names them (.git, .hg and .svn never). A text file over 5 MB is named before embedding starts. A JSONL

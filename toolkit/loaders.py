@@ -62,7 +62,7 @@ from .interop import named_index_as_columns
 from .markup_text import drop_mdx_imports, front_matter, html_text, markdown_title, plain_value, rst_title
 from .metatypes import is_date_field, parse_date, typed_values
 
-TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
+TEXT_SUFFIXES = {".md", ".markdown", ".mdx", ".txt", ".rst", ".text"}  # .mdx: Docusaurus pages (trial BG)
 # File types by name from Python's own table only, never the host's /etc/mime.types (which made .go or .yaml
 # indexed on one machine and skipped on another): it names known binary formats (image/png, gzip) in a skip
 # reason and tells README.Debian (read by content) from a file type (see `_folder_docs`).
@@ -441,7 +441,7 @@ def load_corpus(
     exclude: Iterable[str] = (),
     id_prefix: str | None = None,
 ) -> Corpus:
-    """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .markdown, .txt, .text, .rst, and
+    """Documents from a BEIR dir, a .jsonl or .parquet file, a folder of text files (.md, .markdown, .mdx, .txt, .text, .rst, and
     files without an extension whose content is UTF-8 text; any other extension, .py, .yaml or .log alike, is
     skipped as "not indexed by default" unless `include` names it), one such text file (read as it is in a folder:
     one document, id and source its file name, title its first line), or records given in Python (an
@@ -517,7 +517,7 @@ def load_corpus(
         return _check_unique(_folder_docs(p, skipped, include, exclude=exclude), p, skipped)
     hint = f"; --include '*{p.suffix}' reads it as text" if p.suffix and not _binary_type(p.name) else ""
     raise InputError(f"{p}: unsupported corpus (use a BEIR folder, .jsonl, .parquet, a folder of text files, or one "
-                     f"text file: .md, .markdown, .txt, .text, .rst{hint})")
+                     f"text file: .md, .markdown, .mdx, .txt, .text, .rst{hint})")
 
 
 COLLECTION_SUFFIXES = frozenset({".jsonl", ".json", ".parquet"})  # a file of records, never one note
