@@ -239,7 +239,7 @@ def test_every_prepare_field_is_in_the_cache_key():
                "retrieval.lexical.stopwords": "none", "retrieval.dense.enabled": False, "retrieval.dense.top_k": 7,
                "retrieval.dense.model": "other", "retrieval.scope_filter": False, "retrieval.dense.backend": "torch",
                "retrieval.dense.provider": "http", "retrieval.dense.dimensions": 128,
-               "retrieval.dense.index": "hnsw", "retrieval.dense.ef_search": 64}
+               "retrieval.dense.index": "hnsw", "retrieval.dense.ef_search": 64, "retrieval.filters": {"user": "ana"}}
     for p in fields(Stage.PREPARE):
         if p in changes:
             continue

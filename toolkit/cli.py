@@ -817,6 +817,9 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
 @click.option("--config", default=None, help="Pipeline config (YAML/JSON path or preset name); overrides --mode.")
 @click.option("-n", "n", default=5, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--scope", default=None, help="Only documents whose scope equals this.")
+@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=lambda ctx, param, v: _where(v),
+              help="Only documents whose metadata FIELD equals VALUE (compared as text; repeatable, all must hold). "
+                   "Adds to the config's retrieval.filters.")
 @click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default=None,
               help="Query embedding runtime (default from config: auto = ONNX Runtime when installed, else torch).")
@@ -827,7 +830,7 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to keep trying while another process writes to the store.")
 @_cycle_collector_paused()
-def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbose, wait_s) -> None:
+def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of, verbose, wait_s) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
 
     Each result shows its final score and where it came from (each list's rank and score), the memory
@@ -861,6 +864,8 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode).with_updates({"output.n": n}))
     if backend:
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
+    if where:
+        cfg = cfg.with_updates({"retrieval.filters": {**cfg.retrieval.filters, **where}})
     if not cfg.retrieval.dense.enabled:  # the config first: it decides how numpy is imported
         _numpy_with_one_blas_thread()
     from .analysis import ANALYSIS_VERSION
@@ -893,7 +898,11 @@ def search(query, store_path, mode, config, n, scope, fmt, backend, as_of, verbo
             prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
         top = res.shown()  # output.n is n
-        if scope is not None and not len(top):
+        if cfg.retrieval.filters and not len(top):
+            shown = " and ".join(f"{k} = {v!r}" for k, v in cfg.retrieval.filters.items())
+            click.echo(f"note: no result among the documents whose metadata has {shown} (--where and retrieval.filters "
+                       "compare a field's value as text)", err=True)
+        elif scope is not None and not len(top):
             _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
         elif not len(top) and not st.doc_sources().height:  # (a store emptied by `hrt delete`: user trial AY)
             click.echo(f"note: {store_path} holds no documents (`hrt ingest` adds them)", err=True)
@@ -929,6 +938,20 @@ def _note_short_lists(cfg, n: int, got: int) -> None:
     if ks and got < n and max(ks) < n:
         click.echo(f"note: {got} result(s) of the {n} asked: the retrieval lists stop at top_k {max(ks)} "
                    "(retrieval.lexical.top_k / retrieval.dense.top_k)", err=True)
+
+
+def _where(values: tuple[str, ...]) -> dict[str, str]:
+    """`--where FIELD=VALUE` options as a filters mapping; a malformed one names the option."""
+    from .config import filter_key_ok
+
+    out: dict[str, str] = {}
+    for v in values:
+        key, eq, value = v.partition("=")
+        if not eq or not filter_key_ok(key.strip()):
+            raise click.BadParameter(f"{v!r}: expected FIELD=VALUE with a metadata field name of letters, digits, '_' "
+                                     "and '.' (e.g. --where user=ana)", param_hint="'--where'")
+        out[key.strip()] = value
+    return out
 
 
 def _iso_date(value: str | None) -> str | None:

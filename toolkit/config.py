@@ -318,6 +318,11 @@ class DenseConfig(_Endpoint):
         return args | {"model": self.model if self.provider == "http" else None}
 
 
+def filter_key_ok(key: str) -> bool:
+    """A metadata field a filter may name: it goes into a JSON path in SQL (`$.key`), so only these characters."""
+    return bool(key) and key.replace("_", "").replace(".", "").isalnum()
+
+
 class RetrievalConfig(_Model):
     """Which lists are retrieved for each query variant, and at what level."""
 
@@ -329,6 +334,22 @@ class RetrievalConfig(_Model):
     lexical: LexicalConfig = LexicalConfig()
     dense: DenseConfig = DenseConfig()
     scope_filter: Prepare[bool] = Field(True, description="A query with a scope sees only documents of that scope.")
+    # Equality on a document's metadata, applied by both lists before ranking (an agent's memories of one user,
+    # one session, one kind), so a filtered-out document takes no place of the top_k. `hrt search --where`.
+    filters: Prepare[dict[str, str]] = Field({}, description="Only documents whose metadata field equals the value (all must hold), e.g. {user: ana}; `hrt search --where user=ana`.")
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _filters(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        for k, x in v.items():
+            if not filter_key_ok(str(k)):
+                raise ValueError(f"filters key {k!r}: a metadata field name of letters, digits, '_' and '.' only")
+            if isinstance(x, dict | list) or x is None:
+                raise ValueError(f"filters[{k!r}]: one value to equal (text, number or true/false), got {x!r}")
+        # YAML reads `priority: 0` and `draft: false` as numbers and booleans; metadata holds them as JSON text
+        return {str(k): json.dumps(x) if isinstance(x, bool) else str(x) for k, x in v.items()}
 
 
 # ------------------------------------------------------------------ routing

@@ -130,6 +130,9 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
         out.append(f"min_score threshold {cfg.threshold.min_score}")
     if cfg.retrieval.scope_filter and engine != "lancedb":
         out.append("scope filter (a query with a scope sees only that scope's documents): add a filter on a `scope` field")
+    if cfg.retrieval.filters:
+        shown = ", ".join(f"{k} = {v!r}" for k, v in cfg.retrieval.filters.items())
+        out.append(f"metadata filters ({shown}): add a filter on those fields to both lists' queries")
     if cfg.retrieval.level == "document" and engine != "lancedb":
         out.append("document-level results (best chunk per document): index one document per engine record")
     if hybrid and f.method == "convex" and f.normalization in ("rank", "fixed"):

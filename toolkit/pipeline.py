@@ -382,6 +382,7 @@ def _prepare(
     if dense_args is not None:  # a one-shot search leaves no query vector in the store (user trial AK: ~3 KB per query)
         dense_args["cache_queries"] = not one_shot
     level, scope_filter = cfg.retrieval.level, cfg.retrieval.scope_filter
+    filters = dict(cfg.retrieval.filters) or None
     skip = feats.select("qid", "skip_lexical")
     orig = queries.select("qid", pl.lit("orig").alias("variant"), pl.lit("orig").alias("kind"), "text")
 
@@ -395,7 +396,8 @@ def _prepare(
     if expander is not None:
         skip_exp = feats.select("qid", "skip_expansion")
         if cfg.expansion.strong_signal_skip and lex_args is not None:
-            first = retrieve(store, queries, orig, lexical=lex_args, dense=None, level=level, scope_filter=scope_filter)
+            first = retrieve(store, queries, orig, lexical=lex_args, dense=None, level=level, scope_filter=scope_filter,
+                             filters=filters)
             strong = features.strong_signal(first, cfg.expansion)
             skip_exp = skip_exp.join(strong.select("qid", "strong_signal"), on="qid", how="left").select(
                 "qid", (pl.col("skip_expansion") | pl.col("strong_signal").fill_null(False)).alias("skip_expansion")
@@ -415,7 +417,8 @@ def _prepare(
     t["expansion"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    kw = {"level": level, "scope_filter": scope_filter, "skip_lexical": skip if cfg.routing.enabled else None, "progress": progress}
+    kw = {"level": level, "scope_filter": scope_filter, "filters": filters, "skip_lexical": skip if cfg.routing.enabled else None,
+          "progress": progress}
     embed_status = None
     try:
         cands = retrieve(store, queries, variants, lexical=lex_args, dense=dense_args, **kw)
