@@ -70,3 +70,17 @@ def test_malformed_filters_are_refused_naming_the_option_or_field(tmp_path):
 def test_an_export_says_the_filters_do_not_carry_over():
     cfg = load_config("qmd").with_updates({"retrieval.filters": {"user": "ana"}})
     assert any("metadata filters (user = 'ana')" in x for x in export_config(cfg, "elasticsearch").not_carried)
+
+
+def test_dense_search_honours_the_filter_too(tmp_path):
+    rows = [{"_id": f"m{i}", "text": f"the deploy failed: connection refused on host {i}",
+             "metadata": {"user": "ana" if i < 3 else "bob"}} for i in range(6)]
+    src = tmp_path / "mem.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "mem.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(src), "--store", store]).exit_code == 0
+    for mode in ("dense", "hybrid"):
+        r = CliRunner().invoke(main, ["search", "why did the deploy fail", "--store", store, "--mode", mode, "-n", "6",
+                                      "--format", "json", "--where", "user=bob"])
+        assert r.exit_code == 0, r.output
+        assert {x["doc_id"] for x in json.loads(r.stdout)["results"]} == {"m3", "m4", "m5"}, mode
