@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import unicodedata
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
@@ -490,6 +491,46 @@ def _counted(cls: type) -> type:
     return cls
 
 
+class _Result:
+    """A statement's result whose `fetchone`/`fetchmany` read the whole result at once (rows kept here, handed out
+    in order), so that no result is left part-read on its cursor. DuckDB streams a SELECT's result: until it is
+    read to the end or the cursor runs its next statement, the statement's transaction and table scan stay open,
+    and the scan holds DuckDB's checkpoint lock (measured on 1.5.5). A thread that read one row of a count and
+    then went idle, or ended, kept every checkpoint out: two threads sharing a writable Store grew the WAL to
+    122 MB in a minute (user trial BH), and an explicit CHECKPOINT was refused ("other write transactions
+    active"). The store's `fetchone` reads are single rows, so reading them whole costs nothing.
+    Everything else (`fetchall`, `pl`, `fetchnumpy`, `arrow`, `description`) is the cursor's own; those read whole."""
+
+    __slots__ = ("_cur", "_rows")
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
+        self._cur = cur
+        self._rows: list[tuple[Any, ...]] | None = None
+
+    def _buffered(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            self._rows = self._cur.fetchall()
+            self._rows.reverse()  # popped from the end: first row first
+        return self._rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        rows = self._buffered()
+        return rows.pop() if rows else None
+
+    def fetchmany(self, size: int = 1) -> list[tuple[Any, ...]]:
+        rows = self._buffered()
+        return [rows.pop() for _ in range(min(size, len(rows)))]
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            return self._cur.fetchall()
+        rows, self._rows = self._rows[::-1], []
+        return rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
 class _Connection:
     """A DuckDB connection whose bound parameters do not import pandas (in a process that asks for it).
 
@@ -513,6 +554,9 @@ class _Connection:
         # as DuckDB's documentation asks, with its own transactions and registered frames.
         self._owner = threading.get_ident()
         self._cursors: dict[int, duckdb.DuckDBPyConnection] = {}
+        # The thread each cursor was made for: its cursor is closed once it has ended (`release_ended`), and a
+        # new thread that got an ended one's id (the OS reuses them) gets a cursor of its own.
+        self._cursor_threads: dict[int, weakref.ref[threading.Thread]] = {}
         self._cursor_lock = threading.Lock()
 
     @property
@@ -523,11 +567,25 @@ class _Connection:
         if tid == self._owner or isinstance(con, _Closed):
             return con
         cur = self._cursors.get(tid)
-        if cur is None:
+        if cur is None or self._cursor_threads[tid]() is not threading.current_thread():
+            self.release_ended()  # a service's thread pool churns threads: each new one reclaims the ended ones'
             with self._cursor_lock:
                 cur = self._cursors[tid] = con.cursor()
+                self._cursor_threads[tid] = weakref.ref(threading.current_thread())
             cur.execute("SET enable_progress_bar = false")
         return cur
+
+    def release_ended(self) -> int:
+        """Close the cursors of threads that have ended (how many): each holds DuckDB's per-connection state (its
+        registered frames, a client context) until the store closes, and a thread pool that replaces its threads
+        made one per thread ever started. A thread that ended cannot be using its cursor."""
+        with self._cursor_lock:
+            ended = [tid for tid, ref in self._cursor_threads.items() if (t := ref()) is None or not t.is_alive()]
+            for tid in ended:
+                with suppress(duckdb.Error):
+                    self._cursors[tid].close()
+                del self._cursors[tid], self._cursor_threads[tid]
+        return len(ended)
 
     def interrupt_cursors(self) -> None:
         """Interrupt the statements the other threads' cursors run (`Store.close` after its wait)."""
@@ -543,6 +601,7 @@ class _Connection:
                 with suppress(duckdb.Error):
                     cur.close()
             self._cursors.clear()
+            self._cursor_threads.clear()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._active, name)
@@ -567,12 +626,13 @@ class _Connection:
         return pl.DataFrame([pl.Series(name, values.tolist(), dtype=pl.Utf8) if t == "VARCHAR" else pl.Series(name, values)
                              for (name, values), t in zip(cols.items(), types, strict=True)])
 
-    def execute(self, query: str, parameters: Any = None) -> duckdb.DuckDBPyConnection:
+    def execute(self, query: str, parameters: Any = None) -> _Result:
+        """The statement run on the calling thread's connection; its result is read whole (`_Result` says why)."""
         if parameters is None or not self.refuse_pandas or "pandas" in sys.modules or threading.active_count() > 1:
-            return self._active.execute(query, parameters)
+            return _Result(self._active.execute(query, parameters))
         sys.modules["pandas"] = None  # type: ignore[assignment]  # refuses `import pandas` (ImportError)
         try:
-            return self._active.execute(query, parameters)
+            return _Result(self._active.execute(query, parameters))
         finally:
             if "pandas" in sys.modules and sys.modules["pandas"] is None:
                 del sys.modules["pandas"]
@@ -920,6 +980,8 @@ class Store:
         # Literal SQL here and in the restore, not bound values: binding makes DuckDB import pandas (`_Connection`).
         stated = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         self._restore_limit = self._memory_limit or f"{_stated_limit_bytes(stated)}B"
+        threshold = self.con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()[0]
+        self._checkpoint_bytes = _stated_limit_bytes(threshold)  # the WAL size past which a write folds it (`_fold_wal`)
         self._check_is_store()
         if not read_only:
             had_values = self._has_table("doc_values")
@@ -1963,7 +2025,23 @@ class Store:
         self._forget()
         self._dense_cache = None
         self.release_table_pages()  # the batches' pages: the next reads are the search matrices, from disk anyway
+        self._fold_wal()
         return self._refresh_vector_index()
+
+    def _fold_wal(self) -> None:
+        """Checkpoint once the write-ahead log has passed DuckDB's threshold (`checkpoint_threshold`, 16 MiB). DuckDB
+        checkpoints by itself at a commit, but a commit that updated rows (every write does: the BM25 statistics) only
+        while no other transaction is open: with threads sharing the store, one of them is nearly always inside a
+        statement, and the log grew past 30 MB in a minute of two threads writing and searching (user trial BH). A
+        CHECKPOINT needs only that no statement scans or writes at that moment; refused, it is tried after the next
+        write. Run under the write lock, so no other write of this process is under way."""
+        try:
+            if os.stat(f"{self.path}.wal").st_size < self._checkpoint_bytes:
+                return
+        except OSError:  # no log: nothing to fold
+            return
+        with suppress(duckdb.TransactionException):
+            self.con.execute("CHECKPOINT")
 
     def _embed_unchanged_chunks(self, emb: Embedder, *, progress: bool) -> tuple[int, int]:
         """Cache embeddings for stored chunks that have none (e.g. the store was built with embed=False).
