@@ -980,8 +980,6 @@ class Store:
         # Literal SQL here and in the restore, not bound values: binding makes DuckDB import pandas (`_Connection`).
         stated = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         self._restore_limit = self._memory_limit or f"{_stated_limit_bytes(stated)}B"
-        threshold = self.con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()[0]
-        self._checkpoint_bytes = _stated_limit_bytes(threshold)  # the WAL size past which a write folds it (`_fold_wal`)
         self._check_is_store()
         if not read_only:
             had_values = self._has_table("doc_values")
@@ -1197,17 +1195,19 @@ class Store:
         # round trip, the larger part of a batched search on a small collection. Every write clears the memo;
         # another Store object on the same file (one process shares the database between connections) may
         # write too, and `generation` clears it when it sees the file's generation move.
-        if ("meta", key) not in self._memo:
+        memo = self._memo  # (the dict a write's `_forget` replaces: a value read before it goes to the old one)
+        if ("meta", key) not in memo:
             try:
                 if self.read_only:
-                    if ("meta", "*") not in self._memo:
+                    if ("meta", "*") not in memo:
                         self._read_all_meta()
                     return self._memo.get(("meta", key))
                 row = self.con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
             except duckdb.CatalogException:
                 return None
-            self._memo[("meta", key)] = row[0] if row else None
-        return self._memo[("meta", key)]
+            memo[("meta", key)] = row[0] if row else None
+            return row[0] if row else None
+        return memo[("meta", key)]
 
     def _read_all_meta(self) -> None:
         """Memoise every meta key in one round trip, for a read-only store (a search reads about ten keys, a round
@@ -1268,15 +1268,23 @@ class Store:
         (`_read_all_meta`): the one read with its meta."""
         if self.read_only and self._seen_generation is not None:
             return self._seen_generation[0] or "0"
+        return self._generation_rows().get("generation") or "0"
+
+    def _generation_rows(self, also: tuple[str, ...] = ()) -> dict[str, str]:
+        """`generation`'s read: the meta rows of the generation, the vector index record and the keys `also`, in one
+        statement (one snapshot of the file); the memo dropped when the first two moved. {} without a meta table."""
+        keys = ("generation", "vector_index", *also)
         try:
-            rows = dict(self.con.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'vector_index')").fetchall())
+            # The keys are the store's own names (literals: a bound list would import pandas, `_Connection`).
+            listed = ", ".join(f"'{k}'" for k in keys if k.isidentifier())
+            rows = dict(self.con.execute(f"SELECT key, value FROM meta WHERE key IN ({listed})").fetchall())
         except duckdb.CatalogException:
-            return "0"
+            return {}
         seen = (rows.get("generation"), rows.get("vector_index"))
         if seen != self._seen_generation:
             self._forget()
             self._seen_generation = seen
-        return seen[0] or "0"
+        return rows
 
     def ingest_roots(self) -> list[str]:
         """The absolute paths of the folders and files `hrt ingest` has read into this store (oldest first):
@@ -1354,9 +1362,10 @@ class Store:
             return False
         if scan_max_chunks is not None and self.embedding_coverage()[1] > scan_max_chunks:
             return True
-        if "stale_scan" not in self._memo:  # until the next write: a search asks twice (the warning, its note)
-            self._memo["stale_scan"] = self._non_ascii_chunks()
-        return self._memo["stale_scan"]
+        memo = self._memo  # a write's `_forget` meanwhile sends the value read before it to the old memo
+        if "stale_scan" not in memo:  # until the next write: a search asks twice (the warning, its note)
+            memo["stale_scan"] = self._non_ascii_chunks()
+        return memo["stale_scan"]
 
     def _count_embeddings(self) -> int:
         if not self._has_table("embeddings"):
@@ -2036,9 +2045,11 @@ class Store:
         CHECKPOINT needs only that no statement scans or writes at that moment; refused, it is tried after the next
         write. Run under the write lock, so no other write of this process is under way."""
         try:
-            if os.stat(f"{self.path}.wal").st_size < self._checkpoint_bytes:
-                return
+            size = os.stat(f"{self.path}.wal").st_size
         except OSError:  # no log: nothing to fold
+            return
+        # Read each time: a database setting, which a caller may have changed through `Store.con`.
+        if size < _stated_limit_bytes(self.con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()[0]):
             return
         with suppress(duckdb.TransactionException):
             self.con.execute("CHECKPOINT")
@@ -2071,9 +2082,15 @@ class Store:
         """The `analysis.ANALYSIS_VERSION` the BM25 index's text was made with ("1" for a store from before
         the version was recorded; "0", unknown, when a toolkit that does not record it wrote the store after
         this one: `analysis_generation` is not the store's generation); `ingest` brings another one up to date."""
-        gen = self.generation()  # first: it drops memos another Store object's write made stale
-        got = self._meta("lexical_analysis") or "1"
-        stamp = self._meta("analysis_generation")
+        if self.read_only:  # nothing can write to it: its memo is one consistent read (`_read_all_meta`)
+            gen, got, stamp = self.generation(), self._meta("lexical_analysis"), self._meta("analysis_generation")
+        else:
+            # One statement, so one snapshot: read one by one, a write another thread committed in between paired
+            # the old generation with the new stamp, and a search warned of a stale index (StaleTextWarning) that
+            # was current (user trial BH, two threads writing and searching one Store).
+            rows = self._generation_rows(("lexical_analysis", "analysis_generation"))
+            gen, got, stamp = rows.get("generation") or "0", rows.get("lexical_analysis"), rows.get("analysis_generation")
+        got = got or "1"
         return "0" if stamp is not None and stamp != gen else got
 
     # `chunk_body` in SQL, and the chunks whose body holds a non-ASCII character (RE2 pattern bound as `?`).
