@@ -43,7 +43,23 @@ def test_where_keeps_only_documents_whose_metadata_field_equals_the_value(tmp_pa
     assert _ids(store, "--where", "user=bob", "--where", "pinned=true")[0] == ["m7"]
     assert set(_ids(store, "--where", "priority=1")[0]) == {"m1", "m7"}
     none, r = _ids(store, "--where", "user=carol")
-    assert none == [] and "note: no result among the documents whose metadata has user = 'carol'" in r.stderr
+    assert none == [] and json.loads(r.stdout)["messages"] == [
+        "note: 12 stored document(s) have the metadata field 'user', none with the filter's value (values are compared "
+        "exactly, after Unicode NFC, or as numbers)"]
+    assert "no stored document has a metadata field 'usr'" in "".join(json.loads(_ids(store, "--where", "usr=ana")[1].stdout)["messages"])
+
+
+def test_a_filter_matches_a_number_as_a_number_and_text_in_either_unicode_form(tmp_path):
+    """User trial BK: stored 1.0 was not matched by 1, nor an NFC-stored name by its NFD spelling (macOS)."""
+    rows = [{"_id": "a", "text": "deploy ECONNREFUSED", "metadata": {"ratio": 1.0, "score": 3, "user": "\u00e9mile"}},
+            {"_id": "b", "text": "deploy ECONNREFUSED", "metadata": {"ratio": 2.5, "score": 4, "user": "bob"}}]
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "m.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(src), "--store", store, "--no-embed"]).exit_code == 0
+    assert _ids(store, "--where", "ratio=1")[0] == ["a"] and _ids(store, "--where", "score=3.0")[0] == ["a"]
+    assert _ids(store, "--where", "user=e\u0301mile")[0] == ["a"]  # NFD
+    assert _ids(store, "--where", "ratio=2.5")[0] == ["b"]
 
 
 def test_a_filter_applies_before_the_lists_are_cut_to_top_k(tmp_path):
@@ -59,12 +75,25 @@ def test_malformed_filters_are_refused_naming_the_option_or_field(tmp_path):
     store = _memories(tmp_path)
     r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--where", "user"])
     assert r.exit_code == 2 and "'--where'" in r.output and "FIELD=VALUE" in r.output
-    r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--where", "us'er=x"])
-    assert r.exit_code == 2 and "letters, digits" in r.output
+    for bad in ("us'er=x", ".user=ana", "user.=ana", "user..x=ana"):  # `.user` and `a..b` crashed the search (trial BK)
+        r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--where", bad])
+        assert r.exit_code == 2 and "letters, digits" in r.output, (bad, r.output)
+    # Every --where must hold: two values of one field, or one the config pins otherwise, cannot (trial BK: the last
+    # value won, and `--where user=bob` searched bob's memories through a config that pins user: ana).
+    r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--where", "user=ana", "--where", "user=bob"])
+    assert r.exit_code == 2 and "both cannot hold" in r.output
+    pinned = tmp_path / "ana.yaml"
+    pinned.write_text("extends: bm25-only\nretrieval:\n  filters: {user: ana}\n")
+    r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--config", str(pinned), "--where", "user=bob"])
+    assert r.exit_code == 2 and "--where user=bob and the config's retrieval.filters user: 'ana'" in r.output
+    assert _ids(store, "--config", str(pinned), "--where", "user=ana")[0]  # the same value: fine
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("extends: bm25-only\nretrieval:\n  filters: {user: [ana, bob]}\n")
     r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--config", str(cfg)])
     assert r.exit_code == 2 and "retrieval.filters" in r.output and "one value to equal" in r.output
+    cfg.write_text("extends: bm25-only\nretrieval:\n  filters: {'user.': ana}\n")
+    r = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert r.exit_code == 2 and "filters key 'user.'" in r.output, r.output
 
 
 def test_an_export_says_the_filters_do_not_carry_over():

@@ -865,7 +865,7 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
     if backend:
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
     if where:
-        cfg = cfg.with_updates({"retrieval.filters": {**cfg.retrieval.filters, **where}})
+        cfg = _with_where(cfg, where)
     if not cfg.retrieval.dense.enabled:  # the config first: it decides how numpy is imported
         _numpy_with_one_blas_thread()
     from .analysis import ANALYSIS_VERSION
@@ -898,10 +898,9 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
             prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
         res = rescore(prep, cfg)
         top = res.shown()  # output.n is n
-        if cfg.retrieval.filters and not len(top):
-            shown = " and ".join(f"{k} = {v!r}" for k, v in cfg.retrieval.filters.items())
-            click.echo(f"note: no result among the documents whose metadata has {shown} (--where and retrieval.filters "
-                       "compare a field's value as text)", err=True)
+        filter_note = None
+        if cfg.retrieval.filters and not len(top):  # said with the results (JSON `messages` too), below
+            filter_note = _filter_note(st.filter_counts(cfg.retrieval.filters))
         elif scope is not None and not len(top):
             _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
         elif not len(top) and not st.doc_sources().height:  # (a store emptied by `hrt delete`: user trial AY)
@@ -923,6 +922,8 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
         .sort("rank")
     )
     notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
+    if filter_note:
+        notes["messages"] = [*(notes.get("messages") or []), filter_note]
     out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
                  excerpt_chars=cfg.output.excerpt_chars, query=query)
     from . import interrupts
@@ -947,11 +948,38 @@ def _where(values: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for v in values:
         key, eq, value = v.partition("=")
-        if not eq or not filter_key_ok(key.strip()):
-            raise click.BadParameter(f"{v!r}: expected FIELD=VALUE with a metadata field name of letters, digits, '_' "
-                                     "and '.' (e.g. --where user=ana)", param_hint="'--where'")
-        out[key.strip()] = value
+        key = key.strip()
+        if not eq or not filter_key_ok(key):
+            raise click.BadParameter(f"{v!r}: expected FIELD=VALUE with a metadata field name (letters, digits and '_'; "
+                                     "a dot between names for a nested field; e.g. --where user=ana)", param_hint="'--where'")
+        if out.get(key, value) != value:
+            raise click.BadParameter(f"{key}={out[key]!r} and {key}={value!r}: a field holds one value, so both cannot "
+                                     "hold (every --where must)", param_hint="'--where'")
+        out[key] = value
     return out
+
+
+def _filter_note(counts: dict[str, tuple[int, int]]) -> str:
+    """Why a filtered search found nothing, from `Store.filter_counts` (user trial BK: a mistyped field or value was
+    reported as if the query's words had matched nothing)."""
+    for k, (has, equal) in counts.items():
+        if not has:
+            return f"no stored document has a metadata field {k!r} (--where / retrieval.filters)"
+        if not equal:
+            return (f"{has:,} stored document(s) have the metadata field {k!r}, none with the filter's value (values are "
+                    "compared exactly, after Unicode NFC, or as numbers)")
+    return "no result among the documents that pass every filter (--where / retrieval.filters)"
+
+
+def _with_where(cfg, where: dict[str, str]):
+    """`cfg` with the `--where` filters added to its own. One on a field the config already filters to another value
+    is refused: it would replace the config's (user trial BK: a config pinning `user: ana` searched bob's memories
+    given `--where user=bob`), and both cannot hold."""
+    pinned = cfg.retrieval.filters
+    if clash := [k for k, v in where.items() if pinned.get(k, v) != v]:
+        raise ToolkitError("; ".join(f"--where {k}={where[k]} and the config's retrieval.filters {k}: {pinned[k]!r}"
+                                     for k in clash) + ": a field holds one value, so both cannot hold")
+    return cfg.with_updates({"retrieval.filters": {**pinned, **where}})
 
 
 def _iso_date(value: str | None) -> str | None:

@@ -318,9 +318,13 @@ class DenseConfig(_Endpoint):
         return args | {"model": self.model if self.provider == "http" else None}
 
 
+_FILTER_KEY = re.compile(r"\w+(\.\w+)*")
+
+
 def filter_key_ok(key: str) -> bool:
-    """A metadata field a filter may name: it goes into a JSON path in SQL (`$.key`), so only these characters."""
-    return bool(key) and key.replace("_", "").replace(".", "").isalnum()
+    """A metadata field a filter may name: it goes into a JSON path in SQL (`$.key`, a dot for a nested field), so
+    only words joined by single dots (user trial BK: `.user`, `user.` and `a..b` passed and crashed the search)."""
+    return _FILTER_KEY.fullmatch(key) is not None
 
 
 class RetrievalConfig(_Model):
@@ -345,7 +349,8 @@ class RetrievalConfig(_Model):
             return v
         for k, x in v.items():
             if not filter_key_ok(str(k)):
-                raise ValueError(f"filters key {k!r}: a metadata field name of letters, digits, '_' and '.' only")
+                raise ValueError(f"filters key {k!r}: a metadata field name (letters, digits and '_'; a dot between "
+                                 "names for a nested field)")
             if isinstance(x, dict | list) or x is None:
                 raise ValueError(f"filters[{k!r}]: one value to equal (text, number or true/false), got {x!r}")
         # YAML reads `priority: 0` and `draft: false` as numbers and booleans; metadata holds them as JSON text

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -38,7 +39,7 @@ import polars as pl
 from . import interrupts
 from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_text, query_lexical_text
 from .chunking import chunk_body, chunk_text
-from .config import Stemmer, Stopwords
+from .config import Stemmer, Stopwords, filter_key_ok
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreBusyError, StoreError, ToolkitError
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
@@ -636,6 +637,15 @@ class _Connection:
         finally:
             if "pandas" in sys.modules and sys.modules["pandas"] is None:
                 del sys.modules["pandas"]
+
+
+def _as_number(text: str) -> float | None:
+    """`text` as a finite number, else None (a filter value compared numerically as well as as text)."""
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
 
 
 def _quoted(name: str) -> str:
@@ -2358,16 +2368,39 @@ class Store:
         return {name: pl.read_parquet(io.BytesIO(data)) for name, data in rows} or None
 
     # ------------------------------------------------------------------ lexical search
+    @staticmethod
+    def _filter_terms(filters: dict[str, Any], alias: str = "d") -> list[tuple[str, str, list[Any]]]:
+        """(key, SQL that a document's metadata holds the key, SQL that it equals the value; the values bound) per
+        filter. Equal means: the same text after Unicode NFC (a macOS client types NFD: user trial BK), or the same
+        number when both are numbers (`1` and the stored `1.0`)."""
+        out = []
+        for k, v in filters.items():
+            if not filter_key_ok(k):  # the key goes into the JSON path: checked, as the config checks it
+                raise InputError(f"metadata filter key {k!r}: a field name (letters, digits and '_'; a dot between names "
+                                 "for a nested field)")
+            got = f"json_extract_string({alias}.metadata, '$.{k}')"
+            num = _as_number(str(v))
+            eq = f"(nfc_normalize({got}) = nfc_normalize(?)" + (f" OR TRY_CAST({got} AS DOUBLE) = ?)"
+                                                                 if num is not None else ")")
+            out.append((k, f"{got} IS NOT NULL", eq, [str(v)] + ([num] if num is not None else [])))
+        return out
+
     def _filter_sql(self, filters: dict[str, Any] | None, alias: str = "d") -> tuple[str, list[Any]]:
         if not filters:
             return "", []
-        parts, params = [], []
-        for k, v in filters.items():
-            if not k.replace("_", "").replace(".", "").isalnum():
-                raise InputError(f"metadata filter key {k!r}: use letters, digits, '_' and '.' only")
-            parts.append(f"json_extract_string({alias}.metadata, '$.{k}') = ?")
-            params.append(str(v))
-        return " AND " + " AND ".join(parts), params
+        terms = self._filter_terms(filters, alias)
+        return " AND " + " AND ".join(eq for _, _, eq, _ in terms), [p for *_, ps in terms for p in ps]
+
+    def filter_counts(self, filters: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        """{field: (documents that have the field, documents whose value equals the filter's)} for each filter: why a
+        filtered search found nothing (no such field, or no such value) is then said, not guessed."""
+        terms = self._filter_terms(filters)
+        if not terms:
+            return {}
+        cols = ", ".join(f"count(*) FILTER (WHERE {has}), count(*) FILTER (WHERE {eq})" for _, has, eq, _ in terms)
+        # cols: keys checked by `_filter_terms` (a JSON path of words), values bound
+        row = self.con.execute(f"SELECT {cols} FROM documents d", [p for *_, ps in terms for p in ps]).fetchone()
+        return {k: (row[2 * i], row[2 * i + 1]) for i, (k, *_) in enumerate(terms)}
 
     def _allowed_docs(self, m: dict[str, Any], filters: dict[str, Any] | None) -> np.ndarray | None:
         """Boolean mask over the layout's documents passing the metadata filters (None: no filter)."""
