@@ -1914,16 +1914,38 @@ def info(store_path) -> None:
 
 
 @main.command()
-@click.argument("doc_ids", nargs=-1, required=True)
+@click.argument("doc_ids", nargs=-1)
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
+@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=lambda ctx, param, v: _where(v),
+              help="Delete every document whose metadata FIELD equals VALUE (repeatable, all must hold; as `hrt search "
+                   "--where` matches), instead of ids.")
 @click.option("--missing-ok", is_flag=True, help="Skip ids the store does not hold (default: an error, nothing deleted).")
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to keep trying while another process holds the store (a write, or readers during a write).")
-def delete(doc_ids, store_path, missing_ok, wait_s) -> None:
-    """Delete documents by id (DOC_ID... or - to read ids from stdin, one per line), with their chunks, vectors
-    and index entries, in one transaction. An id the store does not hold stops it before anything is deleted."""
+def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
+    """Delete documents by id (DOC_ID... or - to read ids from stdin, one per line), or by metadata (--where
+    user=dara), with their chunks, vectors and index entries, in one transaction. An id the store does not hold
+    stops it before anything is deleted. The file keeps the deleted text in its freed space until `hrt compact`."""
     from .store import Store, no_such_store
 
+    if bool(doc_ids) == bool(where):
+        raise click.UsageError("give the ids to delete (DOC_ID... or -) or --where FIELD=VALUE, not both" if where else
+                               "give the ids to delete (DOC_ID... or - for stdin), or --where FIELD=VALUE")
+    if where:
+        if not Path(store_path).expanduser().exists():
+            raise no_such_store(store_path)
+        with Store(store_path, wait_s=wait_s) as st:
+            gen = st.generation()
+            try:
+                ids = st.ids_where(where)
+                gone = st.delete(ids)
+            except BaseException as e:
+                _interrupted_write(e, st, gen, "delete")
+                raise
+        shown = " and ".join(f"{k} = {v!r}" for k, v in where.items())
+        click.echo(f"deleted {gone} document(s) whose metadata has {shown}" + (
+            "" if gone else " (none has: values are compared exactly, after Unicode NFC, or as numbers)"), err=True)
+        return
     if doc_ids == ("-",):
         if sys.stdin is None:
             raise ToolkitError("the ids are '-' (read them from stdin), but stdin is closed")
@@ -1939,6 +1961,21 @@ def delete(doc_ids, store_path, missing_ok, wait_s) -> None:
             _interrupted_write(e, st, gen, "delete")
             raise
     click.echo(f"deleted {gone} document(s) of {len(set(doc_ids))} asked", err=True)
+
+
+@main.command()
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
+@_WAIT_OPTION
+def compact(store_path, wait_s) -> None:
+    """Rewrite the store into a fresh file, in place: deleted and replaced documents' text, which DuckDB leaves in
+    the space it freed (readable with `strings`), is gone from the file, and the file shrinks to what it holds. Run
+    it after `hrt delete` of data that must not stay on disk (with `hrt clear-cache --vectors` for cached query
+    vectors). Other processes must not hold the store meanwhile (--wait waits for them)."""
+    from .store import compact_store
+
+    before, after = compact_store(store_path, wait_s=_wait(wait_s, False))
+    click.echo(f"compacted {store_path}: {before / 2**20:,.1f} MB -> {after / 2**20:,.1f} MB; the text of deleted and "
+               "replaced documents is no longer in the file", err=True)
 
 
 @main.command(name="clear-cache")

@@ -648,6 +648,11 @@ def _as_number(text: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _literal(text: str) -> str:
+    """A SQL string literal (single quotes doubled), for the statements that take no bound parameters (ATTACH)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _quoted(name: str) -> str:
     """A SQL identifier, double-quoted (DuckDB's catalog names for DROP statements, which take no parameters)."""
     return '"' + name.replace('"', '""') + '"'
@@ -853,6 +858,52 @@ def no_such_store(path: str | Path) -> StoreError:
     """The error for a store path with no file: a search opens it read-only, `hrt delete` checks first (opened
     for writing, a missing path would become an empty store)."""
     return StoreError(f"{path}: no such store (create it with `hrt ingest SOURCE --store {path}`)")
+
+
+def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
+    """Rewrite the store into a fresh file and put it in place of the old one: (bytes before, bytes after).
+
+    DuckDB reuses the blocks deleted and replaced rows freed, but never clears them: after `hrt delete`, a user's
+    deleted memories (and the old text of a replaced one) stay readable in the file with `strings` (user trial BK),
+    and the file keeps the size it grew to. A copy holds only live rows. The store is checked and its write-ahead log
+    folded by opening it as a Store first (a file that is no store, or holds SQL of its own, is refused as any open
+    refuses it); the copy is made while this process holds the file for writing, so no other process writes in
+    between, counted against the original, and moved in place atomically."""
+    src = Path(path).expanduser()
+    if not src.exists():
+        raise no_such_store(path)
+    with Store(src, wait_s=wait_s) as st:  # validated, sandbox-checked, log folded at close
+        counts = st.con.execute("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks)").fetchone()
+    try:  # another Store on the file in this process would go on writing into the replaced file (as `_unused` says)
+        duckdb.connect(str(src), read_only=True).close()
+    except duckdb.Error:
+        raise StoreBusyError(f"{src}: open elsewhere (another Store in this process, or another process): close it "
+                             "before compacting") from None
+    before = src.stat().st_size
+    tmp = src.with_name(f".{src.name}.compact-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    # A connection of its own: a Store's refuses file access (`_sandbox`), and this one must attach two files. It runs
+    # no SQL the file holds (COPY FROM DATABASE copies macros and tables, it does not call them).
+    con = duckdb.connect(":memory:", config={"allow_unsigned_extensions": "true"})
+    try:
+        # ATTACH takes no bound parameters: the paths as SQL string literals (quotes doubled)
+        con.execute(f"ATTACH {_literal(str(src))} AS src")  # for writing: other processes are kept out until the move
+        con.execute(f"ATTACH {_literal(str(tmp))} AS dst")
+        con.execute("SET enable_external_access = false")
+        con.execute("COPY FROM DATABASE src TO dst")
+        got = con.execute("SELECT (SELECT count(*) FROM dst.documents), (SELECT count(*) FROM dst.chunks)").fetchone()
+        con.execute("DETACH dst")
+        if got != counts:
+            raise StoreError(f"{src}: the compacted copy holds {got[0]:,} documents and {got[1]:,} chunks, the store "
+                             f"{counts[0]:,} and {counts[1]:,}: not replaced (nothing changed)")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, src)
+    finally:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        Path(f"{tmp}.wal").unlink(missing_ok=True)
+    return before, src.stat().st_size
 
 
 _WRITE_LOCKS: dict[str, threading.RLock] = {}
@@ -1883,6 +1934,16 @@ class Store:
             return 0
         with _write_lock(self.path):
             return self._delete(ids, missing_ok)
+
+    def ids_where(self, filters: dict[str, Any]) -> list[str]:
+        """Ids of the documents whose metadata passes every filter (as `retrieval.filters` matches them): one user's
+        memories to delete when they ask to be forgotten, without keeping an id list of one's own (user trial BK)."""
+        if not filters:
+            raise InputError("ids_where: give at least one filter (field -> value)")
+        fsql, fparams = self._filter_sql(filters)
+        # fsql: keys checked by `_filter_terms` (a JSON path of words), values bound
+        return [r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql} ORDER BY doc_id",
+                                               fparams).fetchall()]
 
     def stored_form(self, column: str, value: str) -> str:
         """The spelling the store holds of `value` in documents' `column` ("doc_id" or "scope"), when it differs only

@@ -1,0 +1,63 @@
+"""Forgetting a user (user trial BK): delete by metadata, and a store file that no longer holds the deleted text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from toolkit.cli import main
+from toolkit.errors import StoreBusyError, StoreError
+from toolkit.store import Store, compact_store
+
+SECRET = "XK42QZ9"
+
+
+def _bank(tmp_path) -> str:
+    rows = [{"_id": f"m{i}", "text": f"note {i}: " + (f"my passport ends in {SECRET}" if i == 3 else "I prefer dark mode"),
+             "metadata": {"user": "dara" if i < 4 else "ana"}} for i in range(8)]
+    src = tmp_path / "bank.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "bank.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(src), "--store", store, "--no-embed"]).exit_code == 0
+    return store
+
+
+def test_delete_where_removes_one_users_documents_and_compact_removes_their_text_from_the_file(tmp_path):
+    store = _bank(tmp_path)
+    r = CliRunner().invoke(main, ["delete", "--store", store, "--where", "user=dara"])
+    assert r.exit_code == 0 and "deleted 4 document(s) whose metadata has user = 'dara'" in r.output, r.output
+    with Store(store, read_only=True) as st:
+        assert sorted(st.doc_sources()["doc_id"].to_list()) == ["m4", "m5", "m6", "m7"]
+    # Gone from every table, but not from the file: DuckDB leaves freed blocks as they were.
+    assert open(store, "rb").read().count(SECRET.encode()) > 0
+    r = CliRunner().invoke(main, ["compact", "--store", store])
+    assert r.exit_code == 0 and "no longer in the file" in r.output, r.output
+    assert open(store, "rb").read().count(SECRET.encode()) == 0
+    assert [p.name for p in tmp_path.iterdir() if "compact" in p.name] == []  # no copy left behind
+    # The compacted store is the same store: it searches and takes writes.
+    r = CliRunner().invoke(main, ["search", "dark mode", "--store", store, "--mode", "lexical", "--format", "json", "-n", "9"])
+    assert sorted(x["doc_id"] for x in json.loads(r.stdout)["results"]) == ["m4", "m5", "m6", "m7"]
+    with Store(store) as st:
+        st.ingest([{"doc_id": "m9", "text": "after compaction"}], embed=False)
+        assert st.stats()["documents"] == 5
+
+
+def test_delete_where_says_when_nothing_matched_and_wants_ids_or_where(tmp_path):
+    store = _bank(tmp_path)
+    r = CliRunner().invoke(main, ["delete", "--store", store, "--where", "user=Dara"])
+    assert r.exit_code == 0 and "deleted 0 document(s)" in r.output and "compared exactly" in r.output
+    assert CliRunner().invoke(main, ["delete", "--store", store]).exit_code == 2
+    r = CliRunner().invoke(main, ["delete", "m1", "--store", store, "--where", "user=dara"])
+    assert r.exit_code == 2 and "not both" in r.output
+
+
+def test_compact_refuses_a_store_open_elsewhere_and_changes_nothing(tmp_path):
+    store = _bank(tmp_path)
+    size = (tmp_path / "bank.duckdb").stat().st_size
+    with Store(store), pytest.raises(StoreBusyError, match="close it before compacting"):
+        compact_store(store)  # its writes would go on into the replaced file
+    with Store(store, read_only=True), pytest.raises(StoreError, match="open already"):
+        compact_store(store)
+    assert (tmp_path / "bank.duckdb").stat().st_size == size
