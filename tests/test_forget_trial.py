@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -31,10 +32,10 @@ def test_delete_where_removes_one_users_documents_and_compact_removes_their_text
     with Store(store, read_only=True) as st:
         assert sorted(st.doc_sources()["doc_id"].to_list()) == ["m4", "m5", "m6", "m7"]
     # Gone from every table, but not from the file: DuckDB leaves freed blocks as they were.
-    assert open(store, "rb").read().count(SECRET.encode()) > 0
+    assert Path(store).read_bytes().count(SECRET.encode()) > 0
     r = CliRunner().invoke(main, ["compact", "--store", store])
     assert r.exit_code == 0 and "no longer in the file" in r.output, r.output
-    assert open(store, "rb").read().count(SECRET.encode()) == 0
+    assert Path(store).read_bytes().count(SECRET.encode()) == 0
     assert [p.name for p in tmp_path.iterdir() if "compact" in p.name] == []  # no copy left behind
     # The compacted store is the same store: it searches and takes writes.
     r = CliRunner().invoke(main, ["search", "dark mode", "--store", store, "--mode", "lexical", "--format", "json", "-n", "9"])
