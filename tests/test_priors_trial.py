@@ -86,6 +86,20 @@ def test_a_recency_field_that_never_reads_as_a_date_and_use_counts_as_text_warn(
     assert not [w for w in seen if "priors." in str(w.message)]
 
 
+def test_a_recency_field_no_candidate_has_warns_when_they_are_dated_under_another(tmp_path):
+    """User trial BK: memories dated in `created_at`, searched with agent-memory (recency_field `date`): the old fact
+    outranked the new one and nothing said the prior was neutral."""
+    rows = [{"_id": f"m{i}", "text": f"I live in city {i}", "created_at": f"2024-0{i}-01T00:00:00Z"} for i in range(1, 4)]
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(rows, embed=False)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            run_pipeline(st, pl.DataFrame({"qid": ["q"], "text": ["which city do I live in"]}),
+                         load_config("bm25-only").with_updates({"priors.recency_field": "date"}))
+    said = [str(w.message) for w in seen if "priors.recency_field" in str(w.message)]
+    assert len(said) == 1 and "no candidate has that field" in said[0] and "dated in 'created_at'" in said[0]
+
+
 def test_a_querys_top_level_date_is_its_as_of_time(tmp_path, memory):
     """`{"_id": ..., "text": ..., "date": ...}` in queries.jsonl was ranked as of the clock: only `metadata.date`
     was read, while a document's top-level fields are its metadata."""

@@ -149,6 +149,14 @@ def unusable_fields(doc_values: pl.DataFrame | None, cfg: PriorsConfig) -> list[
         out.append(f"priors.recency_field {cfg.recency_field!r} is never read as a date: only fields named date, "
                    "datetime, timestamp, created, updated, modified or ending in _at, _date, _time are; the recency "
                    "prior is neutral (factor 1)")
+    elif cfg.recency_field is not None and not (doc_values["field"] == cfg.recency_field).any() and (
+            dated := doc_values.filter(pl.col("ts").is_not_null())["field"].unique().sort().to_list()):
+        # Undated memories are a documented state (they count as new), but candidates dated under another field are
+        # a field named otherwise (user trial BK: memories dated in `created_at` under agent-memory's `date`, and the
+        # old fact outranked the new one in silence).
+        out.append(f"priors.recency_field {cfg.recency_field!r}: no candidate has that field, so the recency prior is "
+                   f"neutral (factor 1) for all; they are dated in {', '.join(repr(f) for f in dated[:3])} (set "
+                   "priors.recency_field to it)")
     if cfg.use_field is not None:
         odd = doc_values.filter((pl.col("field") == cfg.use_field) & pl.col("num").is_null())["text"].unique().sort().to_list()
         if odd:
