@@ -38,6 +38,8 @@ def test_a_second_export_in_the_same_folder_that_shares_an_id_warns_that_it_repl
     r = _hrt("ingest", second, "--store", store, "--no-embed")
     assert r.exit_code == 0, r.output
     assert f"1 document(s) of {second} replaced documents with the same id ingested from {first}" in r.stderr
+    # An update from another file is a thing a memory does (user trial BK): the advice must not be to keep both.
+    assert "If they are updates of those documents, nothing is wrong; if both are to be kept" in r.stderr
     assert "1 of them replacing another source's document" in r.stdout
     # The same file again after an edit is an update of its own record: no warning.
     _jsonl(second, {"_id": "k1", "text": "tiger stripes, edited"})

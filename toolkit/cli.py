@@ -588,8 +588,8 @@ def _replaced_warning(replaced: list[str], root: Path, others: list[str]) -> str
     ids = "ids are the records' ids" if collection else "ids are paths relative to the folder"
     name = (root.stem if collection else root.name if root.is_dir() else root.parent.name) or "mine"
     return (f"warning: {len(replaced)} document(s) of {root} replaced documents with the same id ingested from "
-            f"{_roots_text(others)} (e.g. {replaced[0]!r}): {ids}; give each folder or file its own --id-prefix "
-            f"(e.g. --id-prefix {name}/) to keep both")
+            f"{_roots_text(others)} (e.g. {replaced[0]!r}): {ids}. If they are updates of those documents, nothing is "
+            f"wrong; if both are to be kept, give each folder or file its own --id-prefix (e.g. --id-prefix {name}/)")
 
 
 def _dense_embedder(dense):
