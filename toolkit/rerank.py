@@ -70,7 +70,25 @@ def api_key_headers(api_key_env: str | None, field: str) -> dict[str, str]:
         raise ToolkitError(
             f"{field}: environment variable {api_key_env!r} is not set (it should hold the API key)"
         )
+    if flaw := _key_flaw(key):  # before any request: it failed as an output-encoding error, or was retried as an outage
+        raise ToolkitError(f"{field}: the value of ${api_key_env} has {flaw}, which no API key has (a paste or a file "
+                           "read with its line ending?); the value is not shown")
     return {"Authorization": f"Bearer {key}"}
+
+
+def _key_flaw(key: str) -> str | None:
+    """What in `key` cannot go in an HTTP header as a key (user trial BJ: a trailing carriage return from a CRLF
+    file, a typographic quote pasted with it), said by position and kind, never by showing the character."""
+    import unicodedata
+
+    for i, c in enumerate(key, 1):
+        if "!" <= c <= "~" or c == " " and 1 < i < len(key):  # visible ASCII (a space inside goes in a header too)
+            continue
+        where = "the last" if i == len(key) else "the first" if i == 1 else f"character {i}"
+        kind = {"\r": "a carriage return (\\r)", "\n": "a line feed (\\n)", "\t": "a tab", " ": "a space"}.get(c)
+        kind = kind or f"U+{ord(c):04X} ({unicodedata.name(c, 'a control character').lower()})"
+        return f"{kind} as {where} of its {len(key)} characters"
+    return None
 
 
 MAX_ANSWER_BYTES = 20_000_000  # a rerank or chat answer is kilobytes; more is a broken or hostile server
