@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from fake_servers import FakeServer, fake_server_fixture  # noqa: F401 - the fixture is used by name
 
 from toolkit.cli import main
+from toolkit.config import DenseConfig, RerankConfig
 from toolkit.embed_http import HttpEmbedder
 from toolkit.errors import ToolkitError
 from toolkit.rerank import HttpReranker, ProviderError
@@ -66,3 +67,17 @@ def test_a_malformed_key_stops_an_ingest_before_any_request(tmp_path, fake_serve
     r = _ingest(tmp_path, fake_server, "--api-key-env", "MY_KEY")
     assert r.exit_code != 0 and "$MY_KEY has a carriage return" in r.output and "SECRET" not in r.output
     assert fake_server.count() == 0
+
+
+# ------------------------------------------------------------------ 7. OpenAI-style base URLs
+
+
+def test_a_base_url_ending_in_v1_gets_the_endpoints_path(tmp_path, fake_server):
+    """`--embed-url http://host/v1` was a bare 404 while HRT_RERANK_BASE_URL took that form."""
+    r = _ingest(tmp_path, fake_server, url=fake_server.base_url + "/v1/")
+    assert r.exit_code == 0, r.output
+    assert {q["path"] for q in fake_server.requests} == {"/v1/embeddings"}
+    assert DenseConfig(provider="http", url="http://h:8/v1", model="m").url == "http://h:8/v1/embeddings"
+    assert RerankConfig(provider="http", url="http://h:8/v1").url == "http://h:8/v1/rerank"
+    assert HttpReranker(fake_server.base_url + "/v1").score("deploy", ["deploy", "lunch"]) == [1.0, 0.0]
+    assert DenseConfig(provider="http", url="http://h:8/embed", model="m").url == "http://h:8/embed"  # others as given

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -115,6 +115,16 @@ def _check_url(v: str | None) -> str | None:
         raise ValueError("points at a link-local address (a cloud's instance metadata service answers there, with the "
                          "machine's credentials): no model provider does")
     return v
+
+
+def endpoint_url(url: str | None, path: str) -> str | None:
+    """`url` with `path` (`/embeddings`, `/rerank`, `/chat/completions`) appended when it is an OpenAI-style base
+    URL, ending in `/v1` or `/v1/`; any other URL as it is."""
+    if url is None or not path:
+        return url
+    parts = urlsplit(url)
+    base = parts.path.rstrip("/")
+    return parts._replace(path=base + path).geturl() if base.endswith("/v1") else url
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -253,10 +263,14 @@ class _Endpoint(_Model):
     def _env(cls, v: str | None) -> str | None:
         return _check_env_name(v)
 
+    # The path an OpenAI-style base URL ("http://host/v1", as OPENAI_BASE_URL holds it) takes for this section's
+    # endpoint: user trial BJ, `--embed-url http://host/v1` was a bare 404 while HRT_RERANK_BASE_URL took that form.
+    api_path: ClassVar[str] = ""
+
     @field_validator("url", check_fields=False)
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        return _check_url(v)
+        return endpoint_url(_check_url(v), cls.api_path)
 
 
 class LexicalConfig(_Model):
@@ -279,6 +293,8 @@ class LexicalConfig(_Model):
 
 class DenseConfig(_Endpoint):
     """The dense lists: cosine between the query's embedding and the store's chunk vectors."""
+
+    api_path: ClassVar[str] = "/embeddings"
 
     enabled: Prepare[bool] = Field(True, description="Retrieve a dense list (cosine between query and chunk embeddings) for each query variant.")
     top_k: Prepare[int] = Field(100, ge=1, le=10_000, description="Places in each dense list.")
@@ -375,9 +391,11 @@ class RoutingConfig(_Model):
 class ExpansionConfig(_Endpoint):
     """Query expansion: rewrites and hypothetical answers searched beside the query as asked."""
 
+    api_path: ClassVar[str] = "/chat/completions"
+
     provider: Prepare[Literal["none", "file", "http"]] = Field("none", description="Query expansion: none, file (precomputed JSONL) or http (an OpenAI-compatible chat endpoint).")
     path: Prepare[str | None] = Field(None, description="The file provider's JSONL of expansions.")
-    url: Prepare[str | None] = Field(None, description="The http provider's chat completions URL.")
+    url: Prepare[str | None] = Field(None, description="The http provider's chat completions URL (a base URL ending in /v1 gets /chat/completions appended).")
     model: Prepare[str | None] = Field(None, description="The model the http provider serves.")
     api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the expansion provider's key.")
     timeout_s: Prepare[float] = Field(20.0, gt=0.0, le=600.0, description="Wall-clock deadline of one expansion call (connect and all reads).")
@@ -438,11 +456,13 @@ class FusionConfig(_Model):
 class RerankConfig(_Endpoint):
     """The reranker, and how its scores are blended with the fused order (guarded: only the top_n, by position)."""
 
+    api_path: ClassVar[str] = "/rerank"
+
     # Scores are prepared whenever a provider is set, for every document a fused top_n could hold
     # (`pipeline.rerank_pool`); how (and whether) they are blended is decided live.
     provider: Prepare[Literal["none", "cross-encoder", "http", "file", "python"]] = Field("none", description="The reranker: none, cross-encoder (a local model), http (a /v1/rerank endpoint), file (precomputed scores) or python (an object of yours, passed as reranker= to prepare, run_pipeline, tune, Session or Lab).")
     model: Prepare[str | None] = Field(None, description="The cross-encoder's path or id, or the model an http endpoint serves.")
-    url: Prepare[str | None] = Field(None, description="The http reranker's /v1/rerank URL.")
+    url: Prepare[str | None] = Field(None, description="The http reranker's /v1/rerank URL (a base URL ending in /v1 gets /rerank appended).")
     api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the reranker's key.")
     timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0, description="Wall-clock deadline of one reranker call (connect and all reads).")
     budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0, description="Seconds all reranker calls of one run may take; then reranking is switched off for the rest.")

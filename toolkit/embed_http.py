@@ -39,7 +39,9 @@ class HttpEmbedder:
             raise ToolkitError("retrieval.dense.url: the http embedder needs the endpoint URL (e.g. http://host:8000/v1/embeddings)")
         if not model:
             raise ToolkitError("retrieval.dense.model: the http embedder needs the model name the endpoint serves")
-        self.url, self.model_id, self.dimensions = url, model, dimensions
+        from .config import endpoint_url
+
+        self.url, self.model_id, self.dimensions = endpoint_url(url, "/embeddings"), model, dimensions
         self.batch_size, self.timeout_s, self.retries, self.backoff_s = batch_size, timeout_s, retries, backoff_s
         self._headers = api_key_headers(api_key_env, "retrieval.dense.api_key_env")
         self._client = None

@@ -326,6 +326,9 @@ class HttpReranker:
             raise ToolkitError(
                 "rerank.url: the http reranker needs the endpoint URL (e.g. http://host:8080/v1/rerank)"
             )
+        from .config import endpoint_url
+
+        url = endpoint_url(url, "/rerank")  # an OpenAI-style base URL, as the environment's is taken (rerank_env)
         self.url, self.model = url, model
         self.name = model or url
         self.cache_key = f"{model}@{url}" if model else url
