@@ -22,6 +22,11 @@ timeouts and retries). Modes, set by `server.mode` (and `fail_first`, `delay_s`)
   header when `retry_after` is set (seconds or an HTTP date), then the mode applies.
 - `fail_queries`: queries (or user messages) containing any of these words get HTTP 500.
 - `fail_after = N`: requests after the first N get HTTP 500 (an endpoint dying mid-way through an ingest).
+- `slow_requests`: the numbers (from 0) of the requests that sleep `delay_s` first (an endpoint hanging on some).
+- `max_batch = N`: embeddings requests of more than N inputs get TEI's HTTP 413 ("batch size ... > maximum allowed").
+- "bad_request": embeddings answer HTTP 400 about a parameter (nothing about length). "bool_vec": a `true` in each vector.
+- `answer_padding = N`: N spaces inside every JSON answer (a large answer, still valid JSON).
+- `FakeServer(tls=True)`: https, with a self-signed certificate no client trusts (`tls_selfsigned.pem`).
 
 Every request is recorded in `server.requests` (path, JSON body, headers) so tests can count calls.
 """
@@ -34,6 +39,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,9 +79,15 @@ def chat_answer(query: str) -> str:
     )
 
 
+TLS_PEM = Path(__file__).with_name("tls_selfsigned.pem")  # certificate and key, CN 127.0.0.1, valid to 2125
+
+
 class FakeServer:
-    def __init__(self) -> None:
+    def __init__(self, *, tls: bool = False) -> None:
         self.mode = "good"
+        self.slow_requests: set[int] = set()
+        self.max_batch: int | None = None
+        self.answer_padding = 0
         self.fail_first = 0
         self.limit_first, self.limit_status = 0, 429
         self.fail_after: int | None = None
@@ -90,12 +102,19 @@ class FakeServer:
         self._stop = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
+        self.scheme = "https" if tls else "http"
+        if tls:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(TLS_PEM)
+            self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
 
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
 
     @property
     def rerank_url(self) -> str:
@@ -132,6 +151,8 @@ class FakeServer:
         with self._lock:
             n = len(self.requests)
             self.requests.append({"path": path, "body": body, "headers": headers})
+        if n in self.slow_requests:
+            self._stop.wait(self.delay_s)
         if n < self.fail_first:
             return 500, b'{"error": "warming up"}'
         if self.fail_after is not None and n >= self.fail_after:
@@ -190,13 +211,22 @@ class FakeServer:
     def _embeddings(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
         if mode == "too_long" and any(len(t) > 1000 for t in body["input"]):  # an input past the model's context
             return 400, b'{"error": "This model\'s maximum context length is 8192 tokens"}'
+        if self.max_batch is not None and len(body["input"]) > self.max_batch:  # TEI's words
+            return 413, json.dumps({"error": f"batch size {len(body['input'])} > maximum allowed batch size "
+                                             f"{self.max_batch}", "error_type": "Validation"}).encode()
+        if mode == "bad_request":
+            return 400, b'{"error": {"message": "Unrecognized request argument supplied: dimensions"}}'
         if mode == "wrong_shape":
             return 200, json.dumps({"embeddings": [[1.0]]}).encode()
         dim = int(body.get("dimensions") or self.embed_dim) + (1 if mode == "wrong_dim" else 0)
         data = [{"object": "embedding", "index": i, "embedding": embed_fake(t, dim)} for i, t in enumerate(body["input"])]
         if mode == "nan":
             data[0]["embedding"][0] = float("nan")
-        return 200, json.dumps({"object": "list", "model": body.get("model"), "data": data[::-1]}).encode()
+        if mode == "bool_vec":
+            for d in data:
+                d["embedding"][-1] = True
+        answer = {"object": "list", "model": body.get("model"), "data": data[::-1]}
+        return 200, json.dumps(answer, indent=None, separators=(", ", ": ")).encode()[:-1] + b" " * self.answer_padding + b"}"
 
     def _chat(self, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
         if mode == "wrong_shape":

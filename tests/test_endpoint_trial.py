@@ -8,16 +8,20 @@ URL read as a 404, a certificate error retried, and `true` read as 1.0 in a vect
 from __future__ import annotations
 
 import json
+import time
+import warnings
 
 import pytest
 from click.testing import CliRunner
 from fake_servers import FakeServer, fake_server_fixture  # noqa: F401 - the fixture is used by name
 
+from toolkit import providers, rerank
 from toolkit.cli import main
-from toolkit.config import DenseConfig, RerankConfig
+from toolkit.config import ConfigWarning, DenseConfig, RerankConfig, load_config
 from toolkit.embed_http import HttpEmbedder
 from toolkit.errors import ToolkitError
 from toolkit.rerank import HttpReranker, ProviderError
+from toolkit.rerank_env import resolve_rerank
 
 PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy")
 
@@ -39,6 +43,76 @@ def _ingest(tmp_path, server, *args, texts=None, url=None):
     src = _corpus(tmp_path / "corpus.jsonl", texts or [f"note {i} about deploying service {i}" for i in range(3)])
     return CliRunner().invoke(main, ["ingest", str(src), "--store", str(tmp_path / "s.duckdb"), "--embed-url",
                                      url or server.embeddings_url, "--model", "fake-embed", *args])
+
+
+# ------------------------------------------------------------------ 1. a key through a proxy
+
+
+def test_a_key_sent_through_a_proxy_on_another_machine_is_warned_about(tmp_path, no_proxy_env):
+    """HTTP_PROXY named another machine: a config whose endpoint is on this machine sent both keys to it in
+    cleartext, and no warning said so (the loopback URL was exempt)."""
+    no_proxy_env.setenv("RR_KEY", "k")
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"rerank": {"provider": "http", "url": "http://127.0.0.1:9/v1/rerank", "api_key_env": "RR_KEY"}}))
+    with warnings.catch_warnings():  # direct to this machine: nothing leaves it
+        warnings.simplefilter("error")
+        load_config(cfg)
+    no_proxy_env.setenv("HTTP_PROXY", "http://user:pw@192.0.2.7:3128")
+    with pytest.warns(ConfigWarning, match=r"sends the value of \$RR_KEY over unencrypted http to 127\.0\.0\.1 through "
+                                           r"the proxy 192\.0\.2\.7:3128 .*NO_PROXY=127\.0\.0\.1 goes direct") as got:
+        load_config(cfg)
+    assert "pw" not in str(got[0].message)  # the proxy's own credentials are not shown
+    env = {"HRT_RERANK_PROVIDER": "http", "HRT_RERANK_BASE_URL": "http://localhost:8080/v1", "HRT_RERANK_API_KEY_ENV": "RR_KEY"}
+    with pytest.warns(ConfigWarning, match=r"reranker from the environment sends .* to localhost through the proxy 192\.0\.2\.7"):
+        resolve_rerank(load_config("agent-memory"), env)
+    no_proxy_env.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with warnings.catch_warnings():  # NO_PROXY: direct again
+        warnings.simplefilter("error")
+        load_config(cfg)
+        resolve_rerank(load_config("agent-memory"), env)
+
+
+def test_a_proxys_refusal_says_a_proxy_was_used(no_proxy_env):
+    """A proxy answering 502 read as the endpoint's own 502."""
+    with FakeServer() as proxy, FakeServer() as endpoint:  # the "proxy" routes nothing: 404 for the absolute URL
+        proxy.mode = "500"
+        no_proxy_env.setenv("HTTP_PROXY", proxy.base_url)
+        with pytest.raises(ProviderError, match=r"HTTP 500: .*sent through the proxy 127\.0\.0\.1:\d+, which HTTP_PROXY") as e:
+            HttpReranker(endpoint.rerank_url, retries=0).score("q", ["a"])
+        assert proxy.count() == 1 and endpoint.count() == 0
+        assert providers.note("reranker", str(e.value)) == (f"reranker unavailable (HTTP 500 via the proxy "
+                                                            f"{proxy.base_url[7:]}): retrieval order kept")
+
+
+# ------------------------------------------------------------------ 2. the documented bound
+
+
+def test_backoff_pauses_are_capped_and_fit_the_bound(fake_server, monkeypatch):
+    """HRT_RERANK_TIMEOUT=1, RETRIES=6 against an endpoint answering 503 at once: 16.9 s of doubling pauses
+    for a documented 7 s."""
+    waits = []
+    monkeypatch.setattr(rerank, "_sleep", waits.append)
+    fake_server.limit_first, fake_server.limit_status = 100, 503
+    with pytest.raises(ProviderError, match=r"HTTP 503"):
+        HttpReranker(fake_server.rerank_url, timeout_s=30, retries=10, backoff_s=0.5).score("q", ["a"])
+    assert waits[:5] == [0.5, 1.0, 2.0, 4.0, 8.0] and max(waits) == rerank.BACKOFF_MAX_S  # not 256 s
+    monkeypatch.undo()
+    fake_server.requests.clear()
+    t0 = time.monotonic()
+    with pytest.raises(ProviderError, match=r"HTTP 503"):  # real pauses: 0.05 .. 1.6 s before, 3.15 s in all
+        HttpReranker(fake_server.rerank_url, timeout_s=0.2, retries=6, backoff_s=0.05).score("q", ["a"])
+    assert time.monotonic() - t0 < 1.4 + 0.3  # timeout x attempts, and some slack for a busy machine
+
+
+def test_one_rerank_call_has_one_deadline_over_its_batches(fake_server):
+    """A reranker hanging on 2 of every 3 requests, 3 batches: each batch got the whole bound (14.9 s for 6 s)."""
+    fake_server.slow_requests, fake_server.delay_s = {0, 1, 3, 4, 6, 7}, 5.0
+    rr = HttpReranker(fake_server.rerank_url, timeout_s=0.3, retries=2, backoff_s=0.01, batch_size=2)
+    t0 = time.monotonic()
+    with pytest.raises(ProviderError, match=r"timed out after") as e:
+        rr.score("deploy", [f"doc {i}" for i in range(6)])
+    assert time.monotonic() - t0 < 0.9 + 0.4, str(e.value)
+    assert "bound of 0.9 s (timeout x attempts)" in str(e.value)
 
 
 # ------------------------------------------------------------------ 5. a malformed key
@@ -81,3 +155,21 @@ def test_a_base_url_ending_in_v1_gets_the_endpoints_path(tmp_path, fake_server):
     assert RerankConfig(provider="http", url="http://h:8/v1").url == "http://h:8/v1/rerank"
     assert HttpReranker(fake_server.base_url + "/v1").score("deploy", ["deploy", "lunch"]) == [1.0, 0.0]
     assert DenseConfig(provider="http", url="http://h:8/embed", model="m").url == "http://h:8/embed"  # others as given
+
+
+# ------------------------------------------------------------------ 8. TLS
+
+
+def test_an_unverified_certificate_is_not_retried_and_names_ssl_cert_file(monkeypatch):
+    """A self-signed certificate: the same failure retried with backoff, and nothing said how to trust it."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with FakeServer(tls=True) as server:
+        t0 = time.monotonic()
+        with pytest.raises(ProviderError, match=r"TLS certificate not verified .*set SSL_CERT_FILE to that CA's PEM file"):
+            HttpEmbedder(server.embeddings_url, "m", retries=3, backoff_s=1.0).embed(["x"])
+        assert time.monotonic() - t0 < 1.0  # no 1 + 2 + 4 s of backoff
+        from fake_servers import TLS_PEM
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(TLS_PEM))  # what the message says to do works
+        assert HttpEmbedder(server.embeddings_url, "m", retries=0).embed(["x"]).shape == (1, 8)

@@ -840,8 +840,9 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
 
     With no reranker in the config, HRT_RERANK_PROVIDER / _MODEL / _BASE_URL / _API_KEY_ENV (or agent-memory's
     AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins. HRT_RERANK_TIMEOUT
-    (seconds per call, default 10) and HRT_RERANK_RETRIES (default 2) bound how long a hanging endpoint can
-    stall a search, e.g. HRT_RERANK_TIMEOUT=2 HRT_RERANK_RETRIES=0.
+    (seconds per request, default 10) and HRT_RERANK_RETRIES (default 2) bound how long a failing or hanging
+    endpoint can stall a search: a query's requests, retries and pauses end within timeout x (retries + 1), then
+    the search keeps its retrieval order; e.g. HRT_RERANK_TIMEOUT=2 HRT_RERANK_RETRIES=0.
 
     Text from a program (an agent's question, anything that may start with "-"): QUERY `-` reads it from
     stdin (`printf %s "$Q" | hrt search - --store S`), or put it after `--` (`hrt search --store S -- "-v flag"`).

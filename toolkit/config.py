@@ -155,6 +155,51 @@ def _loopback(host: str) -> bool:
     return host.lower() == "localhost" or (ip is not None and ip.is_loopback)
 
 
+PROXY_VARS = "HTTP_PROXY/HTTPS_PROXY/ALL_PROXY"
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy (`host:port`, never its credentials) a request to `url` goes through, read from the environment
+    as the providers' client (httpx) reads it: HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (or lower case), minus the hosts
+    NO_PROXY lists. None when the request goes direct."""
+    try:  # httpx's own reading, so the answer is what the client does (NO_PROXY's rules differ from urllib's)
+        import httpx
+        from httpx._utils import URLPattern, get_environment_proxies
+
+        target = httpx.URL(url)
+        mounts = sorted(((URLPattern(k), v) for k, v in get_environment_proxies().items()), key=lambda kv: kv[0])
+        proxy = next((v for pattern, v in mounts if pattern.matches(target)), None)
+    except (ImportError, AttributeError, ValueError, TypeError):  # another httpx: any proxy named applies (errs towards warning)
+        from urllib.request import getproxies
+
+        found = getproxies()
+        proxy = found.get(urlsplit(url).scheme.lower()) or found.get("all")
+    if not proxy:
+        return None
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    host = parts.hostname or "?"
+    host = f"[{host}]" if ":" in host else host
+    try:
+        return f"{host}:{parts.port}" if parts.port else host
+    except ValueError:  # a port that is not a number: the host alone
+        return host
+
+
+def cleartext_hop(url: str) -> str | None:
+    """Who off this machine can read a request to `url` (and its key): "to HOST" for plain http to another machine,
+    "to HOST through the proxy P (...)" when the environment sends it through a proxy on another machine (user trial
+    BJ: a loopback endpoint was not warned about, and HTTP_PROXY took the key in cleartext to the proxy). None over
+    https (a proxy only tunnels it) or when nothing leaves the machine."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http":
+        return None
+    host = parts.hostname or ""
+    proxy = env_proxy(url)
+    if proxy and not _loopback(urlsplit(f"http://{proxy}").hostname or ""):
+        return f"to {host} through the proxy {proxy} ({PROXY_VARS} in the environment; NO_PROXY={host} goes direct)"
+    return None if _loopback(host) else f"to {host}"
+
+
 # Where model providers' APIs live: a key sent there from a config is what configs are for. Any other host is
 # named when a config file sends a key to it (`key_destinations`).
 KNOWN_PROVIDER_HOSTS = ("api.openai.com", "api.jina.ai", "api.cohere.com", "api.cohere.ai", "api.voyageai.com",
@@ -173,14 +218,12 @@ def _warn_key_destinations(cfg: PipelineConfig, origin: str, stacklevel: int) ->
     """A config file that sends a key anywhere but a known provider's API or this machine says so, and so does one
     sending a key over unencrypted http to another machine: the value leaves with the first request."""
     for section, var, url in key_destinations(cfg):
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        known = host in KNOWN_PROVIDER_HOSTS or _loopback(host)
-        clear = parts.scheme.lower() == "http" and not _loopback(host)
-        if known and not clear:
+        host = urlsplit(url).hostname or ""
+        hop = cleartext_hop(url)
+        if hop is None and (host in KNOWN_PROVIDER_HOSTS or _loopback(host)):
             continue
-        how = " over unencrypted http" if clear else ""
-        warnings.warn(f"{origin}: {section} sends the value of ${var}{how} to {host}: a config names the variable it "
+        how = f" over unencrypted http {hop}" if hop else f" to {host}"
+        warnings.warn(f"{origin}: {section} sends the value of ${var}{how}: a config names the variable it "
                       "sends, so check a config you did not write before running it", ConfigWarning, stacklevel=stacklevel)
 
 
@@ -464,7 +507,7 @@ class RerankConfig(_Endpoint):
     model: Prepare[str | None] = Field(None, description="The cross-encoder's path or id, or the model an http endpoint serves.")
     url: Prepare[str | None] = Field(None, description="The http reranker's /v1/rerank URL (a base URL ending in /v1 gets /rerank appended).")
     api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the reranker's key.")
-    timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0, description="Wall-clock deadline of one reranker call (connect and all reads).")
+    timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0, description="Wall-clock deadline of one reranker request (connect and all reads); a query's requests, retries and pauses together end within timeout_s x (retries + 1).")
     budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0, description="Seconds all reranker calls of one run may take; then reranking is switched off for the rest.")
     retries: Prepare[int] = Field(2, ge=0, le=10, description="Retries of a failed reranker call (with backoff).")
     # http: documents per request (TEI refuses more than its --max-client-batch-size, 32 by default, with a 413),

@@ -33,7 +33,7 @@ _REASONS = [
     re.compile(r"(?:rate limited|unavailable), retry after [\d.e+]+ s"),
     re.compile(r"HTTP 3\d\d redirect"),
     re.compile(r"HTTP \d{3}"),
-    re.compile(r"timed out after [\d.]+ ?s|deadline of [\d.]+ ?s"),
+    re.compile(r"timed out after [\d.]+ ?s|deadline of [\d.]+ ?s|bound of [\d.]+ ?s \([^)]*\) spent"),
     re.compile(r"malformed JSON"),
     re.compile(r"run budget of [\d.]+ ?s spent"),
     re.compile(r"not called after \d+ consecutive failures"),
@@ -52,6 +52,7 @@ _LABEL = re.compile(r"(?!\w*(?:Error|Exception|Timeout|Warning): )(\S+): (?=\S)"
 # A result rejected for a NaN or infinite number (Python's JSON reads both): "... numeric 'relevance_score': {... nan}".
 _NON_FINITE = re.compile(r"numeric '(\w+)': .*?'\1': (-?inf|nan)\b")
 REASON_CHARS = 60
+_PROXY = re.compile(r"sent through the proxy (\S+?),")  # what `rerank.post_json` adds when the environment named one
 
 
 def _cause_first(text: str) -> str:
@@ -71,10 +72,12 @@ def reason(error: str | None) -> str:
     if not error:
         return "no reason given"
     last = error.rsplit("(last: ", 1)[-1]
+    # a proxy's refusal is not the endpoint's (user trial BJ: a proxy's 502 read "embedder unavailable (HTTP 502)")
+    via = f" via the proxy {p.group(1)}" if (p := _PROXY.search(error)) else ""
     for pat in _REASONS:
         m = pat.search(last) or pat.search(error)
         if m:
-            return m.group(0)
+            return m.group(0) + via
     text = _cause_first(" ".join(error.split()))
     if m := _NON_FINITE.search(last):
         text = f"non-finite {m.group(1)} ({m.group(2)}): {text}"

@@ -107,7 +107,7 @@ class _Answer:
 
 
 def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, str], deadline: float,
-             cancel: threading.Event, out: _Answer) -> None:
+             cancel: threading.Event, out: _Answer, max_bytes: int = MAX_ANSWER_BYTES) -> None:
     """One POST, streamed, giving up at `deadline` between chunks (a trickling server cannot stretch it)."""
     try:
         with client.stream("POST", url, json=payload, headers=headers) as r:
@@ -116,8 +116,8 @@ def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, 
                 body += chunk
                 if cancel.is_set() or time.monotonic() > deadline:
                     return
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise ProviderError(f"{url}: answer larger than {MAX_ANSWER_BYTES:,} bytes")
+                if len(body) > max_bytes:
+                    raise ProviderError(f"{url}: answer larger than {max_bytes:,} bytes")
             out.retry_after = r.headers.get("retry-after")
             out.location = r.headers.get("location")
             out.status, out.text = r.status_code, body.decode(r.encoding or "utf-8", errors="replace")
@@ -128,7 +128,7 @@ def _request(client: Any, url: str, payload: dict[str, Any], headers: dict[str, 
 
 
 def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict[str, str], timeout_s: float,
-                answer_headers: dict[str, str] | None = None) -> tuple[int, str]:
+                answer_headers: dict[str, str] | None = None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> tuple[int, str]:
     """(status, body) of one POST within a wall-clock deadline of `timeout_s` for connect and all reads.
     `answer_headers`, when given, receives the answer's `retry-after` header (if it has one).
 
@@ -141,7 +141,7 @@ def post_within(client: Any, url: str, payload: dict[str, Any], *, headers: dict
 
     deadline = time.monotonic() + timeout_s
     out, cancel = _Answer(), threading.Event()
-    threading.Thread(target=_request, args=(client, url, payload, headers, deadline, cancel, out), daemon=True,
+    threading.Thread(target=_request, args=(client, url, payload, headers, deadline, cancel, out, max_answer_bytes), daemon=True,
                      name="hrt-provider-call").start()
     if not out.done.wait(timeout_s) or out.status is None and out.error is None:
         cancel.set()
@@ -184,6 +184,36 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+BACKOFF_MAX_S = 8.0  # the longest pause between attempts without a Retry-After (doubling from backoff_s)
+
+
+class Deadline:
+    """One wall-clock bound for the requests of one call (all batches of a query's rerank, of an embedding call):
+    `post_json` ends its attempts and pauses by it (user trial BJ: each of 3 batches took the whole bound)."""
+
+    def __init__(self, seconds: float, why: str = "timeout x attempts") -> None:
+        self.seconds, self.why, self.at = seconds, why, time.monotonic() + seconds
+
+    def __str__(self) -> str:
+        return f"this call's bound of {self.seconds:g} s ({self.why})"
+
+    def spent(self) -> bool:
+        return time.monotonic() >= self.at
+
+
+def _tls_refused(e: BaseException) -> bool:
+    """A certificate the client could not verify: the same on every attempt, so never retried."""
+    import ssl
+
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(e):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def post_json(
     client: Any,
     url: str,
@@ -194,45 +224,84 @@ def post_json(
     backoff_s: float,
     timeout_s: float,
     redact_answer: bool = False,
+    deadline: Deadline | None = None,
+    max_answer_bytes: int = MAX_ANSWER_BYTES,
 ) -> Any:
     """POST `payload` and return the decoded JSON answer, or raise `ProviderError`.
 
-    Each attempt has a wall-clock deadline of `timeout_s` (connect and all reads, see `post_within`).
-    Retries (with exponential backoff from `backoff_s`) on timeouts, connection errors, 5xx and 429; a 429 or
-    503 answer's `Retry-After` (seconds or an HTTP date) replaces the backoff when the wait and one more attempt fit
-    in timeout x attempts (the bound the docs promise), else the call fails at once saying so;
-    other 4xx and malformed JSON fail at once, since repeating the request cannot fix them. Answer
-    bodies and exceptions quoted in errors are scrubbed (`redact.scrub`) of the key sent in `headers`,
-    which a server may echo back, and of anything else that looks like a credential. `redact_answer`
-    also removes the key from the strings of a decoded answer, for callers that quote the answer when it
-    has the wrong shape (rerank and embeddings, which read only numbers; not chat, whose text is the
-    product: a short key such as `test` must not rewrite an expansion).
+    Each attempt has a wall-clock deadline of `timeout_s` (connect and all reads, see `post_within`), and the
+    whole call, attempts and the pauses between them, ends within timeout x attempts (the bound the docs promise)
+    or at `deadline` (a caller making several requests gives them one `Deadline`), whichever is first. Retries on timeouts, connection errors, 5xx and 429, after a pause doubling from `backoff_s` (at most
+    `BACKOFF_MAX_S`) or the `Retry-After` of a 429 or 503 (seconds or an HTTP date); a retry is made only when
+    its pause and a whole attempt fit in what is left of the bound (a pause is shortened to fit; a Retry-After
+    that does not fit fails the call at once, saying so). Other 4xx, malformed JSON and an unverified TLS
+    certificate fail at once, since repeating the request cannot fix them. Answer bodies and exceptions quoted
+    in errors are scrubbed (`redact.scrub`) of the key sent in `headers`, which a server may echo back, and of
+    anything else that looks like a credential; an error says when the environment sent the request through a
+    proxy (`config.env_proxy`). `redact_answer` also removes the key from the strings of a decoded answer, for
+    callers that quote the answer when it has the wrong shape (rerank and embeddings, which read only numbers;
+    not chat, whose text is the product: a short key such as `test` must not rewrite an expansion).
     """
+    from .config import env_proxy
+
+    try:
+        return _post_json(client, url, payload, headers=headers, retries=retries, backoff_s=backoff_s,
+                          timeout_s=timeout_s, redact_answer=redact_answer, deadline=deadline,
+                          max_answer_bytes=max_answer_bytes)
+    except ProviderError as e:
+        proxy = env_proxy(url)
+        if proxy is None:
+            raise
+        # A proxy's own refusal (502, 407, a connection error) read as the endpoint's (user trial BJ)
+        host = urlparse(url).hostname or ""
+        raise ProviderError(f"{e} (sent through the proxy {proxy}, which HTTP_PROXY/HTTPS_PROXY/ALL_PROXY name; "
+                            f"NO_PROXY={host} goes direct)") from None
+
+
+def _post_json(client: Any, url: str, payload: dict[str, Any], *, headers: dict[str, str], retries: int,
+               backoff_s: float, timeout_s: float, redact_answer: bool, deadline: Deadline | None,
+               max_answer_bytes: int) -> Any:
     import httpx
 
     secrets = header_secrets(headers)
     last = ""
     wait: float | None = None  # what the last answer's Retry-After asked for
     # The whole call's bound: timeout x attempts, what the docs promise a hanging endpoint costs (user trial AN: a
-    # Retry-After of an hour stalled a search with a 1 s timeout for 62 s, waiting 30 s twice).
-    budget, start, waited_for = timeout_s * (retries + 1), time.monotonic(), ""
+    # Retry-After of an hour stalled a search with a 1 s timeout for 62 s; trial BJ: an uncapped backoff, 16.9 s of
+    # pauses for a 7 s bound). A caller's `deadline` can only shorten it.
+    start, waited_for = time.monotonic(), ""
+    budget = timeout_s * (retries + 1)
+    end, bound = start + budget, str(Deadline(budget))
+    if deadline is not None and deadline.at < end:
+        end, bound = deadline.at, str(deadline)
     for attempt in range(retries + 1):
         if attempt:
-            pause = wait if wait is not None else backoff_s * 2 ** (attempt - 1)
-            # the wait and the next attempt's own deadline must both fit
-            if wait is not None and time.monotonic() - start + pause + timeout_s > budget:
-                raise ProviderError(f"{url}: {last}; {waited_for}, retry after {wait:g} s: past this call's bound of "
-                                    f"{budget:g} s (timeout x attempts), so not waited")
-            _sleep(pause)
+            left = end - time.monotonic()
+            if wait is not None and wait + timeout_s > left:  # a wait is worth it only with a whole attempt after it
+                raise ProviderError(f"{url}: {last}; {waited_for}, retry after {wait:g} s: past {bound}, so not waited")
+            if left < timeout_s / 2:  # a retry cut shorter than that would rarely get an answer
+                raise ProviderError(f"{url}: {last} ({attempt} attempt{'s' if attempt > 1 else ''}; no time for another "
+                                    f"within {bound})")
+            # the pause shortens the next attempt's time no more than it must: the last attempt may get less than
+            # a whole timeout, so a hanging endpoint still gets its retries within the bound
+            _sleep(wait if wait is not None else min(backoff_s * 2 ** (attempt - 1), BACKOFF_MAX_S, max(left - timeout_s, 0.0)))
         wait = None
         answer_headers: dict[str, str] = {}
+        this_timeout = min(timeout_s, end - time.monotonic())  # less than a timeout only at the end of the bound
+        if this_timeout <= 0:  # (only a caller's deadline: the call's own bound always leaves its first attempt)
+            raise ProviderError(f"{url}: {bound} spent" + (f" (last: {last})" if last else ""))
         try:
-            status, text = post_within(client, url, payload, headers=headers, timeout_s=timeout_s,
-                                       answer_headers=answer_headers)
+            status, text = post_within(client, url, payload, headers=headers, timeout_s=this_timeout,
+                                       answer_headers=answer_headers, max_answer_bytes=max_answer_bytes)
         except httpx.TimeoutException:
-            last = f"timed out after {timeout_s:g}s"
+            # a cut attempt's time in tenths: the few ms the caller spent before it are not news
+            last = f"timed out after {this_timeout if this_timeout == timeout_s or this_timeout < 0.1 else round(this_timeout, 1):g}s"
             continue
         except httpx.TransportError as e:
+            if _tls_refused(e):  # the same certificate on every attempt (user trial BJ: retried with backoff)
+                raise ProviderError(f"{url}: TLS certificate not verified ({scrub(str(e), secrets, limit=200)}); for a "
+                                    "server whose certificate your own CA signed, set SSL_CERT_FILE to that CA's PEM "
+                                    "file (or SSL_CERT_DIR to a folder of them)") from None
             last = f"connection error: {type(e).__name__}: {scrub(str(e), secrets)}"
             continue
         except httpx.HTTPError as e:  # too many redirects, undecodable body...: a retry cannot fix them
@@ -378,7 +447,7 @@ class HttpReranker:
             return []
         if self._client is None:
             self._client = http_client(self.timeout_s)
-        kw = {
+        kw: dict[str, Any] = {
             "headers": self._headers,
             "retries": self.retries,
             "backoff_s": self.backoff_s,
@@ -386,9 +455,15 @@ class HttpReranker:
             "redact_answer": True,
         }
         query, *documents = self._cut([query, *documents])
+        # One bound for the query's batches together: what the docs promise a search costs (user trial BJ: a reranker
+        # hanging on 2 of 3 requests took 3 x the bound over 3 batches); past it the query falls back whole.
+        kw["deadline"] = deadline = Deadline(self.timeout_s * (self.retries + 1))
         scores: list[float | None] = []
         for lo in range(0, len(documents), self.batch_size):
             batch = documents[lo : lo + self.batch_size]
+            if deadline.spent():
+                raise ProviderError(f"{self.url}: {deadline} spent after {lo // self.batch_size} of "
+                                    f"{-(-len(documents) // self.batch_size)} batches")
             try:
                 data = post_json(self._client, self.url, self._payload(query, batch), **kw)
             except ProviderError as e:

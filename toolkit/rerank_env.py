@@ -6,13 +6,14 @@
 | `HRT_RERANK_MODEL` | model name sent to the endpoint, or the CrossEncoder path/id | `AGENT_MEMORY_RERANK_MODEL` |
 | `HRT_RERANK_BASE_URL` | base URL; `/rerank` is appended unless the URL ends with it | `AGENT_MEMORY_RERANK_BASE_URL`, `OPENAI_BASE_URL` |
 | `HRT_RERANK_API_KEY_ENV` | the NAME of the variable holding the API key | `AGENT_MEMORY_RERANK_API_KEY`, `OPENAI_API_KEY` (the key itself: its own name is used) |
-| `HRT_RERANK_TIMEOUT` | http: seconds one call may take (`rerank.timeout_s`, a positive number; default 10) | none |
+| `HRT_RERANK_TIMEOUT` | http: seconds one request may take (`rerank.timeout_s`, a positive number; default 10) | none |
 | `HRT_RERANK_RETRIES` | http: retries after a failed call (`rerank.retries`, a whole number >= 0; default 2) | none |
 
 Precedence: a config whose `rerank.provider` is not `none` wins, and the environment is ignored (`hrt
 search -v` says so); otherwise the environment, when it names a provider, sets `rerank.provider`,
-`model`, `url`, `api_key_env`, `timeout_s` and `retries`; otherwise there is no reranker. A hanging endpoint
-costs up to timeout x (retries + 1) seconds per search (10 s x 3 by default), hence the last two variables.
+`model`, `url`, `api_key_env`, `timeout_s` and `retries`; otherwise there is no reranker. A failing or hanging
+endpoint costs up to timeout x (retries + 1) seconds per search (10 s x 3 by default), all of a query's batches,
+retries and pauses together, hence the last two variables.
 Key values are never read here, let alone printed: only variable names travel (the reranker reads the key
 when it connects).
 """
@@ -170,13 +171,13 @@ def _warn_key_sent(r: RerankConfig, *, named: bool) -> None:
     import warnings
     from urllib.parse import urlsplit
 
-    from .config import KNOWN_PROVIDER_HOSTS, ConfigWarning, _loopback
+    from .config import KNOWN_PROVIDER_HOSTS, ConfigWarning, _loopback, cleartext_hop
 
     if not r.api_key_env:  # a local endpoint without auth is common: `describe` (hrt search -v) says it
         return
     host = urlsplit(r.url).hostname or ""
-    if urlsplit(r.url).scheme.lower() == "http" and not _loopback(host):
-        warnings.warn(f"reranker from the environment sends the value of ${r.api_key_env} over unencrypted http to {host}",
+    if hop := cleartext_hop(r.url):
+        warnings.warn(f"reranker from the environment sends the value of ${r.api_key_env} over unencrypted http {hop}",
                       ConfigWarning, stacklevel=3)
     elif not named and host not in KNOWN_PROVIDER_HOSTS and not _loopback(host):
         warnings.warn(f"reranker from the environment sends the value of ${r.api_key_env} (found set; no {KEY_NAME_VAR} "
