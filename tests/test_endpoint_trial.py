@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from fake_servers import FakeServer, fake_server_fixture  # noqa: F401 - the fixture is used by name
 
-from toolkit import providers, rerank
+from toolkit import embed_http, providers, rerank
 from toolkit.cli import main
 from toolkit.config import ConfigWarning, DenseConfig, RerankConfig, load_config
 from toolkit.embed_http import HttpEmbedder
@@ -72,6 +72,20 @@ def test_a_key_sent_through_a_proxy_on_another_machine_is_warned_about(tmp_path,
         resolve_rerank(load_config("agent-memory"), env)
 
 
+def test_ingest_embed_url_warns_of_a_key_sent_in_cleartext(tmp_path, no_proxy_env, fake_server):
+    """`hrt ingest --embed-url http://<another host>/...` sent the key with no warning (a config file with the URL
+    warned); through a proxy it said nothing either."""
+    no_proxy_env.setenv("EMB_KEY", "k")
+    r = _ingest(tmp_path, fake_server, "--api-key-env", "EMB_KEY")
+    assert r.exit_code == 0 and "warning" not in r.output, r.output  # loopback, no proxy: nothing to say
+    no_proxy_env.setenv("HTTP_PROXY", "http://192.0.2.7:9")  # never reached: the request fails in 0.2 s
+    r = _ingest(tmp_path, fake_server, "--api-key-env", "EMB_KEY", "--embed-timeout", "0.2", "--embed-retries", "0",
+                texts=["a new note"])
+    assert "warning: --embed-url: sends the value of $EMB_KEY over unencrypted http to 127.0.0.1 through the proxy " \
+           "192.0.2.7:9" in r.output, r.output
+    assert "sent through the proxy 192.0.2.7:9" in r.output  # and the failure says where it went
+
+
 def test_a_proxys_refusal_says_a_proxy_was_used(no_proxy_env):
     """A proxy answering 502 read as the endpoint's own 502."""
     with FakeServer() as proxy, FakeServer() as endpoint:  # the "proxy" routes nothing: 404 for the absolute URL
@@ -115,6 +129,59 @@ def test_one_rerank_call_has_one_deadline_over_its_batches(fake_server):
     assert "bound of 0.9 s (timeout x attempts)" in str(e.value)
 
 
+def test_one_embedding_call_has_one_deadline_over_its_batches(fake_server):
+    """The query-time embedder: each batch had its own timeout x attempts. Now a call of n batches ends within
+    timeout x (n + retries): one search's query (one batch) within timeout x attempts."""
+    fake_server.slow_requests, fake_server.delay_s = {0, 1, 3, 4, 6, 7}, 5.0
+    emb = HttpEmbedder(fake_server.embeddings_url, "fake-embed", timeout_s=0.3, retries=2, backoff_s=0.01, batch_size=1)
+    t0 = time.monotonic()
+    with pytest.raises(ProviderError, match=r"timed out after .*bound of 1\.5 s \(timeout x \(batches \+ retries\)\)"):
+        emb.embed(["a", "b", "c"])
+    assert time.monotonic() - t0 < 1.5 + 0.4
+    emb.close()
+
+
+# ------------------------------------------------------------------ 3. a stock TEI server
+
+
+def test_ingest_talks_to_a_stock_tei_server_and_takes_the_endpoint_options(tmp_path, fake_server):
+    """TEI refuses more than 32 inputs a request (HTTP 413) and `hrt ingest` sent 64, with no option to send fewer."""
+    fake_server.max_batch = 32
+    texts = [f"note {i}: service {i} deploys on day {i % 7}" for i in range(40)]
+    r = _ingest(tmp_path, fake_server, texts=texts)
+    assert r.exit_code == 0, r.output
+    assert max(len(q["body"]["input"]) for q in fake_server.requests) == 32
+    r = _ingest(tmp_path, fake_server, "--embed-batch-size", "40", texts=[t + " (changed)" for t in texts])
+    assert r.exit_code != 0
+    assert "HTTP 413" in r.output and "40 texts were sent in one request: lower the batch size (hrt ingest " \
+           "--embed-batch-size" in r.output
+    assert "longest text" not in r.output  # not about a text's length
+    fake_server.max_batch, fake_server.fail_first = None, len(fake_server.requests) + 1
+    r = _ingest(tmp_path, fake_server, "--embed-retries", "0", "--embed-timeout", "5", texts=[t + "!" for t in texts])
+    assert r.exit_code != 0 and "HTTP 500" in r.output and "(1 attempt)" in r.output
+    r = CliRunner().invoke(main, ["ingest", str(tmp_path / "corpus.jsonl"), "--store", str(tmp_path / "t.duckdb"),
+                                  "--embed-batch-size", "8", "--no-embed"])
+    assert r.exit_code != 0 and "only with --embed-url" in r.output
+
+
+# ------------------------------------------------------------------ 4. the long-text hint
+
+
+def test_the_long_text_hint_only_for_a_refusal_about_length(tmp_path, fake_server):
+    """Every 400/413/422 said "the batch's longest text ...: an endpoint refuses inputs past its model's context",
+    whatever the server said, and never which document."""
+    fake_server.mode = "bad_request"
+    emb = HttpEmbedder(fake_server.embeddings_url, "fake-embed", retries=0)
+    with pytest.raises(ProviderError) as e:
+        emb.embed(["short", "a bit longer"])
+    assert "Unrecognized request argument supplied: dimensions" in str(e.value) and "longest" not in str(e.value)
+    fake_server.mode = "too_long"
+    r = _ingest(tmp_path, fake_server, "--chunk-size", "3000", texts=["fine", "Runbook: " + "zz " * 700, "also fine"])
+    assert r.exit_code != 0
+    assert "maximum context length" in r.output and "the batch's longest text has 2,109 characters" in r.output
+    assert "a smaller --chunk-size makes shorter chunks" in r.output and "that text is chunk 'd1#0'" in r.output
+
+
 # ------------------------------------------------------------------ 5. a malformed key
 
 
@@ -141,6 +208,21 @@ def test_a_malformed_key_stops_an_ingest_before_any_request(tmp_path, fake_serve
     r = _ingest(tmp_path, fake_server, "--api-key-env", "MY_KEY")
     assert r.exit_code != 0 and "$MY_KEY has a carriage return" in r.output and "SECRET" not in r.output
     assert fake_server.count() == 0
+
+
+# ------------------------------------------------------------------ 6. the answer cap
+
+
+def test_the_answer_cap_grows_with_the_batch_and_says_to_lower_it(fake_server, monkeypatch):
+    """600 vectors of 3,072 numbers passed the fixed 20 MB cap (here: a cap of 2,000 bytes and 8-d vectors)."""
+    monkeypatch.setattr(rerank, "MAX_ANSWER_BYTES", 2_000)
+    monkeypatch.setattr(embed_http, "MAX_ANSWER_BYTES", 2_000, raising=False)
+    emb = HttpEmbedder(fake_server.embeddings_url, "fake-embed", dimensions=8, batch_size=200, retries=0)
+    assert emb.embed([f"text {i}" for i in range(200)]).shape == (200, 8)  # ~20 kB: within 2,000 + 200 x 8 x 24
+    fake_server.answer_padding = 10_000
+    with pytest.raises(ProviderError, match=r"answer larger than 2,960 bytes: 5 vectors in one answer; lower the batch "
+                                            r"size \(hrt ingest --embed-batch-size, retrieval\.dense\.batch_size"):
+        emb.embed([f"text {i}" for i in range(5)])
 
 
 # ------------------------------------------------------------------ 7. OpenAI-style base URLs
@@ -173,3 +255,13 @@ def test_an_unverified_certificate_is_not_retried_and_names_ssl_cert_file(monkey
 
         monkeypatch.setenv("SSL_CERT_FILE", str(TLS_PEM))  # what the message says to do works
         assert HttpEmbedder(server.embeddings_url, "m", retries=0).embed(["x"]).shape == (1, 8)
+
+
+# ------------------------------------------------------------------ 9. booleans
+
+
+def test_a_boolean_in_an_embedding_is_refused(fake_server):
+    """[0.1, true, ...] was read as [0.1, 1.0, ...]."""
+    fake_server.mode = "bool_vec"
+    with pytest.raises(ProviderError, match=r"embedding components must be JSON numbers, got 'True'"):
+        HttpEmbedder(fake_server.embeddings_url, "fake-embed", retries=0).embed(["a", "b"])

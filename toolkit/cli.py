@@ -24,6 +24,7 @@ import polars as pl
 from .errors import InputError, ToolkitError
 
 MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "default"}
+INGEST_EMBED_BATCH = 32  # `hrt ingest --embed-url`'s texts per request: TEI's default --max-client-batch-size
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
 
 
@@ -354,9 +355,18 @@ def _load_cfg(config: str | None, mode: str | None):
               help="Local embedding runtime: auto = ONNX Runtime when installed, else torch (same vectors); onnx-int8 is a different model.")
 @click.option("--vectors", "vectors_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Precomputed chunk vectors (Parquet/JSONL from `hrt embed`): nothing is embedded here.")
-@click.option("--embed-url", default=None, help="OpenAI-compatible /v1/embeddings endpoint; --model names its model.")
+@click.option("--embed-url", default=None,
+              help="OpenAI-compatible /v1/embeddings endpoint (a base URL ending in /v1 gets /embeddings appended); "
+                   "--model names its model.")
 @click.option("--api-key-env", default=None, help="NAME of the environment variable holding the endpoint's API key.")
 @click.option("--dimensions", default=None, type=click.IntRange(1), help="Vector size to ask the endpoint for.")
+@click.option("--embed-batch-size", default=None, type=click.IntRange(1, 4096),
+              help="--embed-url: texts per request (as retrieval.dense.batch_size; default 32, the most TEI takes "
+                   "by default).")
+@click.option("--embed-timeout", default=None, type=click.FloatRange(0, 600, min_open=True),
+              help="--embed-url: seconds one request may take (as retrieval.dense.timeout_s; default 30).")
+@click.option("--embed-retries", default=None, type=click.IntRange(0, 10),
+              help="--embed-url: retries of a failed request, with backoff (as retrieval.dense.retries; default 2).")
 @click.option("--no-embed", is_flag=True, help="Skip embeddings (lexical search only).")
 @click.option("--prune", is_flag=True, help="Remove stored documents that are not in SOURCE.")
 @click.option("--vector-index", type=click.Choice(["none", "hnsw"]), default="none", show_default=True,
@@ -375,8 +385,8 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to keep trying while another process holds the store (a write, or readers during a write).")
 def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
-           api_key_env, dimensions, no_embed, prune, vector_index, text_field, include, exclude, id_prefix,
-           verbose, wait_s) -> None:
+           api_key_env, dimensions, embed_batch_size, embed_timeout, embed_retries, no_embed, prune, vector_index,
+           text_field, include, exclude, id_prefix, verbose, wait_s) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
     SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
@@ -418,15 +428,24 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
 
         given = read_vectors(vectors_path)
     elif embed_url:
-        from .config import DenseConfig
+        from .config import ConfigWarning, DenseConfig, cleartext_hop
 
+        # 32 a request unless told: the config's 64 was refused by a stock TEI server, HTTP 413 (user trial BJ)
+        tuning = {k: v for k, v in (("batch_size", embed_batch_size or INGEST_EMBED_BATCH), ("timeout_s", embed_timeout),
+                                    ("retries", embed_retries)) if v is not None}
         try:
             dense = DenseConfig(provider="http", url=embed_url, model=model or "", api_key_env=api_key_env,
-                                dimensions=dimensions)
+                                dimensions=dimensions, **tuning)
         except ValueError as e:  # the messages only: pydantic's text would echo the rejected value
             msgs = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in getattr(e, "errors", list)())
             raise ToolkitError(f"--embed-url/--api-key-env/--model: {msgs or 'invalid'}") from None
+        if api_key_env and (hop := cleartext_hop(dense.url)):  # as a config file naming this URL says (user trial BJ)
+            warnings.warn(f"--embed-url: sends the value of ${api_key_env} over unencrypted http {hop}", ConfigWarning,
+                          stacklevel=2)
         given = _dense_embedder(dense)
+    elif embed_batch_size or embed_timeout or embed_retries is not None:
+        raise ToolkitError("--embed-batch-size/--embed-timeout/--embed-retries: only with --embed-url (a local model's "
+                           "batches are its own)")
     with Store(store_path, embedder=given, wait_s=wait_s) as st:
         # Read once the store is ours: two runs waiting for it (cron's, --wait) took it in no fixed order, and the one
         # that had read the folder first could write an older copy over a newer one (user trial AS).
@@ -450,6 +469,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
                             prune=prunable if prune else False, progress=_progress())
         except BaseException as e:
             _interrupted_write(e, st, gen)
+            if (refused := getattr(e, "refused_text", None)) is not None and (cid := _chunk_of(docs, settings, refused)):
+                raise ToolkitError(f"{e}; that text is chunk {cid!r}") from None
             raise
         if vector_index == "hnsw" and not st.vector_index:  # an existing index was rebuilt by the ingest if needed
             st.build_vector_index()
@@ -590,6 +611,21 @@ def _replaced_warning(replaced: list[str], root: Path, others: list[str]) -> str
     return (f"warning: {len(replaced)} document(s) of {root} replaced documents with the same id ingested from "
             f"{_roots_text(others)} (e.g. {replaced[0]!r}): {ids}. If they are updates of those documents, nothing is "
             f"wrong; if both are to be kept, give each folder or file its own --id-prefix (e.g. --id-prefix {name}/)")
+
+
+def _chunk_of(docs, settings, body: str) -> str | None:
+    """The id of the chunk whose embedded body (title and text) is `body`: an endpoint refused it (user trial BJ: the
+    message quoted its start, and the document had to be found by hand)."""
+    from .chunking import chunk_body, chunk_text
+
+    for d in docs:
+        title = d.get("title") or ""
+        if body[len(title) + 1 if title else 0 :][:200] not in d["text"]:
+            continue
+        for c in chunk_text(d["text"], settings.chunk_size, settings.chunk_overlap) or []:
+            if chunk_body(title, c.text) == body:
+                return f"{d['doc_id']}#{c.ord}"
+    return None
 
 
 def _dense_embedder(dense):

@@ -354,11 +354,11 @@ class DenseConfig(_Endpoint):
     # http: an OpenAI-compatible /v1/embeddings endpoint serving `model`.
     backend: Prepare[Literal["auto", "torch", "onnx", "onnx-int8"]] = Field("auto", description="How a local model embeds queries: auto (ONNX Runtime when installed, else torch), torch, onnx, or onnx-int8 (a model of its own).")
     provider: Prepare[Literal["local", "http"]] = Field("local", description="local (the packaged model) or http (an OpenAI-compatible /v1/embeddings endpoint).")
-    url: Prepare[str | None] = Field(None, description="The http provider's /v1/embeddings URL.")
+    url: Prepare[str | None] = Field(None, description="The http provider's /v1/embeddings URL (a base URL ending in /v1 gets /embeddings appended).")
     api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the http provider's key (never the key itself).")
     dimensions: Prepare[int | None] = Field(None, ge=1, le=65_536, description="Vector size to ask an http provider for (models that can shorten their vectors); unset: the model's own.")
     batch_size: Prepare[int] = Field(64, ge=1, le=4096, description="Texts per embedding request or batch.")
-    timeout_s: Prepare[float] = Field(30.0, gt=0.0, le=600.0, description="Seconds an http embedding request may take.")
+    timeout_s: Prepare[float] = Field(30.0, gt=0.0, le=600.0, description="Seconds an http embedding request may take; an embedding call of n batches ends within timeout_s x (n + retries).")
     retries: Prepare[int] = Field(2, ge=0, le=10, description="Retries of a failed http embedding request (with backoff).")
 
     @model_validator(mode="after")

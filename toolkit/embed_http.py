@@ -9,12 +9,18 @@ search is a dot product.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
 from .errors import ToolkitError
-from .rerank import ProviderError, api_key_headers, http_client, post_json
+from .rerank import MAX_ANSWER_BYTES, Deadline, ProviderError, api_key_headers, http_client, post_json
+
+BATCH_ADVICE = "lower the batch size (hrt ingest --embed-batch-size, retrieval.dense.batch_size; TEI takes 32 by default)"
+# What a refusal for an input past the model's context says (OpenAI, vLLM, TEI, Ollama, LiteLLM)
+_LENGTH_WORDS = re.compile(r"(?i)context|token|too long|length|truncat|max(?:imum)?[ _-]?input")
+LONG_TEXT_CHARS = 32_000  # past ~8k tokens: more than most embedding models take, whatever the refusal said
 
 
 class HttpEmbedder:
@@ -30,7 +36,7 @@ class HttpEmbedder:
         *,
         dimensions: int | None = None,
         api_key_env: str | None = None,
-        batch_size: int = 64,
+        batch_size: int = 32,
         timeout_s: float = 30.0,
         retries: int = 2,
         backoff_s: float = 0.5,
@@ -53,25 +59,47 @@ class HttpEmbedder:
             self.embed(["dimension probe"])
         return int(self._dim)
 
-    def _batch(self, texts: list[str]) -> np.ndarray:
+    def _batch(self, texts: list[str], deadline: Deadline | None = None) -> np.ndarray:
         body: dict[str, Any] = {"model": self.model_id, "input": texts}
         if self.dimensions:
             body["dimensions"] = self.dimensions
         if self._client is None:
             self._client = http_client(self.timeout_s)
+        # An answer holds one vector per text: its cap grows with the batch (user trial BJ: 600 vectors of 3,072
+        # numbers passed the fixed 20 MB). A component as JSON text is at most ~24 bytes.
+        cap = MAX_ANSWER_BYTES + len(texts) * 24 * (self._dim or 4096)
         # post_json scrubs the key sent from its errors, and (redact_answer) from an answer `_parse` may quote
         try:
             data = post_json(self._client, self.url, body, headers=self._headers, retries=self.retries,
-                             backoff_s=self.backoff_s, timeout_s=self.timeout_s, redact_answer=True)
+                             backoff_s=self.backoff_s, timeout_s=self.timeout_s, redact_answer=True,
+                             deadline=deadline, max_answer_bytes=cap)
         except ProviderError as e:
-            # A refused input is most often one text past the model's context (user trial AN: "maximum context
-            # length", and nothing said which text): name the batch's longest.
-            if not any(f"HTTP {c}" in str(e) for c in (400, 413, 422)):
-                raise
-            i = max(range(len(texts)), key=lambda j: len(texts[j]))
-            raise ProviderError(f"{e} (the batch's longest text has {len(texts[i]):,} characters and starts "
-                                f"{texts[i][:60]!r}: an endpoint refuses inputs past its model's context)") from None
+            raise self._refused(e, texts) from None
         return self._parse(data, len(texts))
+
+    def _refused(self, e: ProviderError, texts: list[str]) -> ProviderError:
+        """`e` with what to do about it, when the endpoint refused the batch or its answer was too large: a smaller
+        batch, or (when the endpoint speaks of length, user trial AN: "maximum context length", and nothing said
+        which text) the batch's longest text, kept as `refused_text` for the caller to name its document."""
+        msg = str(e)
+        if "answer larger than" in msg:
+            return ProviderError(f"{msg}: {len(texts)} vectors in one answer; {BATCH_ADVICE}")
+        status = re.search(r"\bHTTP (400|413|422)\b", msg)
+        if status is None:
+            return e
+        said = msg[status.end():]
+        if status.group(1) == "413" and re.search(r"(?i)batch|too many|inputs", said):
+            return ProviderError(f"{msg} ({len(texts)} texts were sent in one request: {BATCH_ADVICE})")
+        i = max(range(len(texts)), key=lambda j: len(texts[j]))
+        # Only a refusal that speaks of length, or a text long enough to be past most models' context (~8k
+        # tokens): other refusals (a model name, a parameter) got this hint too (user trial BJ)
+        if not (_LENGTH_WORDS.search(said) or len(texts[i]) > LONG_TEXT_CHARS):
+            return e
+        out = ProviderError(f"{msg} (the batch's longest text has {len(texts[i]):,} characters and starts "
+                            f"{texts[i][:60]!r}: an endpoint refuses inputs past its model's context; a smaller "
+                            "--chunk-size makes shorter chunks)")
+        out.refused_text = texts[i]
+        return out
 
     def _parse(self, data: Any, n: int) -> np.ndarray:
         items = data.get("data") if isinstance(data, dict) else None
@@ -100,7 +128,8 @@ class HttpEmbedder:
             raw = np.asarray(rows)
         except ValueError:  # ragged: a component is itself a list
             raw = np.asarray([], dtype=object)
-        if raw.dtype.kind not in "iuf":
+        # numpy also reads [true, 0.5] as [1.0, 0.5] (user trial BJ): a boolean is no number here either
+        if raw.dtype.kind not in "iuf" or any(isinstance(x, bool) for r in rows for x in r):
             bad = next(x for r in rows for x in r if not isinstance(x, int | float) or isinstance(x, bool))
             raise ProviderError(f"{self.url}: embedding components must be JSON numbers, got {str(bad)[:40]!r}")
         arr = raw.astype(np.float32)
@@ -113,9 +142,14 @@ class HttpEmbedder:
         return arr / norms
 
     def embed(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        """Unit vectors for `texts`, `batch_size` a request. The call ends within timeout x (batches + retries):
+        each batch may take its timeout and the retries are shared, so one search's query (one batch) costs at
+        most timeout x attempts, the bound the docs promise, however the endpoint fails (user trial BJ)."""
         if not texts:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
-        return np.vstack([self._batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)])
+        starts = range(0, len(texts), self.batch_size)
+        deadline = Deadline(self.timeout_s * (len(starts) + self.retries), "timeout x (batches + retries)")
+        return np.vstack([self._batch(texts[i : i + self.batch_size], deadline) for i in starts])
 
     def close(self) -> None:
         if self._client is not None:
