@@ -6,7 +6,7 @@ warnings, misses (the new memory not in the top 3) and the per-thread cursors le
 here (DuckDB's automatic checkpoint never runs) is the defect trial BH measured: 19.8 / 59.7 / 121.9 MB at 20 / 40 /
 60 s.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/soak_threads.py --store out/demo/store.duckdb --seconds 60
+    PYTHONPATH=. .venv/bin/python benchmarks/soak_threads.py --store out/demo/store.duckdb --seconds 60 --idle-reader
 """
 
 from __future__ import annotations
@@ -67,6 +67,13 @@ def worker(st: Store, name: str, stop: threading.Event, counts: collections.Coun
                 counts[f"error {type(e).__name__}: {str(e)[:120]}"] += 1
 
 
+def idle_reader(st: Store, stop: threading.Event) -> None:
+    """Read one row and then idle, as a service thread does after a health check (`Store.stats`): on DuckDB 1.5.5 a
+    result read with fetchone stays open on its cursor until the next statement, and held every checkpoint out."""
+    st.con.execute("SELECT count(*) FROM documents").fetchone()
+    stop.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", default="out/demo/store.duckdb", help="a built store; a copy is soaked (`make demo`)")
@@ -77,6 +84,8 @@ def main() -> None:
     ap.add_argument("--configs", default="default,bm25-only")
     ap.add_argument("--cached", dest="one_shot", action="store_false",
                     help="searches write the stage cache (not one_shot, as a service not following the README)")
+    ap.add_argument("--idle-reader", action="store_true",
+                    help="one more thread reads a row and then idles (what kept the log from folding in trial BH)")
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="hrt-soak-"))
@@ -92,6 +101,8 @@ def main() -> None:
     stop, lock, counts = threading.Event(), threading.Lock(), collections.Counter()
     threads = [threading.Thread(target=worker, args=(st, f"t{k}", stop, counts, lock, a, configs))
                for k in range(a.threads)]
+    if a.idle_reader:
+        threads.append(threading.Thread(target=idle_reader, args=(st, stop)))
     print(f"pid {os.getpid()}; store {path}; {a.threads} threads; configs {a.configs}")
     print("| s | WAL MB | RSS MB | cycles |")
     print("|---:|---:|---:|---:|")
