@@ -62,3 +62,26 @@ def test_compact_refuses_a_store_open_elsewhere_and_changes_nothing(tmp_path):
     with Store(store, read_only=True), pytest.raises(StoreError, match="open already"):
         compact_store(store)
     assert (tmp_path / "bank.duckdb").stat().st_size == size
+
+
+def test_compact_keeps_a_private_stores_permissions_and_rewrites_a_symlinks_target(tmp_path):
+    """The review: the fresh file came back world-readable (the umask's 0644 over a 0600 store), and a store reached
+    through a symlink was replaced by a regular file while its target kept the deleted text."""
+    store = Path(_bank(tmp_path))
+    store.chmod(0o600)
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(store)
+    with Store(link) as st:
+        st.delete(["m3"])
+    assert store.read_bytes().count(SECRET.encode()) > 0
+    compact_store(link)
+    assert link.is_symlink() and store.read_bytes().count(SECRET.encode()) == 0
+    assert store.stat().st_mode & 0o777 == 0o600
+
+
+def test_compact_removes_the_copy_a_killed_run_left(tmp_path):
+    store = Path(_bank(tmp_path))
+    left = tmp_path / f".{store.name}.compact-999999999"  # no such process
+    left.write_bytes(b"a killed run's copy of live data")
+    compact_store(store)
+    assert not left.exists()

@@ -44,7 +44,7 @@ def test_where_keeps_only_documents_whose_metadata_field_equals_the_value(tmp_pa
     assert set(_ids(store, "--where", "priority=1")[0]) == {"m1", "m7"}
     none, r = _ids(store, "--where", "user=carol")
     assert none == [] and json.loads(r.stdout)["messages"] == [
-        "note: 12 stored document(s) have the metadata field 'user', none with the filter's value (values are compared "
+        "note: stored documents have the metadata field 'user', none with the filter's value (values are compared "
         "exactly, after Unicode NFC, or as numbers)"]
     assert "no stored document has a metadata field 'usr'" in "".join(json.loads(_ids(store, "--where", "usr=ana")[1].stdout)["messages"])
 
@@ -113,3 +113,34 @@ def test_dense_search_honours_the_filter_too(tmp_path):
                                       "--format", "json", "--where", "user=bob"])
         assert r.exit_code == 0, r.output
         assert {x["doc_id"] for x in json.loads(r.stdout)["results"]} == {"m3", "m4", "m5"}, mode
+
+
+def test_text_that_reads_as_a_number_is_not_that_number(tmp_path):
+    """The review: numbers were compared through TRY_CAST of any stored text, so `--where user=7` matched the user
+    "007", `zip=1234` the zip "01234", and ids past 2**53 matched their neighbours; `hrt delete --where` then deleted
+    them too."""
+    rows = [{"_id": "t007", "text": "deploy", "metadata": {"user": "007", "zip": "01234", "big": 12345678901234567890}},
+            {"_id": "t7", "text": "deploy", "metadata": {"user": "7", "zip": "1234", "big": 12345678901234567891}},
+            {"_id": "n7", "text": "deploy", "metadata": {"user": 7, "zip": 1234.0, "big": 1}}]
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "m.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(src), "--store", store, "--no-embed"]).exit_code == 0
+    assert sorted(_ids(store, "--where", "user=7")[0]) == ["n7", "t7"]  # the text "7" and the number 7, not "007"
+    assert sorted(_ids(store, "--where", "zip=1234")[0]) == ["n7", "t7"]
+    assert _ids(store, "--where", "big=12345678901234567891")[0] == ["t7"]
+    r = CliRunner().invoke(main, ["delete", "--store", store, "--where", "user=7"])
+    assert r.exit_code == 0 and "deleted 2 document(s) whose metadata has user = '7': n7, t7" in r.output, r.output
+    assert _ids(store, "--where", "user=007")[0] == ["t007"]
+    r = CliRunner().invoke(main, ["delete", "--store", store, "--where", "user=007", "--missing-ok"])
+    assert r.exit_code == 2 and "--missing-ok is for ids" in r.output
+
+
+def test_the_same_number_written_twice_is_one_filter_and_scope_and_filter_notes_both_come(tmp_path):
+    store = _memories(tmp_path)
+    pinned = tmp_path / "p.yaml"
+    pinned.write_text("extends: bm25-only\nretrieval:\n  filters: {priority: 1}\n")
+    assert set(_ids(store, "--config", str(pinned), "--where", "priority=1.0")[0]) == {"m1", "m7"}
+    r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--mode", "lexical", "--scope", "nosuch",
+                                  "--where", "user=ana", "--format", "json"])
+    assert "no stored document has scope 'nosuch'" in r.stderr and json.loads(r.stdout)["messages"]

@@ -24,7 +24,6 @@ import polars as pl
 from .errors import InputError, ToolkitError
 
 MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "default"}
-INGEST_EMBED_BATCH = 32  # `hrt ingest --embed-url`'s texts per request: TEI's default --max-client-batch-size
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
 
 
@@ -429,9 +428,10 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         given = read_vectors(vectors_path)
     elif embed_url:
         from .config import ConfigWarning, DenseConfig, cleartext_hop
+        from .embed_http import TEI_MAX_BATCH
 
         # 32 a request unless told: the config's 64 was refused by a stock TEI server, HTTP 413 (user trial BJ)
-        tuning = {k: v for k, v in (("batch_size", embed_batch_size or INGEST_EMBED_BATCH), ("timeout_s", embed_timeout),
+        tuning = {k: v for k, v in (("batch_size", embed_batch_size or TEI_MAX_BATCH), ("timeout_s", embed_timeout),
                                     ("retries", embed_retries)) if v is not None}
         try:
             dense = DenseConfig(provider="http", url=embed_url, model=model or "", api_key_env=api_key_env,
@@ -854,8 +854,9 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
 @click.option("-n", "n", default=5, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--scope", default=None, help="Only documents whose scope equals this.")
 @click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=lambda ctx, param, v: _where(v),
-              help="Only documents whose metadata FIELD equals VALUE (compared as text; repeatable, all must hold). "
-                   "Adds to the config's retrieval.filters.")
+              help="Only documents whose metadata FIELD equals VALUE (repeatable, all must hold): the same text after "
+                   "Unicode NFC, or the same number for a field stored as a JSON number; a dot names a nested field "
+                   "(ctx.app). Adds to the config's retrieval.filters.")
 @click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default=None,
               help="Query embedding runtime (default from config: auto = ONNX Runtime when installed, else torch).")
@@ -877,8 +878,8 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
     With no reranker in the config, HRT_RERANK_PROVIDER / _MODEL / _BASE_URL / _API_KEY_ENV (or agent-memory's
     AGENT_MEMORY_RERANK_* names) switch one on; a config that names a provider wins. HRT_RERANK_TIMEOUT
     (seconds per request, default 10) and HRT_RERANK_RETRIES (default 2) bound how long a failing or hanging
-    endpoint can stall a search: a query's requests, retries and pauses end within timeout x (retries + 1), then
-    the search keeps its retrieval order; e.g. HRT_RERANK_TIMEOUT=2 HRT_RERANK_RETRIES=0.
+    endpoint can stall a search: a query's requests, retries and pauses end within timeout x (batches + retries),
+    then the search keeps its retrieval order; e.g. HRT_RERANK_TIMEOUT=2 HRT_RERANK_RETRIES=0.
 
     Text from a program (an agent's question, anything that may start with "-"): QUERY `-` reads it from
     stdin (`printf %s "$Q" | hrt search - --store S`), or put it after `--` (`hrt search --store S -- "-v flag"`).
@@ -936,17 +937,18 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
         res = rescore(prep, cfg)
         top = res.shown()  # output.n is n
         filter_note = None
-        if cfg.retrieval.filters and not len(top):  # said with the results (JSON `messages` too), below
-            filter_note = _filter_note(st.filter_counts(cfg.retrieval.filters))
-        elif scope is not None and not len(top):
-            _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
-        elif not len(top) and not st.doc_sources().height:  # (a store emptied by `hrt delete`: user trial AY)
-            click.echo(f"note: {store_path} holds no documents (`hrt ingest` adds them)", err=True)
-        elif not len(top) and not res.per_query.is_empty() and res.per_query["no_term_match"][0] and (
-                st.lexical_analysis == ANALYSIS_VERSION):  # (else the older analysis is the reason, said below)
-            # A lexical search for stopwords or symbols said a bare "no results" (user trial AY).
-            click.echo("note: BM25 found no document holding any of the query's indexed words (stopwords and symbols are "
-                       "not indexed)", err=True)
+        if not len(top):  # a bare "no results" says nothing: why, when it can be told
+            if cfg.retrieval.filters:  # said with the results (JSON `messages` too), below
+                filter_note = _filter_note(st.filter_counts(cfg.retrieval.filters))
+            if scope is not None:
+                _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
+            elif filter_note is None and not st.doc_sources().height:  # (a store emptied by `hrt delete`: trial AY)
+                click.echo(f"note: {store_path} holds no documents (`hrt ingest` adds them)", err=True)
+            elif filter_note is None and not res.per_query.is_empty() and res.per_query["no_term_match"][0] and (
+                    st.lexical_analysis == ANALYSIS_VERSION):  # (else the older analysis is the reason, said below)
+                # A lexical search for stopwords or symbols said a bare "no results" (user trial AY).
+                click.echo("note: BM25 found no document holding any of the query's indexed words (stopwords and symbols "
+                           "are not indexed)", err=True)
         _note_short_lists(cfg, n, len(top))
         if cfg.retrieval.lexical.enabled:
             _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
@@ -980,16 +982,16 @@ def _note_short_lists(cfg, n: int, got: int) -> None:
 
 def _where(values: tuple[str, ...]) -> dict[str, str]:
     """`--where FIELD=VALUE` options as a filters mapping; a malformed one names the option."""
-    from .config import filter_key_ok
+    from .config import FILTER_KEY_RULE, filter_key_ok, filter_values_equal
 
     out: dict[str, str] = {}
     for v in values:
         key, eq, value = v.partition("=")
         key = key.strip()
         if not eq or not filter_key_ok(key):
-            raise click.BadParameter(f"{v!r}: expected FIELD=VALUE with a metadata field name (letters, digits and '_'; "
-                                     "a dot between names for a nested field; e.g. --where user=ana)", param_hint="'--where'")
-        if out.get(key, value) != value:
+            raise click.BadParameter(f"{v!r}: expected FIELD=VALUE, FIELD {FILTER_KEY_RULE} (e.g. --where user=ana)",
+                                     param_hint="'--where'")
+        if key in out and not filter_values_equal(out[key], value):
             raise click.BadParameter(f"{key}={out[key]!r} and {key}={value!r}: a field holds one value, so both cannot "
                                      "hold (every --where must)", param_hint="'--where'")
         out[key] = value
@@ -1003,8 +1005,9 @@ def _filter_note(counts: dict[str, tuple[int, int]]) -> str:
         if not has:
             return f"no stored document has a metadata field {k!r} (--where / retrieval.filters)"
         if not equal:
-            return (f"{has:,} stored document(s) have the metadata field {k!r}, none with the filter's value (values are "
-                    "compared exactly, after Unicode NFC, or as numbers)")
+            # (no count: with tenants in one store it would tell one of the others' documents)
+            return (f"stored documents have the metadata field {k!r}, none with the filter's value (values are compared "
+                    "exactly, after Unicode NFC, or as numbers)")
     return "no result among the documents that pass every filter (--where / retrieval.filters)"
 
 
@@ -1012,8 +1015,10 @@ def _with_where(cfg, where: dict[str, str]):
     """`cfg` with the `--where` filters added to its own. One on a field the config already filters to another value
     is refused: it would replace the config's (user trial BK: a config pinning `user: ana` searched bob's memories
     given `--where user=bob`), and both cannot hold."""
+    from .config import filter_values_equal
+
     pinned = cfg.retrieval.filters
-    if clash := [k for k, v in where.items() if pinned.get(k, v) != v]:
+    if clash := [k for k, v in where.items() if k in pinned and not filter_values_equal(pinned[k], v)]:
         raise ToolkitError("; ".join(f"--where {k}={where[k]} and the config's retrieval.filters {k}: {pinned[k]!r}"
                                      for k in clash) + ": a field holds one value, so both cannot hold")
     return cfg.with_updates({"retrieval.filters": {**pinned, **where}})
@@ -1969,6 +1974,8 @@ def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
         raise click.UsageError("give the ids to delete (DOC_ID... or -) or --where FIELD=VALUE, not both" if where else
                                "give the ids to delete (DOC_ID... or - for stdin), or --where FIELD=VALUE")
     if where:
+        if missing_ok:
+            raise click.UsageError("--missing-ok is for ids; --where deletes what matches, which may be nothing")
         if not Path(store_path).expanduser().exists():
             raise no_such_store(store_path)
         with Store(store_path, wait_s=wait_s) as st:
@@ -1980,7 +1987,8 @@ def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
                 _interrupted_write(e, st, gen, "delete")
                 raise
         shown = " and ".join(f"{k} = {v!r}" for k, v in where.items())
-        click.echo(f"deleted {gone} document(s) whose metadata has {shown}" + (
+        named = f": {', '.join(ids[:5])}" + (f" and {len(ids) - 5:,} more" if len(ids) > 5 else "") if ids else ""
+        click.echo(f"deleted {gone} document(s) whose metadata has {shown}{named}" + (
             "" if gone else " (none has: values are compared exactly, after Unicode NFC, or as numbers)"), err=True)
         return
     if doc_ids == ("-",):

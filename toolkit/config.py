@@ -44,9 +44,11 @@ import math
 import os
 import re
 import socket
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple, TypeVar
@@ -378,6 +380,16 @@ class DenseConfig(_Endpoint):
 
 
 _FILTER_KEY = re.compile(r"\w+(\.\w+)*")
+FILTER_KEY_RULE = "a metadata field name (letters, digits and '_'; a dot between names for a nested field)"
+JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")  # a filter value compared as a number too
+
+
+def filter_values_equal(a: str, b: str) -> bool:
+    """Whether two filter values select the same documents (`Store._filter_terms`' equality: NFC text, or equal
+    numbers): `user: 7` and `--where user=7.0` are one filter, not a clash."""
+    if unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b):
+        return True
+    return bool(JSON_NUMBER.fullmatch(a) and JSON_NUMBER.fullmatch(b)) and Decimal(a) == Decimal(b)
 
 
 def filter_key_ok(key: str) -> bool:
@@ -408,8 +420,7 @@ class RetrievalConfig(_Model):
             return v
         for k, x in v.items():
             if not filter_key_ok(str(k)):
-                raise ValueError(f"filters key {k!r}: a metadata field name (letters, digits and '_'; a dot between "
-                                 "names for a nested field)")
+                raise ValueError(f"filters key {k!r}: {FILTER_KEY_RULE}")
             if isinstance(x, dict | list) or x is None:
                 raise ValueError(f"filters[{k!r}]: one value to equal (text, number or true/false), got {x!r}")
         # YAML reads `priority: 0` and `draft: false` as numbers and booleans; metadata holds them as JSON text
@@ -507,7 +518,7 @@ class RerankConfig(_Endpoint):
     model: Prepare[str | None] = Field(None, description="The cross-encoder's path or id, or the model an http endpoint serves.")
     url: Prepare[str | None] = Field(None, description="The http reranker's /v1/rerank URL (a base URL ending in /v1 gets /rerank appended).")
     api_key_env: Prepare[str | None] = Field(None, description="NAME of the environment variable holding the reranker's key.")
-    timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0, description="Wall-clock deadline of one reranker request (connect and all reads); a query's requests, retries and pauses together end within timeout_s x (retries + 1).")
+    timeout_s: Prepare[float] = Field(10.0, gt=0.0, le=600.0, description="Wall-clock deadline of one reranker request (connect and all reads); a query's requests, retries and pauses together end within timeout_s x (batches + retries).")
     budget_s: Prepare[float] = Field(300.0, gt=0.0, le=86_400.0, description="Seconds all reranker calls of one run may take; then reranking is switched off for the rest.")
     retries: Prepare[int] = Field(2, ge=0, le=10, description="Retries of a failed reranker call (with backoff).")
     # http: documents per request (TEI refuses more than its --max-client-batch-size, 32 by default, with a 413),

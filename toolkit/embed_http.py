@@ -17,7 +17,9 @@ import numpy as np
 from .errors import ToolkitError
 from .rerank import MAX_ANSWER_BYTES, Deadline, ProviderError, api_key_headers, http_client, post_json
 
-BATCH_ADVICE = "lower the batch size (hrt ingest --embed-batch-size, retrieval.dense.batch_size; TEI takes 32 by default)"
+TEI_MAX_BATCH = 32  # texts a stock TEI server takes in one request (its --max-client-batch-size): `hrt ingest`'s default
+BATCH_ADVICE = ("lower the batch size (hrt ingest --embed-batch-size, retrieval.dense.batch_size; TEI takes "
+                f"{TEI_MAX_BATCH} by default)")
 # What a refusal for an input past the model's context says (OpenAI, vLLM, TEI, Ollama, LiteLLM)
 _LENGTH_WORDS = re.compile(r"(?i)context|token|too long|length|truncat|max(?:imum)?[ _-]?input")
 LONG_TEXT_CHARS = 32_000  # past ~8k tokens: more than most embedding models take, whatever the refusal said
@@ -36,7 +38,7 @@ class HttpEmbedder:
         *,
         dimensions: int | None = None,
         api_key_env: str | None = None,
-        batch_size: int = 32,
+        batch_size: int = TEI_MAX_BATCH,
         timeout_s: float = 30.0,
         retries: int = 2,
         backoff_s: float = 0.5,
@@ -45,9 +47,9 @@ class HttpEmbedder:
             raise ToolkitError("retrieval.dense.url: the http embedder needs the endpoint URL (e.g. http://host:8000/v1/embeddings)")
         if not model:
             raise ToolkitError("retrieval.dense.model: the http embedder needs the model name the endpoint serves")
-        from .config import endpoint_url
+        from .config import DenseConfig, endpoint_url
 
-        self.url, self.model_id, self.dimensions = endpoint_url(url, "/embeddings"), model, dimensions
+        self.url, self.model_id, self.dimensions = endpoint_url(url, DenseConfig.api_path), model, dimensions
         self.batch_size, self.timeout_s, self.retries, self.backoff_s = batch_size, timeout_s, retries, backoff_s
         self._headers = api_key_headers(api_key_env, "retrieval.dense.api_key_env")
         self._client = None

@@ -188,7 +188,7 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # is only an identifier (user trial BD); 7: a `v`-version searched by its bare parts too (trial BD; cost the demo);
 # 8: by the bare version's compound only, and held by its bare form; 9: a query's stopwords dropped before stemming
 # (`store.QUERY_TERM_FILTER`, user trial BF).
-PREPARE_VERSION = 9
+PREPARE_VERSION = 9  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,

@@ -12,8 +12,8 @@
 Precedence: a config whose `rerank.provider` is not `none` wins, and the environment is ignored (`hrt
 search -v` says so); otherwise the environment, when it names a provider, sets `rerank.provider`,
 `model`, `url`, `api_key_env`, `timeout_s` and `retries`; otherwise there is no reranker. A failing or hanging
-endpoint costs up to timeout x (retries + 1) seconds per search (10 s x 3 by default), all of a query's batches,
-retries and pauses together, hence the last two variables.
+endpoint costs up to timeout x (batches + retries) seconds per search (10 s x 4 for the default 40 candidates in
+batches of 32), all of a query's batches, retries and pauses together, hence the last two variables.
 Key values are never read here, let alone printed: only variable names travel (the reranker reads the key
 when it connects).
 """

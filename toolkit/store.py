@@ -15,12 +15,13 @@ Design notes
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import logging
-import math
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -39,7 +40,7 @@ import polars as pl
 from . import interrupts
 from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_text, query_lexical_text
 from .chunking import chunk_body, chunk_text
-from .config import Stemmer, Stopwords, filter_key_ok
+from .config import FILTER_KEY_RULE, JSON_NUMBER, Stemmer, Stopwords, filter_key_ok
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreBusyError, StoreError, ToolkitError
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
@@ -567,8 +568,9 @@ class _Connection:
         tid = threading.get_ident()
         if tid == self._owner or isinstance(con, _Closed):
             return con
-        cur = self._cursors.get(tid)
-        if cur is None or self._cursor_threads[tid]() is not threading.current_thread():
+        with self._cursor_lock:  # both read together: `release_ended` in another thread deletes both (the review)
+            cur, ref = self._cursors.get(tid), self._cursor_threads.get(tid)
+        if cur is None or ref is None or ref() is not threading.current_thread():
             self.release_ended()  # a service's thread pool churns threads: each new one reclaims the ended ones'
             with self._cursor_lock:
                 cur = self._cursors[tid] = con.cursor()
@@ -637,15 +639,6 @@ class _Connection:
         finally:
             if "pandas" in sys.modules and sys.modules["pandas"] is None:
                 del sys.modules["pandas"]
-
-
-def _as_number(text: str) -> float | None:
-    """`text` as a finite number, else None (a filter value compared numerically as well as as text)."""
-    try:
-        x = float(text)
-    except ValueError:
-        return None
-    return x if math.isfinite(x) else None
 
 
 def _literal(text: str) -> str:
@@ -868,10 +861,12 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
     and the file keeps the size it grew to. A copy holds only live rows. The store is checked and its write-ahead log
     folded by opening it as a Store first (a file that is no store, or holds SQL of its own, is refused as any open
     refuses it); the copy is made while this process holds the file for writing, so no other process writes in
-    between, counted against the original, and moved in place atomically."""
+    between, counted against the original, given the original's permissions, and renamed over it (a symlink's
+    target is the file rewritten). Killed midway, the original is whole and the copy is removed by the next run."""
     src = Path(path).expanduser()
     if not src.exists():
         raise no_such_store(path)
+    src = src.resolve()  # the file itself: replacing a symlink would leave the text in its target (the review)
     with Store(src, wait_s=wait_s) as st:  # validated, sandbox-checked, log folded at close
         counts = st.con.execute("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks)").fetchone()
     try:  # another Store on the file in this process would go on writing into the replaced file (as `_unused` says)
@@ -879,12 +874,16 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
     except duckdb.Error:
         raise StoreBusyError(f"{src}: open elsewhere (another Store in this process, or another process): close it "
                              "before compacting") from None
+    for stale in src.parent.glob(f".{glob.escape(src.name)}.compact-*"):  # a killed run's copy: live data, removed
+        if not _pid_alive(stale.name.rsplit("-", 1)[-1].removesuffix(".wal")):
+            stale.unlink(missing_ok=True)
+    mode = src.stat().st_mode
     before = src.stat().st_size
     tmp = src.with_name(f".{src.name}.compact-{os.getpid()}")
     tmp.unlink(missing_ok=True)
-    # A connection of its own: a Store's refuses file access (`_sandbox`), and this one must attach two files. It runs
-    # no SQL the file holds (COPY FROM DATABASE copies macros and tables, it does not call them).
-    con = duckdb.connect(":memory:", config={"allow_unsigned_extensions": "true"})
+    # A plain connection of its own: a Store's refuses file access (`_sandbox`), and this one must attach two files.
+    # It runs no SQL the file holds (COPY FROM DATABASE copies macros and tables, it does not call them).
+    con = duckdb.connect(":memory:")
     try:
         # ATTACH takes no bound parameters: the paths as SQL string literals (quotes doubled)
         con.execute(f"ATTACH {_literal(str(src))} AS src")  # for writing: other processes are kept out until the move
@@ -896,14 +895,31 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
         if got != counts:
             raise StoreError(f"{src}: the compacted copy holds {got[0]:,} documents and {got[1]:,} chunks, the store "
                              f"{counts[0]:,} and {counts[1]:,}: not replaced (nothing changed)")
+        os.chmod(tmp, stat.S_IMODE(mode))  # a private store (0600) must not come back readable by all (the review)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, src)
+        dirfd = os.open(src.parent, os.O_RDONLY)
+        try:
+            os.fsync(dirfd)  # the rename itself durable
+        finally:
+            os.close(dirfd)
     finally:
         con.close()
         tmp.unlink(missing_ok=True)
         Path(f"{tmp}.wal").unlink(missing_ok=True)
     return before, src.stat().st_size
+
+
+def _pid_alive(text: str) -> bool:
+    """Whether `text` is the id of a running process (a compaction's copy is named by its pid)."""
+    try:
+        os.kill(int(text), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 _WRITE_LOCKS: dict[str, threading.RLock] = {}
@@ -2430,20 +2446,22 @@ class Store:
 
     # ------------------------------------------------------------------ lexical search
     @staticmethod
-    def _filter_terms(filters: dict[str, Any], alias: str = "d") -> list[tuple[str, str, list[Any]]]:
+    def _filter_terms(filters: dict[str, Any], alias: str = "d") -> list[tuple[str, str, str, list[Any]]]:
         """(key, SQL that a document's metadata holds the key, SQL that it equals the value; the values bound) per
-        filter. Equal means: the same text after Unicode NFC (a macOS client types NFD: user trial BK), or the same
-        number when both are numbers (`1` and the stored `1.0`)."""
+        filter. Equal means: the same text after Unicode NFC (a macOS client types NFD: user trial BK), or, for a
+        value written as a number and a field stored as a JSON number, the same number, compared exactly as a
+        decimal (`1` matches a stored `1.0`; the text "007" is not the number 7, and ids past 2**53 stay apart)."""
         out = []
         for k, v in filters.items():
             if not filter_key_ok(k):  # the key goes into the JSON path: checked, as the config checks it
-                raise InputError(f"metadata filter key {k!r}: a field name (letters, digits and '_'; a dot between names "
-                                 "for a nested field)")
+                raise InputError(f"metadata filter key {k!r}: {FILTER_KEY_RULE}")
             got = f"json_extract_string({alias}.metadata, '$.{k}')"
-            num = _as_number(str(v))
-            eq = f"(nfc_normalize({got}) = nfc_normalize(?)" + (f" OR TRY_CAST({got} AS DOUBLE) = ?)"
-                                                                 if num is not None else ")")
-            out.append((k, f"{got} IS NOT NULL", eq, [str(v)] + ([num] if num is not None else [])))
+            eq, params = f"nfc_normalize({got}) = nfc_normalize(?)", [str(v)]
+            if JSON_NUMBER.fullmatch(str(v)):
+                eq = (f"({eq} OR (json_type({alias}.metadata, '$.{k}') IN ('BIGINT', 'UBIGINT', 'DOUBLE') AND "
+                      f"TRY_CAST({got} AS DECIMAL(38, 10)) = TRY_CAST(? AS DECIMAL(38, 10))))")
+                params.append(str(v))
+            out.append((k, f"{got} IS NOT NULL", eq, params))
         return out
 
     def _filter_sql(self, filters: dict[str, Any] | None, alias: str = "d") -> tuple[str, list[Any]]:
@@ -2468,7 +2486,7 @@ class Store:
         if not filters:
             return None
         fsql, fparams = self._filter_sql(filters)
-        # fsql: filter keys checked by `_filter_sql` (letters, digits, _ and .), values bound in fparams.
+        # fsql: filter keys checked by `_filter_terms` (`config.filter_key_ok`), values bound in fparams.
         ok = {r[0] for r in self.con.execute(f"SELECT doc_id FROM documents d WHERE true {fsql}", fparams).fetchall()}
         return np.array([d in ok for d in m["doc_ids"].gather(m["starts"]).to_list()])
 
