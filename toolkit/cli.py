@@ -2013,7 +2013,7 @@ def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
 @_WAIT_OPTION
 def compact(store_path, wait_s) -> None:
     """Rewrite the store into a fresh file, in place: deleted and replaced documents' text, which DuckDB leaves in
-    the space it freed (readable with `strings`), is gone from the file, and the file shrinks to what it holds. Run
+    the space it freed (readable with `strings`), is gone from the file, which shrinks when much was freed. Run
     it after `hrt delete` of data that must not stay on disk (with `hrt clear-cache --vectors` for cached query
     vectors). Other processes must not hold the store meanwhile (--wait waits for them)."""
     from .store import compact_store

@@ -156,31 +156,24 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
         "avg(idf) / ? AS q_idf_mean_norm, max(idf) / ? AS q_idf_max_norm, sum(idf) AS _idf_sum FROM ltr_qt GROUP BY qid",
         [idf_max, idf_max],
     ).pl()
-    # Query terms present anywhere in the candidate document (document coverage) and in its best chunk.
-    # Postings are restricted to the query terms first (a few per query), then to the candidate pairs.
+    # Query terms present anywhere in the candidate document (document coverage) and in its best chunk. The postings
+    # are reached from the candidates' chunks, each paired with its own query's terms, and looked up by (chunk, term):
+    # starting from the terms read every posting of a common word once per query that holds it (user trial BL: 9 GB
+    # for 1,000 queries over 224k chunks, against 2 GB for the rest of prepare).
     per_pair = con.execute(
-        """WITH hits AS (SELECT DISTINCT qt.qid, c.doc_id, fd.name AS chunk_id, qt.termid, qt.idf
-               FROM ltr_qt qt JOIN fts_main_chunks.terms t ON t.termid = qt.termid
-               JOIN fts_main_chunks.docs fd ON fd.docid = t.docid JOIN chunks c ON c.chunk_id = fd.name
-               SEMI JOIN ltr_pairs p ON p.qid = qt.qid AND p.doc_id = c.doc_id),
-           doc AS (SELECT qid, doc_id, count(DISTINCT termid)::DOUBLE AS n, sum(DISTINCT idf) AS idf_n
+        """WITH cand AS MATERIALIZED (SELECT DISTINCT p.qid, c.doc_id, c.chunk_id, fd.docid
+               FROM (SELECT DISTINCT qid, doc_id FROM ltr_pairs) p JOIN chunks c USING (doc_id)
+               JOIN fts_main_chunks.docs fd ON fd.name = c.chunk_id),
+           hits AS MATERIALIZED (SELECT DISTINCT cand.qid, cand.doc_id, cand.chunk_id, qt.termid, qt.idf
+               FROM cand JOIN ltr_qt qt ON qt.qid = cand.qid
+               SEMI JOIN fts_main_chunks.terms t ON t.docid = cand.docid AND t.termid = qt.termid),
+           doc AS (SELECT qid, doc_id, count(*)::DOUBLE AS n, sum(idf) AS idf_n
                FROM (SELECT DISTINCT qid, doc_id, termid, idf FROM hits) GROUP BY ALL),
            best AS (SELECT h.qid, h.doc_id, count(DISTINCT h.termid)::DOUBLE AS n_chunk
                FROM hits h JOIN ltr_pairs p USING (qid, doc_id, chunk_id) GROUP BY ALL)
-        SELECT p.qid, p.doc_id, coalesce(doc.n, 0) AS _n, coalesce(doc.idf_n, 0) AS _idf_n, coalesce(best.n_chunk, 0) AS _n_chunk
+        SELECT p.qid, p.doc_id, coalesce(doc.n, 0) AS _n, doc.idf_n AS _idf_n, coalesce(best.n_chunk, 0) AS _n_chunk
         FROM ltr_pairs p LEFT JOIN doc USING (qid, doc_id) LEFT JOIN best USING (qid, doc_id)"""
     ).pl()
-    # `sum(DISTINCT idf)` above could merge two terms of equal IDF: recompute the weighted sum exactly.
-    per_pair = per_pair.drop("_idf_n").join(
-        con.execute(
-            """SELECT qid, doc_id, sum(idf) AS _idf_n FROM (SELECT DISTINCT qt.qid, c.doc_id, qt.termid, qt.idf
-               FROM ltr_qt qt JOIN fts_main_chunks.terms t ON t.termid = qt.termid
-               JOIN fts_main_chunks.docs fd ON fd.docid = t.docid JOIN chunks c ON c.chunk_id = fd.name
-               SEMI JOIN ltr_pairs p ON p.qid = qt.qid AND p.doc_id = c.doc_id) GROUP BY ALL"""
-        ).pl(),
-        on=["qid", "doc_id"],
-        how="left",
-    )
     # Proximity in the best chunk: the smallest distance (in tokens) between occurrences of two different
     # query terms, which is always between two neighbours in position order (any occurrence between them
     # has a term that differs from one of the two): a lag() over the position-sorted hits finds it.
@@ -275,7 +268,8 @@ def _relative(out: pl.DataFrame) -> pl.DataFrame:
     ]  # fmt: skip
     if "idf_coverage" in out.columns:  # text features (stores with a BM25 index)
         exprs += [rel("coverage").alias("cov_rel"), rel("idf_coverage").alias("idfcov_rel"), rel("proximity").alias("prox_rel"),
-                  (pl.col("idf_coverage").rank("average").over("qid") / pl.len().over("qid")).alias("idfcov_pct")]  # fmt: skip
+                  # rounded first: equal coverages summed in another order differ in the last bit, and split ties
+                  (pl.col("idf_coverage").round(12).rank("average").over("qid") / pl.len().over("qid")).alias("idfcov_pct")]  # fmt: skip
     out = out.with_columns(pl.col("lex_score").fill_nan(None).alias("_ls"), pl.col("vec_score").fill_nan(None).alias("_vs"))
     return out.with_columns(exprs).drop("_ls", "_vs")
 
