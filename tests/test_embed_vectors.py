@@ -209,3 +209,23 @@ def test_cli_ingest_over_http_and_from_a_vectors_file(tmp_path, corpus_file, fak
     short = write_vectors(frame.head(3), tmp_path / "short.parquet", "fake-embed")
     r = run.invoke(main, ["ingest", str(corpus_file), "--store", str(tmp_path / "s.duckdb"), "--vectors", str(short)])
     assert r.exit_code == 2 and "no vector for 3 of 6 chunks" in r.output
+
+
+def test_a_vectors_file_is_read_as_one_matrix_with_the_same_vectors_and_errors(tmp_path):
+    """User trial BL: `read_vectors` made a Python float of every number, 4.5 GB for a 325 MB file. Now one float32
+    matrix (rows of it per hash) when the file is regular, the same vectors out, and a bad row still named."""
+    from toolkit.vectors import read_vectors
+
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(5, 8)).astype(np.float32)
+    p = tmp_path / "v.parquet"
+    pl.DataFrame({"text_hash": [f"h{i}" for i in range(5)], "vector": vecs.tolist(), "model": ["m"] * 5}).write_parquet(p)
+    e = read_vectors(p)
+    rows = list(e._by_hash.values())
+    assert all(isinstance(r, np.ndarray) and r.base is rows[0].base for r in rows)  # views of one matrix
+    assert np.array_equal(np.stack(rows), vecs)
+    bad = vecs.tolist()
+    bad[3] = [0.0] * 8
+    pl.DataFrame({"text_hash": [f"h{i}" for i in range(5)], "vector": bad, "model": ["m"] * 5}).write_parquet(p)
+    with pytest.raises(InputError, match=r"v\.parquet row 3: field `vector` has NaN/infinite values or is all zeros"):
+        read_vectors(p)
