@@ -989,8 +989,8 @@ def _where(values: tuple[str, ...]) -> dict[str, str]:
         key, eq, value = v.partition("=")
         key = key.strip()
         if not eq or not filter_key_ok(key):
-            raise click.BadParameter(f"{v!r}: expected FIELD=VALUE, FIELD {FILTER_KEY_RULE} (e.g. --where user=ana)",
-                                     param_hint="'--where'")
+            raise click.BadParameter(f"{v!r}: expected FIELD=VALUE, where FIELD is {FILTER_KEY_RULE} (e.g. --where "
+                                     "user=ana)", param_hint="'--where'")
         if key in out and not filter_values_equal(out[key], value):
             raise click.BadParameter(f"{key}={out[key]!r} and {key}={value!r}: a field holds one value, so both cannot "
                                      "hold (every --where must)", param_hint="'--where'")
