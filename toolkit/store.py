@@ -1915,7 +1915,12 @@ class Store:
                     self.path, redone, self.lexical_analysis)
             in_place = False
             if whole:
+                # A step of its own, said: a large ingest otherwise sat silent after its last bar (user trial BL: 10 s
+                # at 30k documents); the bar cannot move during DuckDB's build, but it names the step and its time.
+                step = progress_bar(total=1, desc="BM25 index", unit="build", show=progress and chunks_written >= 20_000)
                 self._build_fts(settings)
+                step.update()
+                step.close()
             elif rebuild:
                 in_place = self._update_fts([*touched, *self._chunk_ids([d["doc_id"] for d in todo])], settings)
             self._set_meta("lexical_analysis", ANALYSIS_VERSION)
