@@ -85,3 +85,34 @@ def test_compact_removes_the_copy_a_killed_run_left(tmp_path):
     left.write_bytes(b"a killed run's copy of live data")
     compact_store(store)
     assert not left.exists()
+
+
+def test_a_planted_macro_neither_widens_a_filter_nor_survives_compaction(tmp_path):
+    """User trial BM: a store file holding `CREATE MACRO nfc_normalize(x) AS 'same'` made every --where match (the
+    filter SQL called the built-in unqualified), so `hrt delete --where user=nobody` deleted all; compact copied it."""
+    import duckdb
+
+    store = _bank(tmp_path)
+    con = duckdb.connect(store, config={"allow_unsigned_extensions": "true"})
+    con.execute("CREATE MACRO nfc_normalize(x) AS 'same'")
+    con.execute("CREATE MACRO json_type(x, y) AS 'DOUBLE'")
+    con.close()
+    r = CliRunner().invoke(main, ["delete", "--store", store, "--where", "user=nobody"])
+    assert r.exit_code == 0 and "deleted 0 document(s)" in r.output, r.output
+    with pytest.raises(StoreError, match=r"holds macro\(s\) .*nfc_normalize.*not compacted"):
+        compact_store(store)
+
+
+def test_numbers_are_equal_only_when_they_are_the_same_number(tmp_path):
+    """User trial BM: both sides rounded to 10 decimals, so user_id=7 deleted 7.00000000004 and user_id=0 deleted 1e-11."""
+    rows = [{"_id": i, "text": "note", "metadata": {"user_id": v}}
+            for i, v in (("a", 7), ("b", 7.00000000004), ("c", 1e-11), ("d", 0), ("e", 7.0), ("g", "7"))]
+    src = tmp_path / "n.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "n.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(src), "--store", store, "--no-embed"]).exit_code == 0
+    with Store(store, read_only=True) as st:
+        assert st.ids_where({"user_id": "7"}) == ["a", "e", "g"]
+        assert st.ids_where({"user_id": "0"}) == ["d"]
+        assert st.ids_where({"user_id": "7.00000000004"}) == ["b"]
+        assert st.ids_where({"user_id": "1e-11"}) == ["c"]

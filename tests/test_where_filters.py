@@ -144,3 +144,17 @@ def test_the_same_number_written_twice_is_one_filter_and_scope_and_filter_notes_
     r = CliRunner().invoke(main, ["search", "deploy", "--store", store, "--mode", "lexical", "--scope", "nosuch",
                                   "--where", "user=ana", "--format", "json"])
     assert "no stored document has scope 'nosuch'" in r.stderr and json.loads(r.stdout)["messages"]
+
+
+def test_a_yaml_filter_value_is_matched_as_written(tmp_path):
+    """User trial BM: YAML 1.1 read `user: 010` as 8, `1:20` as 80 and `on` as true: the config selected another
+    tenant's memories with no warning."""
+    rows = [{"_id": f"u{u}", "text": "deploy ECONNREFUSED", "metadata": {"user": u}} for u in ("010", "8", "1:20", "80", "on", "true")]
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "m.duckdb")
+    assert CliRunner().invoke(main, ["ingest", str(src), "--store", store, "--no-embed"]).exit_code == 0
+    for written, want in (("010", "u010"), ("1:20", "u1:20"), ("on", "uon"), ("'8'", "u8"), ("true", "utrue")):
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"extends: bm25-only\nretrieval:\n  filters: {{user: {written}}}\n")
+        assert _ids(store, "--config", str(cfg))[0] == [want], written

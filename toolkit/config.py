@@ -1299,6 +1299,14 @@ def _data_loader() -> type:
             return super().compose_node(parent, index)
 
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            for key_node, value_node in node.value:
+                if key_node.value == "filters" and isinstance(value_node, yaml.MappingNode):
+                    # A filter's value is matched as written: YAML 1.1 read `user: 010` as 8, `1:20` as 80 and `on` as
+                    # true, and the filter selected another tenant (user trial BM). Its plain scalars stay text.
+                    for pair in value_node.value:
+                        for scalar in pair:
+                            if isinstance(scalar, yaml.ScalarNode) and scalar.style is None:
+                                scalar.tag = "tag:yaml.org,2002:str"
             lines: dict[Any, int] = {}
             for key_node, _ in node.value:  # before merging: keys a `<<` merge brings in may be overridden
                 if key_node.tag == "tag:yaml.org,2002:merge":
