@@ -273,3 +273,17 @@ def test_a_boolean_in_an_embedding_is_refused(fake_server):
     fake_server.mode = "bool_vec"
     with pytest.raises(ProviderError, match=r"embedding components must be JSON numbers, got 'True'"):
         HttpEmbedder(fake_server.embeddings_url, "fake-embed", retries=0).embed(["a", "b"])
+
+
+@pytest.mark.parametrize("bad", ["http://user:pw@[bad", "http://proxy.corp:port"])
+def test_a_malformed_proxy_variable_is_named_not_a_traceback(monkeypatch, bad):
+    """User trial BM: `HTTP_PROXY='http://user:pw@[bad'` crashed `hrt search` and ingest with a raw ValueError (and
+    hid the real error of an https request); a non-numeric port ended in httpx's InvalidURL."""
+    from toolkit.config import cleartext_hop
+
+    monkeypatch.setenv("HTTP_PROXY", bad)
+    assert "pw" not in (cleartext_hop("http://127.0.0.1:9/v1/embeddings") or "")
+    emb = HttpEmbedder("http://127.0.0.1:9/v1/embeddings", "m", timeout_s=0.3, retries=0)
+    with pytest.raises(ProviderError) as e:
+        emb.embed(["x"])
+    assert "Traceback" not in str(e.value) and "pw" not in str(e.value)

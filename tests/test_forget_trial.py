@@ -116,3 +116,20 @@ def test_numbers_are_equal_only_when_they_are_the_same_number(tmp_path):
         assert st.ids_where({"user_id": "0"}) == ["d"]
         assert st.ids_where({"user_id": "7.00000000004"}) == ["b"]
         assert st.ids_where({"user_id": "1e-11"}) == ["c"]
+
+
+def test_compact_refuses_a_hard_linked_store_and_keeps_its_owner(tmp_path):
+    """User trial BM: with a hard link as a backup, compact said the deleted text was gone while the other name kept
+    it; and the fresh file took the compacting user's owner and group (a shared store's owner was locked out)."""
+    import os
+
+    store = Path(_bank(tmp_path))
+    backup = tmp_path / "backup.duckdb"
+    os.link(store, backup)
+    with pytest.raises(StoreError, match="1 other hard link"):
+        compact_store(store)
+    backup.unlink()
+    if os.geteuid() == 0:  # only root may give a file away
+        os.chown(store, 65534, 65534)
+        compact_store(store)
+        assert (store.stat().st_uid, store.stat().st_gid) == (65534, 65534)

@@ -285,3 +285,24 @@ def test_technical_tokens_of_a_long_query_still_finds_tokens_in_later_windows():
     text = ("please help " * 150) + "deploy fails with ECONNREFUSED on v2.14.3"
     assert len(text) > analysis.WINDOW
     assert features.technical_tokens(text) == ["ECONNREFUSED", "v2.14.3"]
+
+
+def test_a_second_name_of_a_hidden_or_excluded_file_is_not_read(tmp_path):
+    """User trial BM: under --exclude private, `pub/diary-hard.md` (a hard link of private/diary.md) and
+    `pub/token-link.md` -> `../.secrets/token.md` were indexed: what the user hid or excluded became searchable."""
+    from toolkit.loaders import load_corpus
+
+    notes = tmp_path / "notes"
+    for d in ("pub", "private", ".secrets"):
+        (notes / d).mkdir(parents=True)
+    (notes / "pub" / "a.md").write_text("# A\npublic note\n")
+    (notes / ".secrets" / "token.md").write_text("api token unique-hidden\n")
+    (notes / "private" / "diary.md").write_text("dear diary unique-private\n")
+    (notes / "pub" / "token-link.md").symlink_to("../.secrets/token.md")
+    os.link(notes / "private" / "diary.md", notes / "pub" / "diary-hard.md")
+    corpus = load_corpus(notes, exclude=("private",))
+    assert [d["doc_id"] for d in corpus] == ["pub/a.md"]
+    assert not any("unique-" in d["text"] for d in corpus)
+    reasons = {s.where: s.reason for s in corpus.skipped}
+    assert reasons["pub/token-link.md"] == "another name of a file left out (a symlink to .secrets/token.md, hidden or --exclude'd)"
+    assert reasons["pub/diary-hard.md"] == "another name of a file left out (a hard link of private/diary.md, hidden or --exclude'd)"

@@ -178,8 +178,11 @@ def env_proxy(url: str) -> str | None:
         proxy = found.get(urlsplit(url).scheme.lower()) or found.get("all")
     if not proxy:
         return None
-    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-    host = parts.hostname or "?"
+    try:
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host = parts.hostname or "?"
+    except ValueError:  # a malformed proxy variable (`http://u:p@[bad`): named as such, never printed (trial BM)
+        return "(a proxy the environment names, not a valid URL)"
     host = f"[{host}]" if ":" in host else host
     try:
         return f"{host}:{parts.port}" if parts.port else host
@@ -197,7 +200,11 @@ def cleartext_hop(url: str) -> str | None:
         return None
     host = parts.hostname or ""
     proxy = env_proxy(url)
-    if proxy and not _loopback(urlsplit(f"http://{proxy}").hostname or ""):
+    try:
+        proxy_host = urlsplit(f"http://{proxy}").hostname or "" if proxy else ""
+    except ValueError:
+        proxy_host = "?"  # not parsed: not known to be this machine
+    if proxy and not _loopback(proxy_host):
         return f"to {host} through the proxy {proxy} ({PROXY_VARS} in the environment; NO_PROXY={host} goes direct)"
     return None if _loopback(host) else f"to {host}"
 

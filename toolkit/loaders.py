@@ -730,13 +730,26 @@ def _folder_docs(
     # name of the file itself when the walk reads it: twice would store one text as two documents (the review's
     # open item since trial AS). Files keyed by (device, inode); a name the walk would not read does not claim.
     owner: dict[tuple[int, int], str] = {}
+    # Files the walk leaves out (hidden, --exclude'd), by identity, when some file read has a second name: a symlink
+    # or hard link to one would read what the user hid or excluded (user trial BM: `pub/token-link.md` ->
+    # `../.secrets/token.md` was indexed under --exclude private). Only then: stat-ing an excluded tree costs.
+    left: dict[tuple[int, int], str] = {}
     if walked:
+        aliased = False
         for f in files:
             rel = f.relative_to(root)
-            if not f.is_symlink() and not _left_out(rel, exclude, include) and (
-                    _named_note(rel.as_posix(), include) or _extensionless(f.name)):
+            if _left_out(rel, exclude, include) or not (_named_note(rel.as_posix(), include) or _extensionless(f.name)):
+                continue
+            with suppress(OSError):
+                st = f.stat()
+                aliased = aliased or f.is_symlink() or st.st_nlink > 1
+                if not f.is_symlink():
+                    owner.setdefault((st.st_dev, st.st_ino), rel.as_posix())
+        for f in files if aliased else ():
+            rel = f.relative_to(root)
+            if not f.is_symlink() and _left_out(rel, exclude, include):
                 with suppress(OSError):
-                    owner.setdefault(_identity(f), rel.as_posix())
+                    left.setdefault(_identity(f), rel.as_posix())
     for f in files:
         rel = f.relative_to(root).as_posix()
         if why_not := _left_out(f.relative_to(root), exclude, include):
@@ -754,9 +767,14 @@ def _folder_docs(
             continue
         if walked and (_named_note(rel, include) or _extensionless(f.name)):  # other names are not read anyway
             try:
-                first = owner.setdefault(_identity(f), rel)
+                ident = _identity(f)
             except OSError:
-                first = rel
+                ident = None
+            if ident is not None and (hidden := left.get(ident)):
+                kind = "a symlink to" if f.is_symlink() else "a hard link of"
+                skipped.append(Skipped(rel, f"another name of a file left out ({kind} {hidden}, hidden or --exclude'd)"))
+                continue
+            first = owner.setdefault(ident, rel) if ident is not None else rel
             if first != rel:
                 kind = "a symlink to" if f.is_symlink() else "a hard link of"
                 skipped.append(Skipped(rel, f"same file under another name ({kind} {first}; indexed once, under that name)"))

@@ -335,7 +335,11 @@ def http_client(timeout_s: float):
     import httpx
 
     # One timeout for connect, read, write and pool: no phase of a request may stall longer than this.
-    return httpx.Client(timeout=httpx.Timeout(timeout_s))
+    try:
+        return httpx.Client(timeout=httpx.Timeout(timeout_s))
+    except (httpx.InvalidURL, ValueError) as e:  # the environment's proxy variables are read here (user trial BM)
+        raise ProviderError(f"a proxy variable of the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY) is not a valid "
+                            f"URL: {type(e).__name__}; its value is not shown") from None
 
 
 def _number(v: Any) -> bool:

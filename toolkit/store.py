@@ -890,9 +890,13 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
                              "before compacting") from None
     for stale in src.parent.glob(f".{glob.escape(src.name)}.compact-*"):  # a killed run's copy: live data, removed
         if not _pid_alive(stale.name.rsplit("-", 1)[-1].removesuffix(".wal")):
-            stale.unlink(missing_ok=True)
-    mode = src.stat().st_mode
-    before = src.stat().st_size
+            with suppress(OSError):  # (a folder planted under that name stays, and is not ours to remove)
+                stale.unlink(missing_ok=True)
+    info = src.stat()
+    if info.st_nlink > 1:  # the other names keep the old file, deleted text and all (user trial BM)
+        raise StoreError(f"{src}: the file has {info.st_nlink - 1} other hard link(s) (a backup made with `ln`?): "
+                         "compacting would leave the deleted text readable under those names; remove them first")
+    mode, before = info.st_mode, info.st_size
     tmp = src.with_name(f".{src.name}.compact-{os.getpid()}")
     tmp.unlink(missing_ok=True)
     # A plain connection of its own: a Store's refuses file access (`_sandbox`), and this one must attach two files.
@@ -900,16 +904,26 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
     con = duckdb.connect(":memory:")
     try:
         # ATTACH takes no bound parameters: the paths as SQL string literals (quotes doubled)
-        con.execute(f"ATTACH {_literal(str(src))} AS src")  # for writing: other processes are kept out until the move
-        con.execute(f"ATTACH {_literal(str(tmp))} AS dst")
-        con.execute("SET enable_external_access = false")
-        con.execute("COPY FROM DATABASE src TO dst")
-        got = con.execute("SELECT (SELECT count(*) FROM dst.documents), (SELECT count(*) FROM dst.chunks)").fetchone()
-        con.execute("DETACH dst")
+        try:
+            con.execute(f"ATTACH {_literal(str(src))} AS src")  # for writing: other processes kept out until the move
+        except duckdb.IOException as e:  # another process opened it after the checks above
+            raise StoreBusyError(f"{src}: another process opened the store while it was being compacted; nothing "
+                                 f"changed: try again ({str(e).splitlines()[0]})") from None
+        try:
+            con.execute(f"ATTACH {_literal(str(tmp))} AS dst")
+            con.execute("SET enable_external_access = false")
+            con.execute("COPY FROM DATABASE src TO dst")
+            got = con.execute("SELECT (SELECT count(*) FROM dst.documents), (SELECT count(*) FROM dst.chunks)").fetchone()
+            con.execute("DETACH dst")
+        except duckdb.IOException as e:  # a full disk, a folder not writable: the copy's trouble, not a damaged store
+            raise StoreError(f"{src}: could not write the compacted copy beside it ({str(e).splitlines()[0]}); the store "
+                             "is unchanged") from None
         if got != counts:
             raise StoreError(f"{src}: the compacted copy holds {got[0]:,} documents and {got[1]:,} chunks, the store "
                              f"{counts[0]:,} and {counts[1]:,}: not replaced (nothing changed)")
         os.chmod(tmp, stat.S_IMODE(mode))  # a private store (0600) must not come back readable by all (the review)
+        with suppress(PermissionError):  # the owner and group too, where this user may set them (trial BM: root's)
+            os.chown(tmp, info.st_uid, info.st_gid)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, src)
