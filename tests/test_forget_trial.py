@@ -116,6 +116,7 @@ def test_numbers_are_equal_only_when_they_are_the_same_number(tmp_path):
         assert st.ids_where({"user_id": "0"}) == ["d"]
         assert st.ids_where({"user_id": "7.00000000004"}) == ["b"]
         assert st.ids_where({"user_id": "1e-11"}) == ["c"]
+        assert st.ids_where({"user_id": "1e-400"}) == []  # no float: not the stored 0 (the second review)
 
 
 def test_compact_refuses_a_hard_linked_store_and_keeps_its_owner(tmp_path):

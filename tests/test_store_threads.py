@@ -155,3 +155,29 @@ def test_backup_of_a_store_in_use_holds_every_acknowledged_write(tmp_path):
         assert added | {f"base-{i}" for i in range(20)} <= held and not removed & held
     finally:
         st.close()
+
+
+def test_backup_refuses_a_stale_log_beside_its_destination_and_names_this_threads_transaction(tmp_path):
+    """The second review: a `dest.wal` of an earlier file was replayed onto the fresh backup (another database's
+    table appeared in it); and a backup inside the caller's own BEGIN retried for 30 s, then blamed other threads."""
+    import pytest
+
+    from toolkit.errors import InputError, StoreBusyError
+
+    st = Store(tmp_path / "s.duckdb")
+    try:
+        st.ingest([_memory("base", i) for i in range(3)], embed=False)
+        Path(tmp_path / "b.duckdb.wal").write_bytes(b"an old log")
+        with pytest.raises(InputError, match=r"b\.duckdb\.wal: a write-ahead log of an earlier file"):
+            st.backup(tmp_path / "b.duckdb")
+        Path(tmp_path / "b.duckdb.wal").unlink()
+        st.con.execute("BEGIN")
+        st.con.execute("INSERT INTO meta VALUES ('x', 'y')")
+        t0 = time.monotonic()
+        with pytest.raises(StoreBusyError, match="this thread has a transaction open"):
+            st.backup(tmp_path / "b.duckdb")
+        assert time.monotonic() - t0 < 1.0
+        st.con.execute("ROLLBACK")
+        assert st.backup(tmp_path / "b.duckdb").exists()
+    finally:
+        st.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import main
@@ -158,3 +159,16 @@ def test_a_yaml_filter_value_is_matched_as_written(tmp_path):
         cfg = tmp_path / "c.yaml"
         cfg.write_text(f"extends: bm25-only\nretrieval:\n  filters: {{user: {written}}}\n")
         assert _ids(store, "--config", str(cfg))[0] == [want], written
+
+
+def test_a_yaml_filter_keeps_null_as_an_error_and_merges_as_yaml_does(tmp_path):
+    """The second review: text for every plain scalar made `user: ~` the text '~' (a forgotten value filtering on it)
+    and `<<` a key named '<<'."""
+    from toolkit.errors import InputError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("extends: bm25-only\nretrieval:\n  filters: {user: ~}\n")
+    with pytest.raises(InputError, match="one value to equal"):
+        load_config(str(cfg))
+    cfg.write_text("extends: bm25-only\noutput: &o {n: 5}\nretrieval:\n  filters: {<<: *o, user: 010}\n")
+    assert load_config(str(cfg)).retrieval.filters == {"n": "5", "user": "010"}

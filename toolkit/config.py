@@ -1284,6 +1284,9 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_RETYPED = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "timestamp"))  # YAML 1.1's readings
+
+
 @functools.cache
 def _data_loader() -> type:
     """`DataLoader`, made at its first use: PyYAML is imported where a YAML file is read or written, not with this
@@ -1311,8 +1314,8 @@ def _data_loader() -> type:
                     # A filter's value is matched as written: YAML 1.1 read `user: 010` as 8, `1:20` as 80 and `on` as
                     # true, and the filter selected another tenant (user trial BM). Its plain scalars stay text.
                     for pair in value_node.value:
-                        for scalar in pair:
-                            if isinstance(scalar, yaml.ScalarNode) and scalar.style is None:
+                        for scalar in pair:  # numbers, booleans and dates only: a null stays null, `<<` a merge
+                            if isinstance(scalar, yaml.ScalarNode) and scalar.style is None and scalar.tag in _RETYPED:
                                 scalar.tag = "tag:yaml.org,2002:str"
             lines: dict[Any, int] = {}
             for key_node, _ in node.value:  # before merging: keys a `<<` merge brings in may be overridden

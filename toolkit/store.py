@@ -19,6 +19,7 @@ import glob
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -2423,6 +2424,9 @@ class Store:
         out = Path(dest).expanduser()
         if out.resolve() == self.path.resolve():
             raise InputError(f"{out}: the backup must be another file than the store")
+        if Path(f"{out}.wal").exists():  # DuckDB would replay it onto the fresh copy (the review: another file's rows)
+            raise InputError(f"{out}.wal: a write-ahead log of an earlier file of that name lies beside it, and would be "
+                             "replayed onto the backup: remove it (or close what holds that file) first")
         tmp = out.with_name(f".{out.name}.backup-{os.getpid()}")
         with _write_lock(self.path):  # this process's writes wait; other processes cannot write (DuckDB's file lock)
             deadline = time.monotonic() + timeout_s
@@ -2430,16 +2434,27 @@ class Store:
                 try:
                     self.con.execute("CHECKPOINT")
                     break
-                except duckdb.TransactionException:  # another thread is inside a statement: it ends soon
-                    if time.monotonic() > deadline:
-                        raise StoreBusyError(f"{self.path}: other threads' statements kept the log from being folded "
-                                             f"for {timeout_s:g} s: no backup made") from None
+                except duckdb.TransactionException as e:
+                    if "transaction local changes" in str(e):  # this thread's own BEGIN: waiting cannot end it
+                        raise StoreBusyError(f"{self.path}: this thread has a transaction open (BEGIN without COMMIT): "
+                                             "commit or roll it back before a backup") from None
+                    if time.monotonic() > deadline:  # another thread's statement, or a transaction it left open
+                        raise StoreBusyError(f"{self.path}: another thread's statement or open transaction kept the log "
+                                             f"from being folded for {timeout_s:g} s: no backup made") from None
                     time.sleep(0.02)
             try:
-                shutil.copyfile(self.path, tmp)
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
-                os.replace(tmp, out)
+                for src, to in ((self.path, out), (self.vector_index_path, Path(f"{out}.hnsw")),
+                                (self._vector_index_stamp_path, Path(f"{out}.hnsw.json"))):
+                    if src == self.path or src.exists():  # the HNSW index beside it too, or the copy searches exactly
+                        shutil.copyfile(src, tmp)
+                        with open(tmp, "rb") as f:
+                            os.fsync(f.fileno())
+                        os.replace(tmp, to)
+                dirfd = os.open(out.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dirfd)
+                finally:
+                    os.close(dirfd)
             finally:
                 tmp.unlink(missing_ok=True)
         return out
@@ -2540,12 +2555,15 @@ class Store:
                 # HUGEINT: ids past 2**53 stay apart). A shared decimal rounding (DECIMAL(38, 10)) made 7.00000000004
                 # equal 7, and 1e-11 equal 0 (user trial BM).
                 typed, d = f"system.main.json_type({alias}.metadata, '$.{k}')", Decimal(str(v))
-                same = [f"({typed} = 'DOUBLE' AND TRY_CAST({got} AS DOUBLE) = ?)"]
-                params.append(float(d))
+                same = []
+                if math.isfinite(f := float(d)) and (f != 0 or d == 0):  # 1e-400 is no float: it is not 0.0 (review)
+                    same.append(f"({typed} = 'DOUBLE' AND TRY_CAST({got} AS DOUBLE) = ?)")
+                    params.append(f)
                 if d == d.to_integral_value() and abs(d) < 2**126:
                     same.append(f"({typed} IN ('BIGINT', 'UBIGINT') AND TRY_CAST({got} AS HUGEINT) = CAST(? AS HUGEINT))")
                     params.append(str(int(d)))
-                eq = f"({eq} OR {' OR '.join(same)})"
+                if same:
+                    eq = f"({eq} OR {' OR '.join(same)})"
             out.append((k, f"{got} IS NOT NULL", eq, params))
         return out
 
