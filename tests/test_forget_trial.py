@@ -106,17 +106,17 @@ def test_a_planted_macro_neither_widens_a_filter_nor_survives_compaction(tmp_pat
 def test_numbers_are_equal_only_when_they_are_the_same_number(tmp_path):
     """User trial BM: both sides rounded to 10 decimals, so user_id=7 deleted 7.00000000004 and user_id=0 deleted 1e-11."""
     rows = [{"_id": i, "text": "note", "metadata": {"user_id": v}}
-            for i, v in (("a", 7), ("b", 7.00000000004), ("c", 1e-11), ("d", 0), ("e", 7.0), ("g", "7"))]
+            for i, v in (("a", 7), ("b", 7.00000000004), ("c", 1e-11), ("d", 0), ("e", 7.0), ("g", "7"), ("z", 0.0))]
     src = tmp_path / "n.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     store = str(tmp_path / "n.duckdb")
     assert CliRunner().invoke(main, ["ingest", str(src), "--store", store, "--no-embed"]).exit_code == 0
     with Store(store, read_only=True) as st:
         assert st.ids_where({"user_id": "7"}) == ["a", "e", "g"]
-        assert st.ids_where({"user_id": "0"}) == ["d"]
+        assert st.ids_where({"user_id": "0"}) == ["d", "z"]
         assert st.ids_where({"user_id": "7.00000000004"}) == ["b"]
         assert st.ids_where({"user_id": "1e-11"}) == ["c"]
-        assert st.ids_where({"user_id": "1e-400"}) == []  # no float: not the stored 0 (the second review)
+        assert st.ids_where({"user_id": "1e-400"}) == []  # no float: not the stored 0.0 (the second review)
 
 
 def test_compact_refuses_a_hard_linked_store_and_keeps_its_owner(tmp_path):
