@@ -2450,6 +2450,8 @@ class Store:
                         with open(tmp, "rb") as f:
                             os.fsync(f.fileno())
                         os.replace(tmp, to)
+                    else:  # an earlier backup's index would not be this copy's
+                        to.unlink(missing_ok=True)
                 dirfd = os.open(out.parent, os.O_RDONLY)
                 try:
                     os.fsync(dirfd)
