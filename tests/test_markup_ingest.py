@@ -39,6 +39,14 @@ def _search(store, query):
     return r.output
 
 
+def _folder(path, files: dict[str, str]):
+    """A folder holding `files` (name -> text)."""
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
+
+
 def _ingest(*args):
     r = CliRunner().invoke(main, ["ingest", *map(str, args), "--no-embed"])
     assert r.exit_code == 0, r.output
@@ -76,14 +84,14 @@ def test_html_text_without_main_keeps_the_body_and_takes_the_first_h1():
 
 
 def test_markdown_front_matter_becomes_title_and_metadata(tmp_path):
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "release.md").write_text("---\ntitle: Release Notes 2.0\ndate: 2024-03-05\ntags: [deploy, kiwi]\n"
-                                      "author: marmaduke\ndraft: false\n---\n\n# Heading In Body\n\nWe shipped the ocelot feature.\n")
-    (notes / "toml.md").write_text("+++\ntitle = \"From Toml\"\nweight = 3\n+++\nBody of the toml page.\n")
-    (notes / "comment.md").write_text("<!-- generated: do not edit -->\n\n# Real Heading\ntext\n")
-    (notes / "page.mdx").write_text("---\nsidebar_position: 2\n---\nimport Tabs from '@theme/Tabs';\n"
-                                    "import {\n  TabItem,\n} from '@theme/TabItem';\n\n# Mdx Title\nMdx body.\n")
+    notes = _folder(tmp_path / "notes", {
+        "release.md": "---\ntitle: Release Notes 2.0\ndate: 2024-03-05\ntags: [deploy, kiwi]\n"
+                      "author: marmaduke\ndraft: false\n---\n\n# Heading In Body\n\nWe shipped the ocelot feature.\n",
+        "toml.md": "+++\ntitle = \"From Toml\"\nweight = 3\n+++\nBody of the toml page.\n",
+        "comment.md": "<!-- generated: do not edit -->\n\n# Real Heading\ntext\n",
+        "page.mdx": "---\nsidebar_position: 2\n---\nimport Tabs from '@theme/Tabs';\n"
+                    "import {\n  TabItem,\n} from '@theme/TabItem';\n\n# Mdx Title\nMdx body.\n",
+    })
     store = tmp_path / "s.duckdb"
     _ingest(notes, "--store", store)  # .mdx is read by default (Docusaurus pages)
     with Store(store, read_only=True) as st:
@@ -103,10 +111,8 @@ def test_markdown_front_matter_becomes_title_and_metadata(tmp_path):
 
 
 def test_malformed_front_matter_or_a_bad_date_does_not_stop_the_ingest(tmp_path, caplog):
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "broken.md").write_text("---\ntitle: [unclosed\n---\n# Broken Page\nbody text\n")
-    (notes / "baddate.md").write_text("---\ntitle: Bad Date\ndate: someday soon\n---\nbody\n")
+    notes = _folder(tmp_path / "notes", {"broken.md": "---\ntitle: [unclosed\n---\n# Broken Page\nbody text\n",
+                                         "baddate.md": "---\ntitle: Bad Date\ndate: someday soon\n---\nbody\n"})
     with caplog.at_level(logging.WARNING, logger="toolkit"):
         docs = {d["doc_id"]: d for d in load_corpus(notes)}
     assert docs["broken.md"]["text"].startswith("---\ntitle: [unclosed") and docs["broken.md"]["title"] == "title: [unclosed"
@@ -116,11 +122,10 @@ def test_malformed_front_matter_or_a_bad_date_does_not_stop_the_ingest(tmp_path,
 
 
 def test_rst_title_is_its_first_section_title(tmp_path):
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "guide.rst").write_text(".. _install-guide:\n\n.. meta::\n   :description: x\n\n"
-                                     "Installation Guide\n==================\n\nText.\n")
-    (notes / "over.rst").write_text("=========\n Overview\n=========\n\nText.\n")
+    notes = _folder(tmp_path / "notes", {
+        "guide.rst": ".. _install-guide:\n\n.. meta::\n   :description: x\n\nInstallation Guide\n==================\n\nText.\n",
+        "over.rst": "=========\n Overview\n=========\n\nText.\n",
+    })
     docs = {d["doc_id"]: d["title"] for d in load_corpus(notes)}
     assert docs == {"guide.rst": "Installation Guide", "over.rst": "Overview"}
 

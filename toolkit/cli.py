@@ -1973,24 +1973,8 @@ def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
     if bool(doc_ids) == bool(where):
         raise click.UsageError("give the ids to delete (DOC_ID... or -) or --where FIELD=VALUE, not both" if where else
                                "give the ids to delete (DOC_ID... or - for stdin), or --where FIELD=VALUE")
-    if where:
-        if missing_ok:
-            raise click.UsageError("--missing-ok is for ids; --where deletes what matches, which may be nothing")
-        if not Path(store_path).expanduser().exists():
-            raise no_such_store(store_path)
-        with Store(store_path, wait_s=wait_s) as st:
-            gen = st.generation()
-            try:
-                ids = st.ids_where(where)
-                gone = st.delete(ids)
-            except BaseException as e:
-                _interrupted_write(e, st, gen, "delete")
-                raise
-        shown = " and ".join(f"{k} = {v!r}" for k, v in where.items())
-        named = f": {', '.join(ids[:5])}" + (f" and {len(ids) - 5:,} more" if len(ids) > 5 else "") if ids else ""
-        click.echo(f"deleted {gone} document(s) whose metadata has {shown}{named}" + (
-            "" if gone else " (none has: values are compared exactly, after Unicode NFC, or as numbers)"), err=True)
-        return
+    if where and missing_ok:
+        raise click.UsageError("--missing-ok is for ids; --where deletes what matches, which may be nothing")
     if doc_ids == ("-",):
         if sys.stdin is None:
             raise ToolkitError("the ids are '-' (read them from stdin), but stdin is closed")
@@ -2001,11 +1985,18 @@ def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
     with Store(store_path, wait_s=wait_s) as st:
         gen = st.generation()
         try:
-            gone = st.delete(doc_ids, missing_ok=missing_ok)
+            ids = st.ids_where(where) if where else doc_ids
+            gone = st.delete(ids, missing_ok=missing_ok)
         except BaseException as e:
             _interrupted_write(e, st, gen, "delete")
             raise
-    click.echo(f"deleted {gone} document(s) of {len(set(doc_ids))} asked", err=True)
+    if not where:
+        click.echo(f"deleted {gone} document(s) of {len(set(doc_ids))} asked", err=True)
+        return
+    shown = " and ".join(f"{k} = {v!r}" for k, v in where.items())
+    named = f": {', '.join(ids[:5])}" + (f" and {len(ids) - 5:,} more" if len(ids) > 5 else "") if ids else ""
+    click.echo(f"deleted {gone} document(s) whose metadata has {shown}{named}" + (
+        "" if gone else " (none has: values are compared exactly, after Unicode NFC, or as numbers)"), err=True)
 
 
 @main.command()

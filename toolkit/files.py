@@ -58,6 +58,19 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> P
     return p
 
 
+def replace_durably(tmp: Path, dest: Path) -> None:
+    """Rename the written file `tmp` over `dest` so that a crash leaves one of the two whole: its data synced
+    first, the folder's entry after (a store's compaction and backup)."""
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
+    dirfd = os.open(dest.parent, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
 _STD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
 
 

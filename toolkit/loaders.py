@@ -734,6 +734,7 @@ def _folder_docs(
     # or hard link to one would read what the user hid or excluded (user trial BM: `pub/token-link.md` ->
     # `../.secrets/token.md` was indexed under --exclude private). Only then: stat-ing an excluded tree costs.
     left: dict[tuple[int, int], str] = {}
+    idents: dict[Path, tuple[int, int]] = {}  # of the files the walk reads: one stat each
     if walked:
         aliased = False
         for f in files:
@@ -742,9 +743,10 @@ def _folder_docs(
                 continue
             with suppress(OSError):
                 st = f.stat()
+                idents[f] = (st.st_dev, st.st_ino)
                 aliased = aliased or f.is_symlink() or st.st_nlink > 1
                 if not f.is_symlink():
-                    owner.setdefault((st.st_dev, st.st_ino), rel.as_posix())
+                    owner.setdefault(idents[f], rel.as_posix())
         for f in files if aliased else ():
             rel = f.relative_to(root)
             if not f.is_symlink() and _left_out(rel, exclude, include):
@@ -766,10 +768,7 @@ def _folder_docs(
             skipped.append(Skipped(rel, why))
             continue
         if walked and (_named_note(rel, include) or _extensionless(f.name)):  # other names are not read anyway
-            try:
-                ident = _identity(f)
-            except OSError:
-                ident = None
+            ident = idents.get(f)
             if ident is not None and (hidden := left.get(ident)):
                 kind = "a symlink to" if f.is_symlink() else "a hard link of"
                 skipped.append(Skipped(rel, f"another name of a file left out ({kind} {hidden}, hidden or --exclude'd)"))

@@ -46,6 +46,7 @@ from .chunking import chunk_body, chunk_text
 from .config import FILTER_KEY_RULE, JSON_NUMBER, Stemmer, Stopwords, filter_key_ok
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreBusyError, StoreError, ToolkitError
+from .files import replace_durably
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 from .progress import progress_bar
 
@@ -892,11 +893,9 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
     if planted:
         raise StoreError(f"{src}: holds macro(s) {', '.join(planted[:5])}, which no toolkit store has (a store changed to "
                          "run SQL of its own): not compacted")
-    try:  # another Store on the file in this process would go on writing into the replaced file (as `_unused` says)
-        duckdb.connect(str(src), read_only=True).close()
-    except duckdb.Error:
+    if not _unused(src):  # another Store on the file would go on writing into the replaced file
         raise StoreBusyError(f"{src}: open elsewhere (another Store in this process, or another process): close it "
-                             "before compacting") from None
+                             "before compacting")
     for stale in src.parent.glob(f".{glob.escape(src.name)}.compact-*"):  # a killed run's copy: live data, removed
         if not _pid_alive(stale.name.rsplit("-", 1)[-1].removesuffix(".wal")):
             with suppress(OSError):  # (a folder planted under that name stays, and is not ours to remove)
@@ -933,19 +932,23 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
         os.chmod(tmp, stat.S_IMODE(mode))  # a private store (0600) must not come back readable by all (the review)
         with suppress(PermissionError):  # the owner and group too, where this user may set them (trial BM: root's)
             os.chown(tmp, info.st_uid, info.st_gid)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, src)
-        dirfd = os.open(src.parent, os.O_RDONLY)
-        try:
-            os.fsync(dirfd)  # the rename itself durable
-        finally:
-            os.close(dirfd)
+        replace_durably(tmp, src)
     finally:
         con.close()
         tmp.unlink(missing_ok=True)
         Path(f"{tmp}.wal").unlink(missing_ok=True)
     return before, src.stat().st_size
+
+
+def _unused(path: Path) -> bool:
+    """Whether no other connection has the file open: a second `Store` on the same path in this process shares
+    DuckDB's database, and would go on writing into a removed or replaced file (DuckDB refuses a read-only
+    connection while another one is open, and so does another process's lock)."""
+    try:
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.Error:
+        return False
+    return True
 
 
 def _pid_alive(text: str) -> bool:
@@ -1239,19 +1242,9 @@ class Store:
             con, self.con._con = self.con._con, _Closed(self.path)  # later calls name the store
             self.con.close_cursors()
             con.close()
-            if drop and self._unused():
+            if drop and _unused(self.path):
                 for f in (self.path, Path(f"{self.path}.wal")):
                     f.unlink(missing_ok=True)
-
-    def _unused(self) -> bool:
-        """Whether no other connection has the file open: a second `Store` on the same path in this process
-        shares DuckDB's database, and would go on writing into a removed file (DuckDB refuses a read-only
-        connection while another one is open, and so does another process's lock)."""
-        try:
-            duckdb.connect(str(self.path), read_only=True).close()
-        except duckdb.Error:
-            return False
-        return True
 
     def _is_empty(self) -> bool:
         """Nothing stored but the schema: no documents, no cached embeddings, scores or frames."""
@@ -2447,16 +2440,9 @@ class Store:
                                 (self._vector_index_stamp_path, Path(f"{out}.hnsw.json"))):
                     if src == self.path or src.exists():  # the HNSW index beside it too, or the copy searches exactly
                         shutil.copyfile(src, tmp)
-                        with open(tmp, "rb") as f:
-                            os.fsync(f.fileno())
-                        os.replace(tmp, to)
+                        replace_durably(tmp, to)
                     else:  # an earlier backup's index would not be this copy's
                         to.unlink(missing_ok=True)
-                dirfd = os.open(out.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dirfd)
-                finally:
-                    os.close(dirfd)
             finally:
                 tmp.unlink(missing_ok=True)
         return out
