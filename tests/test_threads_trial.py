@@ -164,3 +164,42 @@ def test_two_threads_closing_a_store_under_a_search_neither_raise_and_its_repr_d
     for c in [*closers, t]:
         c.join(60)
     assert errors == [] and repr(store).endswith(", closed)")
+
+
+def test_a_statement_interrupted_by_close_raises_a_store_error_naming_the_store(store, monkeypatch, caplog):
+    """`close` waits `_Calls.WAIT_S` for other threads' calls, then interrupts their statements. The interrupted
+    thread got DuckDB's own `InterruptException` ("Interrupted!"), not the StoreError every other use of a closed
+    store raises (the nineteenth session's note: no test held this)."""
+    import pytest
+
+    from toolkit import store as store_mod
+    from toolkit.errors import StoreError
+
+    monkeypatch.setattr(store_mod._Calls, "WAIT_S", 0.3)
+    real = store.con.frame
+    running = threading.Event()
+
+    def endless(query, parameters=None):  # the worker's statement runs until interrupted
+        running.set()
+        return real("SELECT count(*) FROM range(100000000000) a WHERE hash(a.range) = 0")
+
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            store.documents()
+        except BaseException as e:  # noqa: BLE001  the test reads it
+            errors.append(e)
+
+    monkeypatch.setattr(store.con, "frame", endless)
+    t = threading.Thread(target=worker)
+    t.start()
+    assert running.wait(30)
+    with caplog.at_level("WARNING", logger="toolkit"):
+        store.close()
+    t.join(30)
+    assert not t.is_alive() and len(errors) == 1
+    with pytest.raises(StoreError, match="closed while this call ran"):
+        raise errors[0]
+    assert str(store.path) in str(errors[0])
+    assert "their statements are interrupted" in caplog.text
