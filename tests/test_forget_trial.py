@@ -134,3 +134,30 @@ def test_compact_refuses_a_hard_linked_store_and_keeps_its_owner(tmp_path):
         os.chown(store, 65534, 65534)
         compact_store(store)
         assert (store.stat().st_uid, store.stat().st_gid) == (65534, 65534)
+
+
+def test_compact_on_a_full_disk_names_the_store_and_leaves_it_and_no_copy_behind(tmp_path):
+    """A disk that fills while the copy is written (here a file-size limit, EFBIG, as ENOSPC would) failed at the
+    copy's commit with DuckDB's TransactionException, reported as "the store could not complete the operation"
+    without the store's name or whether it was harmed (the nineteenth session checked only by hand)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    rows = [{"_id": f"m{i}", "text": " ".join(f"w{i * 7 + j}" for j in range(150))} for i in range(150)]
+    (tmp_path / "bank.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = tmp_path / "bank.duckdb"
+    assert CliRunner().invoke(main, ["ingest", str(tmp_path / "bank.jsonl"), "--store", str(store), "--no-embed"]).exit_code == 0
+    before = hashlib.sha256(store.read_bytes()).hexdigest()
+    script = ("import resource, signal\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past the limit fails (EFBIG), no kill
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))\n"
+              "from toolkit.cli import main\n"
+              f"main(['compact', '--store', {str(store)!r}])\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert f"{store}: could not write the compacted copy beside it" in r.stderr
+    assert "the store is unchanged" in r.stderr and "Traceback" not in r.stderr
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bank.duckdb", "bank.jsonl"]
+    assert Store(store, read_only=True).stats()["documents"] == 150

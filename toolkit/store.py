@@ -923,7 +923,11 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
             con.execute("COPY FROM DATABASE src TO dst")
             got = con.execute("SELECT (SELECT count(*) FROM dst.documents), (SELECT count(*) FROM dst.chunks)").fetchone()
             con.execute("DETACH dst")
-        except duckdb.IOException as e:  # a full disk, a folder not writable: the copy's trouble, not a damaged store
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error as e:  # a full disk, a folder not writable: the copy's trouble, not a damaged store. A full
+            # disk at the copy's commit is a TransactionException ("Failed to commit: Could not write file"), not an
+            # IOException: it came out as "could not complete the operation" without the store's name (file-size test)
             raise StoreError(f"{src}: could not write the compacted copy beside it ({str(e).splitlines()[0]}); the store "
                              "is unchanged") from None
         if got != counts:
