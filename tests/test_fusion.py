@@ -298,8 +298,10 @@ def test_a_single_list_keeps_its_order_and_distinct_scores(docs, which):
 
 
 def test_fusing_a_locomo_sized_run_is_fast():
-    # 1,536 queries x 2 lists x 100 candidates, as on every slider change. Measured here ~70 ms on a
-    # loaded 2-core VM; the bound only catches a regression to per-query work (seconds).
+    # 1,536 queries x 2 lists x 100 candidates, as on every slider change. The bound only catches a regression to
+    # per-query work (seconds): timed against one vectorised group-by of the same frame in the same run, since a
+    # bound in seconds failed under load (549 ms against 400 with three other jobs on the 2 cores); the ratio was
+    # 0.5-1.2 here, loaded or not. Speed itself is measured by benchmarks/rescore.py, not here.
     rng = np.random.default_rng(0)
     q, k = 1536, 100
     frames = []
@@ -323,7 +325,9 @@ def test_fusing_a_locomo_sized_run_is_fast():
     cfg = FusionConfig()
     w = list_weights(c, None, cfg)
     best = min(_timed(lambda: fuse(c, w, cfg)) for _ in range(3))
-    assert best < 0.4, f"fusion took {best * 1000:.0f} ms"
+    ref = min(_timed(lambda: c.group_by(["qid", "doc_id"]).agg(pl.col("rank").min()).sort(["qid", "rank"]))
+              for _ in range(3))
+    assert best < 5 * ref, f"fusion took {best * 1000:.0f} ms, a group-by of its input {ref * 1000:.0f} ms"
     f = fuse(c, w, cfg)
     assert (
         f["qid"].n_unique() == q
