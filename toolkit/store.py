@@ -68,6 +68,8 @@ LEAN_MAX_DOCUMENTS = 100_000
 _REGISTERED = frozenset({"want", "need", "newvec", "gone", "gone_hashes", "newvalues", "newdocs", "newchunks", "ids", "vids",
                          "cids", "rq", "rp"})
 _SQL_PATH_MAX_QUERIES = 8  # below this many queries, and with no term matrix read yet, BM25 runs in SQL
+_MATRIX_MIN_RENT_S = 0.5  # `Store._bm25_in_sql`: SQL time a generation spends before the matrix's price is asked
+_MATRIX_S_PER_POSTING = 0.7e-6  # `Store._bm25_matrix_price` before this store has built a matrix
 # From this many chunks on, BM25 top-k works on the sparse scores (`Store._sparse_topk`) instead of blocks.
 SPARSE_TOPK_MIN_CHUNKS = 50_000
 SPARSE_BLOCK = 64  # queries per sparse product; blocks run on a thread pool, one thread per core
@@ -2611,12 +2613,15 @@ class Store:
         if self._emptied():
             return pl.DataFrame(schema=CAND_SCHEMA)
         queries = self._stored_scopes(queries) if scope_filter else queries
-        if len(queries) <= _SQL_PATH_MAX_QUERIES and getattr(self, "_lex_cache", None) is None:
-            # A few queries in a fresh process (`hrt search`): one SQL join over the postings of their terms
-            # beats reading every posting into a matrix (and importing scipy) for them.
-            return self.lexical_search_sql(queries, top_k=top_k, level=level, k1=k1, b=b,
-                                           query_term_frequency=query_term_frequency,
-                                           scope_filter=scope_filter, filters=filters)
+        if self._bm25_in_sql(len(queries), k1, b):
+            t0 = time.perf_counter()
+            try:
+                return self.lexical_search_sql(queries, top_k=top_k, level=level, k1=k1, b=b,
+                                               query_term_frequency=query_term_frequency,
+                                               scope_filter=scope_filter, filters=filters)
+            finally:
+                gen, spent = self._bm25_sql_spent
+                self._bm25_sql_spent = (gen, spent + time.perf_counter() - t0)
         import scipy.sparse as sp
 
         settings = self.settings or IndexSettings()
@@ -2643,6 +2648,36 @@ class Store:
             m, lambda lo, hi: (qmat[lo:hi] @ m["wt"]).toarray(), queries, scope_filter=scope_filter,
             allowed=allowed, level=level, top_k=top_k, block=block, matched_only=True,
         )
+
+    def _bm25_in_sql(self, n_queries: int, k1: float, b: float) -> bool:
+        """Whether BM25 for these few queries runs in SQL rather than on the term matrix.
+
+        A few queries in a fresh process (`hrt search`): one SQL join over the postings of their terms beats
+        reading every posting into a matrix (and importing scipy) for them. A long-lived Store (a memory service)
+        that goes on searching pays the join every time (~0.2-0.3 s a query at 89k chunks, 25 ms on the matrix),
+        and one whose matrix a write made stale rebuilt it for its next single query (2-3 s at 89k, every write).
+        So the matrix is built, or rebuilt, once the SQL time this store generation has spent on few-query searches
+        reaches what the build is expected to cost: rent until the rent paid equals the price, which never pays more
+        than twice the better of the two choices made in hindsight. Both paths give the same results (a test)."""
+        if n_queries > _SQL_PATH_MAX_QUERIES:
+            return False
+        cache, gen = getattr(self, "_lex_cache", None), self.generation()
+        if cache is not None and cache[0] == (gen, k1, b):
+            return False
+        spent_gen, spent = getattr(self, "_bm25_sql_spent", (None, 0.0))
+        if spent_gen != gen:
+            self._bm25_sql_spent = (gen, 0.0)
+            return True
+        if spent < _MATRIX_MIN_RENT_S:  # spared the postings count for the first searches
+            return True
+        return spent < self._bm25_matrix_price()
+
+    def _bm25_matrix_price(self) -> float:
+        """Seconds a term matrix build is expected to take: as long as the last one of this object took (a write
+        changes a corpus little), else the postings at `_MATRIX_S_PER_POSTING` (6.3M postings took 3.4-5 s here)."""
+        if (last := getattr(self, "_matrix_build_s", None)) is not None:
+            return last
+        return self.con.execute("SELECT count(*) FROM fts_main_chunks.terms").fetchone()[0] * _MATRIX_S_PER_POSTING
 
     def _sparse_topk(
         self, m: dict[str, Any], qmat: Any, queries: pl.DataFrame, *, scope_filter: bool, allowed: np.ndarray | None,
@@ -2784,6 +2819,7 @@ class Store:
 
         key = (self.generation(), k1, b)
         if getattr(self, "_lex_cache", None) is None or self._lex_cache[0] != key:
+            t0 = time.perf_counter()
             lay = pl.from_arrow(
                 self.con.execute(
                     "SELECT c.chunk_id, c.doc_id, d.scope, fd.docid, fd.len FROM chunks c JOIN documents d USING (doc_id) "
@@ -2814,6 +2850,7 @@ class Store:
                 },
             )
             self.release_table_pages()
+            self._matrix_build_s = time.perf_counter() - t0  # `_bm25_matrix_price`
         return self._lex_cache[1]
 
     def match_bm25(self, text: str, *, top_k: int = 10, k1: float = 1.2, b: float = 0.75) -> pl.DataFrame:
