@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import main
-from toolkit.errors import StoreBusyError, StoreError
+from toolkit.errors import InputError, StoreBusyError, StoreError
 from toolkit.store import Store, compact_store
 
 SECRET = "XK42QZ9"
@@ -161,3 +161,24 @@ def test_compact_on_a_full_disk_names_the_store_and_leaves_it_and_no_copy_behind
     assert hashlib.sha256(store.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bank.duckdb", "bank.jsonl"]
     assert Store(store, read_only=True).stats()["documents"] == 150
+
+
+def test_ids_where_matches_values_as_the_config_filters_do_and_refuses_what_is_not_one_value(tmp_path):
+    """User trial BP: `ids_where({"draft": False})` found nothing where the config filter `{draft: false}` found the
+    document (it compared the text "False"), and None, a list or a number as the key found nothing without a word:
+    a "forget this user" flow deleted nothing and said nothing."""
+    from toolkit.config import load_config
+    from toolkit.pipeline import run_pipeline
+
+    with Store(tmp_path / "m.duckdb", embedder=None) as st:
+        st.ingest([{"doc_id": "p0", "text": "priority memory", "metadata": {"priority": 0, "draft": False}},
+                   {"doc_id": "p1", "text": "priority memory", "metadata": {"priority": 1, "draft": True}}], embed=False)
+        for filters in ({"draft": False}, {"priority": 0}, {"priority": "0"}, {"draft": False, "priority": 0.0}):
+            cfg = load_config("bm25-only").with_updates({"retrieval.filters": filters})
+            assert st.ids_where(filters) == ["p0"] == run_pipeline(st, {"q": "priority memory"}, cfg).final["doc_id"].to_list()
+        assert st.ids_where({"draft": True}) == ["p1"]
+        for bad in ({"priority": None}, {"priority": [0, 1]}, {"priority": {"lt": 1}}):
+            with pytest.raises(InputError, match=r"filters\['priority'\]: one value to equal"):
+                st.ids_where(bad)
+        with pytest.raises(InputError, match="metadata filter key 5"):
+            st.ids_where({5: "x"})

@@ -399,6 +399,16 @@ def filter_values_equal(a: str, b: str) -> bool:
     return bool(JSON_NUMBER.fullmatch(a) and JSON_NUMBER.fullmatch(b)) and Decimal(a) == Decimal(b)
 
 
+def filter_value(key: str, value: Any) -> str:
+    """A filter's value as the store compares it: the text metadata holds it as (YAML and Python give `draft: false`
+    and `priority: 0` as a bool and a number; JSON metadata holds `false` and `0`). One rule for the config and for
+    `Store.ids_where`, which compared `str(False)`, "False", and so found nothing (user trial BP). ValueError for
+    what is not one value."""
+    if isinstance(value, dict | list | tuple | set) or value is None:
+        raise ValueError(f"filters[{key!r}]: one value to equal (text, number or true/false), got {value!r}")
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
 def filter_key_ok(key: str) -> bool:
     """A metadata field a filter may name: it goes into a JSON path in SQL (`$.key`, a dot for a nested field), so
     only words joined by single dots (user trial BK: `.user`, `user.` and `a..b` passed and crashed the search)."""
@@ -425,13 +435,10 @@ class RetrievalConfig(_Model):
     def _filters(cls, v: Any) -> Any:
         if not isinstance(v, dict):
             return v
-        for k, x in v.items():
+        for k in v:
             if not filter_key_ok(str(k)):
                 raise ValueError(f"filters key {k!r}: {FILTER_KEY_RULE}")
-            if isinstance(x, dict | list) or x is None:
-                raise ValueError(f"filters[{k!r}]: one value to equal (text, number or true/false), got {x!r}")
-        # YAML reads `priority: 0` and `draft: false` as numbers and booleans; metadata holds them as JSON text
-        return {str(k): json.dumps(x) if isinstance(x, bool) else str(x) for k, x in v.items()}
+        return {str(k): filter_value(str(k), x) for k, x in v.items()}
 
 
 # ------------------------------------------------------------------ routing

@@ -34,7 +34,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, get_args
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, get_args
 
 import duckdb
 import numpy as np
@@ -43,7 +43,7 @@ import polars as pl
 from . import interrupts
 from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_text, query_lexical_text
 from .chunking import chunk_body, chunk_text
-from .config import FILTER_KEY_RULE, JSON_NUMBER, Stemmer, Stopwords, filter_key_ok
+from .config import FILTER_KEY_RULE, JSON_NUMBER, Stemmer, Stopwords, filter_key_ok, filter_value
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
 from .errors import InputError, StoreBusyError, StoreError, ToolkitError
 from .files import replace_durably
@@ -477,9 +477,14 @@ class _Calls:
             return sum(n for t, n in self._by_thread.items() if t != me)
 
 
-def _counted(cls: type) -> type:
+_Cls = TypeVar("_Cls", bound=type)
+
+
+def _counted(cls: _Cls) -> _Cls:
     """Every public method and property of `cls` runs inside `self._calls.running()` (`_Calls`): one rule, so a
-    method added later is covered too. Private helpers run inside a public call."""
+    method added later is covered too. Private helpers run inside a public call. Typed to return its argument's
+    type: typed as `type`, pyright saw `Store` as a bare `type` and every Store in a caller's code as Any (user
+    trial BP)."""
     import functools
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -2540,10 +2545,14 @@ class Store:
         # would run (user trial BM: a planted `nfc_normalize` made every filter match, and `delete --where` took all).
         out = []
         for k, v in filters.items():
-            if not filter_key_ok(k):  # the key goes into the JSON path: checked, as the config checks it
-                raise InputError(f"metadata filter key {k!r}: {FILTER_KEY_RULE}")
+            if not isinstance(k, str) or not filter_key_ok(k):  # the key goes into the JSON path: checked, as the
+                raise InputError(f"metadata filter key {k!r}: {FILTER_KEY_RULE}")  # config checks it
+            try:
+                v = filter_value(k, v)  # noqa: PLW2901  `draft: False` as the config reads it (user trial BP)
+            except ValueError as e:
+                raise InputError(str(e)) from None
             got = f"system.main.json_extract_string({alias}.metadata, '$.{k}')"
-            eq, params = f"system.main.nfc_normalize({got}) = system.main.nfc_normalize(?)", [str(v)]
+            eq, params = f"system.main.nfc_normalize({got}) = system.main.nfc_normalize(?)", [v]
             if JSON_NUMBER.fullmatch(str(v)):
                 # A stored float equals the value as a float; a stored integer equals an integral value exactly (as
                 # HUGEINT: ids past 2**53 stay apart). A shared decimal rounding (DECIMAL(38, 10)) made 7.00000000004
