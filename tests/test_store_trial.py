@@ -160,3 +160,21 @@ def test_an_unwritable_cache_folder_falls_back_to_torch_and_says_so(tmp_path, mo
         emb = make_embedder(backend="auto")
     assert emb.backend == "torch"
     assert "the ONNX export cannot be written to" in caplog.text and "set HRT_CACHE_DIR to a writable folder" in caplog.text
+
+
+def test_a_negative_wait_and_entering_a_closed_store_are_refused(tmp_path):
+    """User trial BP: `Store(path, wait_s=-5)` was accepted, and `with store:` on a closed store entered without a
+    word, failing only at the first call inside."""
+    import math
+
+    from toolkit.errors import InputError
+
+    for bad in (-5, math.nan, math.inf, "2", True):
+        with pytest.raises(InputError, match="wait_s: seconds to wait for the store, 0 or more"):
+            Store(tmp_path / "w.duckdb", wait_s=bad)
+    assert not (tmp_path / "w.duckdb").exists()
+    st = Store(tmp_path / "w.duckdb", embedder=None, wait_s=0.5)
+    st.ingest([{"doc_id": "a", "text": "one memory"}], embed=False)
+    st.close()
+    with pytest.raises(StoreError, match=r"w\.duckdb is closed"), st:
+        pass

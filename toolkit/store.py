@@ -1027,6 +1027,8 @@ class Store:
         # "~/notes.duckdb" quoted past the shell: DuckDB expands the ~ itself, so every check here must too (the
         # existence check read ./~/notes.duckdb while DuckDB wrote $HOME/notes.duckdb, user trial AG)
         self.path = Path(path).expanduser()
+        if not (isinstance(wait_s, int | float) and not isinstance(wait_s, bool) and 0 <= wait_s < math.inf):
+            raise InputError(f"wait_s: seconds to wait for the store, 0 or more, got {wait_s!r}")  # trial BP: -5 passed
         self.read_only = read_only
         threads = duckdb_threads(threads)  # checked before anything is created
         fts = _signature_checked(fts_extension_path()) if verify_extension else fts_extension_path()  # and this
@@ -1304,6 +1306,8 @@ class Store:
         return f"Store({str(self.path)!r}, {mode}{model})"
 
     def __enter__(self) -> Store:
+        if isinstance(self.con._con, _Closed):  # a closed store entered silently and failed at its first use
+            self.con._con.refuse()
         return self
 
     def __exit__(self, *exc: object) -> None:
