@@ -392,8 +392,12 @@ def training_overlap(model_path: str | None, dataset: str, split: str | None, qi
 
 def feature_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The prepare settings a model's features depend on (`config.prepare_settings`' retrieval and expansion
-    fields), JSON-safe: what training records in the model file and `warn_other_settings` compares."""
-    return json.loads(json.dumps({k: v for k, v in settings.items() if k.startswith(("retrieval.", "expansion."))}, default=str))
+    fields), JSON-safe: what training records in the model file and `warn_other_settings` compares. Not the metadata
+    filters: they choose whose documents compete (one user's memories), not the lists' shape, and a model is used
+    under any of them (compared, every learned search of the shipped model warned "retrieval.filters None in
+    training, {} here" once the field existed)."""
+    return json.loads(json.dumps({k: v for k, v in settings.items()
+                                  if k.startswith(("retrieval.", "expansion.")) and k != "retrieval.filters"}, default=str))
 
 
 # Settings added to the config after models recorded theirs, with the value every earlier model ran: a record that
@@ -462,7 +466,7 @@ def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     file change (a slider change then costs nothing here)."""
     p = resolve(model_path)
     stamp = f"learned:{p}:{p.stat().st_mtime_ns}"
-    feats = prep.ltr_features if prep.ltr_features is not None else ltr_features.empty()
+    feats = ltr_features.of(prep)
 
     def build() -> pl.DataFrame:
         model = FusionModel.load(p)
