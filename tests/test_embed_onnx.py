@@ -166,3 +166,22 @@ def test_embedders_of_one_export_share_one_session_until_the_file_changes(onnx):
         assert third._session is not onnx._session
     finally:
         os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_onnxruntime_without_onnx_embeds_with_torch_under_auto_and_names_the_package_when_asked(tmp_path, monkeypatch):
+    """User trial BO: onnxruntime installed by another library (chromadb, fastembed) without the onnx package made
+    `auto` pick ONNX, and every first hybrid search and ingest failed on the export with a 95-line traceback
+    ("Module onnx is not installed!"). The export needs onnx; loading a cached export needs only onnxruntime."""
+    from toolkit import embed_onnx
+    from toolkit.embed import SentenceTransformerEmbedder
+    from toolkit.errors import ToolkitError
+
+    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path / "cache"))  # nothing exported yet
+    monkeypatch.setitem(sys.modules, "onnx", None)  # find_spec("onnx") is None: not installed
+    assert not embed_onnx.exporter_available() and embed_onnx.onnxruntime_available()
+    assert isinstance(make_embedder(backend="auto"), SentenceTransformerEmbedder)
+    for backend in ("onnx", "onnx-int8"):
+        with pytest.raises(ToolkitError, match=r"to ONNX needs the onnx package, which is not installed: `pip install "
+                                               r"'hybrid-retrieval-toolkit\[onnx\]'`"):
+            make_embedder(backend=backend).embed(["deploy"])
+    assert not any((tmp_path / "cache").rglob("*.onnx"))

@@ -178,7 +178,7 @@ def _onnx_export_usable(model_dir: Path) -> bool:
     import logging
     import tempfile
 
-    from .embed_onnx import cache_dir, entry_problem, export_dir
+    from .embed_onnx import cache_dir, entry_problem, export_dir, exporter_available
 
     out, problem = None, None
     try:  # every step may fail: a cache folder this user cannot enter (PermissionError from `exists`), or no home
@@ -188,6 +188,11 @@ def _onnx_export_usable(model_dir: Path) -> bool:
         problem = entry_problem(out) if exported else None
         if exported and problem is None:
             return True
+        if not exporter_available():  # onnxruntime came with another library, without onnx (user trial BO): the
+            logging.getLogger("toolkit").info(  # user asked for nothing, so torch without a warning
+                "note: embedding with torch: exporting the model to ONNX needs the onnx package "
+                "(`pip install 'hybrid-retrieval-toolkit[onnx]'`)")
+            return False
         cache_dir().mkdir(parents=True, exist_ok=True)
         # A new export, or the replacement of a damaged one, needs a file in the folder the entries live in.
         with tempfile.TemporaryFile(dir=out.parent if out.parent.is_dir() else cache_dir()):

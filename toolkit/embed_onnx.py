@@ -53,6 +53,21 @@ def onnxruntime_available() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
+def exporter_available() -> bool:
+    """Whether the `onnx` package is there: the export (`torch.onnx.export`) and int8 quantisation need it, while
+    loading an export needs only onnxruntime. Libraries such as chromadb install onnxruntime without it, and `auto`
+    then picked ONNX and failed every first hybrid search and ingest with a 95-line traceback (user trial BO)."""
+    import importlib.util
+
+    return importlib.util.find_spec("onnx") is not None
+
+
+def _require_exporter(what: str) -> None:
+    if not exporter_available():
+        raise ToolkitError(f"{what} needs the onnx package, which is not installed: `pip install "
+                           "'hybrid-retrieval-toolkit[onnx]'` (or set retrieval.dense.backend: torch)")
+
+
 def _require_ort():
     # ONNX Runtime 1.29+ sends telemetry on Linux and macOS too (1DS: a device id under ~/.cache/Microsoft and
     # DNS lookups of its collector; user trial AG). "Everything runs offline": off unless the user set these.
@@ -176,10 +191,12 @@ def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
         if (out / "manifest.json").exists() and (problem := entry_problem(out, quantize)):
             discard(out, problem)
         if not (out / "manifest.json").exists():
+            _require_exporter(f"exporting {model_dir.name} to ONNX")
             _sweep(out, 0.0 if held else 3600.0)  # holding the lock, no other export is running: every leftover goes
             _tell_terminal(f"note: exporting {model_dir.name} to ONNX once (about 10 s); later runs load {out}")
             _export_fp32(model_dir, out)
         if quantize and not (out / "model_int8.onnx").exists():
+            _require_exporter(f"quantising {model_dir.name} to int8")
             _tell_terminal(f"note: quantising {model_dir.name} to int8 once")
             _quantize(out)
     return out
