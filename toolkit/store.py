@@ -2805,7 +2805,11 @@ class Store:
             """
             qids, scopes = q["qid"].to_list(), q["scope"].to_list()
             rows = self.con.execute(sql, [lex, qids, lex, scopes, *fparams, settings.stemmer]).fetchall()
-        return pl.DataFrame(rows, schema=CAND_SCHEMA, orient="row")
+        # Scores rounded to 1e-9 as the matrix paths round theirs, by the same function: the sums' last bits depend
+        # on the summation order, and a long-lived store moves from this path to the matrix (`_bm25_in_sql`), which
+        # must not move a result's score (min-max normalisation in convex fusion magnified 1e-16 into a new order).
+        out = pl.DataFrame(rows, schema=CAND_SCHEMA, orient="row")
+        return out.with_columns(pl.Series("score", np.round(out["score"].to_numpy(), 9), dtype=pl.Float64)) if rows else out
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
