@@ -15,7 +15,7 @@ hurts), see docs/frames.md.
 from __future__ import annotations
 
 import math
-from typing import get_args
+from typing import Any, get_args
 
 import polars as pl
 
@@ -54,6 +54,21 @@ SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, **{f: pl.Float
 
 def empty() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
+
+
+def of(prep: Any) -> pl.DataFrame:
+    """`prep`'s features, for the learned model and router. A `Prepared` made without them (`prepare(...,
+    learned_features=False)`, which `run_pipeline` asks for a config that reads none) and then re-scored with the
+    learned method would be ranked on no features at all: an error that says how to get them instead."""
+    if prep.ltr_features is not None:
+        return prep.ltr_features
+    if prep.candidates is None or prep.candidates.is_empty():
+        return empty()
+    from .errors import InputError
+
+    raise InputError("these prepared frames were made without the learning-to-rank features, which the learned "
+                     "fusion method and the router read: prepare them with prepare(..., learned_features=True) (the "
+                     "default, unless one_shot) or run_pipeline with the learned config")
 
 
 def is_current(frame: pl.DataFrame | None) -> bool:

@@ -28,7 +28,7 @@ from .errors import InputError
 from .files import write_text_atomic
 from .metrics import evaluate, id_warnings, no_relevant, relevant_words
 from .panels import PALETTE, PATTERNS, config_differences, series_colour
-from .pipeline import prepare, rescore
+from .pipeline import prepare, reads_learned_features, rescore
 from .store import Store
 from .threshold import unmet_note
 
@@ -224,7 +224,7 @@ def stage_latency(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, samp
     for i in sorted(idx.tolist()):
         q = queries.slice(i, 1)
         t0 = time.perf_counter()
-        prep = prepare(store, q, cfg, use_cache=False)
+        prep = prepare(store, q, cfg, use_cache=False, learned_features=reads_learned_features(cfg))
         res = rescore(prep, cfg, trace=False)
         total = time.perf_counter() - t0
         ran = stages_run(cfg)
@@ -259,7 +259,8 @@ def build_report(
     per, lat, prov, run_notes = [], [], {}, []
     for name, src in configs.items():
         cfg = load_config(src)
-        res = rescore(prepare(store, queries, cfg, progress=progress), cfg, trace=False)
+        res = rescore(prepare(store, queries, cfg, progress=progress, learned_features=reads_learned_features(cfg)), cfg,
+                      trace=False)
         prov[name] = providers.summary(res.per_query)  # fallbacks make a row mean something else: say so
         run = res.run()
         # What `hrt eval` says of a run file, said here too: a system that retrieved nothing, or nothing judged,

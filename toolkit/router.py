@@ -119,10 +119,10 @@ def p_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     """[qid, p_lex] of `prep`'s queries under the router of a learned fusion model file (cached on `prep`)."""
     from .errors import InputError
     from .learned_fusion import FusionModel, resolve
-    from .ltr_features import empty
+    from .ltr_features import of
 
     path = resolve(model_path)
-    feats = prep.ltr_features if prep.ltr_features is not None else empty()
+    feats = of(prep)
 
     def build() -> pl.DataFrame:
         m = FusionModel.load(path)

@@ -308,7 +308,7 @@ def first_stage_pairs(
     cfg = cfg.with_updates({"rerank.provider": "none", "expansion.provider": "none"})
     if "scope" not in queries.columns:
         queries = queries.with_columns(pl.lit(None, pl.Utf8).alias("scope"))
-    prep = prepare(store, queries, cfg, use_cache=False)
+    prep = prepare(store, queries, cfg, use_cache=False, learned_features=False)  # fused by RRF/convex below
     weights = list_weights(prep.candidates, prep.features, cfg.fusion, cfg.routing)
     fused = fuse(prep.candidates, weights, cfg.fusion).filter(pl.col("rank") <= depth)
     fused = fused.select("qid", "doc_id", "chunk_id", "score", "rank")

@@ -157,7 +157,7 @@ def collect(
     name = name or ds.name
     queries, qrels = ds.queries(split), ds.qrels(split)
     prep = prepare(store, queries, load_config(config), progress=progress)
-    feats = prep.ltr_features if prep.ltr_features is not None else ltr_features.empty()
+    feats = ltr_features.of(prep)
     grades = qrels.group_by("qid", "doc_id").agg(pl.col("rel").max().clip(lower_bound=0))
     data = feats.join(grades, on=["qid", "doc_id"], how="left").with_columns(
         pl.col("rel").fill_null(0).cast(pl.Int64).alias("label"), pl.lit(name).alias("collection")
@@ -178,7 +178,7 @@ def collect_pseudo(
     chunks = store.chunks().join(store.doc_sources().select("doc_id", "scope"), on="doc_id", how="left")
     pq, pqrels, _ = pseudo_queries(chunks, n, seed=seed, min_words=min_words)
     prep = prepare(store, pq.select("qid", "text", "scope"), load_config(config))
-    feats = prep.ltr_features if prep.ltr_features is not None else ltr_features.empty()
+    feats = ltr_features.of(prep)
     data = feats.join(pqrels.select("qid", "doc_id", pl.col("rel").alias("label")), on=["qid", "doc_id"], how="left").with_columns(
         pl.col("label").fill_null(0).cast(pl.Int64), pl.lit(name).alias("collection"))  # fmt: skip
     return data, pqrels.with_columns(pl.lit(name).alias("collection"))
