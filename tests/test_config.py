@@ -398,3 +398,41 @@ def test_query_term_frequency_is_a_prepare_field_that_round_trips_and_checks(tmp
     off.write_text("extends: vector-only\nretrieval: {lexical: {query_term_frequency: true}}\n")
     r = CliRunner().invoke(main, ["config", "check", str(off)])
     assert r.exit_code == 0 and "retrieval.lexical.query_term_frequency is set but retrieval.lexical.enabled is false" in r.stderr
+
+
+def test_a_config_and_its_parts_cannot_be_changed_in_place(tmp_path):
+    """User trial BP: `PipelineConfig().priors.priority_map["0"] = 111.0` changed every later config (the default
+    sections were shared, their dicts and lists mutable), and a request's `retrieval.filters` edit reached another
+    request's freshly loaded config. Every container field is read-only now; `with_updates` is the way to change."""
+    import copy
+    import pickle
+
+    cfg = PipelineConfig()
+    before = hash(cfg)
+    edits = [
+        lambda: cfg.priors.priority_map.__setitem__("0", 111.0),
+        lambda: cfg.retrieval.filters.__setitem__("kind", "note"),
+        lambda: cfg.retrieval.filters.update(kind="note"),
+        lambda: cfg.fusion.rank_bonus.append((5, 0.1)),
+        lambda: cfg.rerank.buckets.__delitem__(0),
+        lambda: cfg.priors.priority_map.pop("0"),
+    ]
+    for edit in edits:
+        with pytest.raises(TypeError, match="with_updates"):
+            edit()
+    assert hash(cfg) == before and cfg.priors.priority_map == {"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}
+    assert load_config({}).priors.priority_map["0"] == 4.0 and load_config("default").retrieval.filters == {}
+
+    tuned = load_config("default").with_updates({"retrieval.filters": {"user": "ana"}, "tuned_on": [
+        {"dataset": "d", "split": "test", "query_keys": ["k1"]}]})
+    with pytest.raises(TypeError):
+        tuned.tuned_on[0]["query_keys"].append("k2")  # type: ignore[index,union-attr]
+    with pytest.raises(TypeError):
+        tuned.retrieval.filters["user"] = "mallory"  # type: ignore[index]
+    assert load_config("default").with_updates({}).retrieval.filters == {}
+    # still lists and dicts to read, compare, pickle, copy and save
+    assert cfg.fusion.rank_bonus == [(1, 0.05), (3, 0.02)] and isinstance(tuned.retrieval.filters, dict)
+    assert pickle.loads(pickle.dumps(tuned)) == tuned and copy.deepcopy(tuned) == tuned
+    for suffix in (".yaml", ".json"):
+        assert load_config(save_config(tuned, tmp_path / f"c{suffix}")) == tuned
+    assert hash(pickle.loads(pickle.dumps(tuned))) == hash(tuned)

@@ -46,15 +46,16 @@ import re
 import socket
 import unicodedata
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     AllowInfNan,
     BaseModel,
     BeforeValidator,
@@ -271,6 +272,49 @@ def _inf_word(v: Any) -> Any:
     return math.inf if isinstance(v, str) and v.strip().lower() in ("inf", "+inf", ".inf", "infinity") else v
 
 
+_READ_ONLY = "a config is frozen: change it with cfg.with_updates({...}), which returns a new config"
+
+
+def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(_READ_ONLY)
+
+
+class FrozenList(list):  # type: ignore[type-arg]
+    """A config's list value, read-only (user trial BP: `rank_bonus` and `tuned_on` were plain lists, so an in-place
+    edit of one config changed every config sharing the default, and its hash). A list still: it equals the list of
+    the same items, and JSON, `_plain` and isinstance checks see a list. Mutating it raises TypeError."""
+
+    __slots__ = ()
+    append = extend = insert = remove = pop = clear = sort = reverse = _read_only
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle and copy rebuild it rather than append to it
+        return (type(self), (list(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self))
+
+
+class FrozenDict(dict):  # type: ignore[type-arg]
+    """A config's mapping value (`retrieval.filters`, `priors.priority_map`, a `tuned_on` record), read-only for the
+    reason `FrozenList` is. A dict still: it equals the dict of the same items. Mutating it raises TypeError."""
+
+    __slots__ = ()
+    clear = pop = popitem = setdefault = update = _read_only
+    __setitem__ = __delitem__ = __ior__ = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+
+_K, _V = TypeVar("_K"), TypeVar("_V")
+# What a config's container fields hold, typed read-only for a checker (Sequence, Mapping) and frozen at run time.
+FrozenSeq = Annotated[Sequence[_T], AfterValidator(FrozenList)]
+FrozenMap = Annotated[Mapping[_K, _V], AfterValidator(FrozenDict)]
+
 # A list of pairs: YAML and JSON give lists, so the pair itself may be a list (its items stay strict).
 _Band = Annotated[tuple[int, float], Strict(False)]
 _Bucket = Annotated[
@@ -428,7 +472,7 @@ class RetrievalConfig(_Model):
     scope_filter: Prepare[bool] = Field(True, description="A query with a scope sees only documents of that scope.")
     # Equality on a document's metadata, applied by both lists before ranking (an agent's memories of one user,
     # one session, one kind), so a filtered-out document takes no place of the top_k. `hrt search --where`.
-    filters: Prepare[dict[str, str]] = Field({}, description="Only documents whose metadata field equals the value (all must hold), e.g. {user: ana}; `hrt search --where user=ana`.")
+    filters: Prepare[FrozenMap[str, str]] = Field({}, description="Only documents whose metadata field equals the value (all must hold), e.g. {user: ana}; `hrt search --where user=ana`.")
 
     @field_validator("filters", mode="before")
     @classmethod
@@ -501,13 +545,13 @@ class FusionConfig(_Model):
     original_weight: Rescore[float] = Field(2.0, ge=0.0, le=100.0, description="Weight of the lists of the query as asked (QMD counts it twice against its expansions).")
     expansion_weight: Rescore[float] = Field(1.0, ge=0.0, le=100.0, description="Weight of the lists of each expansion.")
     # (last rank of the band, bonus): [(1, .05), (3, .02)] = rank 1 gets .05, ranks 2-3 get .02 (RRF only).
-    rank_bonus: Rescore[list[_Band]] = Field([(1, 0.05), (3, 0.02)], description="RRF bonus by a document's best rank in any list: (last rank of the band, bonus), e.g. [(1, .05), (3, .02)].")
+    rank_bonus: Rescore[FrozenSeq[_Band]] = Field([(1, 0.05), (3, 0.02)], description="RRF bonus by a document's best rank in any list: (last rank of the band, bonus), e.g. [(1, .05), (3, .02)].")
     alpha: Rescore[float] = Field(0.5, ge=0.0, le=1.0, description="Convex fusion: the dense share (1 - alpha for BM25).")
     normalization: Rescore[Literal["minmax", "zscore", "rank", "fixed"]] = Field("minmax", description="Convex fusion: how each list's scores are put on one scale (minmax, zscore, rank, or fixed: |x|/(1+|x|) and (cos+1)/2).")
 
     @field_validator("rank_bonus")
     @classmethod
-    def _bands(cls, v: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    def _bands(cls, v: Sequence[tuple[int, float]]) -> Sequence[tuple[int, float]]:
         last = 0
         for i, (r, bonus) in enumerate(v):
             if r <= last:
@@ -544,13 +588,13 @@ class RerankConfig(_Endpoint):
     top_n: Prepare[int] = Field(40, ge=1, le=1000, description="How many fused places are reranked.")
     blend: Rescore[Literal["replace", "position", "none"]] = Field("position", description="How reranker scores enter: position (mixed with the fused order by bucket weight), replace (the reranker's order), or none.")
     # (last fused rank of the bucket, retrieval weight); YAML writes inf as .inf.
-    buckets: Rescore[list[_Bucket]] = Field([(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)], description="Position blend: (last fused rank of the bucket, retrieval weight), the last ending at .inf; e.g. ranks 1-3 keep 75% retrieval.")
+    buckets: Rescore[FrozenSeq[_Bucket]] = Field([(3.0, 0.75), (10.0, 0.60), (math.inf, 0.40)], description="Position blend: (last fused rank of the bucket, retrieval weight), the last ending at .inf; e.g. ranks 1-3 keep 75% retrieval.")
     # none: the provider's raw score (agent-memory replaces the fused score with the relevance_score as is).
     score_normalization: Rescore[Literal["minmax", "sigmoid", "none"]] = Field("minmax", description="How reranker scores are scaled before blending: minmax per query, sigmoid, or none (raw).")
 
     @field_validator("buckets")
     @classmethod
-    def _buckets(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    def _buckets(cls, v: Sequence[tuple[float, float]]) -> Sequence[tuple[float, float]]:
         if not v:
             raise ValueError("at least one bucket is needed; the last must end at .inf")
         last = 0.0
@@ -681,7 +725,7 @@ class PriorsConfig(_Model):
     # A document without a date: as new as can be (factor 1, "fresh") or as old as the floor allows ("floor").
     recency_missing: Rescore[Literal["fresh", "floor"]] = Field("fresh", description="A document without a date: fresh (factor 1) or floor (as old as the floor allows).")
     priority_field: Rescore[str | None] = Field(None, description="A metadata field whose value (e.g. 0-3 for P0-P3) picks a multiplier from priority_map; unset: no priority prior.")
-    priority_map: Rescore[dict[str, float]] = Field({"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}, description="Multiplier per priority value (the default: agent-memory's P0..P3).")
+    priority_map: Rescore[FrozenMap[str, float]] = Field({"0": 4.0, "1": 3.0, "2": 2.0, "3": 1.0}, description="Multiplier per priority value (the default: agent-memory's P0..P3).")
     use_field: Rescore[str | None] = Field(None, description="A numeric field (e.g. an access count): factor = 1 + use_weight x ln(1 + value); unset: no use prior.")
     use_weight: Rescore[float] = Field(0.25, ge=0.0, le=100.0, description="Weight of the use prior.")
     # The reference time of queries without a date (ISO date or date-time, UTC); None = the clock, what live
@@ -711,7 +755,7 @@ class PriorsConfig(_Model):
 
     @field_validator("priority_map")
     @classmethod
-    def _map(cls, v: dict[str, float]) -> dict[str, float]:
+    def _map(cls, v: Mapping[str, float]) -> Mapping[str, float]:
         for k, f in v.items():
             if not (math.isfinite(f) and f >= 0):
                 raise ValueError(f"priority_map[{k!r}]: a multiplier must be a finite number >= 0 (got {f})")
@@ -760,7 +804,7 @@ class PipelineConfig(_Model):
     # Where `hrt tune` chose these settings, one record per tuning: {"dataset", "split", "query_keys"}
     # (`provenance.query_keys`). A run or report on those queries says its numbers are in-sample
     # (`cli._in_sample_note`), whatever the dataset folder is called.
-    tuned_on: Rescore[list[dict[str, Any]] | None] = Field(None, description="Where `hrt tune` chose these settings ({dataset, split, query_keys} per tuning): runs on those queries are flagged in-sample.")
+    tuned_on: Rescore[FrozenSeq[FrozenMap[str, Any]] | None] = Field(None, description="Where `hrt tune` chose these settings ({dataset, split, query_keys} per tuning): runs on those queries are flagged in-sample.")
     retrieval: RetrievalConfig = RetrievalConfig()
     routing: RoutingConfig = RoutingConfig()
     expansion: ExpansionConfig = ExpansionConfig()
@@ -782,17 +826,17 @@ class PipelineConfig(_Model):
 
     @field_validator("tuned_on")
     @classmethod
-    def _tuned_on(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    def _tuned_on(cls, v: Sequence[Mapping[str, Any]] | None) -> Sequence[Mapping[str, Any]] | None:
         if v is None:
             return v
         out = []
         for i, r in enumerate(v):
             keys = r.get("query_keys")
-            if not (isinstance(r.get("dataset"), str) and isinstance(r.get("split"), str) and isinstance(keys, list)
+            if not (isinstance(r.get("dataset"), str) and isinstance(r.get("split"), str) and isinstance(keys, list | tuple)
                     and all(isinstance(k, str) for k in keys)):
                 raise ValueError(f"tuned_on[{i}]: expected {{dataset: name, split: name, query_keys: [hashes]}} (written by hrt tune)")
-            out.append({"dataset": r["dataset"], "split": r["split"], "query_keys": list(keys)})
-        return out
+            out.append(FrozenDict(dataset=r["dataset"], split=r["split"], query_keys=FrozenList(keys)))
+        return FrozenList(out)
 
     @model_validator(mode="after")
     def _coherent(self) -> PipelineConfig:

@@ -577,7 +577,7 @@ class Session:
             rec = {"dataset": self.dataset_label or "lab session", "split": self.split_label or "its queries",
                    "query_keys": query_keys(self.queries["qid"].to_list(), self.queries["text"].to_list())}
             if not any(r["query_keys"] == rec["query_keys"] for r in cfg.tuned_on or []):
-                cfg = cfg.model_copy(update={"tuned_on": [*(cfg.tuned_on or []), rec]})
+                cfg = cfg.with_updates({"tuned_on": [*(cfg.tuned_on or []), rec]})
         if kind in suffixes:
             written = save_config(cfg, path)
             msg = f"wrote {label} to {written}"
