@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -436,3 +437,32 @@ def test_a_config_and_its_parts_cannot_be_changed_in_place(tmp_path):
     for suffix in (".yaml", ".json"):
         assert load_config(save_config(tuned, tmp_path / f"c{suffix}")) == tuned
     assert hash(pickle.loads(pickle.dumps(tuned))) == hash(tuned)
+
+
+def test_a_config_model_built_in_python_raises_a_config_error_naming_the_field(tmp_path):
+    """User trial BP: `PipelineConfig(output={'n': 0})` raised pydantic's ValidationError and `save_config` to a
+    folder it cannot write raised FileNotFoundError naming a temporary file: both outside ToolkitError."""
+    from toolkit.config import OutputConfig
+    from toolkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"PipelineConfig: output\.n: Input should be greater than or equal to 1"):
+        PipelineConfig(output={"n": 0})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"OutputConfig: n: "):
+        OutputConfig(n=0)
+    with pytest.raises(ValueError, match=r"fusion\.rrf_kk: unknown field \(did you mean rrf_k\?\)"):  # a ValueError too
+        PipelineConfig.model_validate({"fusion": {"rrf_kk": 3}})
+    assert PipelineConfig(output={"n": 3}).output.n == 3  # type: ignore[arg-type]
+    # a config file's errors still name the file (the sections inside are validated as before)
+    with pytest.raises(InputError, match=r"^<mapping>: output\.n: "):
+        load_config({"output": {"n": 0}})
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    target = tmp_path / "ro" / "c.yaml"
+    try:
+        if not os.access(tmp_path / "ro", os.W_OK):  # (root writes anywhere)
+            with pytest.raises(InputError, match=rf"^{target}: cannot write the config: Permission denied"):
+                save_config("qmd", target)
+    finally:
+        (tmp_path / "ro").chmod(0o700)
+    with pytest.raises(InputError, match=r"^/proc/x\.yaml: cannot write the config"):
+        save_config("qmd", "/proc/x.yaml")

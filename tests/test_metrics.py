@@ -515,3 +515,17 @@ def test_judged_at_k_agrees_with_ir_measures():
     small = pl.DataFrame({"qid": "q", "doc_id": ["a", "b", "c", "d"], "score": [4.0, 3.0, 2.0, 1.0]})
     judged = pl.DataFrame({"qid": "q", "doc_id": ["a", "c"], "rel": [1, 0]})
     assert aggregate(evaluate(small, judged, ["Judged"]))["Judged"] == 0.5
+
+
+def test_a_text_score_column_or_a_fractional_grade_is_an_input_error():
+    """User trial BP: a text `score` column raised polars' InvalidOperationError, outside the ToolkitError hierarchy,
+    and a qrels grade of 0.5 was cast to 0 and silently counted non-relevant (`read_qrels` refuses it)."""
+    qrels = pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "rel": [1]})
+    with pytest.raises(InputError, match=r"run: column score holds String"):
+        evaluate(pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "score": ["0.9"]}), qrels, ["nDCG@10"])
+    run = pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "score": [0.9]})
+    with pytest.raises(InputError, match=r"qrels: query 'q', document 'a': grade 0.5 is not an integer"):
+        evaluate(run, pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "rel": [0.5]}), ["nDCG@10"])
+    with pytest.raises(InputError, match=r"qrels: column rel holds String"):
+        evaluate(run, pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "rel": ["1"]}), ["nDCG@10"])
+    assert evaluate(run, pl.DataFrame({"qid": ["q"], "doc_id": ["a"], "rel": [1.0]}), ["nDCG@10"])["value"].to_list() == [1.0]

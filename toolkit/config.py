@@ -51,7 +51,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, NamedTuple, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -67,7 +67,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import InputError
+from .errors import ConfigError, InputError
 from .files import utf16_text, write_text_atomic
 from .redact import looks_like_secret, url_credentials
 
@@ -327,6 +327,30 @@ class _Model(BaseModel):
         extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False,
         ser_json_inf_nan="strings",  # a bucket's inf as "Infinity": JSON has no inf, and null did not read back (user trial AH)
     )
+
+    if not TYPE_CHECKING:  # (a checker keeps pydantic's typed signatures)
+        def __init__(self, /, **data: Any) -> None:
+            """Pydantic's ValidationError as a `ConfigError` naming the field (user trial BP)."""
+            try:
+                super().__init__(**data)
+            except ValidationError as e:
+                raise ConfigError(_format_errors(e, type(self).__name__, type(self))) from None
+
+        __init__.__pydantic_base_init__ = True  # pydantic's validation (a section inside a config) never calls it
+
+        @classmethod
+        def model_validate(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().model_validate(*args, **kwargs)
+            except ValidationError as e:
+                raise ConfigError(_format_errors(e, cls.__name__, cls)) from None
+
+        @classmethod
+        def model_validate_json(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().model_validate_json(*args, **kwargs)
+            except ValidationError as e:
+                raise ConfigError(_format_errors(e, cls.__name__, cls)) from None
 
     def __hash__(self) -> int:
         """Frozen, so hashable as a dict key or `functools.cache` argument: pydantic's own hash failed on the list
@@ -1257,13 +1281,13 @@ def _loc(loc: tuple) -> str:
     return out
 
 
-def _format_errors(e: ValidationError, origin: str) -> str:
+def _format_errors(e: ValidationError, origin: str, model: type[BaseModel] | None = None) -> str:
     lines = []
     for err in e.errors():
         loc = tuple(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden" and loc:
-            known = _known_fields(loc[:-1])
+            known = _known_fields(loc[:-1], model or PipelineConfig)
             close = difflib.get_close_matches(str(loc[-1]), known, n=1)
             msg = "unknown field" + (
                 f" (did you mean {close[0]}?)" if close else f"; known: {', '.join(known)}"
@@ -1279,8 +1303,7 @@ def _format_errors(e: ValidationError, origin: str) -> str:
     return "\n".join(lines)
 
 
-def _known_fields(loc: tuple) -> list[str]:
-    model: Any = PipelineConfig
+def _known_fields(loc: tuple, model: Any) -> list[str]:
     for p in loc:
         f = model.model_fields.get(p) if isinstance(p, str) and hasattr(model, "model_fields") else None
         if f is None or not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)):
@@ -1311,7 +1334,7 @@ def _validate(d: Any, origin: str) -> PipelineConfig:
             f"{origin}: schema_version: unsupported schema_version {version!r}: this toolkit reads version {SCHEMA_VERSION}"
         )
     try:
-        return PipelineConfig.model_validate(d)
+        return PipelineConfig.__pydantic_validator__.validate_python(d)  # (errors named by `origin`, not the class)
     except ValidationError as e:
         raise InputError(_format_errors(e, origin)) from None
 
@@ -1609,7 +1632,11 @@ def save_config(cfg: PipelineConfig | str | Path, path: str | Path) -> Path:
     suffix = p.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise InputError(f"{path}: config files end in .yaml, .yml or .json")
-    return write_text_atomic(p, config_text(cfg, "json" if suffix == ".json" else "yaml"))
+    text = config_text(cfg, "json" if suffix == ".json" else "yaml")
+    try:
+        return write_text_atomic(p, text)
+    except OSError as e:  # user trial BP: FileNotFoundError named the temporary file, not the config
+        raise InputError(f"{path}: cannot write the config: {e.strerror or e}") from None
 
 
 def config_text(cfg: PipelineConfig | str | Path, fmt: str = "yaml") -> str:

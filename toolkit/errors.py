@@ -9,6 +9,12 @@ class InputError(ToolkitError):
     """Bad input data: the message names the file, line or field."""
 
 
+class ConfigError(InputError, ValueError):
+    """A config model built in Python with a value its schema refuses (`PipelineConfig(output={"n": 0})`), the
+    message naming the field. A ValueError too, as pydantic's ValidationError is, so code catching that still
+    catches it (user trial BP: pydantic's error escaped the ToolkitError hierarchy)."""
+
+
 class StoreError(ToolkitError):
     """The store cannot do what was asked (wrong model, missing index, missing extension)."""
 

@@ -214,6 +214,8 @@ def evaluate(
     if not isinstance(rel_threshold, int) or isinstance(rel_threshold, bool) or rel_threshold < 1:
         raise InputError(f"rel_threshold {rel_threshold!r}: expected an integer grade >= 1")
 
+    if not run.schema["score"].is_numeric():  # user trial BP: a text column raised polars' InvalidOperationError
+        raise InputError(f"run: column score holds {run.schema['score']}, not numbers: cast it to a float first")
     r = run.select(
         pl.col("qid").cast(pl.Utf8),
         pl.col("doc_id").cast(pl.Utf8),
@@ -328,6 +330,14 @@ def _judged(
     hit = _JUDGED.get(key)
     if hit is not None:
         return hit[0]
+    rel = qrels["rel"]
+    if not rel.dtype.is_numeric():
+        raise InputError(f"qrels: column rel holds {rel.dtype}, not integer grades")
+    if rel.dtype.is_float():  # a grade 0.5 was cast to 0, silently non-relevant (user trial BP); 1.0 is a grade
+        frac = qrels.filter(pl.col("rel").is_not_null() & ((pl.col("rel") != pl.col("rel").round(0)) | pl.col("rel").is_infinite()))
+        if len(frac):
+            raise InputError(f"qrels: query {frac['qid'][0]!r}, document {frac['doc_id'][0]!r}: grade {frac['rel'][0]!r} "
+                             "is not an integer (trec_eval's grades are)")
     q = qrels.select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
     )
