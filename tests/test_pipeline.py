@@ -212,3 +212,28 @@ def test_the_same_query_asked_on_another_date_is_not_served_the_cached_date(stor
     assert dates[0] != dates[1] and len(dates[1]) == 1
     as_dicts = QUERIES.head(1).with_columns(pl.Series("metadata", [{"date": "2026-06-01"}]))  # a struct column hashes too
     assert prepare(store, as_dicts, cfg).query_values["ts"].to_list() == dates[1]
+
+
+def test_a_count_below_one_is_refused_and_a_result_compares_by_identity(store):
+    """User trial BP: `rescore(prep, cfg, n=0)` returned 100 results per query (`n or default`), `n=-1` and
+    `Result.run(depth=-1)` returned nothing, and `result == result` raised "the truth value of a DataFrame is
+    ambiguous". n=None keeps meaning the default."""
+    import dataclasses
+
+    from toolkit.errors import InputError
+
+    cfg = load_config("bm25-only")
+    prep = prepare(store, QUERIES, cfg)
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(InputError, match=rf"^n {bad!r}: expected an integer >= 1"):
+            rescore(prep, cfg, n=bad)  # type: ignore[arg-type]
+    res = rescore(prep, cfg, n=None)
+    with pytest.raises(InputError, match=r"^depth -1: expected an integer >= 1"):
+        res.run(depth=-1)
+    with pytest.raises(InputError, match=r"^depth 0: "):
+        res.run(0)
+    assert len(res.run(None)) == len(res.final) and res.run(1)["rank"].max() == 1
+    other = rescore(prep, cfg)
+    assert res == res and res != other and len({res, other}) == 2  # identity: no frame comparison, hashable
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.n = 3  # type: ignore[misc]

@@ -21,3 +21,13 @@ class StoreError(ToolkitError):
 
 class StoreBusyError(StoreError):
     """Another process holds the store's write lock (an ingest running): worth retrying, unlike other errors."""
+
+
+def count_arg(value: object, name: str) -> int | None:
+    """`value` as a count of results (`rescore(n=)`, `Result.run(depth=)`): None (the default) or an integer >= 1.
+    0 became the default through `n or default`, and a negative count an empty result (user trial BP)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:  # type: ignore[operator]
+        raise InputError(f"{name} {value!r}: expected an integer >= 1 (or None for the default)")
+    return value.__index__()  # type: ignore[attr-defined]

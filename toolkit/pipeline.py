@@ -15,7 +15,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from .config import (
     read_paths,
     stage_of,
 )
-from .errors import InputError, StoreError
+from .errors import InputError, StoreError, count_arg
 from .files import path_stamp
 from .metatypes import query_values, values_frame
 from .retrieve import empty_candidates, retrieve
@@ -108,9 +108,11 @@ class Prepared:
         return hit[1]
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Result:
-    """What the cheap stages return: the final lists, the trace of every stage, and per-query notes."""
+    """What the cheap stages return: the final lists, the trace of every stage, and per-query notes. Frozen, and
+    equal only to itself: `==` compared the frames and raised "the truth value of a DataFrame is ambiguous"
+    (user trial BP)."""
 
     final: pl.DataFrame
     trace: pl.DataFrame
@@ -144,6 +146,7 @@ class Result:
         run = self.final.select("qid", "doc_id", "rank", "score")
         if len(self.removed) and (self.removed["reason"] == "identical").any():
             run = _with_copies(run, self.removed.filter(pl.col("reason") == "identical"))
+        depth = count_arg(depth, "depth")
         return float32_strict(run if depth is None else run.filter(pl.col("rank") <= depth))
 
 
@@ -550,7 +553,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     cfg = load_config(cfg)  # a preset name or file too; a config is returned as is
     check_prepared(prep, cfg)
     t: dict[str, float] = {}
-    n = n or max(cfg.output.n, 100)
+    n = count_arg(n, "n") or max(cfg.output.n, 100)
     t0 = time.perf_counter()
     cands = prep.candidates if len(prep.candidates) else empty_candidates()
     lists = prep.derived("lists", (cands, prep.features), lambda: fusion.list_table(cands, prep.features))
@@ -724,5 +727,4 @@ def run_pipeline(
     prep = prepare(store, queries, cfg, progress=progress, one_shot=one_shot, reranker=reranker,
                    learned_features=reads_learned_features(cfg))
     res = rescore(prep, cfg, now=now)
-    res.timings = {**prep.timings, **res.timings}
-    return res
+    return replace(res, timings={**prep.timings, **res.timings})
