@@ -147,3 +147,24 @@ def test_eval_averages_over_the_queries_a_run_answers_on_request_as_trec_eval_wi
     assert f"the tests pair the {common} judged queries every run answers" in doc["significance_notes"]
     default = json.loads(_hrt("eval", "--dataset", demo, "--split", "test", "--run", runs[0][0], "--format", "json").stdout)
     assert default["runs"][str(runs[0][0])]["nDCG@10"] < doc["runs"][str(runs[0][0])]["nDCG@10"]  # -c counts zeros
+
+
+def test_the_library_prints_no_log_line_but_hrt_does(tmp_path, corpus_file):
+    """User trial BP: the `toolkit` logger had no handler, so Python's last resort printed `warning: ...` lines on
+    a library user's stderr, though the README says the library prints nothing unless asked. The package's logger
+    has a NullHandler; `hrt` prints the lines itself, as before."""
+    import os
+    import subprocess
+    import sys
+
+    joined = tmp_path / "joined.trec"
+    joined.write_bytes(("\ufeff" + _run_lines([("q1", "d1", 1, 3.0)]) + "\ufeff" + _run_lines([("q2", "d2", 1, 3.0)])).encode())
+    code = f"import toolkit; print(len(toolkit.read_run({str(joined)!r})))"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "2" and p.stderr == "", p.stderr
+    shown = "import logging, toolkit; logging.basicConfig(); " + code.removeprefix("import toolkit; ")
+    p = subprocess.run([sys.executable, "-c", shown], capture_output=True, text=True, env=env, timeout=120)
+    assert "joined.trec:2: a byte order mark starts the line" in p.stderr  # asked for, it is there
+    r = _hrt("eval", "--dataset", write_beir(tmp_path / "ds", corpus_file), "--run", joined)
+    assert r.exit_code == 0 and "warning: " in r.stderr and "joined.trec:2: a byte order mark starts the line" in r.stderr, r.output

@@ -17,6 +17,7 @@ duckdb, polars, torch or ipywidgets until one is needed. `toolkit.compare`, `too
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,11 @@ if TYPE_CHECKING:  # what a type checker sees (it cannot follow `__getattr__`); 
     from .store import Store
     from .train_fusion import train_fusion
     from .tune import TuneReport, tune, tune_dataset
+
+
+# A library's logger prints nothing by itself (user trial BP: Python's last-resort handler put `warning: ...` lines
+# on stderr): `logging.basicConfig()` shows them; the `hrt` CLI prints them itself (`cli._log_lines`).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import gc
 import json
+import logging
 import os
 import re
 import sys
@@ -47,6 +48,26 @@ def _config_warnings() -> Iterator[None]:
 
         warnings.showwarning = show
         yield
+
+
+@contextlib.contextmanager
+def _log_lines() -> Iterator[None]:
+    """The `toolkit` logger's lines (skipped files, waits, notes) on stderr while a command runs, as they were when
+    Python's last-resort handler printed them: the package gives the logger a NullHandler, so that a library user's
+    program prints nothing unless it configures logging (user trial BP)."""
+    class Echo(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                click.echo(record.getMessage(), err=True)  # the stderr of the moment (click's CliRunner swaps it)
+            except Exception:  # noqa: BLE001 - a log line never ends a command
+                self.handleError(record)
+
+    log, handler = logging.getLogger("toolkit"), Echo(logging.WARNING)
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
 
 
 # Exit codes (README, "Exit codes"): scripts and agent harnesses branch on them.
@@ -163,7 +184,7 @@ class _Group(click.Group):
 
         debug = os.environ.get("HRT_DEBUG", "").lower() in ("1", "true", "yes")  # the traceback behind an error line
         try:
-            with _config_warnings():
+            with _config_warnings(), _log_lines():
                 out = super().invoke(ctx)
             interrupts.check()  # a Ctrl-C a library swallowed still ends the command as one
             _flush_stdout()
