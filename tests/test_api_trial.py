@@ -97,3 +97,27 @@ def test_every_config_field_says_what_it_does_in_help_the_schema_and_the_labs_to
     assert "fusion: How the BM25 and dense lists" in toolkit.PipelineConfig.__doc__
     schema = toolkit.PipelineConfig.model_json_schema()
     assert schema["$defs"]["AdaptConfig"]["properties"]["gap_scale"]["description"].startswith("The gap that gives")
+
+
+def test_the_errors_warnings_and_types_a_caller_meets_are_exported_lazily():
+    """User trial BP: `ProviderError` (an embedding endpoint down at ingest), the warning classes a caller filters,
+    and the types the API returns or takes were reachable only from their modules. Each is the module's own class,
+    and asking for one loads no heavy module."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    names = {"ProviderError": "rerank", "ConfigWarning": "config", "StaleTextWarning": "store",
+             "SmallSampleWarning": "compare", "InSampleWarning": "provenance", "IngestReport": "store",
+             "IndexSettings": "store", "Corpus": "loaders", "ExportResult": "export",
+             "FusionTrainReport": "train_fusion", "Reranker": "rerank", "ConfigError": "errors", "ModelLoadError": "errors"}
+    import importlib
+
+    for name, module in names.items():
+        assert getattr(toolkit, name) is getattr(importlib.import_module(f"toolkit.{module}"), name), name
+        assert name in toolkit.__all__
+    assert issubclass(toolkit.ProviderError, toolkit.ToolkitError) and issubclass(toolkit.ConfigWarning, UserWarning)
+    code = "import sys, toolkit; toolkit.ProviderError, toolkit.ConfigError; print('polars' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"})
+    assert p.stdout.strip() == "False", p.stderr  # an `except toolkit.ProviderError` imports nothing heavy

@@ -414,3 +414,17 @@ def test_cross_encoder_plumbing_on_packaged_minilm(tmp_path):
     assert status_of(status) == {"q1": "ok", "q2": "ok"}
     assert len(scores) == 6 and scores["rerank_score"].is_finite().all()
     assert rr.score("q", []) == []
+
+
+def test_a_reranker_model_that_cannot_be_loaded_is_a_model_load_error(monkeypatch, tmp_path):
+    """User trial BP: a cross-encoder path that does not exist raised a bare ToolkitError while the README said a
+    failing provider is a fallback: it is a configuration error, `toolkit.ModelLoadError` (an InputError)."""
+    import toolkit
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    rr = make_reranker("cross-encoder", model=str(tmp_path / "models" / "no-such-reranker"))
+    with pytest.raises(toolkit.ModelLoadError, match=r"rerank\.model: could not load reranker model .*no-such-reranker") as e:
+        rerank_scores(make_pairs(), rr)
+    assert isinstance(e.value, toolkit.InputError) and not isinstance(e.value, toolkit.ProviderError)

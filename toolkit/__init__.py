@@ -64,23 +64,47 @@ _EXPORTS = {
     "from_ir_datasets": "interop",
     "ToolkitError": "errors",
     "InputError": "errors",
+    "ConfigError": "errors",
     "StoreError": "errors",
     "StoreBusyError": "errors",
+    "ProviderError": "errors",
+    "ModelLoadError": "errors",
+    # what a caller may filter, catch, annotate with or receive (user trial BP: not reachable from `toolkit`)
+    "ConfigWarning": "config",
+    "StaleTextWarning": "store",
+    "SmallSampleWarning": "compare",
+    "InSampleWarning": "provenance",
+    "IngestReport": "store",
+    "IndexSettings": "store",
+    "Corpus": "loaders",
+    "ExportResult": "export",
+    "FusionTrainReport": "train_fusion",
+    "Reranker": "rerank",
 }
 __all__ = [  # the same names as _EXPORTS (a test checks)
     "__version__", "Store", "Dataset", "load_corpus", "load_queries", "PipelineConfig", "InertSettingWarning", "load_config",
     "save_config", "prepare", "rescore", "run_pipeline", "Prepared", "Result", "ProviderFallbackWarning", "evaluate",
     "IdMismatchWarning", "compare", "experiment", "tune", "tune_dataset", "TuneReport", "train_fusion", "Session", "Lab", "export_config", "write_export", "read_run", "write_run", "read_qrels",
     "queries_frame", "qrels_frame", "run_frame", "to_pandas", "to_ir_measures", "to_ranx", "from_ir_datasets",
-    "ToolkitError", "InputError", "StoreError", "StoreBusyError",
+    "ToolkitError", "InputError", "ConfigError", "StoreError", "StoreBusyError", "ProviderError", "ModelLoadError",
+    "ConfigWarning", "StaleTextWarning", "SmallSampleWarning", "InSampleWarning", "IngestReport", "IndexSettings", "Corpus",
+    "ExportResult", "FusionTrainReport", "Reranker",
 ]
 
 if TYPE_CHECKING:  # what a type checker sees (it cannot follow `__getattr__`); never run (a test checks it matches)
-    from .compare import compare
-    from .config import InertSettingWarning, PipelineConfig, load_config, save_config
-    from .errors import InputError, StoreBusyError, StoreError, ToolkitError
+    from .compare import SmallSampleWarning, compare
+    from .config import ConfigWarning, InertSettingWarning, PipelineConfig, load_config, save_config
+    from .errors import (
+        ConfigError,
+        InputError,
+        ModelLoadError,
+        ProviderError,
+        StoreBusyError,
+        StoreError,
+        ToolkitError,
+    )
     from .experiment import experiment
-    from .export import export_config, write_export
+    from .export import ExportResult, export_config, write_export
     from .interop import (
         from_ir_datasets,
         qrels_frame,
@@ -91,14 +115,16 @@ if TYPE_CHECKING:  # what a type checker sees (it cannot follow `__getattr__`); 
         to_ranx,
     )
     from .lab import Lab
-    from .loaders import Dataset, load_corpus, load_queries
+    from .loaders import Corpus, Dataset, load_corpus, load_queries
     from .metrics import IdMismatchWarning, evaluate
     from .pipeline import Prepared, Result, prepare, rescore, run_pipeline
+    from .provenance import InSampleWarning
     from .providers import ProviderFallbackWarning
+    from .rerank import Reranker
     from .runs import read_qrels, read_run, write_run
     from .session import Session
-    from .store import Store
-    from .train_fusion import train_fusion
+    from .store import IndexSettings, IngestReport, StaleTextWarning, Store
+    from .train_fusion import FusionTrainReport, train_fusion
     from .tune import TuneReport, tune, tune_dataset
 
 

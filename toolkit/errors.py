@@ -15,6 +15,17 @@ class ConfigError(InputError, ValueError):
     catches it (user trial BP: pydantic's error escaped the ToolkitError hierarchy)."""
 
 
+class ProviderError(ToolkitError):
+    """One provider call failed (HTTP error, timeout, malformed answer). Guarded stages degrade on it; raised where
+    nothing can stand in (an embedding endpoint down at ingest). Defined here, not in `toolkit.rerank`, so that
+    catching it imports nothing heavy."""
+
+
+class ModelLoadError(InputError):
+    """A model the config names cannot be loaded (a `rerank.model` path that does not exist, a hub id neither cached
+    nor reachable): a configuration error, not a provider's failure, so it is raised, never a fallback (user trial BP)."""
+
+
 class StoreError(ToolkitError):
     """The store cannot do what was asked (wrong model, missing index, missing extension)."""
 

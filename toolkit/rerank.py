@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 import polars as pl
 
-from .errors import InputError, ToolkitError
+from .errors import InputError, ModelLoadError, ProviderError, ToolkitError
 from .files import path_stamp
 from .progress import progress_bar, someone_watching
 from .redact import header_secrets, redact_data, redact_values, scrub
@@ -38,10 +38,6 @@ PAIR_COLUMNS = ("qid", "query", "doc_id", "chunk_id", "text")
 SCORES_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64}
 STATUS_SCHEMA = {"qid": pl.Utf8, "status": pl.Utf8, "error": pl.Utf8}
 PROGRESS_MIN_QUERIES = 20
-
-
-class ProviderError(ToolkitError):
-    """One provider call failed (HTTP error, timeout, malformed answer). Guarded stages degrade on it."""
 
 
 class Reranker(Protocol):
@@ -545,8 +541,8 @@ class CrossEncoderReranker:
         self.batch_size, self.max_length, self.device = batch_size, max_length, device
         self._model = None
 
-    def _fail(self, reason: str) -> ToolkitError:
-        return ToolkitError(
+    def _fail(self, reason: str) -> ModelLoadError:
+        return ModelLoadError(
             f"rerank.model: could not load reranker model {self._load_from!r} ({reason}); give a local CrossEncoder "
             "directory, or train one from your judgements with `hrt train-reranker`"
         )
