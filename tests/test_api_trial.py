@@ -121,3 +121,26 @@ def test_the_errors_warnings_and_types_a_caller_meets_are_exported_lazily():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"})
     assert p.stdout.strip() == "False", p.stderr  # an `except toolkit.ProviderError` imports nothing heavy
+
+
+def test_public_signatures_resolve_at_run_time_and_allow_what_the_docs_allow():
+    """User trial BP: `typing.get_type_hints(write_export)` raised NameError (a name imported for checkers only),
+    which breaks beartype- or FastAPI-style validation; `run_pipeline`/`prepare` said polars only though a
+    {qid: text} dict is documented, `Dataset` Path only though it takes a str, and `Corpus` was a bare list."""
+    import typing
+    from collections.abc import Mapping
+    from pathlib import Path
+
+    for name in ("export_config", "write_export", "run_pipeline", "prepare", "rescore", "evaluate"):
+        typing.get_type_hints(getattr(toolkit, name))
+    assert typing.get_type_hints(toolkit.export_config)["engine"] == typing.Literal[
+        "toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb"]
+    for fn in (toolkit.run_pipeline, toolkit.prepare):
+        queries = typing.get_args(typing.get_type_hints(fn)["queries"])
+        assert Mapping[str, str] in queries, queries
+        assert typing.get_type_hints(fn)["reranker"] == toolkit.Reranker | None
+    assert typing.get_type_hints(toolkit.Dataset.__init__)["root"] == str | Path
+    assert toolkit.Dataset("data/demo").root == Path("data/demo")
+    assert typing.get_type_hints(toolkit.evaluate)["ties"] == typing.Literal["trec", "rank"]
+    assert toolkit.Corpus.__orig_bases__ == (list[dict[str, typing.Any]],)  # type: ignore[attr-defined]
+    assert typing.get_type_hints(toolkit.to_ir_measures)["return"] == list[typing.Any]  # pyright: list[Unknown]

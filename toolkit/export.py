@@ -27,18 +27,20 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, get_args
 
 import yaml
 
 from .config import PipelineConfig, load_config, save_config
 from .errors import InputError
 from .files import write_text_atomic
+from .store import Store
 
-if TYPE_CHECKING:
-    from .store import Store
+# `Store` is imported at run time, not only for a checker: `typing.get_type_hints` resolves the public signatures then
+# (user trial BP: NameError, which broke beartype- and FastAPI-style validation).
 
-ENGINES = ("toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb")
+Engine = Literal["toolkit", "opensearch", "elasticsearch", "weaviate", "lancedb"]
+ENGINES: tuple[str, ...] = get_args(Engine)
 # What the toolkit indexes for BM25 and embeds (`chunking.chunk_body`): an engine record must hold the same.
 TEXT_NOTE = ("fill `text` with the chunk's document title, a newline, then the chunk's text (what the toolkit's BM25 "
              "indexes; a document without a title: the text alone), and compute `embedding` from that same string")
@@ -666,7 +668,7 @@ def _from_store(cfg: PipelineConfig, store: Store | None) -> tuple[PipelineConfi
     return cfg.with_updates(updates) if updates else cfg, store.embedding_dim, notes
 
 
-def export_config(cfg: PipelineConfig | str, engine: str, store: Store | None = None) -> ExportResult:
+def export_config(cfg: PipelineConfig | str, engine: Engine, store: Store | None = None) -> ExportResult:
     """The engine payload for `cfg` (a config, preset name or file), what does not carry over, notes, minimum
     version and analyzer note. `store`: the store the pipeline runs on, whose embedding model, vector dimension,
     stemmer and stopwords fill what the config leaves to the store."""
@@ -706,7 +708,7 @@ def _serialize(payload: dict | str, path: Path) -> str:
     raise InputError(f"{path}: unsupported extension {suffix!r} (use .json or .yaml)")
 
 
-def write_export(cfg: PipelineConfig | str, engine: str, path: str | Path, source: str | Path | None = None,
+def write_export(cfg: PipelineConfig | str, engine: Engine, path: str | Path, source: str | Path | None = None,
                  store: Store | None = None) -> ExportResult:
     """Write the engine payload to `path` (format from the extension) and the caveats to `<path>.README.md`.
     `source` is the file the config was loaded from (the CLI's --config; a config given as a path is its own

@@ -356,7 +356,7 @@ def _qrels_or_run(obj: Any, kind: str | None) -> tuple[str, Any]:
     return kind, df
 
 
-def to_ir_measures(frame: Any, kind: str | None = None) -> list:
+def to_ir_measures(frame: Any, kind: str | None = None) -> list[Any]:
     """Qrels -> a list of `ir_measures.Qrel`, a run -> a list of `ir_measures.ScoredDoc` (what
     `ir_measures.calc_aggregate(measures, qrels, run)` iterates). Either may be any shape `qrels_frame` /
     `run_frame` reads; which one it is follows from the columns (see `_qrels_or_run`), or `kind`."""

@@ -96,7 +96,7 @@ class Skipped:
     folder: str | None = None
 
 
-class Corpus(list):
+class Corpus(list[dict[str, Any]]):
     """The documents of a corpus (a plain list of dicts) plus `skipped`: what was left out, and why."""
 
     def __init__(self, docs: list[dict[str, Any]] = (), skipped: list[Skipped] | None = None) -> None:
@@ -1017,9 +1017,10 @@ class Dataset:
 
     root: Path
 
-    def __post_init__(self) -> None:
-        # `Dataset("data/demo")` as `Dataset.open` takes it (a str failed at `root / ...`, user trial AV); frozen, hence:
-        object.__setattr__(self, "root", Path(self.root))
+    def __init__(self, root: str | Path) -> None:
+        # `Dataset("data/demo")` as `Dataset.open` takes it (a str failed at `root / ...`, user trial AV); typed so
+        # (user trial BP: the hint said Path only); frozen, hence:
+        object.__setattr__(self, "root", Path(root))
 
     @classmethod
     def open(cls, path: str | Path, *, corpus: bool = True) -> Dataset:

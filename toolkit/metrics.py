@@ -45,7 +45,7 @@ import re
 import warnings
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -172,14 +172,14 @@ def _to_source(frame: pl.DataFrame, doc_source: pl.DataFrame) -> pl.DataFrame:
 def evaluate(
     run: pl.DataFrame,
     qrels: pl.DataFrame,
-    measures: str | Iterable[str] = DEFAULT_MEASURES,
+    measures: str | Iterable[str | object] | object = DEFAULT_MEASURES,  # (object: an ir_measures measure, user trial BP)
     *,
     rel_threshold: int = 1,
-    gain: str = "linear",
-    level: str = "doc",
+    gain: Literal["linear", "exp"] = "linear",
+    level: Literal["doc", "document", "source"] = "doc",
     doc_source: pl.DataFrame | None = None,
     only_run_queries: bool = False,
-    ties: str = "trec",
+    ties: Literal["trec", "rank"] = "trec",
 ) -> pl.DataFrame:
     """Per-query values [qid, measure, value] of `measures` for `run` [qid, doc_id, score, ...] against
     `qrels` [qid, doc_id, rel]; see the module docstring for the trec_eval conventions followed.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +44,7 @@ from .config import (
 from .errors import InputError, StoreError, count_arg
 from .files import path_stamp
 from .metatypes import query_values, values_frame
+from .rerank import Reranker
 from .retrieve import empty_candidates, retrieve
 from .store import Store, sha1
 
@@ -56,6 +57,11 @@ TRACE_SCHEMA = {
     "score": pl.Float64,
     "flags": pl.List(pl.Utf8),
 }
+
+
+# What `queries` may be (`interop.queries_frame`): a polars frame, a {qid: text} dict, or a pandas frame (`Any`: named
+# without importing pandas). The hint said polars only (user trial BP).
+Queries = pl.DataFrame | Mapping[str, str] | Any
 
 
 @dataclass
@@ -195,7 +201,7 @@ PREPARE_VERSION = 9  # a bump that changes the learned model's features goes int
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,
-                reranker: Any = None) -> str:
+                reranker: Reranker | None = None) -> str:
     """Cache key of the expensive stages: the code's `PREPARE_VERSION`, the store's generation, the queries and
     the prepare fields (and the name of a Python reranker, `rerank.provider: python`)."""
     # The queries' metadata is part of them: their dates are the recency priors' reference (`query_values`),
@@ -280,14 +286,14 @@ def check_store(store: Store, cfg: PipelineConfig) -> None:
 
 def prepare(
     store: Store,
-    queries: pl.DataFrame,
+    queries: Queries,
     cfg: PipelineConfig | str,
     *,
     progress: bool = False,
     rerank_pool: int | None = None,
     use_cache: bool = True,
     one_shot: bool = False,
-    reranker: Any = None,
+    reranker: Reranker | None = None,
     learned_features: bool | None = None,
 ) -> Prepared:
     """Run stages 1-5 for all queries, or load them from the store's stage cache. `queries` as in
@@ -384,7 +390,7 @@ def _check_reranker(cfg: PipelineConfig, reranker: Any) -> None:
 
 def _prepare(
     store: Store, queries: pl.DataFrame, cfg: PipelineConfig, *, progress: bool, rerank_pool: int | None, ltr: bool = True,
-    one_shot: bool = False, reranker: Any = None,
+    one_shot: bool = False, reranker: Reranker | None = None,
 ) -> Prepared:
     t: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -505,7 +511,7 @@ def _rerank(
     *,
     pool: int | None,
     progress: bool,
-    reranker: Any = None,
+    reranker: Reranker | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     empty = pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "rerank_score": pl.Float64})
     rc = cfg.rerank
@@ -707,8 +713,8 @@ def _trace(
 
 
 def run_pipeline(
-    store: Store, queries: pl.DataFrame, cfg: PipelineConfig | str, *, progress: bool = False, now: datetime | None = None,
-    one_shot: bool = False, reranker: Any = None,
+    store: Store, queries: Queries, cfg: PipelineConfig | str, *, progress: bool = False, now: datetime | None = None,
+    one_shot: bool = False, reranker: Reranker | None = None,
 ) -> Result:
     """Full run: `prepare`, then `rescore`. `queries`: a polars or pandas frame [qid, text, scope?, metadata?]
     (PyTerrier, BEIR and ir_datasets column names too; see `interop.queries_frame`) or a {qid: text} dict; ids
