@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 import polars as pl
 
-from .errors import InputError, ToolkitError
+from .errors import ConfigError, InputError, ToolkitError
 
 MODES = {"lexical": "bm25-only", "dense": "vector-only", "hybrid": "default"}
 DEFAULT_MEASURES = ("nDCG@10", "R@5", "R@10", "MRR@10")
@@ -457,8 +457,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         try:
             dense = DenseConfig(provider="http", url=embed_url, model=model or "", api_key_env=api_key_env,
                                 dimensions=dimensions, **tuning)
-        except ValueError as e:  # the messages only: pydantic's text would echo the rejected value
-            msgs = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in getattr(e, "errors", list)())
+        except ConfigError as e:  # field and message per line, never the rejected value (`config._format_errors`)
+            msgs = "; ".join(line.removeprefix("DenseConfig: ") for line in str(e).splitlines())
             raise ToolkitError(f"--embed-url/--api-key-env/--model: {msgs or 'invalid'}") from None
         if api_key_env and (hop := cleartext_hop(dense.url)):  # as a config file naming this URL says (user trial BJ)
             warnings.warn(f"--embed-url: sends the value of ${api_key_env} over unencrypted http {hop}", ConfigWarning,
