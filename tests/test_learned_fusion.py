@@ -85,7 +85,7 @@ def test_a_run_with_a_config_that_reads_no_learned_features_skips_them_and_the_l
     all the same: 1.7 of LoCoMo's 3.05 s prepare under `default`. They are now computed where they are read, the
     stage cache entry a run wrote gains them when the lab or the tuner loads it, and re-scoring frames made without
     them with the learned method says so instead of ranking on no features."""
-    from toolkit.pipeline import _PREPARED_FRAMES, prepare_key
+    from toolkit.pipeline import prepare_key
 
     calls = []
     real = ltr_features.candidate_features

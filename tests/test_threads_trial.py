@@ -192,6 +192,13 @@ def test_a_statement_interrupted_by_close_raises_a_store_error_naming_the_store(
             errors.append(e)
 
     monkeypatch.setattr(store.con, "frame", endless)
+    interrupt = store.con.interrupt_cursors
+
+    def interrupt_then_pause() -> None:  # the worker sees its interrupt before close marks the store closed: the
+        interrupt()  # race that let DuckDB's exception through 1 run in ~10
+        t.join(10)
+
+    monkeypatch.setattr(store.con, "interrupt_cursors", interrupt_then_pause)
     t = threading.Thread(target=worker)
     t.start()
     assert running.wait(30)
