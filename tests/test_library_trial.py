@@ -105,3 +105,42 @@ def test_no_progress_bar_is_made_when_none_is_shown(tmp_path, monkeypatch, embed
         st.ingest(docs, progress=False)
         res = run_pipeline(st, {"q": "deploy"}, "qmd", progress=False, one_shot=True)
     assert len(res.shown()) == 5
+
+
+def test_a_long_ingest_into_a_log_says_how_far_it_is_in_lines(tmp_path, monkeypatch):
+    """User trial BQ: `hrt ingest -v` into a log file printed nothing for a 7-minute ingest, then its summary (bars are
+    for terminals; tqdm's carriage returns garble a log). With -v a log gets a line every 30 s and one at the end;
+    without -v, and under TQDM_DISABLE, nothing."""
+    import itertools
+
+    from click.testing import CliRunner
+
+    from toolkit import progress
+    from toolkit.cli import main
+
+    ticks = itertools.count(0.0, 31.0)  # every clock read is 31 s later: a line at each update and one at the end
+    monkeypatch.setattr(progress._LogBar, "__init__", _with_clock(progress._LogBar.__init__, lambda: next(ticks)))
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"n{i}.md").write_text(f"note {i} about the deploy freeze and retries")
+    runner = CliRunner()
+    quiet = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "q.duckdb")])
+    assert quiet.exit_code == 0, quiet.output
+    assert "embedding:" not in quiet.output
+    loud = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "v.duckdb"), "-v"])
+    assert loud.exit_code == 0, loud.output
+    lines = [x for x in loud.output.splitlines() if x.startswith("embedding:")]
+    assert lines == ["embedding: 40 of 40 text (100%) in 31 s", "embedding: done, 40 of 40 text (100%) in 62 s"]
+    assert "\r" not in loud.output
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    off = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "d.duckdb"), "-v"])
+    assert off.exit_code == 0 and "embedding:" not in off.output
+
+
+def _with_clock(init, clock):
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._clock = clock
+        self._start = self._last = clock()
+    return patched

@@ -487,7 +487,7 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         gen = st.generation()
         try:
             rep = st.ingest(docs, settings=settings, embed=not no_embed, model=None if given else model, backend=backend,
-                            prune=prunable if prune else False, progress=_progress())
+                            prune=prunable if prune else False, progress=_progress() or verbose)
         except BaseException as e:
             _interrupted_write(e, st, gen)
             if (refused := getattr(e, "refused_text", None)) is not None and (cid := _chunk_of(docs, settings, refused)):
