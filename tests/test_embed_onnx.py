@@ -181,7 +181,7 @@ def test_onnxruntime_without_onnx_embeds_with_torch_under_auto_and_names_the_pac
     assert not embed_onnx.exporter_available() and embed_onnx.onnxruntime_available()
     assert isinstance(make_embedder(backend="auto"), SentenceTransformerEmbedder)
     for backend in ("onnx", "onnx-int8"):
-        with pytest.raises(ToolkitError, match=r"to ONNX needs the onnx package, which is not installed: `pip install "
-                                               r"'hybrid-retrieval-toolkit\[onnx\]'`"):
+        with pytest.raises(ToolkitError, match=r"to ONNX needs the onnx package, which is not installed: `pip install onnx`, "
+                                               r"or the toolkit's onnx extra: `pip install 'hybrid-retrieval-toolkit\[onnx\]'`"):
             make_embedder(backend=backend).embed(["deploy"])
     assert not any((tmp_path / "cache").rglob("*.onnx"))

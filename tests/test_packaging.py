@@ -37,3 +37,22 @@ def test_the_sdist_carries_every_module_and_file_the_tests_use():
                 for name in filter(None, names):
                     top = name.split(".")[0]
                     assert top in local or top not in {"benchmarks", "notebooks"}, f"{test.name} imports {name}"
+
+
+def test_a_missing_optional_library_names_its_package_and_the_toolkits_extra(monkeypatch):
+    """User trial BO: `to_pandas` without pandas raised polars' bare ModuleNotFoundError, and `to_ranx` named only
+    `pip install ranx`; Ray named the extra, usearch both. Each now says the package and the extra."""
+    import sys
+
+    import polars as pl
+    import pytest
+
+    from toolkit.errors import InputError
+
+    run = pl.DataFrame({"qid": ["q"], "doc_id": ["d"], "rank": [1], "score": [1.0]})
+    for module, call in (("pandas", lambda: toolkit.to_pandas(run)), ("ranx", lambda: toolkit.to_ranx(run))):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+        with pytest.raises(InputError, match=rf"{module} is not installed: `pip install {module}`, or the toolkit's "
+                                             r"interop extra: `pip install 'hybrid-retrieval-toolkit\[interop\]'`"):
+            call()
+        monkeypatch.delitem(sys.modules, module)

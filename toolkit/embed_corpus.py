@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from .chunking import chunk_body, chunk_text
-from .errors import ToolkitError
+from .errors import ToolkitError, install_hint
 
 CHUNK_COLUMNS = ("doc_id", "chunk_id", "text_hash", "body")
 
@@ -53,7 +53,7 @@ def _embed_ray(unique: pl.DataFrame, *, model: str | None, backend: str, batch_s
     try:
         import ray
     except ImportError as e:
-        raise ToolkitError("--engine ray needs Ray: `pip install 'hybrid-retrieval-toolkit[ray]'`") from e
+        raise ToolkitError(f"--engine ray needs Ray: {install_hint('ray[data]', 'ray')}") from e
     started = False
     if not ray.is_initialized():
         # address None: a throw-away local Ray on this machine; "auto" or ray://host:10001: a running cluster.

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ToolkitError
+from .errors import ToolkitError, install_hint
 
 EXPORT_VERSION = "1"  # bump when the exported graph or manifest changes: old cache entries are then ignored
 
@@ -64,8 +64,8 @@ def exporter_available() -> bool:
 
 def _require_exporter(what: str) -> None:
     if not exporter_available():
-        raise ToolkitError(f"{what} needs the onnx package, which is not installed: `pip install "
-                           "'hybrid-retrieval-toolkit[onnx]'` (or set retrieval.dense.backend: torch)")
+        raise ToolkitError(f"{what} needs the onnx package, which is not installed: {install_hint('onnx', 'onnx')} "
+                           "(or set retrieval.dense.backend: torch)")
 
 
 def _require_ort():

@@ -42,3 +42,11 @@ def count_arg(value: object, name: str) -> int | None:
     if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:  # type: ignore[operator]
         raise InputError(f"{name} {value!r}: expected an integer >= 1 (or None for the default)")
     return value.__index__()  # type: ignore[attr-defined]
+
+
+def install_hint(package: str, extra: str | None = None) -> str:
+    """How to install what is missing, said one way everywhere (user trial BO: `to_pandas` raised a bare
+    ModuleNotFoundError, `to_ranx` named only the package, Ray named the extra, usearch both): the package, and the
+    toolkit's extra that brings it with the rest of that feature."""
+    own = f"`pip install {package}`"
+    return f"{own}, or the toolkit's {extra} extra: `pip install 'hybrid-retrieval-toolkit[{extra}]'`" if extra else own

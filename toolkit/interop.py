@@ -319,6 +319,7 @@ def to_pandas(frame: pl.DataFrame, style: str = "pyterrier") -> Any:
     if not isinstance(frame, pl.DataFrame):
         raise InputError(f"to_pandas: a toolkit frame or a Result, got {type(frame).__name__} (a file: read it with "
                          "read_run, read_qrels or load_queries first)")
+    _optional("pandas")  # polars' own ImportError named neither the toolkit nor its extra (user trial BO)
     return frame.rename({k: v for k, v in names[style].items() if k in frame.columns}).to_pandas()
 
 
@@ -387,12 +388,16 @@ def _nested(df: pl.DataFrame, value: str, cast: type) -> dict[str, dict[str, Any
 
 
 def _optional(name: str) -> Any:
+    """A library of the `interop` extra (pandas, ranx, ir_measures, ir_datasets), or an InputError saying how to
+    install it."""
     import importlib
+
+    from .errors import install_hint
 
     try:
         return importlib.import_module(name)
     except ImportError:
-        raise InputError(f"{name} is not installed (pip install {name.replace('_', '-')})") from None
+        raise InputError(f"{name} is not installed: {install_hint(name.replace('_', '-'), 'interop')}") from None
 
 
 # ------------------------------------------------------------------ ir_datasets, from the local cache only

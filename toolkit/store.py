@@ -45,7 +45,7 @@ from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_tex
 from .chunking import chunk_body, chunk_text
 from .config import FILTER_KEY_RULE, JSON_NUMBER, Stemmer, Stopwords, filter_key_ok, filter_value
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
-from .errors import InputError, StoreBusyError, StoreError, ToolkitError
+from .errors import InputError, StoreBusyError, StoreError, ToolkitError, install_hint
 from .files import replace_durably
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 from .progress import progress_bar
@@ -281,7 +281,7 @@ def _usearch() -> Any:
     try:
         from usearch import index
     except ImportError as e:
-        raise StoreError("an HNSW vector index needs usearch: `pip install usearch` (or the toolkit's `scale` extra)") from e
+        raise StoreError(f"an HNSW vector index needs usearch: {install_hint('usearch', 'scale')}") from e
     return index
 
 
