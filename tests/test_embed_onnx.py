@@ -185,3 +185,31 @@ def test_onnxruntime_without_onnx_embeds_with_torch_under_auto_and_names_the_pac
                                                r"or the toolkit's onnx extra: `pip install 'hybrid-retrieval-toolkit\[onnx\]'`"):
             make_embedder(backend=backend).embed(["deploy"])
     assert not any((tmp_path / "cache").rglob("*.onnx"))
+
+
+def test_a_new_export_removes_the_exports_of_other_copies_of_the_weights_unused_for_30_days(tmp_path, monkeypatch):
+    """User trial BO: the cache key holds the weights' path and times, so each reinstall of the model package or new
+    virtual environment left another 90 MB export behind, and nothing removed them."""
+    import os
+    import time
+
+    from toolkit import embed_onnx
+
+    model = tmp_path / "weights" / "tiny-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(embed_onnx, "_export_fp32", lambda src, out: (out.mkdir(parents=True, exist_ok=True),
+                                                                     (out / "manifest.json").write_text("{}")))
+    onnx_dir = tmp_path / "cache" / "onnx"
+    entries = {"tiny-model-0123456789abcdef": 40, "tiny-model-fedcba9876543210": 5, "other-model-0123456789abcdef": 40}
+    for name, days in entries.items():
+        (onnx_dir / name).mkdir(parents=True)
+        (onnx_dir / name / "manifest.json").write_text("{}")
+        old = time.time() - days * 86400
+        os.utime(onnx_dir / name / "manifest.json", (old, old))
+    (onnx_dir / ".tiny-model-0123456789abcdef.lock").touch()
+    out = embed_onnx.export(model)
+    left = sorted(p.name for p in onnx_dir.iterdir())
+    assert left == sorted([f".{out.name}.lock", out.name, "tiny-model-fedcba9876543210", "other-model-0123456789abcdef"])
+    assert (out / ".used").exists()  # this environment's export says it is in use

@@ -186,6 +186,7 @@ def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
     ready = (out / "manifest.json").exists() and (not quantize or (out / "model_int8.onnx").exists())
     if ready and entry_problem(out, quantize) is None:
         _open_up(out)
+        _mark_used(out)
         return out
     with _export_lock(out) as held:
         if (out / "manifest.json").exists() and (problem := entry_problem(out, quantize)):
@@ -195,11 +196,45 @@ def export(model_dir: str | Path, *, quantize: bool = False) -> Path:
             _sweep(out, 0.0 if held else 3600.0)  # holding the lock, no other export is running: every leftover goes
             _tell_terminal(f"note: exporting {model_dir.name} to ONNX once (about 10 s); later runs load {out}")
             _export_fp32(model_dir, out)
+            _prune_unused(out)
         if quantize and not (out / "model_int8.onnx").exists():
             _require_exporter(f"quantising {model_dir.name} to int8")
             _tell_terminal(f"note: quantising {model_dir.name} to int8 once")
             _quantize(out)
     return out
+
+
+UNUSED_DAYS = 30  # an export of another copy of the model's weights unused this long is removed by the next export
+
+
+def _mark_used(out: Path) -> None:
+    """Stamp the entry as used (at most once a day; not where this user cannot write: a cache warmed by root)."""
+    stamp = out / ".used"
+    try:
+        if not stamp.exists() or time.time() - stamp.stat().st_mtime > 86400:
+            stamp.touch()
+    except OSError:
+        pass
+
+
+def _prune_unused(out: Path) -> None:
+    """Remove the exports of other copies of this model's weights unused for `UNUSED_DAYS` (the key holds the
+    weights' path and times): each reinstall of the model package or new virtual environment left another 90 MB
+    export behind, and nothing removed them (user trial BO). Another environment still using its export stamps it
+    (`_mark_used`), so it is kept; one removed by mistake is exported again (10 s)."""
+    _mark_used(out)
+    stem = out.name.rsplit("-", 1)[0]
+    for other in out.parent.glob(f"{stem}-*"):
+        if other == out or not other.is_dir() or other.name.rsplit("-", 1)[0] != stem or "." in other.name:
+            continue
+        try:
+            used = max((other / f).stat().st_mtime for f in (".used", "manifest.json") if (other / f).exists())
+        except (OSError, ValueError):
+            continue  # not readable, or not an entry: left alone
+        if time.time() - used > UNUSED_DAYS * 86400:
+            shutil.rmtree(other, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (out.parent / f".{other.name}.lock").unlink()
 
 
 def _tell_terminal(message: str) -> None:
