@@ -200,3 +200,15 @@ def test_snippets_find_cjk_words_and_never_split_a_character_cluster():
         for n in range(len(base) + 1, len(base) + len(cluster) + 2):
             cut = shorten(text, n).rstrip("…")
             assert text.startswith(cut) and (len(cut) <= len(base) or len(cut) - len(base) in ok or len(cut) > len(base) + len(cluster)), (cluster, n, cut)
+
+
+def test_the_detailed_format_says_which_way_the_query_went_and_why():
+    """User trial BQ: `default`'s per-query route and dense weight were in `--format json` only (notes.route), so a
+    reader of the detailed output could not see why a dense-only hit sat low (a bm25-led query, weight 0.28)."""
+    rows = [{"rank": 1, "score": 0.03, "doc_id": "d1", "source": "a.md", "text": "deploy notes"}]
+    notes = {"route": "bm25-led", "dense_weight": 0.28, "dense_gap": 0.045}
+    detailed = render(rows, notes=notes, fmt="detailed")
+    assert detailed.splitlines()[0] == ("route: bm25-led (dense list weighted 0.28 against BM25's 1: its 1st cosine "
+                                        "stands 0.045 above its 10th)")
+    assert "route:" not in render(rows, notes=notes, fmt="compact")  # the compact budget is the results'
+    assert "route:" not in render(rows, notes={}, fmt="detailed")  # a config without the adapt rule has no route

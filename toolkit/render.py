@@ -364,6 +364,17 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def route_lines(notes: Mapping[str, Any] | None) -> list[str]:
+    """Which way the query went, for the detailed format (`--format json` has it under notes.route): the per-query
+    dense weight of `adapt` and why (user trial BQ read it only from JSON)."""
+    route, weight = (notes or {}).get("route"), (notes or {}).get("dense_weight")
+    if not isinstance(route, str) or not isinstance(weight, int | float):
+        return []
+    gap = (notes or {}).get("dense_gap")
+    why = f": its 1st cosine stands {gap:.3f} above its 10th" if isinstance(gap, int | float) else ""
+    return [f"route: {route} (dense list weighted {weight:.2f} against BM25's 1{why})"]
+
+
 def tie_lines(rows: list[Mapping[str, Any]]) -> list[str]:
     """A note naming results whose scores tie (within the 1e-12 steps `threshold.strictly_decreasing` puts
     between them): RRF gives equal scores to documents at mirrored ranks, and the order shown among them is a
@@ -599,7 +610,7 @@ def render(
                "messages": lines, "results": _json_safe(out)}
         return _json_c1(json.dumps(doc, ensure_ascii=False, indent=2))
     if fmt == "detailed":
-        out = _detailed(rows, lines)
+        out = _detailed(rows, route_lines(notes) + lines)
         if len(out) <= max_chars:
             return out
         lines = [
