@@ -392,3 +392,17 @@ def test_exact_ties_go_to_the_base_and_the_interval_never_excludes_zero_by_round
         scores = np.vstack([base, np.clip(base + moved, 0, 1)])
         _, _, p, ci = selection_test({int(f): scores for f in np.unique(fold)}, base, fold)
         assert (ci[0] > 0 or ci[1] < 0) == (p < 0.05), (p, ci)
+
+
+def test_an_unknown_search_method_is_refused_not_run_as_tpe(store, dataset):
+    """User trial BP: `method` was a plain `str`, and any word other than grid and random ran TPE without a word
+    (`method="rnadom"`). The CLI's choices are the same list."""
+    from typing import get_args
+
+    from toolkit.cli import tune as tune_command
+    from toolkit.tune import TuneMethod
+
+    with pytest.raises(InputError, match=r"method='rnadom': expected one of tpe, random, grid"):
+        tune(store, dataset, method="rnadom", budget=2, folds=2)
+    choice = next(p for p in tune_command.params if p.name == "method").type
+    assert tuple(choice.choices) == get_args(TuneMethod)

@@ -19,7 +19,7 @@ import hashlib
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -224,7 +224,7 @@ def compare(
     per_query: Any,
     baseline: str,
     *,
-    test: str = "randomization",
+    test: Literal["randomization", "ttest"] = "randomization",
     alpha: float = 0.05,
     n_permutations: int = N_PERMUTATIONS,
     n_bootstrap: int = 2_000,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -304,7 +304,7 @@ def _namedtuples(obj: Any) -> Any:
 
 
 # ------------------------------------------------------------------ the other way
-def to_pandas(frame: pl.DataFrame, style: str = "pyterrier") -> Any:
+def to_pandas(frame: pl.DataFrame, style: Literal["pyterrier", "ir_measures", "beir", "toolkit"] = "pyterrier") -> Any:
     """A toolkit queries/qrels/run frame as pandas with `style` column names: "pyterrier" (qid, query,
     docno, label), "ir_measures" (query_id, doc_id, relevance), "beir" (query-id, corpus-id, score)."""
     names = {

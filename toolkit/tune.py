@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import optuna
@@ -482,6 +482,9 @@ def tune_dataset(store: Store, dataset_dir: str | Path, split: str = "dev", **kw
     return tune(store, ds.queries(split), qrels, split=split, source=ds.name, **kw)
 
 
+TuneMethod = Literal["tpe", "random", "grid"]  # optuna's samplers the tuner offers
+
+
 def tune(
     store: Store,
     queries: Any,
@@ -492,7 +495,7 @@ def tune(
     source: str = "in-memory queries",
     base: str | PipelineConfig = DEFAULT_PRESET,
     space: dict | str | Path | None = None,
-    method: str = "tpe",
+    method: TuneMethod = "tpe",
     budget: int = 40,
     measure: str = "nDCG@10",
     folds: int = 5,
@@ -525,6 +528,8 @@ def tune(
     """
     if not 0.0 < alpha < 1.0:
         raise InputError(f"alpha={alpha!r}: expected a significance level between 0 and 1 (e.g. 0.05)")
+    if method not in get_args(TuneMethod):  # any other word ran TPE without a word (user trial BP: plain `str`)
+        raise InputError(f"method={method!r}: expected one of {', '.join(get_args(TuneMethod))}")
     if split == "test" and not force:
         raise InputError(
             "refusing to tune on the test split (tune on dev, report on test); pass force=True (hrt tune: --force) to override"
