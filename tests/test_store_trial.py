@@ -178,3 +178,26 @@ def test_a_negative_wait_and_entering_a_closed_store_are_refused(tmp_path):
     st.close()
     with pytest.raises(StoreError, match=r"w\.duckdb is closed"), st:
         pass
+
+
+def test_damage_in_the_files_first_blocks_exits_74_as_damage_anywhere_else(tmp_path):
+    """User trial BR: the same DuckDB checksum error exited 2 ("cannot open the store") when the damage was in the
+    blocks read at open, and 74 ("damaged: rebuild") when in a later block, so a "74: rebuild" branch missed it."""
+    import shutil
+
+    from toolkit.errors import StoreDamagedError
+
+    path = tmp_path / "s.duckdb"
+    with Store(path) as st:
+        st.ingest([{"doc_id": f"d{i}", "text": f"walrus note {i}"} for i in range(20)], embed=False)
+    for off in (5000, 12400):  # the header's second copy, the first block
+        bad = tmp_path / f"bad{off}.duckdb"
+        shutil.copy(path, bad)
+        with open(bad, "r+b") as f:
+            f.seek(off)
+            f.write(b"\xde\xad\xbe\xef" * 2)
+        r = CliRunner().invoke(main, ["search", "walrus", "--store", str(bad), "--mode", "lexical"])
+        assert r.exit_code == 74 and "Traceback" not in r.output, (off, r.output)
+        assert f"{bad}: the store file is damaged (IO Error: Corrupt database file" in r.output
+        with pytest.raises(StoreDamagedError, match="restore a backup"):
+            Store(bad, read_only=True)

@@ -67,6 +67,7 @@ _EXPORTS = {
     "ConfigError": "errors",
     "StoreError": "errors",
     "StoreBusyError": "errors",
+    "StoreDamagedError": "errors",
     "ProviderError": "errors",
     "ModelLoadError": "errors",
     # what a caller may filter, catch, annotate with or receive (user trial BP: not reachable from `toolkit`)
@@ -86,8 +87,8 @@ __all__ = [  # the same names as _EXPORTS (a test checks)
     "save_config", "prepare", "rescore", "run_pipeline", "Prepared", "Result", "ProviderFallbackWarning", "evaluate",
     "IdMismatchWarning", "compare", "experiment", "tune", "tune_dataset", "TuneReport", "train_fusion", "Session", "Lab", "export_config", "write_export", "read_run", "write_run", "read_qrels",
     "queries_frame", "qrels_frame", "run_frame", "to_pandas", "to_ir_measures", "to_ranx", "from_ir_datasets",
-    "ToolkitError", "InputError", "ConfigError", "StoreError", "StoreBusyError", "ProviderError", "ModelLoadError",
-    "ConfigWarning", "StaleTextWarning", "SmallSampleWarning", "InSampleWarning", "IngestReport", "IndexSettings", "Corpus",
+    "ToolkitError", "InputError", "ConfigError", "StoreError", "StoreBusyError", "StoreDamagedError", "ProviderError",
+    "ModelLoadError", "ConfigWarning", "StaleTextWarning", "SmallSampleWarning", "InSampleWarning", "IngestReport", "IndexSettings", "Corpus",
     "ExportResult", "FusionTrainReport", "Reranker",
 ]
 
@@ -100,6 +101,7 @@ if TYPE_CHECKING:  # what a type checker sees (it cannot follow `__getattr__`); 
         ModelLoadError,
         ProviderError,
         StoreBusyError,
+        StoreDamagedError,
         StoreError,
         ToolkitError,
     )

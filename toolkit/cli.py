@@ -195,7 +195,7 @@ class _Group(click.Group):
 
                 traceback.print_exc()
             click.echo(f"error: {e}", err=True)
-            sys.exit(EXIT_BUSY if type(e).__name__ == "StoreBusyError" else EXIT_ERROR)
+            sys.exit({"StoreBusyError": EXIT_BUSY, "StoreDamagedError": EXIT_DAMAGED}.get(type(e).__name__, EXIT_ERROR))
         except BrokenPipeError:  # `hrt presets | head -1`: not an error, nothing more to say
             _broken_pipe()
         except OSError as e:  # a folder without write permission, a full disk: the machine, not the input

@@ -34,6 +34,12 @@ class StoreBusyError(StoreError):
     """Another process holds the store's write lock (an ingest running): worth retrying, unlike other errors."""
 
 
+class StoreDamagedError(StoreError):
+    """DuckDB finds the store file damaged (a checksum that does not match, a truncated file): rebuild it or restore a
+    backup; `hrt` exits 74 for it wherever DuckDB notices, at open or at a later read (user trial BR: a damaged header
+    exited 2, a damaged block 74)."""
+
+
 def count_arg(value: object, name: str) -> int | None:
     """`value` as a count of results (`rescore(n=)`, `Result.run(depth=)`): None (the default) or an integer >= 1.
     0 became the default through `n or default`, and a negative count an empty result (user trial BP)."""

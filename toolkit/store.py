@@ -45,7 +45,7 @@ from .analysis import ANALYSIS_VERSION, CHANGED_SINCE_3, FTS_IGNORE, lexical_tex
 from .chunking import chunk_body, chunk_text
 from .config import FILTER_KEY_RULE, JSON_NUMBER, Stemmer, Stopwords, filter_key_ok, filter_value
 from .embed import DEFAULT_MODEL, Embedder, embedder_model_id, make_embedder
-from .errors import InputError, StoreBusyError, StoreError, ToolkitError, install_hint
+from .errors import InputError, StoreBusyError, StoreDamagedError, StoreError, ToolkitError, install_hint
 from .files import replace_durably
 from .metatypes import VALUES_SCHEMA, typed_values, values_frame
 from .progress import progress_bar
@@ -1093,6 +1093,9 @@ class Store:
                                  f"duckdb.connect(path) without config={{'allow_unsigned_extensions': 'true'}}, which every "
                                  f"Store asks): use that one, or close it first, and run SQL of your own through "
                                  f"Store.con; DuckDB opens a file one way per process ({str(e).splitlines()[0]})") from e
+            if isinstance(e, duckdb.IOException) and ("Corrupt database file" in str(e) or "checksum" in str(e)):
+                raise StoreDamagedError(f"{self.path}: the store file is damaged ({str(e).splitlines()[0]}): restore "
+                                        "a backup (Store.backup) or ingest again into a new store") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
         # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
