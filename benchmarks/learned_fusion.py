@@ -23,6 +23,9 @@ call: model scoring of every candidate; later calls: a slider change).
     .venv/bin/python benchmarks/learned_fusion.py --stores /tmp/ltr --workdir /tmp/ltr/loo --markdown loo.md
 
 Stores (one per collection, `<name>.duckdb`) are copies of /work/stores/*.duckdb or built by `hrt ingest`.
+More collections join with `--extra FOLDER:a,b[:STORES]` (BEIR folders FOLDER/a, FOLDER/b with dev and test
+qrels; stores STORES/a.duckdb, default in --stores): each is then held out in turn and trains the others' LOO models.
+`--presets default` adds preset rows (not trained, same for every fold).
 The test split is used for nothing but the final numbers.
 """
 
@@ -52,8 +55,31 @@ COLLECTIONS = ["locomo", "cacm", "msmarco-dl19-5k", "vaswani", "demo"]
 REL_THRESHOLD = {"msmarco-dl19-5k": 2}
 
 
+EXTRA_DIRS: dict[str, Path] = {}  # collection -> its folder, from --extra (any BEIR-layout folder with dev/test qrels)
+EXTRA_STORES: dict[str, Path] = {}  # collection -> its store, from --extra's optional third part
+
+
 def dataset_dir(name: str, shared: Path) -> Path:
+    if name in EXTRA_DIRS:
+        return EXTRA_DIRS[name]
     return Path(__file__).resolve().parents[1] / "data" / "demo" if name == "demo" else shared / name
+
+
+def store_path(name: str, stores: Path) -> Path:
+    return EXTRA_STORES.get(name, stores / f"{name}.duckdb")
+
+
+def add_extra(spec: str) -> list[str]:
+    """`FOLDER:a,b[:STORES]`: collections a, b at FOLDER/a, FOLDER/b; stores STORES/a.duckdb (default: --stores)."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not parts[1]:
+        raise SystemExit(f"--extra {spec!r}: expected FOLDER:name1,name2[:STORES]")
+    folder, extra = Path(parts[0]), parts[1].split(",")
+    for n in extra:
+        EXTRA_DIRS[n] = folder / n
+        if len(parts) == 3:
+            EXTRA_STORES[n] = Path(parts[2]) / f"{n}.duckdb"
+    return extra
 
 
 # Feature sets compared by `--select` (leave-one-collection-out on the DEV splits, never on test).
@@ -110,10 +136,16 @@ def main() -> None:
     ap.add_argument("--markdown", default=None, help="Also write the tables to this file.")
     ap.add_argument("--pseudo", type=int, default=300, help="Pseudo-queries of the target corpus for the adapted row (0: no row).")
     ap.add_argument("--select", action="store_true", help="Only compare feature/parameter sets, LOO on the dev splits.")
+    ap.add_argument("--extra", action="append", default=[], metavar="FOLDER:NAMES[:STORES]",
+                    help="More collections (comma-separated NAMES, each a BEIR folder FOLDER/name with dev and test qrels), "
+                         "added to --collections; their stores are STORES/<name>.duckdb (default: in --stores). Repeatable.")  # fmt: skip
+    ap.add_argument("--presets", default="", help="Comma-separated config presets added as rows (e.g. default).")
     args = ap.parse_args()
     shared, stores, work = Path(args.shared), Path(args.stores), Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     names = args.collections.split(",")
+    for spec in args.extra:
+        names += [n for n in add_extra(spec) if n not in names]
     base = load_config("learned")
     lines: list[str] = []
 
@@ -124,7 +156,7 @@ def main() -> None:
     # Dev features of every collection (stage cache: a second run loads them).
     dev, dev_q = {}, {}
     for n in names:
-        with Store(stores / f"{n}.duckdb") as st:
+        with Store(store_path(n, stores)) as st:
             t = time.perf_counter()
             dev[n], dev_q[n] = collect(st, dataset_dir(n, shared), split="dev", config=base, name=n, progress=False)
             print(f"{n}: dev features {len(dev[n])} rows in {time.perf_counter() - t:.1f}s", flush=True)
@@ -167,7 +199,9 @@ def main() -> None:
             "learned (own dev)": base.with_updates({"fusion.model": str(own_path)}),
         }
         rows = []
-        with Store(stores / f"{target}.duckdb") as st:
+        for preset in filter(None, args.presets.split(",")):
+            configs[preset] = load_config(preset)
+        with Store(store_path(target, stores)) as st:
             if args.pseudo:  # label-free adaptation: the target corpus's own pseudo-queries join the training data
                 pd_, pq_ = collect_pseudo(st, args.pseudo, config=base, name=f"{target}~pseudo", seed=args.seed)
                 adapted, _ = fit(pl.concat([dev[n] for n in others] + [pd_.select(dev[target].columns)]),
@@ -213,7 +247,8 @@ def main() -> None:
         vs_rrf = compare(long, "hybrid-rrf").select("system", "measure", pl.col("p_holm").alias("p_rrf"))
         say(f"\n### {target} (test, {per['qid'].n_unique()} queries; LOO model trained on {', '.join(others)} dev in {t_loo:.1f}s)\n",
             "| system | nDCG@10 | p vs single | p vs RRF | R@5 | p vs single | p vs RRF |", "|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
-        order = ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "learned (LOO, portable)", "learned (LOO, portable + pseudo)", "routed RRF (LOO)", "learned (own dev)"]
+        presets = [p for p in args.presets.split(",") if p]
+        order = ["bm25-only", "vector-only", "hybrid-rrf", *presets, "tuned (dev)", "learned (LOO)", "learned (LOO, portable)", "learned (LOO, portable + pseudo)", "routed RRF (LOO)", "learned (own dev)"]
         for s in [o for o in order if o in means["system"].to_list()]:
             cells = []
             for m in MEASURES:
@@ -229,7 +264,8 @@ def main() -> None:
     sm = pl.DataFrame(summary)
     say("\n### Summary: nDCG@10 on each test split\n")
     wide = sm.pivot(on="system", index="collection", values="nDCG@10")
-    cols = [c for c in ["bm25-only", "vector-only", "hybrid-rrf", "tuned (dev)", "learned (LOO)", "learned (LOO, portable)", "learned (LOO, portable + pseudo)", "routed RRF (LOO)", "learned (own dev)"] if c in wide.columns]
+    presets = [p for p in args.presets.split(",") if p]
+    cols = [c for c in ["bm25-only", "vector-only", "hybrid-rrf", *presets, "tuned (dev)", "learned (LOO)", "learned (LOO, portable)", "learned (LOO, portable + pseudo)", "routed RRF (LOO)", "learned (own dev)"] if c in wide.columns]
     say("| collection | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols))
     for r in wide.iter_rows(named=True):
         say(f"| {r['collection']} | " + " | ".join(f"{r[c]:.4f}" for c in cols) + " |")
