@@ -428,3 +428,28 @@ def test_training_without_calibration_warns_and_min_prob_then_refuses(store, dat
     # Before: every result was kept and flagged low_confidence ("no result reached the minimum score").
     with pytest.raises(InputError, match="threshold.min_prob.*fusion.model"):
         rescore(prep, cfg.with_updates({"threshold.min_prob": 0.3}))
+
+
+def test_infinite_split_threshold_loads_but_nan_does_not(tmp_path):
+    """LightGBM writes threshold=inf for a split that sends NaN (a document one list did not return) one way and
+    every value the other; a model trained on the shared collections had one. Not damage; NaN still is."""
+    good, doc = _small_model(tmp_path)
+    b = doc["booster"]
+    start = b.index("\nTree=0\n")
+    line_at = b.index("\nthreshold=", start) + len("\nthreshold=")
+    end = b.index("\n", line_at)
+    values = b[line_at:end].split()
+    for name, bad in (("inf", "inf"), ("nan", "nan")):
+        new = " ".join([bad, *values[1:]])
+        text = b[:line_at] + new + b[end:]
+        sizes_at = text.index("tree_sizes=") + len("tree_sizes=")
+        sizes_end = text.index("\n", sizes_at)
+        sizes = text[sizes_at:sizes_end].split()
+        sizes[0] = str(int(sizes[0]) + len(new) - (end - line_at))  # the block of tree 0 changed length
+        text = text[:sizes_at] + " ".join(sizes) + text[sizes_end:]
+        path = _damaged(tmp_path, doc, name, booster=text)
+        if name == "inf":
+            assert FusionModel.load(path).booster.num_trees() >= 3
+        else:
+            with pytest.raises(InputError, match="threshold= holds a value that is not a finite number"):
+                FusionModel.load(path)

@@ -221,7 +221,9 @@ def _tree_problem(block: str, n_features: int) -> str | None:
         n = leaves if k in _LEAF else leaves - 1
         if len(v) != n:
             return f"{k}= holds {len(v)} values, num_leaves={leaves} needs {n}"
-        if not all(math.isfinite(x) for x in v):
+        # LightGBM writes threshold=inf for a split that sends the missing values (NaN, e.g. vec_score of a
+        # document the dense list did not return) one way and every value the other: legitimate, not damage.
+        if not all(math.isfinite(x) or (k == "threshold" and math.isinf(x)) for x in v):
             return f"{k}= holds a value that is not a finite number"
     if leaves == 1:
         return None
