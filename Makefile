@@ -15,11 +15,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # torch==2.13.0 first, by itself: it is the CPU build on local disk; a looser pin would pull CUDA.
-# The editable install as a path entry (editable_mode=compat), which pyright and mypy follow: setuptools' default
-# import hook left `toolkit` unresolved for both (user trial BP).
+# (Not editable_mode=compat, which pyright and mypy would follow from another folder: setuptools calls it transitional
+# and warns; inside this folder both find `toolkit/` themselves. User trial BP.)
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -154,3 +154,35 @@ def test_a_directory_given_as_config_is_named_as_one(tmp_path, notes):
     (tmp_path / "cfgdir").mkdir()
     r = _cli("search", "deploy", "--store", str(store), "--config", str(tmp_path / "cfgdir"))
     assert r.exit_code == 2 and "a directory, not a config file" in r.output
+
+
+_SLOW_CLI_IMPORT = """
+import importlib.abc, sys, time
+class Slow(importlib.abc.MetaPathFinder):  # the CLI's import (click, polars) made long enough to land a signal in
+    def find_spec(self, name, path, target=None):
+        if name == "toolkit.cli":
+            print("importing", flush=True)
+            time.sleep(5)
+        return None
+sys.meta_path.insert(0, Slow())
+sys.argv = ["hrt", "--version"]
+from toolkit._entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("sig, code, word", [(15, 143, "terminated"), (2, 130, "interrupted")])
+def test_a_signal_while_the_cli_is_still_importing_ends_hrt_as_documented(sig, code, word):
+    """User trial BR: SIGINT in the first few hundred ms of `hrt search` gave a KeyboardInterrupt traceback through
+    importlib frames, SIGTERM a death by signal without a line: the handlers came with the command, after importing
+    the CLI. `hrt` now starts in `toolkit._entry`, which installs them before importing anything."""
+    from importlib.metadata import entry_points
+
+    (hrt,) = [e for e in entry_points(group="console_scripts") if e.name == "hrt"]
+    assert hrt.value == "toolkit._entry:main"
+    p = subprocess.Popen([sys.executable, "-c", _SLOW_CLI_IMPORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert p.stdout.readline() == b"importing\n"
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert (p.returncode, err.decode()) == (code, f"{word}\n")

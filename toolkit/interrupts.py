@@ -40,7 +40,8 @@ def install() -> None:
     _pending = _terminated = False
     with contextlib.suppress(ValueError):  # not the main thread (the CLI called from a worker): Python's handler stays
         signal.signal(signal.SIGINT, _on_sigint)
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _on_sigterm):
+        term = signal.getsignal(signal.SIGTERM)
+        if term in (signal.SIG_DFL, _on_sigterm) or getattr(term, "hrt_early", False):  # `_entry`'s until now
             signal.signal(signal.SIGTERM, _on_sigterm)
 
 
