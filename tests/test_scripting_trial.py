@@ -186,3 +186,33 @@ def test_a_signal_while_the_cli_is_still_importing_ends_hrt_as_documented(sig, c
     p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     assert (p.returncode, err.decode()) == (code, f"{word}\n")
+
+
+def test_a_reader_leaving_mid_output_ends_hrt_search_with_141_not_0(tmp_path):
+    """User trial BR: a Node parent that stopped reading after the first 64 KB of `hrt search --format json` got exit 0:
+    the kernel took 65,536 of 145,177 bytes, CPython's buffered stdout counted the write as done, and the rest was lost
+    without a word. The documented code for a reader that went away is 141."""
+    import fcntl
+    import termios
+
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        st.ingest([{"doc_id": f"d{i}", "text": f"walrus note {i} " + "about the harbour seals " * 30} for i in range(150)],
+                  embed=False)
+    read_end, write_end = os.pipe()
+    p = subprocess.Popen([sys.executable, "-m", "toolkit", "search", "walrus", "--store", str(store), "--config",
+                          "bm25-only", "-n", "150", "--format", "json"], stdout=write_end, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    os.close(write_end)
+    pending = bytearray(4)
+    deadline = time.monotonic() + 120
+    while p.poll() is None and time.monotonic() < deadline:  # until the pipe is full: hrt waits in its write
+        fcntl.ioctl(read_end, termios.FIONREAD, pending)
+        if int.from_bytes(pending, sys.byteorder) >= 65536:
+            break
+        time.sleep(0.05)
+    assert p.poll() is None, "the output fit in the pipe: the test needs more results"
+    os.read(read_end, 10)
+    os.close(read_end)  # the reader goes away mid-output
+    p.wait(60)
+    assert p.returncode == EXIT_BROKEN_PIPE, p.stderr.read().decode()[-2000:]

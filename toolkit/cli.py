@@ -128,6 +128,27 @@ def _flush_stdout() -> None:
         raise ToolkitError(f"the output could not be written to stdout ({e.strerror or e})") from None
 
 
+def _echo_whole(text: str) -> None:
+    """`click.echo(text)`, but every byte or a BrokenPipeError: CPython's buffered stdout took a write the kernel cut
+    short (a pipe whose reader went away mid-output returns the bytes it took, 65,536 of 145,177) as done, and
+    `hrt search` exited 0 having lost the rest (user trial BR); the documented code is 141. The text is written with
+    `os.write` until all of it is out: the next write after a reader left fails with EPIPE. A terminal's stdout, and
+    one without a file descriptor (click's test runner), go through click as before."""
+    out = sys.stdout
+    try:
+        fd = out.fileno()
+        plain = not out.isatty()
+    except (AttributeError, OSError, ValueError):
+        plain = False
+    if not plain:
+        click.echo(text)
+        return
+    out.flush()
+    view = memoryview((text + "\n").encode(out.encoding or "utf-8", errors=out.errors or "strict"))
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _need_stdout() -> None:
     """Results on a closed stdout (`hrt search ... >&-`) went nowhere with exit code 0 (user trial BA)."""
     if sys.stdout is None:
@@ -989,7 +1010,7 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
     from . import interrupts
 
     interrupts.check()  # cancelled is cancelled: no results after a Ctrl-C a library swallowed
-    click.echo(out)
+    _echo_whole(out)
 
 
 def _note_short_lists(cfg, n: int, got: int) -> None:
