@@ -236,7 +236,7 @@ def test_every_prepare_field_is_in_the_cache_key():
                                             "expansion.provider": "file", "expansion.path": "e.jsonl"})
     changes = {"retrieval.level": "chunk", "retrieval.lexical.enabled": False, "retrieval.lexical.top_k": 7,
                "retrieval.lexical.k1": 0.9, "retrieval.lexical.b": 0.3, "retrieval.lexical.stemmer": "english",
-               "retrieval.lexical.stopwords": "none", "retrieval.dense.enabled": False, "retrieval.dense.top_k": 7,
+               "retrieval.lexical.stopwords": "none", "retrieval.lexical.compounds": False, "retrieval.dense.enabled": False, "retrieval.dense.top_k": 7,
                "retrieval.dense.model": "other", "retrieval.scope_filter": False, "retrieval.dense.backend": "torch",
                "retrieval.dense.provider": "http", "retrieval.dense.dimensions": 128,
                "retrieval.dense.index": "hnsw", "retrieval.dense.ef_search": 64, "retrieval.filters": {"user": "ana"}}

@@ -295,7 +295,8 @@ def test_ingest_in_batches_equals_one_batch_and_dense_matrix_keeps_doc_order(
         one = dump(st)
     monkeypatch.setattr(store_mod, "INGEST_BATCH", 2)
     analysed: list[str] = []  # each chunk's BM25 text made once (user trial BL: twice once there were two batches)
-    monkeypatch.setattr(store_mod, "lexical_text", lambda body, real=store_mod.lexical_text: analysed.append(body) or real(body))
+    monkeypatch.setattr(store_mod, "lexical_text",
+                        lambda body, real=store_mod.lexical_text, **kw: analysed.append(body) or real(body, **kw))
     with Store(tmp_path / "many.duckdb", embedder=embedder) as st:
         rep = st.ingest(load_corpus(corpus_file), settings=IndexSettings(chunk_size=40, chunk_overlap=10))
         many = dump(st)

@@ -5,6 +5,8 @@ the query `config key` never matches. We index (and query) the text plus the *co
 `v2.1.0` also as `v2_1_0`, `CVE-2017-3156` as `cve_2017_3156`, `retryBackoffMs` also as `retry backoff ms`,
 `max_pool_size` also as `max pool size`. Exact matches then score on a rare compound term, and partial
 matches still score on the parts. No library does this pre-tokenisation for DuckDB FTS, hence hand-written.
+A store ingested with `IndexSettings(compounds=False)` (`hrt ingest --no-compounds`) has none, in its documents and
+its queries: plain BM25 for a baseline (docs/bm25.md); the CJK terms below stay.
 
 Chinese, Japanese and Korean text has no spaces between words, so FTS saw a whole sentence as one token and
 no word inside it could match. Each run of CJK characters is also indexed as its single characters and its
@@ -162,19 +164,26 @@ def _indic_vowels() -> dict[int, str]:
 _V_VERSION = re.compile(r"(?<![\w.])[vV](\d+(?:\.\d+)+)\b")
 
 
-def query_lexical_text(text: str) -> str:
+def query_lexical_text(text: str, *, compounds: bool = True) -> str:
     """`lexical_text` of a query, each `v`-prefixed version also as the bare version's compound (`2_34_2`): the index
     holds `2.34.2` as a document wrote it, and `v2.34.2` missed it (user trial BD: the version file was not in the
     top 5). Only the compound: the bare parts ("2", "34") matched every numbered note and cost the demo's version
-    queries (default nDCG@10 0.7025 -> 0.6968 on its test split)."""
-    out = lexical_text(text)
-    bare = [m.group(1).replace(".", "_") for m in _V_VERSION.finditer(text)]
+    queries (default nDCG@10 0.7025 -> 0.6968 on its test split). Without `compounds` (a store indexed without
+    them, `IndexSettings.compounds`) neither: the query is analysed exactly as such a store's documents were."""
+    out = lexical_text(text, compounds=compounds)
+    bare = [m.group(1).replace(".", "_") for m in _V_VERSION.finditer(text)] if compounds else []
     return f"{out}\n{' '.join(bare)}" if bare else out
 
 
-def lexical_text(text: str) -> str:
+def lexical_text(text: str, *, compounds: bool = True) -> str:
     """The string given to the FTS index (and to queries): the text followed by its compound forms and
     its CJK characters and pairs, NFKC-normalised and case-folded (see the module docstring).
+
+    `compounds=False` (`IndexSettings.compounds`, `hrt ingest --no-compounds`) leaves the compound forms out, so
+    ASCII text is given to FTS as it is: plain BM25 (DuckDB's tokenizer, stemmer and stopwords only). The CJK,
+    Thai, Lao, Khmer and Myanmar characters and pairs, and the normalisation, stay: without them a sentence in
+    those scripts is one FTS token and no word inside it can be found (they are not compound forms, and text
+    without those scripts has none).
 
     Time is linear in the length (see `compound_forms`: text is analysed in windows of `WINDOW`
     characters); the output is unchanged by the windowing unless one word is longer than `WINDOW`."""
@@ -182,6 +191,7 @@ def lexical_text(text: str) -> str:
         text = unicodedata.normalize("NFKC", text)
         if _INDIC.search(text):
             text = text.translate(_indic_vowels())
-    extra = compound_forms(text) + (cjk_terms(text) if not text.isascii() and cjk_pattern().search(text) else [])
+    extra = ((compound_forms(text) if compounds else [])
+             + (cjk_terms(text) if not text.isascii() and cjk_pattern().search(text) else []))
     out = f"{text}\n{' '.join(extra)}" if extra else text
     return out if out.isascii() else out.casefold()

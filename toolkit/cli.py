@@ -391,6 +391,11 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("--chunk-overlap", default=None, type=click.IntRange(0), help="Characters of overlap between chunks (default 150).")
 @click.option("--stemmer", default=None, help="FTS stemmer, one per store: porter (English, the default), english, german, french, spanish, italian, dutch, ... (26 languages), or none.")
 @click.option("--stopwords", default=None, help="FTS stopword list: english or none (default english).")
+@click.option("--compounds/--no-compounds", default=None,
+              help="Index (and query) compound forms of technical tokens beside the words: max_pool_size also as "
+                   "`max pool size`, v2.1.0 as `v2_1_0` (default on). --no-compounds gives plain BM25 (DuckDB's "
+                   "tokenizer, stemmer and stopwords only), e.g. a baseline for a paper; CJK text keeps its character "
+                   "terms. One per store: changing it re-indexes every chunk; searches read it from the store.")
 @click.option("--model", default=None, help="Embedding model: path or id (default: packaged all-MiniLM-L6-v2).")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default="auto", show_default=True,
               help="Local embedding runtime: auto = ONNX Runtime when installed, else torch (same vectors); onnx-int8 is a different model.")
@@ -425,7 +430,7 @@ def _load_cfg(config: str | None, mode: str | None):
 @click.option("-v", "--verbose", is_flag=True, help="Name every file or record not indexed, with the reason.")
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to keep trying while another process holds the store (a write, or readers during a write).")
-def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, model, backend, vectors_path, embed_url,
+def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, compounds, model, backend, vectors_path, embed_url,
            api_key_env, dimensions, embed_batch_size, embed_timeout, embed_retries, no_embed, prune, vector_index,
            text_field, include, exclude, id_prefix, verbose, wait_s) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
@@ -493,7 +498,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, mo
         # that had read the folder first could write an older copy over a newer one (user trial AS).
         docs = load_corpus(source, text_field=text_field, include=include, exclude=exclude, id_prefix=id_prefix)
         base = st.settings or IndexSettings()
-        over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords}.items() if v is not None}
+        over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords,
+                                  "compounds": compounds}.items() if v is not None}
         settings = replace(base, **over)
         if settings.chunk_overlap >= settings.chunk_size:
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
@@ -721,13 +727,14 @@ def _default_store(ds) -> str:
 
 
 def _cache_settings(cfgs, cache: bool):
-    """The index settings the dataset cache is ingested with: the stemmer and stopwords the configs name, the
+    """The index settings the dataset cache is ingested with: the stemmer, stopwords and compounds the configs name, the
     defaults for what they leave to the store (the cache was built with Porter and then refused
     `retrieval.lexical.stemmer: german`, user trial AC; and a run without a stemmer must not inherit the last
     run's). None (the store's own) for a store the user named, which is never re-indexed unasked."""
     from .store import IndexSettings
 
-    want = {k: v for c in cfgs for k, v in (("stemmer", c.retrieval.lexical.stemmer), ("stopwords", c.retrieval.lexical.stopwords))
+    want = {k: v for c in cfgs for k, v in (("stemmer", c.retrieval.lexical.stemmer), ("stopwords", c.retrieval.lexical.stopwords),
+                                            ("compounds", c.retrieval.lexical.compounds))
             if v is not None}
     return IndexSettings(**want) if cache else None
 

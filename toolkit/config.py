@@ -404,11 +404,12 @@ class LexicalConfig(_Model):
     # rank_bm25 sum a repeated term, each occurrence adding idf * w again. Counted after analysis, so two words
     # with one stem are one term repeated (docs/bm25.md).
     query_term_frequency: Prepare[bool] = Field(False, description="Count a query term once per occurrence, as Lucene (Elasticsearch, OpenSearch), bm25s and rank_bm25 do: `error error code` weighs `error` twice. false: each distinct term once (DuckDB's match_bm25).")
-    # The index is built at ingest (`hrt ingest --stemmer/--stopwords`) and belongs to the store. Unset,
+    # The index is built at ingest (`hrt ingest --stemmer/--stopwords/--no-compounds`) and belongs to the store. Unset,
     # a pipeline runs on whatever index the store has; set, `prepare` checks the store was built so and
     # stops with a clear error otherwise (a config tuned on one index says so when run on another).
     stemmer: Prepare[Stemmer | None] = Field(None, description="The stemmer the store's BM25 index must have been built with (`hrt ingest --stemmer`); unset: whatever the store has.")
     stopwords: Prepare[Stopwords | None] = Field(None, description="The stopword list the store's BM25 index must have been built with; unset: whatever the store has.")
+    compounds: Prepare[bool | None] = Field(None, description="Whether the store's BM25 index must have been built with the compound forms of technical tokens (true) or without them, as plain BM25 (false: `hrt ingest --no-compounds`); unset: whatever the store has.")
 
 
 class DenseConfig(_Endpoint):

@@ -216,8 +216,10 @@ def _analyzer_note(cfg: PipelineConfig, engine: str) -> str:
     }[engine]
     return (
         f"Analyzer: the toolkit's BM25 (DuckDB FTS, k1={lx.k1}, b={lx.b}) {stem}, {stop} "
-        "and splits technical tokens (versions, snake_case, camelCase, error codes) into parts plus the whole token; "
-        "it also folds text (NFKC and case folding: full-width ＥＣＯＮＮ is econn) and indexes Chinese, Japanese and Korean "
+        + ("and keeps technical tokens as DuckDB's tokenizer splits them (no compound forms: `hrt ingest --no-compounds`); "
+           if lx.compounds is False else
+           "and splits technical tokens (versions, snake_case, camelCase, error codes) into parts plus the whole token; ")
+        + "it also folds text (NFKC and case folding: full-width ＥＣＯＮＮ is econn) and indexes Chinese, Japanese and Korean "
         "text as single characters and character pairs, so a CJK word matches inside a sentence; "
         f"a plain BM25 `match` on a default analyzer does not reproduce that, so lexical scores and ranks differ: {how}. "
         + _repeats_note(cfg, engine)
@@ -665,6 +667,8 @@ def _from_store(cfg: PipelineConfig, store: Store | None) -> tuple[PipelineConfi
         updates["retrieval.lexical.stemmer"] = settings.stemmer
     if settings is not None and lx.stopwords is None:
         updates["retrieval.lexical.stopwords"] = settings.stopwords
+    if settings is not None and lx.compounds is None:
+        updates["retrieval.lexical.compounds"] = settings.compounds
     return cfg.with_updates(updates) if updates else cfg, store.embedding_dim, notes
 
 

@@ -19,9 +19,8 @@ from typing import Any, get_args
 
 import polars as pl
 
-from .analysis import lexical_text
 from .config import Stemmer
-from .store import QUERY_TERM_FILTER
+from .store import QUERY_TERM_FILTER, IndexSettings
 
 _STEMMERS = frozenset(get_args(Stemmer))
 
@@ -149,11 +148,11 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
     """(per query [qid, q_terms, q_idf_*], per pair [qid, doc_id, coverage, idf_coverage, chunk_coverage,
     proximity, doc_len, doc_chunks, chunk_ord, chunk_pos]) from the FTS tables, all queries at once."""
     con = store.con
-    settings = store.settings
-    stemmer = settings.stemmer if settings is not None else "porter"
+    settings = store.settings or IndexSettings()
+    stemmer = settings.stemmer
     if stemmer not in _STEMMERS:  # interpolated into SQL below: checked against the closed list
         raise ValueError(f"unknown stemmer {stemmer!r}")
-    q = queries.select(pl.int_range(pl.len()).alias("qi"), "qid", pl.col("text").map_elements(lexical_text, return_dtype=pl.Utf8).alias("lex"))
+    q = queries.select(pl.int_range(pl.len()).alias("qi"), "qid", pl.col("text").map_elements(settings.lexical_text, return_dtype=pl.Utf8).alias("lex"))
     _register(con, "ltr_q", q)
     _register(con, "ltr_pairs", pairs.select("qid", "doc_id", "chunk_id"))
     n_docs = con.execute("SELECT num_docs FROM fts_main_chunks.stats").fetchone()[0]

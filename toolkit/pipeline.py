@@ -262,7 +262,7 @@ def check_prepared(prep: Prepared, cfg: PipelineConfig) -> None:
 
 
 def check_store(store: Store, cfg: PipelineConfig) -> None:
-    """A config that names index settings (stemmer, stopwords, embedding model) runs only on a store built
+    """A config that names index settings (stemmer, stopwords, compounds, embedding model) runs only on a store built
     with them: BM25 and dense scores depend on the index, which `hrt ingest` builds and the store owns."""
     from .embed import embedder_model_id
     from .store import need_store
@@ -270,17 +270,20 @@ def check_store(store: Store, cfg: PipelineConfig) -> None:
     lex, den, have = cfg.retrieval.lexical, cfg.retrieval.dense, need_store(store).settings
     pinned = []
     if lex.enabled and have is not None:
-        pinned += [("retrieval.lexical.stemmer", lex.stemmer, have.stemmer, "--stemmer"),
-                   ("retrieval.lexical.stopwords", lex.stopwords, have.stopwords, "--stopwords")]
+        pinned += [("retrieval.lexical.stemmer", lex.stemmer, have.stemmer, f"--stemmer {lex.stemmer}"),
+                   ("retrieval.lexical.stopwords", lex.stopwords, have.stopwords, f"--stopwords {lex.stopwords}"),
+                   ("retrieval.lexical.compounds", lex.compounds, have.compounds,
+                    "--compounds" if lex.compounds else "--no-compounds")]
     # A local model only: an http provider's model is the name its endpoint serves (the store checks that).
     local = den.provider == "local"
     if (den.enabled or cfg.dedup.near_duplicate_enabled) and local and den.model is not None and store.embedding_model:
-        pinned.append(("retrieval.dense.model", embedder_model_id(den.model, den.backend), store.embedding_model, "--model"))
+        model_id = embedder_model_id(den.model, den.backend)
+        pinned.append(("retrieval.dense.model", model_id, store.embedding_model, f"--model {model_id}"))
     for field_, want, got, flag in pinned:
         if want is not None and want != got:
             raise StoreError(
                 f"{field_} is {want!r} but {store.path} was built with {got!r}: use a store ingested with "
-                f"`hrt ingest {flag} {want}`, or remove {field_} from the config to use the store's own"
+                f"`hrt ingest {flag}`, or remove {field_} from the config to use the store's own"
             )
 
 

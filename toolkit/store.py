@@ -84,12 +84,20 @@ STOPWORDS: tuple[str, ...] = get_args(Stopwords)
 
 @dataclass(frozen=True)
 class IndexSettings:
-    """Index-time settings: changing any of them re-chunks (chunking) or rebuilds the FTS index (the rest)."""
+    """Index-time settings: changing any of them re-chunks (chunking), re-analyses every chunk's BM25 text and
+    rebuilds the FTS index (compounds), or rebuilds the FTS index (stemmer, stopwords).
+
+    `compounds`: index (and query) the compound forms of technical tokens beside the words (`max_pool_size` also as
+    `max pool size`, `v2.1.0` as `v2_1_0`: `analysis.lexical_text`). False gives plain BM25 over DuckDB's tokenizer,
+    stemmer and stopwords, a baseline a paper can cite (`hrt ingest --no-compounds`, docs/bm25.md); CJK and other
+    unspaced scripts keep their character terms either way. The store's BM25 text is made only by `lexical_text`
+    and `query_text` below, so documents and queries cannot be analysed apart."""
 
     chunk_size: int = 1000
     chunk_overlap: int = 150
     stemmer: str = "porter"
     stopwords: str = "english"
+    compounds: bool = True
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("stemmer", self.stemmer, STEMMERS), ("stopwords", self.stopwords, STOPWORDS)):
@@ -101,6 +109,29 @@ class IndexSettings:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise InputError(f"--{name.replace('_', '-')}: must be a non-negative integer, got {v!r}")
+        if not isinstance(self.compounds, bool):
+            raise InputError(f"--compounds / lexical.compounds: must be true or false, got {self.compounds!r}")
+
+    def lexical_text(self, text: str) -> str:
+        """A chunk's BM25 text under these settings (`analysis.lexical_text`)."""
+        return lexical_text(text, compounds=self.compounds)
+
+    def query_text(self, text: str) -> str:
+        """A query's BM25 text under these settings (`analysis.query_lexical_text`): analysed as the documents were."""
+        return query_lexical_text(text, compounds=self.compounds)
+
+    def fts_key(self) -> tuple[Any, ...]:
+        """What the BM25 index is built from beside the chunks: another value rebuilds it whole."""
+        return (self.stemmer, self.stopwords, self.compounds)
+
+    def record(self) -> dict[str, Any]:
+        """The settings as the store's meta and `Store.index_record` keep them: `compounds` only when off, so a store
+        with the defaults reads as before (an older toolkit opens it; a learned model's record of its training
+        stores, made before the field, compares equal)."""
+        out = asdict(self)
+        if self.compounds:
+            del out["compounds"]
+        return out
 
 
 @dataclass
@@ -855,7 +886,7 @@ def _chunk_rows(docs: list[dict[str, Any]], settings: IndexSettings, *, lexical:
         for c in chunk_text(d["text"], settings.chunk_size, settings.chunk_overlap) or []:
             body = chunk_body(d["title"], c.text)
             rows.append((f"{d['doc_id']}#{c.ord}", d["doc_id"], c.ord, c.start, c.end, c.text, sha1(body),
-                         lexical_text(body) if lexical else None, body))
+                         settings.lexical_text(body) if lexical else None, body))
     return rows
 
 
@@ -1390,7 +1421,7 @@ class Store:
     def index_record(self) -> dict[str, Any]:
         """The embedding model and index settings every feature of a search depends on: what a learned fusion
         model records of the stores it learned from, and compares with the store it is used on."""
-        return {"embedding_model": self.embedding_model, **(asdict(self.settings) if self.settings else {})}
+        return {"embedding_model": self.embedding_model, **(self.settings.record() if self.settings else {})}
 
     def generation(self) -> str:
         """Changes whenever the corpus or an index changes: cache keys of derived data include it.
@@ -1901,10 +1932,9 @@ class Store:
             c, k = self._embed_unchanged_chunks(emb, progress=progress)
             computed, cached = computed + c, cached + k
 
-        fts_changed = old_settings is None or (old_settings.stemmer, old_settings.stopwords) != (
-            settings.stemmer,
-            settings.stopwords,
-        )
+        fts_changed = old_settings is None or old_settings.fts_key() != settings.fts_key()
+        # Compound forms switched on or off: every stored chunk's BM25 text is made again (`_reanalyse_text`).
+        relex_all = old_settings is not None and old_settings.compounds != settings.compounds
         # A store indexed by an earlier `lexical_text` (analysis versions 1-2) is brought up to date here.
         reanalyse = self.lexical_analysis != ANALYSIS_VERSION
         whole = bool(fts_changed or not self._lexical_index_whole() or (reanalyse and self._non_ascii_chunks()))
@@ -1961,7 +1991,9 @@ class Store:
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_backend", getattr(emb, "backend", "custom"))
             self._drop_unused_vectors(gone_hashes)  # after the new chunks: a text a changed file took on keeps its vector
-            if reanalyse and (redone := self._reanalyse_text()):  # said once: the next ingest finds nothing to redo
+            if relex_all:
+                self._reanalyse_text(settings, every_chunk=True)
+            elif reanalyse and (redone := self._reanalyse_text(settings)):  # said once: the next ingest finds nothing to redo
                 logging.getLogger("toolkit").warning(
                     "note: %s: re-indexed the BM25 text of %d chunk(s) made by an older text analysis (version %s; once)",
                     self.path, redone, self.lexical_analysis)
@@ -1976,7 +2008,7 @@ class Store:
             elif rebuild:
                 in_place = self._update_fts([*touched, *self._chunk_ids([d["doc_id"] for d in todo])], settings)
             self._set_meta("lexical_analysis", ANALYSIS_VERSION)
-            self._set_meta("index_settings", json.dumps(asdict(settings)))
+            self._set_meta("index_settings", json.dumps(settings.record()))
             self._commit_write(analysed=True)
         except BaseException as e:
             self._failed_write(e, "ingest")
@@ -2258,12 +2290,16 @@ class Store:
         what `_reanalyse_text` redoes."""
         return self.con.execute("SELECT EXISTS (SELECT 1 " + self._NON_ASCII_SQL + ")", [self._restale()]).fetchone()[0]
 
-    def _reanalyse_text(self) -> int:
-        """Recompute `lex_text` of the chunks an older analysis indexed differently (`_restale`); the caller rebuilds
-        the BM25 index. Returns how many changed."""
-        rows = self.con.execute("SELECT c.chunk_id, " + self._BODY + ", c.lex_text " + self._NON_ASCII_SQL,
-                                [self._restale()]).fetchall()
-        changed = [(cid, new) for cid, body, old in rows if (new := lexical_text(body)) != old]
+    def _reanalyse_text(self, settings: IndexSettings, *, every_chunk: bool = False) -> int:
+        """Recompute `lex_text` under `settings` of the chunks an older analysis indexed differently (`_restale`), or of
+        `every_chunk` (compound forms switched on or off); the caller rebuilds the BM25 index. Returns how many changed."""
+        if every_chunk:
+            rows = self.con.execute("SELECT c.chunk_id, " + self._BODY + ", c.lex_text FROM chunks c JOIN documents d "
+                                    "USING (doc_id)").fetchall()
+        else:
+            rows = self.con.execute("SELECT c.chunk_id, " + self._BODY + ", c.lex_text " + self._NON_ASCII_SQL,
+                                    [self._restale()]).fetchall()
+        changed = [(cid, new) for cid, body, old in rows if (new := settings.lexical_text(body)) != old]
         if changed:
             self._register("relex", pl.DataFrame(changed, schema={"chunk_id": pl.Utf8, "lex_text": pl.Utf8}, orient="row"))
             self.con.execute("UPDATE chunks SET lex_text = r.lex_text FROM relex r WHERE chunks.chunk_id = r.chunk_id")
@@ -2649,7 +2685,7 @@ class Store:
 
         settings = self.settings or IndexSettings()
         # The query texts go in as one list parameter (no frame registration: a fixed ~2 ms per call).
-        lex = [query_lexical_text(t) for t in queries["text"].to_list()]
+        lex = [settings.query_text(t) for t in queries["text"].to_list()]
         with self._snapshot():  # the matrix and the query terms' ids and df from one state of the index
             m = self._lexical_matrix(k1, b)
             # A query row's weight of a term: its IDF, times its count in the query with `query_term_frequency`
@@ -2770,7 +2806,7 @@ class Store:
             (pl.col("scope") if scope_filter and "scope" in queries.columns else pl.lit(None, pl.Utf8)).alias("scope"),
         )
         # A loop, not `map_elements`: polars reads the function's bytecode first (~3 ms of a cold `hrt search`).
-        lex = [None if t is None else query_lexical_text(t) for t in queries["text"].to_list()]
+        lex = [None if t is None else settings.query_text(t) for t in queries["text"].to_list()]
         fsql, fparams = self._filter_sql(filters)
         # Shape of the query, tuned on LoCoMo (1,536 queries, 3x faster than a straight join):
         # - postings carry their document's scope and BM25 term weight, so the query join is an equality
@@ -2885,7 +2921,7 @@ class Store:
         return self.con.frame(
             "SELECT chunk_id, fts_main_chunks.match_bm25(chunk_id, ?, k := ?, b := ?) AS score FROM chunks "
             "WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?",
-            [query_lexical_text(text), k1, b, top_k],
+            [(self.settings or IndexSettings()).query_text(text), k1, b, top_k],
         )
 
     # ------------------------------------------------------------------ dense search
