@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from toolkit import ltr_features
 from toolkit.analysis import FTS_IGNORE
-from toolkit.cli import main
+from toolkit.cli import _cache_settings, main
 from toolkit.config import load_config
 from toolkit.errors import StoreError
 from toolkit.pipeline import check_store
@@ -166,6 +166,9 @@ def test_hrt_ingest_no_compounds_flag_help_and_docs(tmp_path):
         check_store(st, cfg.with_updates({"retrieval.lexical.compounds": False}))
         with pytest.raises(StoreError, match="built with False.*hrt ingest --compounds"):
             check_store(st, cfg.with_updates({"retrieval.lexical.compounds": True}))
+    # `hrt run` on a dataset builds its cache with the config's pin (and back to the default without one).
+    assert _cache_settings([cfg.with_updates({"retrieval.lexical.compounds": False})], True) == PLAIN
+    assert _cache_settings([cfg], True) == IndexSettings()
     r = runner.invoke(main, ["search", "max_pool_size", "--store", str(store), "--mode", "lexical", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert "pool.md" in r.output and "words.md" not in r.output

@@ -23,8 +23,10 @@ a rebuild's up to float summation order. All of it is DML on the index tables pl
 the caller's transaction: nothing a WAL replay can trip on (the rebuild's DROP SCHEMA was, `Store._drop_fts`).
 
 Not detected here, so the caller must rebuild instead: a change of the stopword list (the kernel reuses the
-stored `stopwords` table) or of the stemmer (the store's `index_settings` record which one built the index), and chunks changed
-but not named in `removed`/`added`. An index of another layout (another extension version, several
+stored `stopwords` table) or of the stemmer (the store's `index_settings` record which one built the index), a switch of
+`IndexSettings.compounds` (every chunk's `lex_text` changes: `Store.ingest` re-analyses them all), and chunks changed
+but not named in `removed`/`added`. A write that keeps the settings writes its chunks' `lex_text` under the store's
+own (`IndexSettings.lexical_text`), so the postings added here follow them. An index of another layout (another extension version, several
 columns) is refused: `update_fts` returns False and writes nothing.
 """
 
