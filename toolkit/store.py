@@ -125,7 +125,7 @@ class IndexSettings:
         return (self.stemmer, self.stopwords, self.compounds)
 
     def record(self) -> dict[str, Any]:
-        """The settings as the store's meta and `Store.index_record` keep them: `compounds` only when off, so a store
+        """The settings as the store's meta, `Store.index_record` and `hrt info` show them: `compounds` only when off, so a store
         with the defaults reads as before (an older toolkit opens it; a learned model's record of its training
         stores, made before the field, compares equal)."""
         out = asdict(self)
@@ -1480,7 +1480,7 @@ class Store:
             "embedding_model": self.embedding_model,
             "embedding_dim": self.embedding_dim,
             "embedding_backend": self.embedding_backend,
-            "index_settings": asdict(self.settings) if self.settings else None,
+            "index_settings": self.settings.record() if self.settings else None,  # compounds named only when off
             # ("0": written since by an older toolkit; any other than analysis.ANALYSIS_VERSION: `stale_text`)
             "schema_version": self._meta("schema_version"),
             "lexical_analysis": self.lexical_analysis,
