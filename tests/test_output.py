@@ -44,6 +44,9 @@ def test_json_matches_the_documented_schema_with_correct_counts(store):
     doc = json.loads(_search(store, "service discovery on the local network", "--format", "json", "-n", "3"))
     jsonschema.validate(doc, SCHEMA)
     assert doc["n_results"] == len(doc["results"]) <= 3 and doc["query"] == "service discovery on the local network"
+    # A program branches on these before reading the rest (user trial BR: no version in the output at all)
+    assert list(doc)[:2] == ["schema_version", "toolkit_version"] and doc["schema_version"] == 1
+    assert doc["toolkit_version"] == __import__("toolkit").__version__
     for r in doc["results"]:
         assert isinstance(r["metadata"], dict) and len(r["snippet"]) <= 240 and r["origins"]
         assert {o["list"] for o in r["origins"]} <= {"bm25", "dense"}

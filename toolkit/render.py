@@ -364,6 +364,9 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+JSON_SCHEMA_VERSION = 1  # `schema_version` of `--format json` (docs/search-output.schema.json holds it as a const)
+
+
 def route_lines(notes: Mapping[str, Any] | None) -> list[str]:
     """Which way the query went, for the detailed format (`--format json` has it under notes.route): the per-query
     dense weight of `adapt` and why (user trial BQ read it only from JSON)."""
@@ -606,7 +609,10 @@ def render(
         out = [_json_result(r, excerpt_chars, query) for r in rows]
         skip = {"qid", "messages", "n_results", "reranker", "expander", "embedder", "provider_notes"}
         note = {k: v for k, v in dict(notes or {}).items() if k not in skip}
-        doc = {"query": query, "n_results": len(out), "notes": _json_safe(note), "providers": _json_safe(provider_field(notes)),
+        from . import __version__
+
+        # Versions first, so a program can branch on them before reading the rest (user trial BR: none in the output)
+        doc = {"schema_version": JSON_SCHEMA_VERSION, "toolkit_version": __version__, "query": query, "n_results": len(out), "notes": _json_safe(note), "providers": _json_safe(provider_field(notes)),
                "messages": lines, "results": _json_safe(out)}
         return _json_c1(json.dumps(doc, ensure_ascii=False, indent=2))
     if fmt == "detailed":
