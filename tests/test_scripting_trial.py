@@ -216,3 +216,25 @@ def test_a_reader_leaving_mid_output_ends_hrt_search_with_141_not_0(tmp_path):
     os.close(read_end)  # the reader goes away mid-output
     p.wait(60)
     assert p.returncode == EXIT_BROKEN_PIPE, p.stderr.read().decode()[-2000:]
+
+
+def test_ingest_takes_jsonl_records_on_stdin_without_a_file_or_a_folder_to_track(tmp_path):
+    """User trial BR: a service adding one memory had to write a temporary .jsonl per memory (`hrt ingest -` was "no
+    such file or folder"); each ingest then said "316 stored document(s) are not in /tmp/.../m.jsonl" and recorded the
+    dead temporary path in the store as a folder it tracks."""
+    store = str(tmp_path / "m.duckdb")
+    runner = CliRunner()
+    for i, text in enumerate(["the walrus prefers dark mode", "the walrus is allergic to kiwis"]):
+        r = runner.invoke(main, ["ingest", "-", "--store", store, "--no-embed"],
+                          input=json.dumps({"id": f"m{i}", "text": text, "user": "ana"}) + "\n")
+        assert r.exit_code == 0, r.output
+        assert "not in" not in r.output and "1 added" in r.output
+    with Store(store, read_only=True) as st:
+        assert st.ingest_roots() == [] and st.ids_where({"user": "ana"}) == ["m0", "m1"]
+    bad = runner.invoke(main, ["ingest", "-", "--store", store, "--no-embed"], input='{"id": "m2", "text": "ok"}\n{oops\n')
+    assert bad.exit_code == 2 and bad.output.startswith("error: stdin:2: malformed JSON") and "hrt-stdin" not in bad.output
+    for args, said in (([], "no records"), (["--prune"], "--prune: not with records from stdin")):
+        r = runner.invoke(main, ["ingest", "-", "--store", store, "--no-embed", *args], input="")
+        assert r.exit_code == 2 and said in r.output, r.output
+    with Store(store, read_only=True) as st:
+        assert st.stats()["documents"] == 2  # the bad batch stored nothing

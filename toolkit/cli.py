@@ -435,7 +435,8 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, co
            text_field, include, exclude, id_prefix, verbose, wait_s) -> None:
     """Load SOURCE into the store: chunk, embed (cached by model + text hash), rebuild the BM25 index.
 
-    SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, one text file, or a folder of text
+    SOURCE is a BEIR directory (corpus.jsonl), a .jsonl or .parquet file, JSONL records on stdin (-: one memory from a
+    program, no file needed, no folder recorded), one text file, or a folder of text
     files: .md, .markdown, .mdx, .txt, .text, .rst, and files without an extension (README, NEWS) whose content is UTF-8 text (source =
     relative path, scope = top folder). Any other extension (.py, .yaml, .log) is skipped, the same on every
     machine, until --include names it; --exclude leaves files or folders out; hidden files and folders are read
@@ -465,6 +466,11 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, co
     _note_backslashes(store_path)
     if id_prefix is not None:
         check_id_prefix(id_prefix, "--id-prefix")
+    stdin = source == "-"
+    if stdin:  # JSONL records from a program: one memory or a batch, without a temporary file (user trial BR)
+        if prune:
+            raise ToolkitError("--prune: not with records from stdin (-), which are no folder to keep the store in step with")
+        source = _stdin_jsonl()
     if not Path(source).exists():  # before the store is opened (and waited for): a typo is one line at once
         raise ToolkitError(f"{source}: no such file or folder")
     root = Path(source).resolve()
@@ -496,14 +502,19 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, co
     with Store(store_path, embedder=given, wait_s=wait_s) as st:
         # Read once the store is ours: two runs waiting for it (cron's, --wait) took it in no fixed order, and the one
         # that had read the folder first could write an older copy over a newer one (user trial AS).
-        docs = load_corpus(source, text_field=text_field, include=include, exclude=exclude, id_prefix=id_prefix)
+        try:
+            docs = load_corpus(source, text_field=text_field, include=include, exclude=exclude, id_prefix=id_prefix)
+        except ToolkitError as e:
+            if stdin:  # the lines are stdin's, not a temporary file's
+                raise type(e)(str(e).replace(str(source), "stdin")) from None
+            raise
         base = st.settings or IndexSettings()
         over = {k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "stemmer": stemmer, "stopwords": stopwords,
                                   "compounds": compounds}.items() if v is not None}
         settings = replace(base, **over)
         if settings.chunk_overlap >= settings.chunk_size:
             raise ToolkitError("--chunk-overlap must be smaller than --chunk-size")
-        roots = st.ingest_roots()
+        roots = [] if stdin else st.ingest_roots()  # records from stdin are added as the Python API adds them
         others = [r for r in roots if r != str(root)]
         # Read before the ingest replaces them: the stored documents another folder or file put under this
         # ingest's ids (a store without recorded roots has none: its replaced documents get `unknown_roots`' warning).
@@ -524,9 +535,10 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, co
             st.build_vector_index()
         replaced = sorted(i for i, row in _document_rows(st, list(before)).items() if row != before[i][0]) if before else []
         origins = [r for r in others if any(r in before[i][1] for i in replaced)]
-        unknown_roots = not roots and rep.changed > 0
-        st.add_ingest_root(root)
-        stale = [] if prune else sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in docs})
+        unknown_roots = not roots and rep.changed > 0 and not stdin
+        if not stdin:
+            st.add_ingest_root(root)
+        stale = [] if prune or stdin else sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in docs})
     _echo_skipped(docs, verbose)
     if replaced:  # same id, other content, put there by another folder or file: the data loss users do not see
         click.echo(_replaced_warning(replaced, root, origins), err=True)
@@ -550,6 +562,22 @@ def ingest(source, store_path, chunk_size, chunk_overlap, stemmer, stopwords, co
         what = f"{len(replaced)} of them replacing another source's document"
         summary = summary.replace(said, f"{said} ({what})", 1) if said in summary else f"{summary}; {what}"
     click.echo(f"{summary}{index_note}; {time.perf_counter() - t0:.1f} s in all -> {store_path}")
+
+
+def _stdin_jsonl() -> str:
+    """stdin's bytes as a JSONL file `load_corpus` reads (its checks and messages, which then name stdin): in a
+    temporary folder removed when the command ends."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="hrt-stdin-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = Path(folder) / "stdin.jsonl"
+    stream = sys.stdin.buffer if sys.stdin is not None else None
+    path.write_bytes(stream.read() if stream is not None else b"")
+    if not path.read_bytes().strip():
+        raise ToolkitError("stdin (-): no records: give JSONL, one object per line ({\"id\": ..., \"text\": ...})")
+    return str(path)
 
 
 def _refuse_pruning_files_on_disk(st, docs, root: Path, id_prefix: str | None) -> None:
