@@ -1038,8 +1038,9 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
         .sort("rank")
     )
     notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
-    if filter_note:
+    if filter_note:  # the filter left nothing, not the query's words (user trial BR: no_term_match said so in JSON)
         notes["messages"] = [*(notes.get("messages") or []), filter_note]
+        notes["no_term_match"] = False
     out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
                  excerpt_chars=cfg.output.excerpt_chars, query=query)
     from . import interrupts
