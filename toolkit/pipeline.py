@@ -196,8 +196,10 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # review of those rules (English versions kept, identifiers joined by hyphens go on); 6: `whole`, a query that
 # is only an identifier (user trial BD); 7: a `v`-version searched by its bare parts too (trial BD; cost the demo);
 # 8: by the bare version's compound only, and held by its bare form; 9: a query's stopwords dropped before stemming
-# (`store.QUERY_TERM_FILTER`, user trial BF).
-PREPARE_VERSION = 9  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
+# (`store.QUERY_TERM_FILTER`, user trial BF); 10: the learned features' BM25 coverage from the candidates, rounded
+# (the nineteenth session: values within 1e-9 of 9's, but LightGBM's splits moved with them, and a stage cache written
+# by 9's code made leave-one-out models depend on which runs a store had seen: user trial BS).
+PREPARE_VERSION = 10  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,
