@@ -33,11 +33,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from default_sweep import DEMO, REFERENCES, REL_THRESHOLD, RULES, SHARED, shortfall
+from default_sweep import DEMO, REFERENCES, REL_THRESHOLD, RULES, SHARED, out_of_collection_rows, shortfall
 
 from toolkit.compare import compare
 from toolkit.config import load_config
@@ -163,18 +162,8 @@ def report(per: pl.DataFrame, dense_only: pl.DataFrame, names: list[str], points
             lines.append(f"| {c} | {t['qid'].n_unique()} | {m} | " + " | ".join(cells) + " |")
 
     lines += ["", "### Leave one collection out: the point picked on the other collections' dev splits, "
-              "scored on this collection's test split (nDCG@10)", "", "| rule | " + cols + " | mean |",
-              "|---|" + "---:|" * (len(names) + 1)]
-    for label in REFERENCES:
-        lines.append(f"| {label} | " + " | ".join(f"{test[(label, c)]:.4f}" for c in names)
-                     + f" | {np.mean([test[(label, c)] for c in names]):.4f} |")
-    for rule, pick in RULES.items():
-        cells = []
-        for c in names:
-            p = pick(dev, points, [x for x in names if x != c])
-            cells.append((test[(p, c)], p))
-        lines.append(f"| {rule} | " + " | ".join(f"{v:.4f} ({p.split(' (')[0]})" for v, p in cells)
-                     + f" | {np.mean([v for v, _ in cells]):.4f} |")
+              "scored on this collection's test split (nDCG@10)", ""]
+    lines += out_of_collection_rows(dev, test, points, names)
 
     low = (RRF_K + 1) / (RRF_K + 100)
     lines += ["", f"### Test queries whose relevant document only the dense list found (dense top 10, not in BM25's "

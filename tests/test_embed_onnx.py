@@ -117,6 +117,19 @@ def test_the_export_prints_nothing_and_is_readable_by_other_users(tmp_path):
         assert stat.S_IMODE((entry / name).stat().st_mode) == 0o666 & ~mask
 
 
+def _fake_export(tmp_path, monkeypatch) -> Path:
+    """A tiny model folder, a cache of its own, and an export that writes only a manifest (no torch, no onnx)."""
+    from toolkit import embed_onnx
+
+    model = tmp_path / "weights" / "tiny-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(embed_onnx, "_export_fp32", lambda src, out: (out.mkdir(parents=True, exist_ok=True),
+                                                                     (out / "manifest.json").write_text("{}")))
+    return model
+
+
 def test_the_first_export_says_why_it_pauses_in_a_terminal_only(tmp_path, monkeypatch):
     """A first hybrid search paused ~10 s in silence while the model was exported: a terminal gets one line
     saying why; a pipe or log (the test above, the tutorials' stderr) gets nothing."""
@@ -129,12 +142,7 @@ def test_the_first_export_says_why_it_pauses_in_a_terminal_only(tmp_path, monkey
         def isatty(self) -> bool:
             return True
 
-    model = tmp_path / "weights" / "tiny-model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
-    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(embed_onnx, "_export_fp32", lambda src, out: (out.mkdir(parents=True, exist_ok=True),
-                                                                     (out / "manifest.json").write_text("{}")))
+    model = _fake_export(tmp_path, monkeypatch)
     for stream, heard in ((io.StringIO(), False), (Tty(), True)):
         monkeypatch.setattr(sys, "stderr", stream)
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)
@@ -195,12 +203,7 @@ def test_a_new_export_removes_the_exports_of_other_copies_of_the_weights_unused_
 
     from toolkit import embed_onnx
 
-    model = tmp_path / "weights" / "tiny-model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
-    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(embed_onnx, "_export_fp32", lambda src, out: (out.mkdir(parents=True, exist_ok=True),
-                                                                     (out / "manifest.json").write_text("{}")))
+    model = _fake_export(tmp_path, monkeypatch)
     onnx_dir = tmp_path / "cache" / "onnx"
     entries = {"tiny-model-0123456789abcdef": 40, "tiny-model-fedcba9876543210": 5, "other-model-0123456789abcdef": 40}
     for name, days in entries.items():
