@@ -238,3 +238,36 @@ def test_ingest_takes_jsonl_records_on_stdin_without_a_file_or_a_folder_to_track
         assert r.exit_code == 2 and said in r.output, r.output
     with Store(store, read_only=True) as st:
         assert st.stats()["documents"] == 2  # the bad batch stored nothing
+
+
+def test_search_batch_serves_a_programs_queries_from_one_process_a_line_each(tmp_path):
+    """User trial BR: a process per query cost a Node service 1.5-3 s and 160-345 MB each, and nothing let queries share
+    one. `hrt search - --batch` reads one JSON request a line and answers each with one line as it is read (a
+    co-process: the next request is written after the answer came back); a bad request is answered with its error and
+    the process goes on."""
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        st.ingest([{"doc_id": f"m{i}", "text": f"the walrus memory {i} about kiwis", "metadata": {"user": "ana" if i % 2 else "bob",
+                                                                                                 "pinned": i == 1}}
+                   for i in range(6)], embed=False)
+    p = subprocess.Popen([sys.executable, "-m", "toolkit", "search", "-", "--batch", "--store", str(store), "--config",
+                          "bm25-only", "-n", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+
+    def ask(line: str) -> dict:
+        p.stdin.write((line + "\n").encode())
+        p.stdin.flush()
+        return json.loads(p.stdout.readline())
+
+    first = ask(json.dumps({"qid": "a", "query": "walrus kiwis"}))
+    assert list(first)[:3] == ["qid", "schema_version", "toolkit_version"] and first["n_results"] == 2
+    assert ask("{oops")["error"].startswith("stdin:2: malformed JSON")
+    ana = ask(json.dumps({"qid": "b", "query": "walrus kiwis", "where": {"user": "ana"}, "n": 5}))
+    assert ana["qid"] == "b" and {r["doc_id"] for r in ana["results"]} == {"m1", "m3", "m5"}
+    pinned = ask(json.dumps({"query": "walrus", "where": {"pinned": True}}))
+    assert pinned["qid"] == 4 and [r["doc_id"] for r in pinned["results"]] == ["m1"]  # no qid: the line number
+    assert ask(json.dumps({"qid": "c", "query": " "}))["error"] == 'stdin:5: "query": the query text (a non-empty string)'
+    p.stdin.close()
+    assert p.wait(60) == 0 and p.stdout.read() == b""
+    r = CliRunner().invoke(main, ["search", "walrus", "--batch", "--store", str(store)])
+    assert r.exit_code == 2 and "--batch reads its queries from stdin" in r.output

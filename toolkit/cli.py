@@ -943,8 +943,12 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
 @click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or HRT_RERANK_* environment).")
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to keep trying while another process writes to the store.")
+@click.option("--batch", is_flag=True,
+              help="Serve many queries from one process: QUERY is -, each stdin line a JSON request ({\"query\": ..., "
+                   "\"qid\", \"where\", \"scope\", \"as_of\", \"n\"}), each answered by one line of JSON on stdout as it "
+                   "is read (docs/output.md).")
 @_cycle_collector_paused()
-def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of, verbose, wait_s) -> None:
+def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of, verbose, wait_s, batch) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
 
     Each result shows its final score and where it came from (each list's rank and score), the memory
@@ -969,12 +973,14 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
     from .rerank_env import resolve_rerank
 
     _need_stdout()
-    if query == "-":  # stdin: any text, whatever it starts with
+    if batch and query != "-":
+        raise ToolkitError("--batch reads its queries from stdin: give QUERY as - (hrt search - --batch --store S)")
+    if query == "-" and not batch:  # stdin: any text, whatever it starts with
         if sys.stdin is None:
             raise ToolkitError("the query is '-' (read it from stdin), but stdin is closed")
         query = sys.stdin.read().strip().removeprefix("\ufeff").strip()  # a Windows editor's BOM is not part of it
     scope = scope or None  # --scope "" is an unset variable, not the scope ''
-    if not query.strip():
+    if not batch and not query.strip():
         raise ToolkitError("the query is empty")
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode).with_updates({"output.n": n}))
     if backend:
@@ -990,8 +996,6 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
     bind_without_pandas()
     if verbose:
         click.echo(rr_source.describe(cfg), err=True)
-    q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope], "metadata": [json.dumps(_as_of_metadata(cfg, as_of))]},
-                     schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
     # Unchecked only in a process of its own: DuckDB refuses a second connection to the file with other settings,
     # and a notebook or a test holding the store open searched it in-process (the review).
     with Store(store_path, read_only=True, wait_s=wait_s, verify_extension=not _PROGRAM) as st:
@@ -1008,45 +1012,111 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
                            "(--mode lexical); `hrt ingest` without --no-embed adds dense search", err=True)
                 cfg, _ = resolve_rerank(_load_cfg(None, "lexical").with_updates({"output.n": n}))
             _warn_dense_coverage(embedded, chunks)
-        with warnings.catch_warnings():  # the stale-text warning: said below, with this query in mind
-            warnings.simplefilter("ignore", StaleTextWarning)
-            prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
-        res = rescore(prep, cfg)
-        top = res.shown()  # output.n is n
-        filter_note = None
-        if not len(top):  # a bare "no results" says nothing: why, when it can be told
-            if cfg.retrieval.filters:  # said with the results (JSON `messages` too), below
-                filter_note = _filter_note(st.filter_counts(cfg.retrieval.filters))
-            if scope is not None:
-                _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
-            elif filter_note is None and not st.doc_sources().height:  # (a store emptied by `hrt delete`: trial AY)
-                click.echo(f"note: {store_path} holds no documents (`hrt ingest` adds them)", err=True)
-            elif filter_note is None and not res.per_query.is_empty() and res.per_query["no_term_match"][0] and (
-                    st.lexical_analysis == ANALYSIS_VERSION):  # (else the older analysis is the reason, said below)
-                # A lexical search for stopwords or symbols said a bare "no results" (user trial AY).
-                click.echo("note: BM25 found no document holding any of the query's indexed words (stopwords and symbols "
-                           "are not indexed)", err=True)
-        _note_short_lists(cfg, n, len(top))
-        if cfg.retrieval.lexical.enabled:
-            _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
-        docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
-        chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", "start_char", pl.col("text").alias("excerpt"))
-    rows = (
-        top.join(docs, on="doc_id", how="left")
-        .join(chunks, on="chunk_id", how="left")
-        .join(origins(prep.candidates, top, cfg.fusion), on=["qid", "doc_id"], how="left")
-        .sort("rank")
-    )
-    notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
-    if filter_note:  # the filter left nothing, not the query's words (user trial BR: no_term_match said so in JSON)
-        notes["messages"] = [*(notes.get("messages") or []), filter_note]
-        notes["no_term_match"] = False
-    out = render(rows, notes=notes, fmt=fmt or cfg.output.format, max_chars=cfg.output.max_chars,
-                 excerpt_chars=cfg.output.excerpt_chars, query=query)
-    from . import interrupts
 
+        def answer(query: str, scope: str | None, as_of: str | None, cfg, n: int, fmt: str) -> str:
+            """One query's results, rendered; notes on stderr."""
+            q = pl.DataFrame({"qid": ["q"], "text": [query], "scope": [scope], "metadata": [json.dumps(_as_of_metadata(cfg, as_of))]},
+                             schema={"qid": pl.Utf8, "text": pl.Utf8, "scope": pl.Utf8, "metadata": pl.Utf8})
+            with warnings.catch_warnings():  # the stale-text warning: said below, with this query in mind
+                warnings.simplefilter("ignore", StaleTextWarning)
+                prep = prepare(st, q, cfg, one_shot=True)  # the stage cache key holds the query's metadata (its date)
+            res = rescore(prep, cfg)
+            top = res.shown()  # output.n is n
+            filter_note = None
+            if not len(top):  # a bare "no results" says nothing: why, when it can be told
+                if cfg.retrieval.filters:  # said with the results (JSON `messages` too), below
+                    filter_note = _filter_note(st.filter_counts(cfg.retrieval.filters))
+                if scope is not None:
+                    _note_unknown_scope(st.doc_sources(), st.stored_form("scope", scope))
+                elif filter_note is None and not st.doc_sources().height:  # (a store emptied by `hrt delete`: trial AY)
+                    click.echo(f"note: {store_path} holds no documents (`hrt ingest` adds them)", err=True)
+                elif filter_note is None and not res.per_query.is_empty() and res.per_query["no_term_match"][0] and (
+                        st.lexical_analysis == ANALYSIS_VERSION):  # (else the older analysis is the reason, said below)
+                    # A lexical search for stopwords or symbols said a bare "no results" (user trial AY).
+                    click.echo("note: BM25 found no document holding any of the query's indexed words (stopwords and "
+                               "symbols are not indexed)", err=True)
+            _note_short_lists(cfg, n, len(top))
+            if cfg.retrieval.lexical.enabled:
+                _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
+            docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
+            chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", "start_char", pl.col("text").alias("excerpt"))
+            rows = (
+                top.join(docs, on="doc_id", how="left")
+                .join(chunks, on="chunk_id", how="left")
+                .join(origins(prep.candidates, top, cfg.fusion), on=["qid", "doc_id"], how="left")
+                .sort("rank")
+            )
+            notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
+            if filter_note:  # the filter left nothing, not the query's words (user trial BR: no_term_match said so)
+                notes["messages"] = [*(notes.get("messages") or []), filter_note]
+                notes["no_term_match"] = False
+            return render(rows, notes=notes, fmt=fmt, max_chars=cfg.output.max_chars,
+                          excerpt_chars=cfg.output.excerpt_chars, query=query)
+
+        from . import interrupts
+
+        if batch:
+            _answer_lines(answer, cfg, scope, as_of, n)
+            return
+        out = answer(query, scope, as_of, cfg, n, fmt or cfg.output.format)
     interrupts.check()  # cancelled is cancelled: no results after a Ctrl-C a library swallowed
     _echo_whole(out)
+
+
+def _answer_lines(answer, cfg, scope: str | None, as_of: str | None, n: int) -> None:
+    """`hrt search - --batch`: one JSON request a line on stdin, one JSON answer a line on stdout, written as each
+    request is read, so one process serves a program's queries for as long as it keeps stdin open (user trial BR: a
+    process per query cost 1.5-3 s and 160-345 MB each). A request: {"query": ..., "qid"?, "scope"?, "where"?: {field:
+    value}, "as_of"?, "n"?}; the answer is the --format json object with the request's `qid` first, or {"qid", "error"}
+    for a request that cannot be answered (the process goes on)."""
+    from . import interrupts
+    from .config import filter_value
+
+    for lineno, line in enumerate(sys.stdin, start=1):
+        if not line.strip():
+            continue
+        qid: object = lineno
+        try:
+            req = json.loads(line.removeprefix("\ufeff"))
+            if not isinstance(req, dict):
+                raise ToolkitError("a request is a JSON object: {\"query\": ...}")
+            qid = req.get("qid", lineno)
+            query = req.get("query")
+            if not isinstance(query, str) or not query.strip():
+                raise ToolkitError("\"query\": the query text (a non-empty string)")
+            wanted = req.get("n", n)
+            if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= 1000:
+                raise ToolkitError(f"\"n\": a number of results from 1 to 1000, got {wanted!r}")
+            where = req.get("where") or {}
+            if not isinstance(where, dict):
+                raise ToolkitError("\"where\": an object of metadata field -> value")
+            try:  # JSON's numbers and true/false as the config reads them
+                where = {str(k): filter_value(str(k), v) for k, v in where.items()}
+            except ValueError as e:
+                raise ToolkitError(f"\"where\": {e}") from None
+            one = cfg.with_updates({"output.n": wanted})
+            if where:
+                one = _with_where(one, where)
+            when = req.get("as_of", as_of)
+            if when is not None:
+                _iso_date_or_error(when)
+            doc = json.loads(answer(query, req.get("scope", scope) or None, when, one, wanted, "json"))
+            out = {"qid": qid, **doc}
+        except json.JSONDecodeError as e:
+            out = {"qid": qid, "error": f"stdin:{lineno}: malformed JSON ({e.msg} at column {e.colno})"}
+        except ToolkitError as e:
+            out = {"qid": qid, "error": f"stdin:{lineno}: {e}"}
+        interrupts.check()
+        _echo_whole(json.dumps(out, ensure_ascii=False))
+
+
+def _iso_date_or_error(value: object) -> None:
+    if not isinstance(value, str):
+        raise ToolkitError(f"\"as_of\": an ISO date or datetime, got {value!r}")
+    try:
+        _iso_date(value)
+    except click.BadParameter as e:
+        raise ToolkitError(f"\"as_of\": {e.message}") from None
 
 
 def _note_short_lists(cfg, n: int, got: int) -> None:
