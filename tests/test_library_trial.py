@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from fake_servers import fake_server_fixture  # noqa: F401 - the fixture is used by name
 
 import toolkit
 from toolkit.config import PipelineConfig, load_config
@@ -107,7 +108,7 @@ def test_no_progress_bar_is_made_when_none_is_shown(tmp_path, monkeypatch, embed
     assert len(res.shown()) == 5
 
 
-def test_a_long_ingest_into_a_log_says_how_far_it_is_in_lines(tmp_path, monkeypatch):
+def test_a_long_ingest_into_a_log_says_how_far_it_is_in_lines(tmp_path, monkeypatch, fake_server):
     """User trial BQ: `hrt ingest -v` into a log file printed nothing for a 7-minute ingest, then its summary (bars are
     for terminals; tqdm's carriage returns garble a log). With -v a log gets a line every 30 s and one at the end;
     without -v, and under TQDM_DISABLE, nothing."""
@@ -125,16 +126,18 @@ def test_a_long_ingest_into_a_log_says_how_far_it_is_in_lines(tmp_path, monkeypa
     for i in range(40):
         (folder / f"n{i}.md").write_text(f"note {i} about the deploy freeze and retries")
     runner = CliRunner()
-    quiet = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "q.duckdb")])
+    remote = ["--embed-url", fake_server.embeddings_url, "--model", "fake-embed"]  # no model to load: the bar's the point
+    quiet = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "q.duckdb"), *remote])
     assert quiet.exit_code == 0, quiet.output
     assert "embedding:" not in quiet.output
-    loud = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "v.duckdb"), "-v"])
+    loud = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "v.duckdb"), "-v", *remote])
     assert loud.exit_code == 0, loud.output
     lines = [x for x in loud.output.splitlines() if x.startswith("embedding:")]
-    assert lines == ["embedding: 40 of 40 text (100%) in 31 s", "embedding: done, 40 of 40 text (100%) in 62 s"]
+    assert lines == ["embedding: 32 of 40 text (80%) in 31 s, about 8 s left",  # the endpoint's batches of 32
+                     "embedding: 40 of 40 text (100%) in 62 s", "embedding: done, 40 of 40 text (100%) in 93 s"]
     assert "\r" not in loud.output
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    off = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "d.duckdb"), "-v"])
+    off = runner.invoke(main, ["ingest", str(folder), "--store", str(tmp_path / "d.duckdb"), "-v", *remote])
     assert off.exit_code == 0 and "embedding:" not in off.output
 
 
