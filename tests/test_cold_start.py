@@ -217,3 +217,19 @@ def test_hrt_search_as_a_program_ends_at_once_with_its_output_and_exit_handlers(
     assert missing.stderr.endswith("exit handler ran\nos._exit(2)\n")
     other = run("info", "--store", str(path))
     assert other.returncode == 0 and other.stderr == "exit handler ran\n", other.stderr
+
+
+def test_a_frame_registered_lean_then_through_arrow_replaces_the_first(tmp_path, monkeypatch):
+    """`hrt search --batch` answered its first hybrid query and failed the second ("Table with name want already
+    exists"): the first, lean, registered its ids as a temp table, and by the second pyarrow was imported, so the same
+    name went in as a view beside the table."""
+    import polars as pl
+
+    from toolkit.store import _Connection
+
+    with Store(tmp_path / "s.duckdb", embedder=None) as st:
+        st.ingest([{"doc_id": "a", "text": "walrus"}], embed=False)
+        for lean, hashes in ((True, ["h1", "h2"]), (False, ["h3"]), (True, ["h4"]), (False, ["h5", "h6"])):
+            monkeypatch.setattr(_Connection, "lean", property(lambda self, lean=lean: lean))
+            st._register("want", pl.DataFrame({"text_hash": hashes}))
+            assert [r[0] for r in st.con.execute("SELECT text_hash FROM want ORDER BY ALL").fetchall()] == hashes

@@ -1073,6 +1073,7 @@ class Store:
         if embedder is not None:
             _check_embedder(embedder)
         self._calls = _Calls(self.path)  # the calls under way, which `close` lets finish
+        self._registered: dict[str, str] = {}  # `_register`'s frames: a temp table (the lean path) or a view
         self._closing = threading.Lock()
         self._dense_lock = threading.Lock()  # one thread builds the dense matrix of a generation
         self._embedder_lock = threading.Lock()
@@ -1742,9 +1743,16 @@ class Store:
             if name not in _REGISTERED or not all(c.isidentifier() for c in df.columns):
                 raise ValueError(f"internal frame name {name!r} / columns {df.columns} not allowed in SQL text")
             cols = ", ".join(f'unnest(?::{sql_types[t]}[]) AS "{c}"' for c, t in df.schema.items())
+            if self._registered.get(name) == "view":  # a table cannot replace a view of the same name
+                self.con.unregister(name)
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {cols}", [df[c].to_list() for c in df.columns])
+            self._registered[name] = "table"
             return
+        if self._registered.get(name) == "table":  # nor a view be made beside a table: `hrt search --batch` answered its
+            # first hybrid query and failed the second ("want" already exists), pyarrow having come in between
+            self.con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")  # name: one of `_REGISTERED` (a table is lean's)
         self.con.register(name, df.lazy())
+        self._registered[name] = "view"
 
     def _fill_embedding_cache(self, by_hash: dict[str, str], emb: Embedder, *, progress: bool,
                               computed: dict[str, np.ndarray] | None = None) -> tuple[int, int]:
