@@ -271,3 +271,5 @@ def test_search_batch_serves_a_programs_queries_from_one_process_a_line_each(tmp
     assert p.wait(60) == 0 and p.stdout.read() == b""
     r = CliRunner().invoke(main, ["search", "walrus", "--batch", "--store", str(store)])
     assert r.exit_code == 2 and "--batch reads its queries from stdin" in r.output
+    r = CliRunner().invoke(main, ["search", "-", "--batch", "--format", "compact", "--store", str(store)], input="")
+    assert r.exit_code == 2 and "--batch answers in JSON lines" in r.output

@@ -975,6 +975,8 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
     _need_stdout()
     if batch and query != "-":
         raise ToolkitError("--batch reads its queries from stdin: give QUERY as - (hrt search - --batch --store S)")
+    if batch and fmt not in (None, "json"):
+        raise ToolkitError(f"--batch answers in JSON lines: --format {fmt} cannot be one")
     if query == "-" and not batch:  # stdin: any text, whatever it starts with
         if sys.stdin is None:
             raise ToolkitError("the query is '-' (read it from stdin), but stdin is closed")
