@@ -273,3 +273,24 @@ def test_search_batch_serves_a_programs_queries_from_one_process_a_line_each(tmp
     assert r.exit_code == 2 and "--batch reads its queries from stdin" in r.output
     r = CliRunner().invoke(main, ["search", "-", "--batch", "--format", "compact", "--store", str(store)], input="")
     assert r.exit_code == 2 and "--batch answers in JSON lines" in r.output
+
+
+def test_json_output_in_a_non_utf8_encoding_is_escaped_not_an_error(tmp_path):
+    """User trial BR: with PYTHONIOENCODING=latin-1 a JSON search failed on the first "…" of a snippet ("cannot write
+    \\u2026", exit 2). JSON can say every character in ASCII escapes, which read back as the same text; text formats
+    still refuse rather than show altered text."""
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        st.ingest([{"doc_id": "n1", "text": "walrus → kiwis ✓ 日本語 note"}], embed=False)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PYTHONIOENCODING": "latin-1"}
+    for extra in ([], ["--batch"]):
+        query = ["-"] if extra else ["walrus"]
+        r = subprocess.run([sys.executable, "-m", "toolkit", "search", *query, *extra, "--store", str(store), "--config",
+                            "bm25-only", "--format", "json"], input=b'{"query": "walrus"}\n' if extra else None,
+                           capture_output=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr.decode()[-1000:]
+        doc = json.loads(r.stdout.decode("ascii"))  # every character escaped
+        assert doc["results"][0]["snippet"] == "walrus → kiwis ✓ 日本語 note"
+    text = subprocess.run([sys.executable, "-m", "toolkit", "search", "walrus", "--store", str(store), "--config",
+                           "bm25-only"], capture_output=True, env=env, timeout=120)
+    assert text.returncode == 2 and b"cannot write" in text.stderr

@@ -1062,7 +1062,7 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
             return
         out = answer(query, scope, as_of, cfg, n, fmt or cfg.output.format)
     interrupts.check()  # cancelled is cancelled: no results after a Ctrl-C a library swallowed
-    _echo_whole(out)
+    _echo_whole(_json_for_stdout(out, indent=2) if (fmt or cfg.output.format) == "json" else out)
 
 
 def _answer_lines(answer, cfg, scope: str | None, as_of: str | None, n: int) -> None:
@@ -1109,7 +1109,21 @@ def _answer_lines(answer, cfg, scope: str | None, as_of: str | None, n: int) -> 
         except ToolkitError as e:
             out = {"qid": qid, "error": f"stdin:{lineno}: {e}"}
         interrupts.check()
-        _echo_whole(json.dumps(out, ensure_ascii=False))
+        _echo_whole(_json_for_stdout(json.dumps(out, ensure_ascii=False)))
+
+
+def _json_for_stdout(text: str, indent: int | None = None) -> str:
+    """JSON text stdout's encoding can write: as it is in UTF-8, else with every non-ASCII character escaped (\\u2026),
+    which JSON reads back as the same text. PYTHONIOENCODING=latin-1 made a JSON search fail on the first "…" of a
+    snippet (user trial BR); text formats still fail there rather than show altered text."""
+    enc = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        text.encode(enc)
+        return text
+    except UnicodeEncodeError:
+        return json.dumps(json.loads(text), ensure_ascii=True, indent=indent)
+    except LookupError:
+        return text
 
 
 def _iso_date_or_error(value: object) -> None:
