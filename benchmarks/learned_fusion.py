@@ -96,7 +96,7 @@ PARAM_SETS = {"leaves15": {}}  # 4, 7 and 31 leaves and stronger L2 were tried: 
 PRIORS = (0.0, 2.0)
 
 
-def select(dev: dict, dev_q: dict, thresholds: dict, seed: int, say) -> None:
+def select(dev: dict, dev_q: dict, thresholds: dict, seed: int, say, balance: float = 0.5) -> None:
     """nDCG@10 on each collection's DEV split of models trained on the other collections' dev splits."""
     names = list(dev)
     say("\n### Model selection: leave-one-collection-out on the dev splits (nDCG@10)\n",
@@ -110,7 +110,7 @@ def select(dev: dict, dev_q: dict, thresholds: dict, seed: int, say) -> None:
                 for target in names:
                     others = [n for n in names if n != target]
                     m, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), features=feats,
-                               seed=seed, rel_threshold=thresholds, params=params, prior=prior)  # fmt: skip
+                               seed=seed, rel_threshold=thresholds, params=params, prior=prior, balance=balance)  # fmt: skip
                     d = dev[target].with_columns(pl.Series("_s", m.predict(dev[target])))
                     vals[target] = float(evaluate(_order(d, "_s"), dev_q[target].select("qid", "doc_id", "rel"), ["nDCG@10"],
                                                   rel_threshold=thresholds[target])["value"].mean())  # fmt: skip
@@ -140,6 +140,9 @@ def main() -> None:
                     help="More collections (comma-separated NAMES, each a BEIR folder FOLDER/name with dev and test qrels), "
                          "added to --collections; their stores are STORES/<name>.duckdb (default: in --stores). Repeatable.")  # fmt: skip
     ap.add_argument("--presets", default="", help="Comma-separated config presets added as rows (e.g. default).")
+    ap.add_argument("--balance", type=float, default=0.5,
+                    help="fit's per-query weight exponent when pooling collections: (largest collection's query count / "
+                         "own count) ** balance; 0 weighs every query the same, 1 every collection the same in total.")
     args = ap.parse_args()
     shared, stores, work = Path(args.shared), Path(args.stores), Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -162,29 +165,29 @@ def main() -> None:
             print(f"{n}: dev features {len(dev[n])} rows in {time.perf_counter() - t:.1f}s", flush=True)
     thresholds = {n: REL_THRESHOLD.get(n, 1) for n in names}
     if args.select:
-        select(dev, dev_q, thresholds, args.seed, say)
+        select(dev, dev_q, thresholds, args.seed, say, args.balance)
         if args.markdown:
             Path(args.markdown).write_text("\n".join(lines) + "\n")
         return
 
     t = time.perf_counter()
-    pooled, prep_rep = fit(pl.concat(list(dev.values())), pl.concat(list(dev_q.values())), seed=args.seed, rel_threshold=thresholds)
+    pooled, prep_rep = fit(pl.concat(list(dev.values())), pl.concat(list(dev_q.values())), seed=args.seed, rel_threshold=thresholds, balance=args.balance)
     t_pooled = time.perf_counter() - t
     pooled.save(work / "pooled.json")
     say(f"\npooled training on the dev splits of {', '.join(names)}: {t_pooled:.1f}s wall "
-        f"({prep_rep.best_iteration} trees; fit report {prep_rep.seconds['train']:.1f}s)")  # fmt: skip
+        f"({prep_rep.best_iteration} trees; fit report {prep_rep.seconds['train']:.1f}s; balance {args.balance})")  # fmt: skip
 
     summary, eces, timing = [], [], []
     for target in names:
         others = [n for n in names if n != target]
         t = time.perf_counter()
-        loo, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds)
+        loo, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds, balance=args.balance)
         t_loo = time.perf_counter() - t
         loo_path = loo.save(work / f"loo-{target}.json")
-        port, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds,
+        port, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds, balance=args.balance,
                       features=TRANSFER_FEATURES, prior=0.0)  # fmt: skip
         port_path = port.save(work / f"loo-portable-{target}.json")
-        own, _ = fit(dev[target], dev_q[target], seed=args.seed, rel_threshold=thresholds)
+        own, _ = fit(dev[target], dev_q[target], seed=args.seed, rel_threshold=thresholds, balance=args.balance)
         own_path = own.save(work / f"own-{target}.json")
         ds = Dataset.open(dataset_dir(target, shared))
         queries, qrels = ds.queries("test"), ds.qrels("test")
@@ -205,7 +208,7 @@ def main() -> None:
             if args.pseudo:  # label-free adaptation: the target corpus's own pseudo-queries join the training data
                 pd_, pq_ = collect_pseudo(st, args.pseudo, config=base, name=f"{target}~pseudo", seed=args.seed)
                 adapted, _ = fit(pl.concat([dev[n] for n in others] + [pd_.select(dev[target].columns)]),
-                                 pl.concat([dev_q[n] for n in others] + [pq_.select(dev_q[target].columns)]), seed=args.seed, rel_threshold=thresholds,
+                                 pl.concat([dev_q[n] for n in others] + [pq_.select(dev_q[target].columns)]), seed=args.seed, rel_threshold=thresholds, balance=args.balance,
                                  features=TRANSFER_FEATURES, prior=0.0)  # fmt: skip
                 configs["learned (LOO, portable + pseudo)"] = base.with_updates({"fusion.model": str(adapted.save(work / f"loo-pseudo-{target}.json"))})
             if args.tune_budget:
