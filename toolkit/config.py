@@ -34,6 +34,7 @@ whenever `a` and `b` differ only in rescore fields (tests/test_stage_boundary.py
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fnmatch
 import functools
@@ -322,6 +323,15 @@ _Bucket = Annotated[
 ]
 
 
+@contextlib.contextmanager
+def _config_errors(model: type[BaseModel]) -> Iterator[None]:
+    """A model built in Python: pydantic's ValidationError as a `ConfigError` naming the model's fields."""
+    try:
+        yield
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, model.__name__, model)) from None
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False,
@@ -331,26 +341,20 @@ class _Model(BaseModel):
     if not TYPE_CHECKING:  # (a checker keeps pydantic's typed signatures)
         def __init__(self, /, **data: Any) -> None:
             """Pydantic's ValidationError as a `ConfigError` naming the field (user trial BP)."""
-            try:
+            with _config_errors(type(self)):
                 super().__init__(**data)
-            except ValidationError as e:
-                raise ConfigError(_format_errors(e, type(self).__name__, type(self))) from None
 
         __init__.__pydantic_base_init__ = True  # pydantic's validation (a section inside a config) never calls it
 
         @classmethod
         def model_validate(cls, *args: Any, **kwargs: Any) -> Any:
-            try:
+            with _config_errors(cls):
                 return super().model_validate(*args, **kwargs)
-            except ValidationError as e:
-                raise ConfigError(_format_errors(e, cls.__name__, cls)) from None
 
         @classmethod
         def model_validate_json(cls, *args: Any, **kwargs: Any) -> Any:
-            try:
+            with _config_errors(cls):
                 return super().model_validate_json(*args, **kwargs)
-            except ValidationError as e:
-                raise ConfigError(_format_errors(e, cls.__name__, cls)) from None
 
     def __hash__(self) -> int:
         """Frozen, so hashable as a dict key or `functools.cache` argument: pydantic's own hash failed on the list
