@@ -125,7 +125,7 @@ def p_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     feats = of(prep)
 
     def build() -> pl.DataFrame:
-        m = FusionModel.load(path)
+        m = FusionModel.read(path)
         if not m.router:
             raise InputError(f"fusion.router: {path} holds no router (retrain it with `hrt train-fusion`)")
         q = query_inputs(feats)
