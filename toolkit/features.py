@@ -52,7 +52,8 @@ _FILE_EXT = (
     "sql|duckdb|db|sqlite|sh|bash|zsh|ps1|go|rs|java|kt|scala|c|cc|cpp|h|hpp|cs|rb|php|swift|lua|r|html|css|"
     "scss|xml|lock|log|tf|proto|gradle|pem|crt|key|whl|tar|gz|tgz|zip|dll|so|exe|pdf|docx|xlsx"
 )
-_UNITS = r"(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x\b|uhr\b)"
+# A unit is a whole word: "3.11 security", "18.2 minimal" and "2.4 weekly" are versions (the units' prefixes hid them).
+_UNITS = r"(?:(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x|uhr)(?!\w))"
 # A currency beside a number: "1.000 €", "12.500,00 EUR", "€ 2.500" are amounts written with European separators
 # (on one line: "Python 3.11" ending a line before "$ pip install" is a version).
 _MONEY = r"(?:€|£|eur\b|euros?\b|chf\b|usd\b|gbp\b)"
@@ -101,8 +102,20 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             rf"(?<![\w$€£.])v\d+(?:\.\d+)*\b{_VERSION_SUFFIX}"
             rf"|{_NOT_AFTER_MONEY}(?<![\w$€£.])\d+\.\d+(?:\.\d+)+\b(?![ \t]?{_MONEY})(?!,\d\d(?!\d)){_VERSION_SUFFIX}"
-            rf"|{_NOT_AFTER_MONEY}(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?![ \t]?{_MONEY})(?!\.\d)(?!,\d\d(?!\d))"
+            rf"|{_NOT_AFTER_MONEY}(?<![\w$€£.])\d+\.\d+\b(?!\s*{_UNITS})(?!-\d+(?:\.\d+)?\s*{_UNITS})(?![ \t]?{_MONEY})(?!\.\d)(?!,\d\d(?!\d))"
             rf"|\b[A-Za-z]+\d+(?:\.\d+)+\b",
+            re.I,
+        ),
+    ),
+    # A Debian or RPM package version: upstream, revision, epoch ("2.5.5-5", "1:9.2p1-2+deb12u2", "2.36-9+deb12u4",
+    # "1.2.3-1ubuntu0.1"; user trial BT: cut to "2.5.5", or to "2p1" and "deb12u2", so the guard let the only
+    # changelog entry naming the version fall from BM25 #1 to rank 8). The revision starts with a whole number and no
+    # dot: "2.14.3-2.15.0" and "3.9-3.11" stay two versions, "1.5-2 hours" none.
+    (
+        "version",
+        re.compile(
+            rf"{_NOT_AFTER_MONEY}(?<![\w$€£.:+~-])(?:\d+:)?\d+(?:\.\d+)+(?:[a-z]+\d*)?-\d+(?:[a-z]+[0-9a-z.]*)?(?:[+~][0-9a-z.+~]*)?"
+            rf"(?!\.?\d)(?!\w)(?!\s*{_UNITS})",
             re.I,
         ),
     ),
