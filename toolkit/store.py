@@ -1222,7 +1222,9 @@ class Store:
     def _migrate(self) -> None:
         """Bring a store written by an earlier version up to date in place (nothing is rebuilt):
         documents.text_hash (sha1 of the text's NFC form, for collapsing identical documents) is added and filled."""
-        cols = {r[0] for r in self.con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'documents'").fetchall()}
+        # The table's own columns, not information_schema's listing of every column of every table (15 ms of each
+        # writable open, the FTS index's tables included, against 0.4 ms).
+        cols = {r[0] for r in self.con.execute("SELECT name FROM pragma_table_info('main.documents')").fetchall()}
         if "text_hash" not in cols:
             self.con.execute("ALTER TABLE documents ADD COLUMN text_hash VARCHAR")
         if self.con.execute("SELECT count(*) FROM documents WHERE text_hash IS NULL").fetchone()[0]:
