@@ -50,7 +50,8 @@ TECH_ACRONYMS = frozenset([
 _FILE_EXT = (
     "py|pyi|ipynb|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|ini|cfg|conf|env|md|rst|txt|csv|tsv|parquet|"
     "sql|duckdb|db|sqlite|sh|bash|zsh|ps1|go|rs|java|kt|scala|c|cc|cpp|h|hpp|cs|rb|php|swift|lua|r|html|css|"
-    "scss|xml|lock|log|tf|proto|gradle|pem|crt|key|whl|tar|gz|tgz|zip|dll|so|exe|pdf|docx|xlsx"
+    "scss|xml|lock|log|tf|proto|gradle|pem|crt|key|whl|tar|gz|tgz|zip|dll|so|exe|pdf|docx|xlsx|"
+    "patch|diff|m4|symbols|service|spec|cmake|mk"  # a distribution's files (user trial BT)
 )
 # A unit is a whole word: "3.11 security", "18.2 minimal" and "2.4 weekly" are versions (the units' prefixes hid them).
 _UNITS = r"(?:(?:%|percent|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|stars?|km|miles?|kg|lbs?|times|x|uhr)(?!\w))"
@@ -78,6 +79,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5}\b|/\d{1,2}\b)?(?![.\d])|(?<![\w.-])(?:[A-Za-z][\w-]*(?:\.[\w-]+)+|[A-Za-z][\w-]{2,}):(?:\d{3,5}|80|22|25|53)\b(?![.:]\d)"
         ),
     ),
+    ("email", re.compile(r"(?<![\w.+-])[\w.+-]*\w@[\w-]+(?:\.[\w-]+)+\b")),  # mitya57@debian.org was two tokens
     (
         "url",
         re.compile(
@@ -93,7 +95,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "file",
         re.compile(
-            rf"(?<![\w/])[\w\-]*\w\.(?:{_FILE_EXT})(?:\.\d+)*\b|(?<![\w/])\.(?:env|bashrc|zshrc|profile|gitignore|npmrc|dockerignore|editorconfig)\b",
+            rf"(?<![\w/])(?:[\w.\-]+/)*[\w\-]*\w\.(?:{_FILE_EXT})(?:\.\d+)*\b|(?<![\w/])\.(?:env|bashrc|zshrc|profile|gitignore|npmrc|dockerignore|editorconfig)\b",
             re.I,
         ),
     ),
@@ -114,12 +116,18 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "version",
         re.compile(
-            rf"{_NOT_AFTER_MONEY}(?<![\w$€£.:+~-])(?:\d+:)?\d+(?:\.\d+)+(?:[a-z]+\d*)?-\d+(?:[a-z]+[0-9a-z.]*)?(?:[+~][0-9a-z.+~]*)?"
-            rf"(?!\.?\d)(?!\w)(?!\s*{_UNITS})",
+            rf"{_NOT_AFTER_MONEY}(?<![\w$€£.:+~-])(?:\d+:)?(?:\d+(?:\.\d+)+(?:[a-z]+\d*)?(?:[+~][0-9a-z.]+)?|\d+[+~][0-9a-z.]+)"
+            rf"-\d+(?:(?:\.\d+)+(?=[+~]))?(?:[a-z]+[0-9a-z.]*)?(?:[+~][0-9a-z.+~]*)?(?!\.?\d)(?!\w)(?!\s*{_UNITS})",
             re.I,
         ),
     ),
+    # A name and its version joined by a hyphen ("gcc-4.9", "automake-1.14", "OpenSSL-1.1.1b", "gnome-shell-42.1"): cut
+    # at the dot, "gcc-4" and "4.9" were found in no document that writes the whole (user trial BT).
+    ("version", re.compile(r"(?<![\w.-])[A-Za-z][\w+]*(?:-[A-Za-z][\w+]*)*-v?\d+(?:\.\d+)+(?:[a-z]+\d*)?\b(?!\.\d)")),
     ("code", re.compile(r"\b[A-Za-z]+\d*(?:-[A-Za-z\d]+)+\b")),
+    # A reference to an issue or merge request of a named project ("GH#56", "dbus!403", "freedesktop/freedesktop#540",
+    # "PKCS#12"): nothing was found in them (user trial BT).
+    ("ref", re.compile(r"(?<![\w/.#!-])[A-Za-z][\w.-]*(?:/[\w.-]+)?[#!]\d+\b")),
     (
         "status",
         re.compile(
@@ -139,7 +147,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # Dotted names (os.path.join, java.lang.NullPointerException, pool.max_connections); not abbreviations
     # ("e.g.", "i.e.", "U.S."): at least two parts of two or more characters.
     ("dotted", re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\b")),
-    ("snake", re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b|\b_[A-Za-z]\w*")),
+    ("snake", re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b|\b_+[A-Za-z]\w*")),  # and __init__, __clsl
     ("camel", re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")),
     # PascalCase with an inner capital (PostgreSQL, TypeError); not Mc/Mac names (McDonald, MacArthur).
     ("pascal", re.compile(r"\b(?!Mc[A-Z][a-z]+\b)(?!Mac[A-Z][a-z]+\b)[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*\b")),
@@ -216,8 +224,8 @@ def _keep(kind: str, tok: str, shouting: bool = False) -> bool:
         return any(c.isdigit() for c in tok) and tok.split("-")[0].lower() not in _ORDINARY_PREFIX
     if kind == "path":
         return any(c.isalpha() for c in tok)  # "05/08/2023" is a date
-    if kind == "version":
-        return not _DOTTED_DATE.match(tok)  # "26.11.2026" is a date
+    if kind == "version":  # "26.11.2026" is a date; "pre-1.2", "mid-2.5" are a word and a version
+        return not _DOTTED_DATE.match(tok) and tok.split("-")[0].lower() not in _ORDINARY_PREFIX
     if kind == "file":
         # Not a one-letter abbreviation chain ("d.h.", "i.d.R.", "z.B." in German): a one-letter name with a
         # one-letter extension. "a.py" and "x.rs" stay files.
