@@ -1,9 +1,10 @@
-"""Three known-item collections built from this machine's own files, for judging a preset on text nobody tuned on.
+"""Five known-item collections built from this machine's own files, for judging a preset on text nobody tuned on.
 
-The shared collections have been looked at by every earlier choice of `default`; these three are new text of a
-kind the toolkit's users search (technical reference prose), built from files every Debian/Ubuntu machine with
-the project's virtual environment has. Each is a known-item task: a one-line summary that a document's author
-wrote is the query, and the document it summarises, with that line removed, is the one relevant document.
+The shared collections have been looked at by every earlier choice of `default`; these five are new text of a
+kind the toolkit's users search (technical reference prose, identifier-heavy notes), built from files every
+Debian/Ubuntu machine with the project's virtual environment has. Each is a known-item task with one relevant
+document per query (grade 1). In the first three (user trial BQ), a one-line summary that a document's author
+wrote is the query, and the document it summarises, with that line removed, is the one relevant document:
 
 - `manpages`: English man pages of sections 1 and 8 (/usr/share/man/man1, man8; symlinks and `.so`
   redirects skipped). Query: the NAME line's summary (the text after " - "). Document: the DESCRIPTION section
@@ -19,41 +20,80 @@ wrote is the query, and the document it summarises, with that line removed, is t
   `Description:` header of Metadata-Version 1.x). Id `pkg/NAME`, title left empty (the name would be a free
   hint), metadata.origin venv / system. A distribution seen twice (by normalised name) is kept once.
 
-In all three: every verbatim occurrence of the query (case-insensitive, any whitespace) is cut from its
+In these three: every verbatim occurrence of the query (case-insensitive, any whitespace) is cut from its
 document, which is then truncated to 1500 characters; documents with too little text (description under 40
 characters for man pages, under 80 for the others) are dropped, and of byte-identical documents (after
 lower-casing and collapsing whitespace) only the first is kept. A document gets no query when its summary has
 fewer than 3 words or is shared with another document (it would have two right answers), but stays in the
 corpus as a distractor. Queries are shuffled with random.Random(13) and split in half: the first half is dev,
-the rest test (ids m00000.., d0000.., p0000.. in shuffled order). Every relevant document has grade 1.
+the rest test (ids m00000.., d0000.., p0000.. in shuffled order).
 
-Output, in BEIR layout: OUT/NAME/corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv. The collections are
-derived from the machine's installed files, so their content depends on what is installed: rebuild them
-where you measure, and never copy them into this repository (nothing is written under it unless you
-point OUT there).
+The last two (user trial BT, its builders moved here unchanged in their rules) have two query types each: an
+identifier one (a token found in the relevant document and in no other) and a natural-language one (a
+sentence cut from the relevant document). Each type is shuffled with random.Random(13), cut to 300 and split
+in half (dev first); ids p|c + i|n + 4 digits; every query's metadata has qtype and split, and a side file
+OUT/NAME/qtype.tsv lists qid, qtype, (subtype,) split and token per query. A token counts as held by a document
+when it occurs case-insensitively with no word character on either side (BM25 folds case). Documents with no
+query stay as distractors; byte-identical documents (as above) are kept once; text truncated to 1500 characters.
+
+- `pyapi`: the standard library's docstrings, read by the `--venv` Python run with `-I` in a child process
+  (public modules of sys.stdlib_module_names minus GUI, platform and side-effect ones, plus 45 submodules).
+  Document: one per public function, class and public method whose __module__ is the module (or its `_mod`
+  accelerator, or posix for os), id `py/MODULE.QUALNAME`, no title, metadata module and kind (function / class
+  / method). Text: the cleaned docstring without its leading signature line(s), without every verbatim
+  `module.qualname` (and dotted `Class.method`), and without its first sentence; under 60 characters left:
+  dropped. Identifier query "SHORT TOKEN": SHORT is module.func (functions, classes) or Class.method, TOKEN an
+  identifier-shaped word (inner underscore, dotted, camelCase, CONSTANT) of the document that no other
+  document holds and that is not the object's own name, one per document, chosen with the seed. NL query: the
+  docstring's first sentence, at least 4 words, no other document's first sentence, in no document's text.
+- `changelogs`: Debian changelog entries of /usr/share/doc/*/changelog.Debian.gz (byte-identical files once;
+  an entry per (source, version) once, as binary packages of one source share a changelog; the 12 most recent
+  of each file). Document: the entry from its header line "src (version) dist; urgency=..." to its " -- "
+  trailer, id `cl/SOURCE/VERSION`, no title, metadata.source the source package; entries with under 80
+  characters of change text dropped. NL query: the entry's first change line ("  * ..." with its
+  continuation), at least 5 words, unique, cut from the entry (which needs 60 characters of change text left,
+  else it keeps its text and has no NL query), in no entry's text. Identifier query, one subtype per
+  candidate, 75 of each (topped up from the others): `cve` a CVE id alone, `bug` "#NUMBER" alone (the number
+  in no other entry), `version` "SOURCE VERSION" (the entry's own version in no other entry), `ident` up to 3
+  words of its line and a snake_case / camelCase / dotted / CONST_NAME token of at least 5 characters.
+  Caveat (trial BT): the NL half is near-unanswerable. Once its first change line is cut, what is left of an
+  entry is the package's other changes, which seldom share words with the line (trial BT, test nDCG@10 of
+  bm25-only, the best list: NL 0.138, identifier 0.987), so report the two types apart and do not read the
+  collection's mean as a measure of prose search.
+
+Output, in BEIR layout: OUT/NAME/corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv (and qtype.tsv for
+pyapi and changelogs). The collections are derived from the machine's installed files, so their content
+depends on what is installed: rebuild them where you measure, and never copy them into this repository
+(nothing is written under it unless you point OUT there). pyapi depends on the `--venv` Python's version.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen [--only manpages,debpkg]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen --only pyapi,changelogs
     hrt ingest /tmp/unseen/manpages --store /tmp/unseen/stores/manpages.duckdb
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import email.parser
 import glob
 import gzip
 import hashlib
+import inspect
 import json
 import random
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 SEED = 13
 MAXLEN = 1500
 GCLOUD_CAP = 600
+N_PER_TYPE = 300  # pyapi, changelogs: queries per type
+WORD = re.compile(r"\w")
 
 
 def norm(s: str) -> str:
@@ -62,10 +102,11 @@ def norm(s: str) -> str:
     return re.sub(r"\s+", " ", s.lower()).strip(" .")
 
 
-def without(text: str, summary: str) -> tuple[str, int]:
+def without(text: str, summary: str, stop_optional: bool = True) -> tuple[str, int]:
     """`text` with every verbatim occurrence of `summary` (its final full stop optional, any whitespace,
-    any case) replaced by a space, and how many there were."""
-    pat = r"\s+".join(re.escape(w) for w in summary.rstrip(".").split())
+    any case) replaced by a space, and how many there were. With `stop_optional` False the words are cut
+    exactly as given, a final full stop with them (pyapi, changelogs)."""
+    pat = r"\s+".join(re.escape(w) for w in (summary.rstrip(".") if stop_optional else summary).split())
     return re.subn(pat, " ", text, flags=re.I) if pat else (text, 0)
 
 
@@ -82,38 +123,103 @@ def unique_docs(docs: list[dict], stats: collections.Counter) -> list[dict]:
     return out
 
 
+def write_corpus(out: Path, docs: list[dict]) -> None:
+    """OUT/corpus.jsonl (each doc's _id, title, text, metadata) and the OUT/qrels folder."""
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(out / "corpus.jsonl", "w") as fc:
+        for d in docs:
+            fc.write(json.dumps({"_id": d["_id"], "title": d["title"], "text": d["text"], "metadata": d["metadata"]}) + "\n")
+
+
+def write_queries(out: Path, rows: list[tuple], side_columns: tuple[str, ...] = ()) -> None:
+    """queries.jsonl and qrels/{dev,test}.tsv from rows (query id, relevant doc id, text, metadata or None,
+    split), grade 1. With `side_columns`, also qtype.tsv: the query id and those metadata fields, per query."""
+    with open(out / "queries.jsonl", "w") as fq, open(out / "qrels/dev.tsv", "w") as fd, open(out / "qrels/test.tsv", "w") as ft:
+        for f in (fd, ft):
+            f.write("query-id\tcorpus-id\tscore\n")
+        for qid, did, text, meta, split in rows:
+            q = {"_id": qid, "text": text}
+            if meta is not None:
+                q["metadata"] = meta
+            fq.write(json.dumps(q) + "\n")
+            (fd if split == "dev" else ft).write(f"{qid}\t{did}\t1\n")
+    if side_columns:
+        with open(out / "qtype.tsv", "w") as fm:
+            fm.write("\t".join(("qid", *side_columns)) + "\n")
+            for qid, _, _, meta, _ in rows:
+                fm.write("\t".join((qid, *(str(meta.get(c, "")) for c in side_columns))) + "\n")
+
+
 def write_beir(out: Path, docs: list[dict], qid_format: str, stats: collections.Counter,
                split_in_metadata: bool = False) -> None:
     """Write corpus.jsonl, queries.jsonl and qrels/{dev,test}.tsv. Each doc: {_id, title, text, metadata,
     summary, query_metadata (or None)}; its summary becomes a query unless it has fewer than 3 words or another
     document has the same one. Queries are shuffled with SEED; the first half is dev."""
     counts = collections.Counter(norm(d["summary"]) for d in docs)
-    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    write_corpus(out, docs)
     queries = []
-    with open(out / "corpus.jsonl", "w") as fc:
-        for d in docs:
-            fc.write(json.dumps({"_id": d["_id"], "title": d["title"], "text": d["text"], "metadata": d["metadata"]}) + "\n")
-            if len(re.findall(r"\w+", d["summary"])) < 3:
-                stats["query-too-short"] += 1
-            elif counts[norm(d["summary"])] > 1:
-                stats["query-dup-summary"] += 1
-            else:
-                queries.append((d["_id"], d["summary"], d["query_metadata"]))
+    for d in docs:
+        if len(re.findall(r"\w+", d["summary"])) < 3:
+            stats["query-too-short"] += 1
+        elif counts[norm(d["summary"])] > 1:
+            stats["query-dup-summary"] += 1
+        else:
+            queries.append((d["_id"], d["summary"], d["query_metadata"]))
     random.Random(SEED).shuffle(queries)
     half = len(queries) // 2
-    with open(out / "queries.jsonl", "w") as fq, open(out / "qrels/dev.tsv", "w") as fd, open(out / "qrels/test.tsv", "w") as ft:
-        for f in (fd, ft):
-            f.write("query-id\tcorpus-id\tscore\n")
-        for i, (did, text, meta) in enumerate(queries):
-            qid = qid_format.format(i)
-            split = "dev" if i < half else "test"
-            q = {"_id": qid, "text": text}
-            if meta is not None:
-                q["metadata"] = {**meta, "split": split} if split_in_metadata else meta
-            fq.write(json.dumps(q) + "\n")
-            (fd if split == "dev" else ft).write(f"{qid}\t{did}\t1\n")
+    rows = []
+    for i, (did, text, meta) in enumerate(queries):
+        split = "dev" if i < half else "test"
+        if meta is not None and split_in_metadata:
+            meta = {**meta, "split": split}
+        rows.append((qid_format.format(i), did, text, meta, split))
+    write_queries(out, rows)
     print(f"{out.name}: {dict(stats)}; docs {len(docs)}, queries {len(queries)} (dev {half}, test {len(queries) - half})",
           file=sys.stderr)
+
+
+def write_typed(out: Path, docs: list[dict], typed: list[tuple[str, list]], qid_prefix: str,
+                side_columns: tuple[str, ...], stats: collections.Counter) -> None:
+    """pyapi and changelogs: corpus.jsonl, then each query type (tag, [(doc id, text, metadata)]) shuffled with
+    SEED, cut to N_PER_TYPE and split in half (dev first), ids QID_PREFIX + tag + 4 digits; metadata gets the
+    split, and qtype.tsv lists `side_columns` per query."""
+    write_corpus(out, docs)
+    rows = []
+    for tag, qs in typed:
+        random.Random(SEED).shuffle(qs)
+        qs = qs[:N_PER_TYPE]
+        half = len(qs) // 2
+        for i, (did, text, meta) in enumerate(qs):
+            split = "dev" if i < half else "test"
+            rows.append((f"{qid_prefix}{tag}{i:04d}", did, text, {**meta, "split": split}, split))
+    write_queries(out, rows, side_columns)
+    per_type = collections.Counter(tuple(m.get(c, "") for c in ("qtype", "subtype", "split")) for _, _, _, m, _ in rows)
+    print(f"{out.name}: {dict(stats)}; docs {len(docs)}, queries {dict(sorted(per_type.items()))}", file=sys.stderr)
+
+
+class Holders:
+    """How many documents hold a token, case-insensitively, with only word characters as boundaries (the broad
+    reading: BM25 folds case, and `4.2-1` inside `3.4.2-1` or `meson.build` inside `src/meson.build` count).
+    pyapi and changelogs keep an identifier query only when its token is in its own document alone."""
+
+    def __init__(self, texts: list[str]):
+        self.starts, parts, pos = [], [], 0
+        for t in texts:
+            self.starts.append(pos)
+            parts.append(t.lower())
+            pos += len(parts[-1]) + 1
+        self.blob = "\x00".join(parts)
+
+    def count(self, tok: str) -> int:
+        # str.find and a look at both neighbours: the same documents as re.finditer of
+        # (?<!\w)TOK(?!\w) over the blob, many times faster
+        t = tok.lower()
+        held, i = set(), self.blob.find(t)
+        while i >= 0:
+            if not (i and WORD.match(self.blob, i - 1)) and not WORD.match(self.blob, i + len(t)):
+                held.add(bisect.bisect_right(self.starts, i) - 1)
+            i = self.blob.find(t, i + 1)
+        return len(held)
 
 
 # --- man pages: a small roff / mdoc reader -------------------------------------------------------------------
@@ -310,21 +416,343 @@ def build_pkgsummary(out: Path, venv: Path = Path("/work/main/.venv")) -> None:
     write_beir(out, unique_docs(list(pkgs.values()), stats), "p{:04d}", stats)
 
 
-BUILDERS = {"manpages": build_manpages, "debpkg": build_debpkg, "pkgsummary": build_pkgsummary}
+# --- pyapi: the standard library's docstrings ------------------------------------------------------------------
+
+PY_MINLEN = 60
+PY_SKIP = {"antigravity", "this", "idlelib", "turtle", "turtledemo", "tkinter", "test", "lib2to3", "ensurepip",
+           "pydoc_data", "msvcrt", "winreg", "winsound", "nt", "ntpath", "nturl2path", "_winapi", "xxsubtype",
+           "xxlimited", "xxlimited_35", "sre_compile", "sre_parse", "sre_constants", "distutils", "__future__",
+           "__hello__", "__phello__", "idle", "webbrowser", "pty", "tty", "crypt", "nis", "ossaudiodev",
+           "spwd", "sqlite3", "dbm", "curses", "readline", "_tkinter"}
+PY_SUBMODULES = ["os.path", "email.message", "email.utils", "email.parser", "email.policy", "email.headerregistry",
+                 "importlib.metadata", "importlib.resources", "importlib.util", "importlib.abc", "importlib.machinery",
+                 "json.decoder", "json.encoder", "logging.handlers", "logging.config", "multiprocessing.pool",
+                 "multiprocessing.managers", "multiprocessing.shared_memory", "concurrent.futures",
+                 "urllib.parse", "urllib.request", "urllib.error", "urllib.robotparser", "http.client", "http.server",
+                 "http.cookies", "http.cookiejar", "xml.etree.ElementTree", "xml.dom.minidom", "xml.sax.saxutils",
+                 "unittest.mock", "unittest.case", "collections.abc", "asyncio.tasks", "asyncio.streams",
+                 "asyncio.subprocess", "asyncio.locks", "asyncio.queues", "asyncio.events", "asyncio.base_events",
+                 "wsgiref.simple_server", "wsgiref.util", "xmlrpc.client", "xmlrpc.server", "ctypes.util"]
+PY_IDENT = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?![\w])")
+PYAPI_WORKER = "--pyapi-objects"  # argv[1] of the child that imports the standard library
+
+
+def pyapi_objects(dest: str) -> None:
+    """In a child Python (`-I`): import the standard library's public modules and PY_SUBMODULES, and write to
+    `dest` as JSON, per public function, class and public method (property included) of each, in order, whose
+    __module__ is the module, its C accelerator `_mod` or (for os) posix, each object once:
+    [module, qualname, short name, docstring or None, kind]."""
+    import importlib
+    import warnings
+
+    def modules():
+        names = sorted(n for n in sys.stdlib_module_names if not n.startswith("_") and n not in PY_SKIP)
+        for n in names + PY_SUBMODULES:
+            if n.split(".")[0] in PY_SKIP:
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    yield n, importlib.import_module(n)
+            except Exception as e:  # platform modules
+                print(f"skip {n}: {type(e).__name__}", file=sys.stderr)
+
+    seen, objs = set(), []
+    for mname, mod in modules():
+        owners = {mname, "_" + mname.split(".")[-1], mname.rsplit(".", 1)[0] + "._" + mname.split(".")[-1]}
+        if mname == "os":
+            owners.add("posix")
+        for name, obj in sorted(vars(mod).items()):
+            if name.startswith("_") or id(obj) in seen:
+                continue
+            if not (inspect.isfunction(obj) or inspect.isbuiltin(obj) or inspect.isclass(obj)):
+                continue
+            if getattr(obj, "__module__", None) not in owners:
+                continue
+            seen.add(id(obj))
+            objs.append((mname, name, name, obj.__doc__, "class" if inspect.isclass(obj) else "function"))
+            if inspect.isclass(obj):
+                for mn, m in sorted(vars(obj).items()):
+                    if mn.startswith("_") or id(m) in seen:
+                        continue
+                    f = m.__func__ if isinstance(m, (staticmethod, classmethod)) else m
+                    if isinstance(m, property):
+                        f = m.fget
+                    if f is None or not (inspect.isfunction(f) or inspect.ismethoddescriptor(f) or inspect.isbuiltin(f)
+                                         or isinstance(m, property)):
+                        continue
+                    seen.add(id(m))
+                    objs.append((mname, f"{name}.{mn}", mn, m.__doc__, "method"))
+    Path(dest).write_text(json.dumps([[*o[:3], o[3] if isinstance(o[3], str) else None, o[4]] for o in objs]))
+
+
+def is_py_identifier(t: str) -> bool:
+    """pyapi's identifier-shaped word: an inner underscore, a dotted name, camelCase, or a CONSTANT of at least 5
+    characters or with an underscore; at least 4 characters, no dunder."""
+    t = t.strip(".")
+    if len(t) < 4 or t.startswith("_") and t.endswith("_"):
+        return False
+    inner_us = "_" in t.strip("_")
+    dotted = "." in t and all(p for p in t.split("."))
+    camel = any(c.islower() for c in t) and any(c.isupper() for c in t[1:])
+    const = t.isupper() and (len(t) >= 5 or "_" in t)
+    return inner_us or dotted or camel or const
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence (up to . ! or ? and a space) of the first paragraph, whitespace collapsed."""
+    para = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)[0]
+    flat = re.sub(r"\s+", " ", para).strip()
+    m = re.match(r"(.+?[.!?])(?:\s|$)", flat)
+    return (m.group(1) if m else flat).strip()
+
+
+def build_pyapi(out: Path, python: Path = Path("/work/main/.venv/bin/python")) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = Path(tmp) / "objects.json"
+        subprocess.run([str(python), "-I", str(Path(__file__).resolve()), PYAPI_WORKER, str(dest)], check=True)
+        objs = json.loads(dest.read_text())
+    stats: collections.Counter = collections.Counter()
+    docs = []
+    for mname, qual, short, raw, kind in objs:
+        if not isinstance(raw, str) or not raw.strip():
+            stats["no-docstring"] += 1
+            continue
+        lines = inspect.cleandoc(raw).splitlines()
+        # leading signature line(s): "name(...)", "name(...) -> x", "S.name(...)" etc.
+        while lines and re.match(rf"^\s*(?:[\w.]+\.)?{re.escape(short)}\s*\(.*", lines[0]):
+            lines.pop(0)
+            stats["signature-line-removed"] += 1
+        while lines and lines[0].strip() in ("", "--"):
+            lines.pop(0)
+        doc = "\n".join(lines).strip()
+        if not doc:
+            stats["only-signature"] += 1
+            continue
+        sent = first_sentence(doc)
+        body = doc
+        for name in {f"{mname}.{qual}"} | ({qual} if "." in qual else set()):
+            body = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", " ", body)
+        body = without(body, sent, stop_optional=False)[0].strip()[:MAXLEN]
+        if len(body) < PY_MINLEN:
+            stats["too-short-after-cut"] += 1
+            continue
+        docs.append({"_id": f"py/{mname}.{qual}", "title": "", "text": body, "metadata": {"module": mname, "kind": kind},
+                     "sent": sent, "short": qual if "." in qual else f"{mname}.{qual}"})
+    docs = unique_docs(docs, stats)
+    # document frequency of identifier tokens (verbatim, word-bounded, case-sensitive)
+    df: collections.Counter = collections.Counter()
+    toks_of = {}
+    for d in docs:
+        toks_of[d["_id"]] = {t for t in {t.rstrip(".") for t in PY_IDENT.findall(d["text"])} if is_py_identifier(t)}
+        df.update(toks_of[d["_id"]])
+    rng = random.Random(SEED)
+    ident, nl = [], []
+    sent_count = collections.Counter(norm(d["sent"]) for d in docs)
+    all_norm = [norm(d["text"]) for d in docs]
+    holders = Holders([d["text"] for d in docs])
+    for d in docs:
+        kind = d["metadata"]["kind"]
+        own = {p.lower() for p in d["_id"][3:].split(".")} | {d["short"].lower(), d["_id"][3:].lower()}
+        cands = sorted(t for t in toks_of[d["_id"]]
+                       if df[t] == 1 and t.lower() not in own and t.split(".")[-1].lower() not in own)
+        cands = [t for t in cands if holders.count(t) == 1]
+        if cands:
+            tok = rng.choice(cands)
+            ident.append((d["_id"], f"{d['short']} {tok}", {"qtype": "identifier", "token": tok, "kind": kind}))
+        s = d["sent"]
+        if len(re.findall(r"\w+", s)) < 4:
+            stats["nl-too-short"] += 1
+        elif sent_count[norm(s)] > 1:
+            stats["nl-dup-sentence"] += 1
+        elif any(norm(s) in t for t in all_norm):
+            stats["nl-sentence-in-some-doc"] += 1
+        else:
+            nl.append((d["_id"], s, {"qtype": "nl", "kind": kind}))
+    stats["ident-candidates"], stats["nl-candidates"] = len(ident), len(nl)
+    write_typed(out, docs, [("i", ident), ("n", nl)], "p", ("qtype", "split", "token"), stats)
+
+
+# --- changelogs: Debian changelog entries ----------------------------------------------------------------------
+
+CL_PER_SOURCE = 12
+CL_HEADER = re.compile(r"^([a-z0-9][a-z0-9.+-]*) \(([^)\s]+)\) ([^;]*);.*$", re.M)
+CL_CVE = re.compile(r"\bCVE-\d{4}-\d{4,}\b", re.I)
+CL_BUG = re.compile(r"(?<![\w#])#(\d{5,7})\b")
+CL_IDENT = re.compile(r"(?<![\w./@-])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?![\w@/-])")
+
+
+def is_cl_identifier(t: str) -> bool:
+    """changelogs' identifier: at least 5 characters, no dunder; an inner underscore, camelCase (not "ABcdef"),
+    a CONST_NAME, or a dotted name with an underscore or a lower-case start after a dot (no host names, version
+    numbers or more than 4 parts)."""
+    if len(t) < 5 or t.startswith("_") and t.endswith("_"):
+        return False
+    parts = t.split(".")
+    if "." in t and (len(parts) > 4 or any(p.isdigit() for p in parts) or re.search(r"\.(org|com|net|de|io)$", t)):
+        return False
+    inner_us = "_" in t.strip("_")
+    dotted = "." in t and all(parts) and not t.endswith(".") and any("_" in p or p[:1].islower() for p in parts[1:])
+    camel = bool(re.search(r"[a-z][A-Z]", t)) and not re.match(r"^[A-Z]{2}[a-z]+$", t)
+    const = t.isupper() and "_" in t
+    return inner_us or dotted or camel or const
+
+
+def changelog_entries(text: str):
+    """(source, version, block) per entry: its header line through the " -- " trailer line."""
+    heads = list(CL_HEADER.finditer(text))
+    for i, m in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        block = text[m.start():end].rstrip()
+        tr = re.search(r"^ -- .*$", block, re.M)
+        if tr:  # drop anything after the trailer (comments, editor variables at the end of the file)
+            block = block[:tr.end()]
+        yield m.group(1), m.group(2), block
+
+
+def first_change(block: str) -> str:
+    """The entry's first change line ("  * ..." or "  - ...") with its continuation lines, joined."""
+    lines = block.splitlines()[1:]
+    for i, line in enumerate(lines):
+        m = re.match(r"^\s{2,4}[*-] (.*)$", line)
+        if m:
+            out = [m.group(1)]
+            for c in lines[i + 1:]:
+                if re.match(r"^\s{4,6}\S", c) and not re.match(r"^\s*[*\-+] ", c) and not c.strip().startswith("["):
+                    out.append(c.strip())
+                else:
+                    break
+            return " ".join(out).strip()
+    return ""
+
+
+def build_changelogs(out: Path, doc_root: Path = Path("/usr/share/doc")) -> None:
+    stats: collections.Counter = collections.Counter()
+    seen_files, seen_keys, docs = set(), set(), []
+    for f in sorted(glob.glob(f"{doc_root}/*/changelog.Debian.gz")):
+        try:
+            with gzip.open(f) as fh:
+                raw = fh.read()
+            text = raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError, EOFError):
+            stats["unreadable"] += 1
+            continue
+        h = hashlib.sha1(raw).hexdigest()
+        if h in seen_files:
+            stats["dup-file"] += 1
+            continue
+        seen_files.add(h)
+        kept = 0
+        for src, ver, block in changelog_entries(text):
+            if (src, ver) in seen_keys:  # binary packages of one source share a changelog
+                stats["dup-entry-key"] += 1
+                continue
+            seen_keys.add((src, ver))
+            if kept >= CL_PER_SOURCE:
+                stats["over-cap"] += 1
+                continue
+            body = "\n".join(line for line in block.splitlines()[1:] if not line.startswith(" -- "))
+            if len(body.strip()) < 80:
+                stats["too-short"] += 1
+                continue
+            kept += 1
+            docs.append({"_id": f"cl/{src}/{ver}", "title": "", "metadata": {"source": src}, "src": src, "ver": ver,
+                         "block": block, "first": first_change(block)})
+    # NL: the first change line, cut from the entry (the cut text serves every query type)
+    fc = collections.Counter(norm(d["first"]) for d in docs if d["first"])
+    for d in docs:
+        s = d["first"]
+        d["nl_ok"] = bool(s) and len(re.findall(r"\w+", s)) >= 5 and fc[norm(s)] == 1
+        if d["nl_ok"]:
+            d["text"] = without(d["block"], s, stop_optional=False)[0]
+            d["text"] = re.sub(r"^(\s{2,4})[*-]\s*$\n?", "", d["text"], count=1, flags=re.M)
+            rest = "\n".join(line for line in d["text"].splitlines()[1:] if not line.startswith(" -- "))
+            if len(rest.strip()) < 60:  # too little left once the query is cut: no NL query, keep it whole
+                d["nl_ok"] = False
+                stats["nl-too-little-left"] += 1
+        if not d["nl_ok"]:
+            d["text"] = d["block"]
+        d["text"] = d["text"][:MAXLEN]
+    docs = unique_docs(docs, stats)
+    norms = [norm(d["text"]) for d in docs]
+    # document frequencies
+    df_cve, df_bugnum, df_ident = collections.Counter(), collections.Counter(), collections.Counter()
+    df_ver = collections.Counter(d["ver"] for d in docs)
+    for d in docs:
+        t = d["text"]
+        d["cves"] = {c.upper() for c in CL_CVE.findall(t)}
+        d["bugs"] = set(CL_BUG.findall(t))
+        d["idents"] = {x for x in CL_IDENT.findall(t) if is_cl_identifier(x)}
+        df_cve.update(d["cves"])
+        df_bugnum.update(set(re.findall(r"(?<![\w.])\d{5,7}(?![\w.])", t)) | d["bugs"])
+        df_ident.update(d["idents"])
+    rng = random.Random(SEED)
+    holders = Holders([d["text"] for d in docs])
+    cand = collections.defaultdict(list)
+    for d in docs:
+        c = sorted(x for x in d["cves"] if df_cve[x] == 1 and holders.count(x) == 1)
+        if c:
+            tok = rng.choice(c)
+            cand["cve"].append((d["_id"], tok, tok))
+        b = sorted(x for x in d["bugs"] if df_bugnum[x] == 1 and holders.count(x) == 1)
+        if b:
+            tok = "#" + rng.choice(b)
+            cand["bug"].append((d["_id"], tok, tok))
+        # own version: in this entry's header, and in no other entry's text
+        if df_ver[d["ver"]] == 1 and re.search(r"[.\-+~]", d["ver"]) and holders.count(d["ver"]) == 1:
+            cand["version"].append((d["_id"], f"{d['src']} {d['ver']}", d["ver"]))
+        i = sorted(x for x in d["idents"] if df_ident[x] == 1 and x.lower() != d["src"].lower() and holders.count(x) == 1)
+        if i:
+            tok = rng.choice(i)
+            line = next(ln for ln in d["text"].splitlines() if re.search(r"(?<![\w.])" + re.escape(tok) + r"(?![\w])", ln))
+            words = [w for w in re.findall(r"[A-Za-z]{3,}", line.replace(tok, " ")) if w.lower() not in tok.lower()][:3]
+            cand["ident"].append((d["_id"], " ".join([*words, tok]), tok))
+    for k, v in cand.items():
+        stats[f"cand-{k}"] = len(v)
+    # balanced identifier sample: N_PER_TYPE/4 of each subtype, topped up from the others' rest
+    quota = N_PER_TYPE // 4
+    pools = {k: random.Random(SEED).sample(v, len(v)) for k, v in sorted(cand.items())}
+    ident = [(did, text, {"qtype": "identifier", "subtype": k, "token": tok})
+             for k, v in pools.items() for did, text, tok in v[:quota]]
+    rest = [(did, text, {"qtype": "identifier", "subtype": k, "token": tok})
+            for k, v in pools.items() for did, text, tok in v[quota:]]
+    random.Random(SEED).shuffle(rest)
+    ident += rest[: N_PER_TYPE - len(ident)]
+    nl = []
+    for d in docs:
+        if not d["nl_ok"]:
+            continue
+        s = norm(d["first"])
+        if any(s in n for n in norms):
+            stats["nl-in-some-doc"] += 1
+            continue
+        nl.append((d["_id"], d["first"], {"qtype": "nl", "subtype": "first-change"}))
+    stats["cand-nl"] = len(nl)
+    write_typed(out, docs, [("i", ident), ("n", nl)], "c", ("qtype", "subtype", "split", "token"), stats)
+
+
+BUILDERS = {"manpages": build_manpages, "debpkg": build_debpkg, "pkgsummary": build_pkgsummary, "pyapi": build_pyapi,
+            "changelogs": build_changelogs}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="Folder to write OUT/NAME/ into (outside the repository).")
     ap.add_argument("--only", default=",".join(BUILDERS), help="Comma-separated: " + ", ".join(BUILDERS))
-    ap.add_argument("--venv", type=Path, default=Path("/work/main/.venv"), help="The venv whose packages pkgsummary reads.")
+    ap.add_argument("--venv", type=Path, default=Path("/work/main/.venv"),
+                    help="The venv whose packages pkgsummary reads and whose Python's standard library pyapi reads.")
     args = ap.parse_args()
     for name in args.only.split(","):
         if name == "pkgsummary":
             build_pkgsummary(args.out / name, args.venv)
+        elif name == "pyapi":
+            build_pyapi(args.out / name, args.venv / "bin" / "python")
         else:
             BUILDERS[name](args.out / name)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == [PYAPI_WORKER]:
+        pyapi_objects(sys.argv[2])
+    else:
+        main()
