@@ -111,8 +111,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     # A Debian or RPM package version: upstream, revision, epoch ("2.5.5-5", "1:9.2p1-2+deb12u2", "2.36-9+deb12u4",
     # "1.2.3-1ubuntu0.1"; user trial BT: cut to "2.5.5", or to "2p1" and "deb12u2", so the guard let the only
-    # changelog entry naming the version fall from BM25 #1 to rank 8). The revision starts with a whole number and no
-    # dot: "2.14.3-2.15.0" and "3.9-3.11" stay two versions, "1.5-2 hours" none.
+    # changelog entry naming the version fall from BM25 #1 to rank 8). The revision is a whole number, dotted only
+    # before a + or ~ ("4.1~deb12u1"): "2.14.3-2.15.0" and "3.9-3.11" stay two versions, "1.5-2 hours" none.
     (
         "version",
         re.compile(

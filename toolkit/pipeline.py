@@ -198,10 +198,11 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # 8: by the bare version's compound only, and held by its bare form; 9: a query's stopwords dropped before stemming
 # (`store.QUERY_TERM_FILTER`, user trial BF); 10: the learned features' BM25 coverage from the candidates, rounded
 # (the nineteenth session: values within 1e-9 of 9's, but LightGBM's splits moved with them, and a stage cache written
-# by 9's code made leave-one-out models depend on which runs a store had seen: user trial BS); 11: package versions
-# ("2.5.5-5", "1:9.2p1-2+deb12u2") whole, and a version before a word that starts like a unit ("3.11 security") found
-# (user trial BT). 11 is not in `FEATURE_CHANGES`: it moves `tech_match` only for queries holding such a version, and
-# no query of the shipped model's five training collections does (their 1,789 queries' tokens are unchanged).
+# by 9's code made leave-one-out models depend on which runs a store had seen: user trial BS); 11: identifiers cut or
+# missed before found whole (package versions "2.5.5-5", "gcc-4.9", "GH#56", e-mail addresses, one-slash paths,
+# "__init__"; a version before a word that starts like a unit, "3.11 security"; user trial BT). 11 is not in
+# `FEATURE_CHANGES`: it moves `tech_match` only for queries holding such a token, and no query of the shipped model's
+# five training collections does (their 1,789 queries' tokens are unchanged).
 PREPARE_VERSION = 11  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
