@@ -457,7 +457,7 @@ def test_infinite_split_threshold_loads_but_nan_does_not(tmp_path):
 
 def test_a_service_reads_the_model_file_once_until_it_changes(store, tmp_path, monkeypatch):
     """Every search prepares anew in a service (`run_pipeline(..., one_shot=True)`), and each one read, checked and
-    parsed the model file again (~40 ms of a 140 ms learned search on the demo). The model is read once per process
+    parsed the model file again (17 ms for the shipped model). The model is read once per process
     until the file changes, and searches from threads share it with the scores they had alone."""
     import threading
 

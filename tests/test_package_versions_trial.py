@@ -49,7 +49,7 @@ from toolkit.store import Store
     ("__init__ called twice", ["__init__"]),
     ("pre-1.2 era", ["1.2"]),  # a word and a version, not one name
 ])
-def test_package_versions_are_whole_identifiers(text, tokens):
+def test_identifiers_are_whole(text, tokens):
     assert technical_tokens(text) == tokens and identifier_tokens(text) == tokens
 
 
