@@ -608,3 +608,33 @@ def test_bm25_equals_bm25s_lucene_on_the_same_analysed_chunks(tmp_path):
         mine = dict(got.filter(pl.col("qid") == qid).select("chunk_id", "score").iter_rows())
         assert {ids[i] for i in np.flatnonzero(want > 0)} == set(mine), qid
         np.testing.assert_allclose([mine[ids[i]] for i in np.flatnonzero(want > 0)], want[want > 0], rtol=1e-6)
+
+
+def test_no_connection_the_toolkit_makes_can_draw_duckdbs_progress_bar(tmp_path, monkeypatch):
+    """DuckDB draws a progress bar on stdout for a statement past 2 s. The extension check's connection kept it on, and
+    on a loaded CI machine a lexical `hrt search` printed "100% ▕███▏ (00:00:02.73 elapsed)" before its results;
+    compacting a large store would too. Every in-memory connection turns it off before its first statement."""
+    from toolkit import store as store_mod
+
+    first: list[str] = []
+
+    class Recorder:
+        def __init__(self, con):
+            self.con, self.statements = con, []
+
+        def execute(self, sql, *args):
+            if not self.statements:
+                first.append(sql)
+            self.statements.append(sql)
+            return self.con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    real = duckdb.connect
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: Recorder(real(*a, **k)) if a and a[0] == ":memory:" else real(*a, **k))
+    store_mod._checked_signature.__wrapped__(store_mod.fts_extension_path(), (0, 0, 0))
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest([{"doc_id": "d1", "text": "a note"}], embed=False)
+    store_mod.compact_store(tmp_path / "s.duckdb")
+    assert len(first) == 2 and all(s == "SET enable_progress_bar = false" for s in first), first

@@ -377,6 +377,16 @@ def _signature_checked(path: str) -> str:
     return _checked_signature(path, (st.st_ino, st.st_size, st.st_mtime_ns))
 
 
+def _memory_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection without the progress bar, which DuckDB draws on stdout for a statement past
+    2 s: on a busy machine the extension check drew one into `hrt search`'s output (a loaded CI run's lexical
+    search printed "100% ▕███▏" before its results), and compacting a large store would too. (Not a connect option:
+    DuckDB refuses it as a global one.)"""
+    con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 @functools.cache
 def _checked_signature(path: str, stamp: tuple[int, int, int]) -> str:
     """`path`, after DuckDB's own signature check of the extension file, made once per process in a throw-away
@@ -384,7 +394,7 @@ def _checked_signature(path: str, stamp: tuple[int, int, int]) -> str:
     11 MB file) cost ~35 ms of CPU on every store opened, and a process opening stores briefly (a memory service,
     a script, the test suite's ~800 stores) paid it each time for a file that had not changed. Every store opens
     with the same setting, so two Stores on one file in a process never disagree about it."""
-    con = duckdb.connect(":memory:")
+    con = _memory_connection()
     try:
         con.execute("LOAD '" + path.replace("'", "''") + "'")
     except duckdb.Error as e:
@@ -954,7 +964,7 @@ def compact_store(path: str | Path, *, wait_s: float = 0.0) -> tuple[int, int]:
     tmp.unlink(missing_ok=True)
     # A plain connection of its own: a Store's refuses file access (`_sandbox`), and this one must attach two files.
     # It runs no SQL the file holds (COPY FROM DATABASE copies macros and tables, it does not call them).
-    con = duckdb.connect(":memory:")
+    con = _memory_connection()
     try:
         # ATTACH takes no bound parameters: the paths as SQL string literals (quotes doubled)
         try:
@@ -1129,7 +1139,7 @@ class Store:
                 raise StoreDamagedError(f"{self.path}: the store file is damaged ({str(e).splitlines()[0]}): restore "
                                         "a backup (Store.backup) or ingest again into a new store") from e
             raise StoreError(f"{self.path}: cannot open the store ({e})") from e
-        # No progress bar: DuckDB draws one on stderr for any query past 2 s, so a query slowed by a busy
+        # No progress bar: DuckDB draws one on stdout for any query past 2 s, so a query slowed by a busy
         # machine printed bars into notebook outputs and `hrt` output (a tutorial's checked cell failed so).
         self.con.execute("SET enable_progress_bar = false")
         if threads is not None:  # a setting, not a connect option: another Store on the file may open without it
