@@ -12,10 +12,10 @@ dedup and thresholds still apply after it. List weights, RRF k and the rank bonu
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -135,21 +135,15 @@ class FusionModel:
         1 ms to find it here). Searches share the model read-only (LightGBM predicts under a shared lock)."""
         p = resolve(path)
         stat = p.stat()
-        key = (str(p), stat.st_size, stat.st_mtime_ns)
-        with _READ_LOCK:
-            if (model := _READ.get(key)) is not None:
-                return model
-        model = cls.load(p)
-        with _READ_LOCK:
-            _READ[key] = model
-            while len(_READ) > READ_KEEP:
-                _READ.pop(next(iter(_READ)))  # the oldest: models of files since rewritten, or other files
-        return model
+        return _read(str(p), stat.st_size, stat.st_mtime_ns)
 
 
-READ_KEEP = 4  # model files `FusionModel.read` keeps parsed (a lab switching between a few models)
-_READ: dict[tuple[str, int, int], FusionModel] = {}
-_READ_LOCK = threading.Lock()
+@functools.lru_cache(maxsize=4)  # a lab switching between a few model files
+def _read(path: str, size: int, mtime_ns: int) -> FusionModel:
+    """`FusionModel.load`, keyed by the file's state as `store._checked_signature` keys the extension's: a file
+    rewritten since is read again."""
+    return FusionModel.load(path)
+
 
 BOOSTER_END = "end of trees"
 _BAD = "field 'booster' is damaged (retrain the model with `hrt train-fusion`): "
