@@ -5,7 +5,7 @@ head of changelog.Debian.gz: CVE ids, versions, package and function names), ing
 toolkit, and asks queries built from identifiers that occur in at most `--max-df` files: the identifier
 and a few words of the line it appears on ("fix heap overflow CVE-2022-41903"). For every query where
 BM25's top document contains the identifier verbatim, it counts how often that document is in the top 3
-of the final list: hybrid RRF without the guard (before) and the `default` preset (after), plus qmd
+of the final list, and how often it is first: hybrid RRF without the guard (before) and the `default` preset (after), plus qmd
 and `default` with the guard switched off.
 
 The identifiers are found by a reader's rule of this file (`raw_identifiers`: a word with a digit and a letter or
@@ -180,15 +180,16 @@ def main() -> None:
         for label, cfg in configs.items():
             prep = prepare(st, q, cfg)
             k1, k10 = kept_top3(hits1, prep, cfg), kept_top3(hits10, prep, cfg)
-            rows.append((label, len(k1), int(k1["top3"].sum()), len(k10), int(k10["top3"].sum())))
+            rows.append((label, len(k1), int(k1["top3"].sum()), int((k1["rank"] == 1).sum()), len(k10), int(k10["top3"].sum())))
         counted = queries.join(hits1.select("qid").unique(), on="qid", how="semi")
     seen = sum(t.lower() in {x.lower() for x in identifier_tokens(text)} for text, t in zip(counted["text"], counted["token"], strict=True))
     print(f"\nthe guard saw the identifier in {seen} of the {len(counted)} queries whose BM25 top hit holds it")
-    print("\n| pipeline | BM25's top hit has the identifier | kept in top 3 | share | a BM25 top-10 hit has it "
+    print("\n| pipeline | BM25's top hit has the identifier | kept in top 3 | share | first | share | a BM25 top-10 hit has it "
           "| one of them in top 3 | share |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for label, total, kept, total10, kept10 in rows:
-        print(f"| {label} | {total} | {kept} | {kept / max(total, 1):.1%} | {total10} | {kept10} | {kept10 / max(total10, 1):.1%} |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, total, kept, first, total10, kept10 in rows:
+        print(f"| {label} | {total} | {kept} | {kept / max(total, 1):.1%} | {first} | {first / max(total, 1):.1%} | {total10} | {kept10} "
+              f"| {kept10 / max(total10, 1):.1%} |")
 
 
 if __name__ == "__main__":

@@ -94,3 +94,25 @@ def test_the_word_bounded_find_equals_the_regex_it_replaced(text, tok):
 
     want = re.search(rf"(?<![\w]){re.escape(tok)}(?![\w])(?![-.][A-Za-z0-9])", text, re.IGNORECASE) is not None
     assert _contains_word(text.lower(), tok.lower()) == want
+
+
+def test_a_sole_holder_goes_first_and_a_shared_identifier_stays_in_the_top_3(store, tmp_path):
+    """`guard.sole_first`: when no other candidate holds the identifier, BM25's verbatim hit is the answer a user
+    looks for (a changelog naming `libassuan 2.5.5-5`), so it goes first; when others hold it too (a package name
+    many descriptions mention) it only keeps its place in the top `max_rank`. Live: the holders are counted from
+    the prepared `exact` frame."""
+    q = pl.DataFrame({"qid": ["q"], "text": ["heap overflow security vulnerability CVE-2022-41903"]})
+    base = load_config("hybrid-rrf").with_updates({"fusion.lexical_weight": 0.01, "guard.exact_token": True})
+    sole = base.with_updates({"guard.sole_first": True})
+    prep = prepare(store, q, base)
+    assert rescore(prep, base).final.filter(pl.col("doc_id") == "n0")["rank"][0] == 3
+    row = rescore(prep, sole).final.sort("rank").row(0, named=True)
+    assert row["doc_id"] == "n0" and "exact_token_kept" in row["flags"]
+    # A second candidate naming the same CVE: n0 is no longer the only holder and stays at 3.
+    extra = tmp_path / "more.jsonl"
+    extra.write_text(json.dumps({"_id": "n9", "title": "Team notes", "text": "Notes from the weekly meeting: the team talked about lunch plans, the holiday rota, the new office chairs, the coffee machine and, at the very end, whether CVE-2022-41903 matters for the build servers."}) + "\n")
+    store.ingest(load_corpus(extra))
+    prep = prepare(store, q, base)
+    assert set(prep.exact["doc_id"]) == {"n0", "n9"}
+    assert prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1))["doc_id"][0] == "n0"
+    assert rescore(prep, sole).final.filter(pl.col("doc_id") == "n0")["rank"][0] == 3

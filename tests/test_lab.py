@@ -355,7 +355,7 @@ def test_guardrail_controls_act_live_without_new_retrieval(store):
     the exact-token guard off re-scores from the cached stages (no new retrieval) and changes the lists."""
     lab = make_lab(store)
     lab.set("fusion.method", "rrf")
-    assert all(k in lab.controls for k in ("guard.exact_token", "guard.max_rank", "adapt.dense_gap", "adapt.gap_scale",
+    assert all(k in lab.controls for k in ("guard.exact_token", "guard.max_rank", "guard.sole_first", "adapt.dense_gap", "adapt.gap_scale",
                                            "adapt.min_weight", "adapt.max_weight", "dedup.identical_enabled"))
     n_msgs = len(lab.history)
     assert lab.set("adapt.dense_gap", True)
@@ -365,5 +365,5 @@ def test_guardrail_controls_act_live_without_new_retrieval(store):
     moved = lab.result.trace.filter(pl.col("stage") == "fuse").sort("qid", "doc_id")["score"].to_list()
     assert moved != fused and "route" in lab.result.per_query.columns
     assert lab.set("adapt.dense_gap", False) and lab.controls["adapt.gap_scale"].disabled
-    assert lab.set("guard.exact_token", False) and lab.controls["guard.max_rank"].disabled
+    assert lab.set("guard.exact_token", False) and lab.controls["guard.max_rank"].disabled and lab.controls["guard.sole_first"].disabled
     assert len(lab.history) == n_msgs  # all live: nothing re-retrieved

@@ -686,6 +686,9 @@ class GuardConfig(_Model):
     max_rank: Rescore[int] = Field(3, ge=1, le=100, description="The place the guarded exact hit ends at or above "
                                    "(a query that is only the identifier: first).")
     depth: Rescore[int] = Field(10, ge=1, le=100, description="How deep in BM25's list an exact hit is looked for.")
+    # Measured on ten collections' dev splits (guard._holders): first helps when no other candidate holds the identifier.
+    sole_first: Rescore[bool] = Field(False, description="A guarded hit that is the only candidate holding the identifier "
+                                      "goes first, not only into the top max_rank.")
 
 
 # ------------------------------------------------------------------ dedup, threshold, output

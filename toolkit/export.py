@@ -115,7 +115,8 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
         out.append(f"per-query dense weight from the dense list's score gap (adapt, scale {cfg.adapt.gap_scale}): "
                    "exported as the fixed list weights")
     if hybrid and cfg.guard.exact_token:
-        out.append(f"exact-token guard (BM25's verbatim hit of a query identifier kept in the top {cfg.guard.max_rank})")
+        out.append(f"exact-token guard (BM25's verbatim hit of a query identifier kept in the top {cfg.guard.max_rank}"
+                   + (", first when no other candidate holds the identifier)" if cfg.guard.sole_first else ")"))
     if cfg.dedup.identical_enabled:
         out.append("byte-identical documents collapsed into one result (also_in): the engine returns every copy")
     if cfg.threshold.min_prob > 0:
