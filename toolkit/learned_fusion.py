@@ -506,8 +506,13 @@ def fuse(prep: Any, model_path: str | None) -> tuple[pl.DataFrame, float]:
 
 
 def attach_prob(ranked: pl.DataFrame, prep: Any, model_path: str | None) -> pl.DataFrame:
-    """`ranked` with `score_prob` (the calibrated P(relevant) of each document under the learned model)."""
+    """`ranked` with `score_prob` (the calibrated P(relevant) of each document under the learned model), never rising
+    down the shown ranking. A later stage can place a document above ones the model preferred (the exact-token
+    guard, a reranker's blend, priors); it then gets the highest probability of those below it, so the list reads
+    top-down and `threshold.min_prob` cannot drop a result while keeping one placed under it. Raised, not lowered:
+    a guarded hit the model gave 0.10 would otherwise pull every result under it down to 0.10."""
     probs = scored_for(prep, model_path).select("qid", "doc_id", "score_prob")
     if "score_prob" in ranked.columns:
         ranked = ranked.drop("score_prob")
-    return ranked.join(probs, on=["qid", "doc_id"], how="left", maintain_order="left")
+    ranked = ranked.join(probs, on=["qid", "doc_id"], how="left", maintain_order="left")
+    return ranked.with_columns(pl.col("score_prob").cum_max(reverse=True).over("qid", order_by="rank"))
