@@ -141,3 +141,43 @@ def test_the_rarest_identifier_decides_whether_the_hit_is_the_only_holder():
     shared = exact.with_columns(pl.when(pl.col("doc_id") == "b").then(pl.lit(["libx11", "2:1.7.1-1"])).otherwise(pl.col("tokens")).alias("tokens"))
     again, _ = keep_exact(ranked, lex, shared, cfg.model_copy(update={"sole_first": True}))
     assert again.filter(pl.col("doc_id") == "a")["rank"][0] == 3
+
+
+def test_bm25s_top_document_goes_first_when_it_covers_more_query_words_than_any_other(tmp_path, embedder):
+    """`guard.coverage_first` (on in `default`): a conversational memory query whose words only one note holds all of
+    ("when did Caroline go to the LGBTQ support group") lost that note under fused ranks to notes close in meaning.
+    BM25's first document now goes first when no other candidate holds as many of the query's words; live."""
+    notes = [("m0", "Busy Sunday: Caroline painted the fence, baked bread, phoned her grandmother, made time to go to the "
+                    "LGBTQ support group for an hour, then watched a film and fixed the bike's chain before dinner.")]
+    notes += [(f"m{i}", f"When did Caroline go to the {w} support group? She goes to the {w} support group every week.")
+              for i, w in enumerate(["parents'", "grief", "cancer", "veterans'", "newcomers'", "caregivers'"], start=1)]
+    p = tmp_path / "c.jsonl"
+    p.write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in notes))
+    q = pl.DataFrame({"qid": ["q"], "text": ["when did Caroline go to the LGBTQ support group"]})
+    with Store(tmp_path / "m.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(p))
+        base = load_config("default").with_updates({"fusion.lexical_weight": 0.01, "adapt.dense_gap": False})  # dense leads
+        prep = prepare(st, q, base)
+    assert prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1))["doc_id"][0] == "m0"
+    terms = dict(zip(prep.coverage["doc_id"], prep.coverage["terms"], strict=True))
+    assert terms["m0"] > max(v for d, v in terms.items() if d != "m0")
+    off = rescore(prep, base.with_updates({"guard.coverage_first": False})).final.sort("rank")
+    assert off["doc_id"][0] != "m0"
+    on = rescore(prep, base).final.sort("rank")
+    row = on.row(0, named=True)
+    assert row["doc_id"] == "m0" and "covers_most_terms" in row["flags"] and on["score"].is_sorted(descending=True)
+    assert on["doc_id"].sort().to_list() == off["doc_id"].sort().to_list()  # nothing lost or doubled
+
+
+def test_the_coverage_rule_leaves_a_tie_alone():
+    """Two candidates holding as many of the query's words: BM25's choice is not lifted over the fused order."""
+    from toolkit.guard import coverage_first
+
+    ranked = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["b", "c", "a"], "rank": [1, 2, 3], "score": [0.3, 0.2, 0.1],
+                           "flags": [[], [], []]}, schema_overrides={"flags": pl.List(pl.Utf8)})
+    lex = pl.DataFrame({"qid": ["q"] * 3, "list_id": ["orig:lex"] * 3, "doc_id": ["a", "b", "c"], "rank": [1, 2, 3]})
+    cov = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["a", "b", "c"], "terms": [3, 3, 1]})
+    assert coverage_first(ranked, lex, cov, True).equals(ranked)
+    lifted = coverage_first(ranked, lex, cov.with_columns(pl.Series("terms", [3, 2, 1])), True)
+    assert lifted.sort("rank")["doc_id"].to_list() == ["a", "b", "c"]
+    assert coverage_first(ranked, lex, cov.with_columns(pl.Series("terms", [3, 2, 1])), False).equals(ranked)

@@ -689,6 +689,9 @@ class GuardConfig(_Model):
     # Measured on ten collections' dev splits (guard._holders): first helps when no other candidate holds the identifier.
     sole_first: Rescore[bool] = Field(False, description="A guarded hit that is the only candidate holding the identifier "
                                       "goes first, not only into the top max_rank.")
+    # Not an identifier rule: any query. Measured on ten collections' dev splits (guard.coverage_first).
+    coverage_first: Rescore[bool] = Field(False, description="BM25's first document goes first when it holds more of the "
+                                          "query's words than any other candidate.")
 
 
 # ------------------------------------------------------------------ dedup, threshold, output
@@ -1067,7 +1070,7 @@ _SWITCHED_OFF: tuple[_Off, ...] = (
     _Off(("rerank.blend",), _is("none"), ("top_n", "score_normalization")),
     _Off(("fusion.method", "fusion.router"), lambda m, r: not _reads("fusion.model", {"method": m, "router": r}), ("model",)),
     _Off(("adapt.dense_gap",), _is(False)),
-    _Off(("guard.exact_token",), _is(False)),
+    _Off(("guard.exact_token",), _is(False), but=("coverage_first",)),
     _Off(("dedup.source_enabled",), _is(False), ("max_per_source", "fill")),
     _Off(("dedup.near_duplicate_enabled",), _is(False), ("near_duplicate_threshold",)),
     _Off(("priors.recency_field", "priors.priority_field", "priors.use_field"), _is(None), ("combine", "top_n", "add_weight")),

@@ -727,6 +727,7 @@ class Lab:
             "guard.exact_token": _control("check", c.guard.exact_token, description="exact-token guard (BM25's verbatim hit stays up)"),
             "guard.max_rank": _control("int", c.guard.max_rank, min=1, max=20, description="exact hit at or above rank"),
             "guard.sole_first": _control("check", c.guard.sole_first, description="exact hit first when no other candidate holds it"),
+            "guard.coverage_first": _control("check", c.guard.coverage_first, description="BM25's top first when it covers the most query words"),
             "adapt.dense_gap": _control("check", c.adapt.dense_gap, description="dense weight per query from its score gap"),
             "adapt.gap_scale": _control("float", c.adapt.gap_scale, min=0.02, max=0.5, step=0.01, description="gap scale (gap = weight 1)"),
             "adapt.min_weight": _control("float", c.adapt.min_weight, min=0.0, max=1.0, step=0.05, description="min dense weight"),
@@ -809,7 +810,7 @@ class Lab:
             section("threshold.min_score", "threshold.low_spread"),
             section("routing.enabled", "routing.technical_lexical_boost", "routing.conversational_skip_lexical", "routing.conversational_skip_expansion"),
             section(*(k for k in self.controls if k.startswith("priors."))),
-            section("guard.exact_token", "guard.max_rank", "guard.sole_first", "adapt.dense_gap", "adapt.gap_scale", "adapt.min_weight",
+            section("guard.exact_token", "guard.max_rank", "guard.sole_first", "guard.coverage_first", "adapt.dense_gap", "adapt.gap_scale", "adapt.min_weight",
                     "adapt.max_weight", "dedup.identical_enabled"),
             W.VBox([self._export_kind, self._export_path, export_btn, self._export_msg]),
         ]

@@ -144,9 +144,21 @@ def _register(con, name: str, df: pl.DataFrame) -> None:
     con.register(name, df.lazy())  # not Arrow: DuckDB would import pandas (store._Connection)
 
 
-def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(per query [qid, q_terms, q_idf_*], per pair [qid, doc_id, coverage, idf_coverage, chunk_coverage,
-    proximity, doc_len, doc_chunks, chunk_ord, chunk_pos]) from the FTS tables, all queries at once."""
+# The candidates' chunks that hold each of their query's terms (`ltr_pairs` [qid, doc_id, chunk_id], `ltr_qt` [qid,
+# termid, idf]). The postings are reached from the candidates' chunks, each paired with its own query's terms, and
+# looked up by (chunk, term): starting from the terms read every posting of a common word once per query that holds
+# it (user trial BL: 9 GB for 1,000 queries over 224k chunks, against 2 GB for the rest of prepare).
+_HITS = """cand AS MATERIALIZED (SELECT DISTINCT p.qid, c.doc_id, c.chunk_id, fd.docid
+               FROM (SELECT DISTINCT qid, doc_id FROM ltr_pairs) p JOIN chunks c USING (doc_id)
+               JOIN fts_main_chunks.docs fd ON fd.name = c.chunk_id),
+           hits AS MATERIALIZED (SELECT DISTINCT cand.qid, cand.doc_id, cand.chunk_id, qt.termid, qt.idf
+               FROM cand JOIN ltr_qt qt ON qt.qid = cand.qid
+               SEMI JOIN fts_main_chunks.terms t ON t.docid = cand.docid AND t.termid = qt.termid)"""
+
+
+def _query_terms(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[str, float]:
+    """Registers `ltr_q`, `ltr_pairs` and `ltr_qt` (each query's distinct index terms with their IDF) on the store's
+    connection; returns (stemmer, the largest IDF the index can give). The caller unregisters them."""
     con = store.con
     settings = store.settings or IndexSettings()
     stemmer = settings.stemmer
@@ -164,23 +176,44 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
         [n_docs],
     ).pl()
     _register(con, "ltr_qt", qt)  # a registered frame, not a table: read-only stores work too
-    idf_max = math.log((n_docs - 1 + 0.5) / 1.5 + 1) if n_docs > 1 else 1.0
+    return stemmer, (math.log((n_docs - 1 + 0.5) / 1.5 + 1) if n_docs > 1 else 1.0)
+
+
+COVERAGE_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "terms": pl.Int64}
+
+
+def term_coverage(store, queries: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
+    """[qid, doc_id, terms]: how many of its query's distinct index terms each candidate document holds, in any
+    chunk: the `coverage` feature's count, for the guard's `coverage_first` (which needs no learned features)."""
+    pairs = candidates.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique()
+    if not len(pairs) or not store.has_lexical_index():
+        return pl.DataFrame(schema=COVERAGE_SCHEMA)
+    _query_terms(store, queries.filter(pl.col("qid").is_in(pairs["qid"].unique().implode())),
+                 pairs.with_columns(pl.lit(None, pl.Utf8).alias("chunk_id")))
+    con = store.con
+    try:
+        got = con.execute(f"""WITH {_HITS}
+            SELECT p.qid, p.doc_id, count(DISTINCT h.termid) AS terms
+            FROM (SELECT DISTINCT qid, doc_id FROM ltr_pairs) p LEFT JOIN hits h USING (qid, doc_id) GROUP BY ALL""").pl()
+    finally:
+        for name in ("ltr_q", "ltr_pairs", "ltr_qt"):
+            con.unregister(name)
+    return got.select(list(COVERAGE_SCHEMA)).cast(COVERAGE_SCHEMA).sort("qid", "doc_id")
+
+
+def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per query [qid, q_terms, q_idf_*], per pair [qid, doc_id, coverage, idf_coverage, chunk_coverage,
+    proximity, doc_len, doc_chunks, chunk_ord, chunk_pos]) from the FTS tables, all queries at once."""
+    con = store.con
+    stemmer, idf_max = _query_terms(store, queries, pairs)
     per_query = con.execute(
         "SELECT qid, count(*)::DOUBLE AS q_terms, avg(idf) AS q_idf_mean, max(idf) AS q_idf_max, "
         "avg(idf) / ? AS q_idf_mean_norm, max(idf) / ? AS q_idf_max_norm, sum(idf) AS _idf_sum FROM ltr_qt GROUP BY qid",
         [idf_max, idf_max],
     ).pl()
-    # Query terms present anywhere in the candidate document (document coverage) and in its best chunk. The postings
-    # are reached from the candidates' chunks, each paired with its own query's terms, and looked up by (chunk, term):
-    # starting from the terms read every posting of a common word once per query that holds it (user trial BL: 9 GB
-    # for 1,000 queries over 224k chunks, against 2 GB for the rest of prepare).
+    # Query terms present anywhere in the candidate document (document coverage) and in its best chunk (`_HITS`).
     per_pair = con.execute(
-        """WITH cand AS MATERIALIZED (SELECT DISTINCT p.qid, c.doc_id, c.chunk_id, fd.docid
-               FROM (SELECT DISTINCT qid, doc_id FROM ltr_pairs) p JOIN chunks c USING (doc_id)
-               JOIN fts_main_chunks.docs fd ON fd.name = c.chunk_id),
-           hits AS MATERIALIZED (SELECT DISTINCT cand.qid, cand.doc_id, cand.chunk_id, qt.termid, qt.idf
-               FROM cand JOIN ltr_qt qt ON qt.qid = cand.qid
-               SEMI JOIN fts_main_chunks.terms t ON t.docid = cand.docid AND t.termid = qt.termid),
+        f"""WITH {_HITS},
            doc AS (SELECT qid, doc_id, count(*)::DOUBLE AS n, sum(idf) AS idf_n
                FROM (SELECT DISTINCT qid, doc_id, termid, idf FROM hits) GROUP BY ALL),
            best AS (SELECT h.qid, h.doc_id, count(DISTINCT h.termid)::DOUBLE AS n_chunk

@@ -80,6 +80,7 @@ class Prepared:
     # Learning-to-rank features of every (query, candidate document): what `fusion.method: learned` scores.
     ltr_features: pl.DataFrame | None = None
     exact: pl.DataFrame | None = None  # guard.exact_matches: candidates holding a query identifier verbatim
+    coverage: pl.DataFrame | None = None  # ltr_features.term_coverage: query terms each candidate holds (the guard's)
     timings: dict[str, float] = field(default_factory=dict)
     # Inputs of the priors stage: typed metadata of the candidate documents and of the queries.
     doc_values: pl.DataFrame | None = None
@@ -186,7 +187,7 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
     return lex, den
 
 
-_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status", "exact", "chunk_copies")
+_PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status", "exact", "chunk_copies", "coverage")
 
 
 # What `prepare` computes from the same store, queries and settings, by version: bump it when a change to the
@@ -346,6 +347,8 @@ def prepare(
             frames = {name: got.get(name) for name in _PREPARED_FRAMES}
             if frames["exact"] is None:  # cached by a version without the guard's input: derive it now
                 frames["exact"] = _exact(store, frames["queries"], frames["candidates"])
+            if frames["coverage"] is None:  # ... or without the coverage rule's
+                frames["coverage"] = _coverage(store, frames["queries"], frames["candidates"])
             if "text_hash" not in frames["doc_source"].columns:  # ... or without the content hashes
                 frames["doc_source"] = store.doc_sources().select("doc_id", "source", "text_hash")
             prep = Prepared(**frames, timings={"cache_load": 0.0})
@@ -490,8 +493,12 @@ def _prepare(
     exact = (_exact(store, queries, cands) if not one_shot or cfg.guard.exact_token
              else pl.DataFrame(schema=guard_stage.EXACT_SCHEMA))
     t["exact"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    coverage = (_coverage(store, queries, cands) if not one_shot or cfg.guard.coverage_first
+                else pl.DataFrame(schema=_coverage_schema()))
+    t["coverage"] = time.perf_counter() - t0
     return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr_frame,
-                    exact=exact, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status,
+                    exact=exact, coverage=coverage, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status,
                     chunk_copies=store.chunk_copies() if cfg.retrieval.level == "chunk" else None)
 
 
@@ -499,6 +506,19 @@ def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
     """Typed metadata of the candidate documents (every field: which one a prior reads is a live setting)."""
     ids = cands["doc_id"].unique().to_list() if cands is not None and len(cands) else []
     return store.doc_values(ids)
+
+
+def _coverage_schema() -> dict:
+    from .ltr_features import COVERAGE_SCHEMA
+
+    return COVERAGE_SCHEMA
+
+
+def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame) -> pl.DataFrame:
+    """The coverage rule's input: how many query terms each candidate holds (from the FTS tables)."""
+    from .ltr_features import term_coverage
+
+    return term_coverage(store, queries, cands)
 
 
 def _exact(store: Store, queries: pl.DataFrame, cands: pl.DataFrame) -> pl.DataFrame:
@@ -627,6 +647,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    ranked = guard_stage.coverage_first(ranked, cands, prep.coverage, cfg.guard.coverage_first)
     ranked, guard_status = guard_stage.keep_exact(ranked, cands, prep.exact, cfg.guard)
     t["guard"] = time.perf_counter() - t0
 
@@ -693,8 +714,8 @@ def _blend_keep(cfg: PipelineConfig, n: int) -> int | None:
     d = cfg.dedup
     if d.source_enabled or d.near_duplicate_enabled or d.identical_enabled:
         return None
-    if cfg.guard.exact_token:  # the guard can lift a document from any place (BM25's first `depth` are not the fused)
-        return None
+    if cfg.guard.exact_token or cfg.guard.coverage_first:  # the guard can lift a document from any place (BM25's
+        return None  # first `depth`, or its first document, are not the fused list's first)
     if priors_stage.active(cfg.priors):
         return max(n, cfg.priors.top_n) if cfg.priors.top_n is not None else None
     return n

@@ -75,6 +75,7 @@ def _flags(r: Mapping[str, Any]) -> list[str]:
 # Flags in words for the compact and detailed views (JSON keeps the identifiers).
 _FLAG_WORDS = {
     "exact_token_kept": "exact token kept (moved up: it holds the query's identifier verbatim)",
+    "covers_most_terms": "moved first: BM25's top result, holding more of the query's words than any other",
     "reranked": "reranked",
     "extra_from_source": "extra result from a source already shown",
     "low_confidence": "low confidence",
