@@ -1,4 +1,4 @@
-"""Thresholds: drop weak results but never empty a query; flag low confidence and low differentiation."""
+"""Thresholds: drop weak results (a query nothing passes keeps its list, flagged, unless none_pass: empty); flag low confidence and low differentiation."""
 
 from __future__ import annotations
 
@@ -34,6 +34,27 @@ def test_min_score_drops_and_falls_back_to_low_confidence():
         and not rows["good"]["low_differentiation"]
     )
     assert rows["weak"]["low_confidence"] and rows["weak"]["spread"] == pytest.approx(0.15)
+
+
+def test_none_pass_empty_returns_nothing_for_a_query_nothing_passes(tmp_path):
+    """An agent that must say "I don't know" (user trial BX: min_prob 0.5 never emptied a query; the whole list came
+    back flagged): `threshold.none_pass: empty` returns no result, n_results 0 and low_confidence, and says so."""
+    r = run({"good": [0.9, 0.5, 0.2], "weak": [0.25, 0.1]})
+    kept, pq = apply_threshold(r, ThresholdConfig(min_score=0.3, none_pass="empty"))
+    assert kept["doc_id"].to_list() == ["good-d1", "good-d2"]
+    rows = {r["qid"]: r for r in pq.to_dicts()}
+    assert rows["weak"]["n_results"] == 0 and rows["weak"]["low_confidence"] and rows["weak"]["top_score"] is None
+    assert rows["good"]["n_results"] == 2 and not rows["good"]["low_confidence"]
+    # With the candidates' evidence (as the pipeline passes it) the emptied query keeps its row too.
+    ev = pl.DataFrame({"qid": ["good", "weak", "none"], "n_lists": [1, 1, 0], "no_term_match": [False, False, True]})
+    _, pq = apply_threshold(r, ThresholdConfig(min_score=0.3, none_pass="empty"), evidence=ev)
+    assert dict(zip(pq["qid"], pq["low_confidence"], strict=True)) == {"good": False, "weak": True, "none": False}
+    # The reader is told: none returned, and the setting that decides it.
+    from toolkit.render import note_lines
+
+    note = note_lines(rows["weak"])[0]
+    assert "none is returned (threshold.none_pass: empty)" in note
+    assert "closest matches" in note_lines({**rows["weak"], "n_results": 2})[0]
 
 
 def test_spread_and_low_differentiation():

@@ -717,6 +717,11 @@ class ThresholdConfig(_Model):
     low_spread: Rescore[float | None] = Field(None, ge=0.0, description="Spread of the top scores below which a query is flagged 'scores barely differ'; unset: a value fitting the config's score scale.")
     # Calibrated P(relevant) (`score_prob`, fusion.method learned only); 0 keeps everything.
     min_prob: Rescore[float] = Field(0.0, ge=0.0, le=1.0, description="Calibrated probability of relevance below which results are dropped (fusion.method learned only; 0 keeps everything).")
+    # keep: the whole list comes back flagged low_confidence, so a caller always has something to show; empty: an
+    # agent's "I don't know" (user trial BX: min_prob 0.5 never emptied a query).
+    none_pass: Rescore[Literal["keep", "empty"]] = Field("keep", description="When no result of a query reaches min_score "
+                                                          "or min_prob: keep its list, every result flagged low_confidence "
+                                                          "(keep), or return no result (empty).")
 
 
 OUTPUT_N_MAX = 1000  # results a query keeps at most (`output.n`; `hrt run --depth` is capped by it)
@@ -1073,6 +1078,7 @@ _SWITCHED_OFF: tuple[_Off, ...] = (
     _Off(("guard.exact_token",), _is(False), but=("coverage_first",)),
     _Off(("dedup.source_enabled",), _is(False), ("max_per_source", "fill")),
     _Off(("dedup.near_duplicate_enabled",), _is(False), ("near_duplicate_threshold",)),
+    _Off(("threshold.min_score", "threshold.min_prob"), lambda s, p: s == 0 and p == 0, ("none_pass",)),
     _Off(("priors.recency_field", "priors.priority_field", "priors.use_field"), _is(None), ("combine", "top_n", "add_weight")),
     _Off(("priors.recency_field",), _is(None), ("recency_*", "as_of")),
     _Off(("priors.priority_field",), _is(None), ("priority_*",)),

@@ -346,10 +346,9 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
         return []
     out = []
     if notes.get("low_confidence"):
-        out.append(
-            "note: no result reached the threshold (threshold.min_score, or min_prob for a calibrated model); "
-            "these are the closest matches (low confidence)"
-        )
+        missed = "note: no result reached the threshold (threshold.min_score, or min_prob for a calibrated model, whichever is set); "
+        out.append(missed + ("none is returned (threshold.none_pass: empty)" if notes.get("n_results") == 0 else
+                             "these are the closest matches (low confidence; threshold.none_pass: empty returns none)"))
     if notes.get("no_term_match"):
         out.append("note: BM25 found no document holding any of the query's indexed words (stopwords and symbols are not "
                    "indexed): any result here comes from dense search alone, by meaning")

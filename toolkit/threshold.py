@@ -121,7 +121,8 @@ def apply_threshold(
 
     Results scoring below `min_score`, or with a calibrated `score_prob` below `min_prob` (learned fusion),
     are dropped (0 = keep everything); a query where nothing passes keeps
-    its list with every row flagged "low_confidence". spread = top score minus the last score of the
+    its list with every row flagged "low_confidence", or under `none_pass: empty` returns none (n_results 0,
+    low_confidence). spread = top score minus the last score of the
     returned list, or of its first `n` results when given (what the user is shown); null with fewer than
     two results. low_differentiation = spread < low_spread. Scores come out strictly decreasing with rank
     (see `strictly_decreasing`), so evaluating the run by score gives exactly this order.
@@ -143,6 +144,7 @@ def apply_threshold(
             pl.lit(0, pl.Int64).alias("n_results"), pl.lit(False).alias("low_confidence"), pl.lit(False).alias("low_differentiation"))
         return r, pq.select(list(PER_QUERY_SCHEMA)).cast(PER_QUERY_SCHEMA)
     use_prob = cfg.min_prob > 0
+    emptied = None
     if use_prob and ("score_prob" not in r.columns or r["score_prob"].null_count() == len(r)):
         # Without calibrated probabilities every row would fail and be flagged low confidence.
         raise InputError(
@@ -157,7 +159,9 @@ def apply_threshold(
         if use_prob:  # the calibrated probability (learned fusion); a row without one does not pass
             passes = passes & (pl.col("score_prob").fill_null(0.0) >= cfg.min_prob)
         r = r.with_columns(passes.alias("_pass"), passes.any().over("qid").alias("_any"))
-        r = r.filter(pl.col("_pass") | ~pl.col("_any")).with_columns(
+        if cfg.none_pass == "empty":
+            emptied = r.filter(~pl.col("_any")).select("qid").unique(maintain_order=True)
+        r = r.filter(pl.col("_pass") | (~pl.col("_any") & (cfg.none_pass == "keep"))).with_columns(
             pl.when(~pl.col("_any"))
             .then(pl.col("flags").list.concat(pl.lit(["low_confidence"], pl.List(pl.Utf8))))
             .otherwise(pl.col("flags"))
@@ -183,6 +187,9 @@ def apply_threshold(
     # `config.low_spread(cfg)` when given (the config's own scale when it sets none), else the field; unset: 0.01.
     limit = low_spread if low_spread is not None else cfg.low_spread if cfg.low_spread is not None else 0.01
     low_diff = (pl.col("spread") < limit).fill_null(False)
+    if emptied is not None and len(emptied):  # nothing passed and nothing is returned: low confidence, 0 results
+        per_query = pl.concat([per_query, emptied.join(per_query.select("qid"), on="qid", how="anti").with_columns(
+            pl.lit(0, pl.Int64).alias("n_results"), pl.lit(True).alias("low_confidence"))], how="diagonal_relaxed")
     if evidence is not None:  # every query evidence knows, those left without results too (n_results 0)
         per_query = evidence.join(per_query, on="qid", how="left").with_columns(
             pl.col("n_results").fill_null(0), pl.col("low_confidence").fill_null(False))
