@@ -507,7 +507,7 @@ def test_score_prob_never_rises_down_the_shown_ranking(store, monkeypatch):
     monkeypatch.undo()
     # The learned preset runs the guard: every query's probabilities fall or stay level down its list.
     cfg = load_config("learned")
-    assert cfg.guard.exact_token and cfg.guard.sole_first
+    assert cfg.guard.exact_token and cfg.guard.sole_first and cfg.guard.coverage_first
     res = run_pipeline(store, QUERIES, cfg.with_updates({"guard.max_rank": 1, "output.n": 10}))
     for _, rows in res.final.sort("qid", "rank").group_by("qid"):
         assert rows["score_prob"].is_sorted(descending=True)
