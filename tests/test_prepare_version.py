@@ -35,7 +35,7 @@ TEXTS = ["git 2.39.1 fixes CVE-2022-41903.", "Set retryBackoffMs=200; max_pool_s
          "libassuan (2.5.5-5) unstable", "CC=gcc-4.9 make", "see /etc/nginx/nginx.conf and /etc/nginx-proxy",
          "Closes GH#56 and dbus!403", "the __init__ method", "v2.14.30 released"]
 # PREPARE_VERSION -> the fingerprint of the rules it computes with.
-RECORDED = {12: "a6dfe3213aebfd15"}
+RECORDED = {12: "a6dfe3213aebfd15", 13: "a6dfe3213aebfd15"}  # 13 moved learned features only
 
 
 def fingerprint() -> str:

@@ -210,7 +210,7 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
         "SELECT qid, count(*)::DOUBLE AS q_terms, avg(idf) AS q_idf_mean, max(idf) AS q_idf_max, "
         "avg(idf) / ? AS q_idf_mean_norm, max(idf) / ? AS q_idf_max_norm, sum(idf) AS _idf_sum FROM ltr_qt GROUP BY qid",
         [idf_max, idf_max],
-    ).pl()
+    ).pl().with_columns(pl.col("q_idf_mean", "q_idf_mean_norm").round(12))  # sums in no fixed order, as idf_coverage
     # Query terms present anywhere in the candidate document (document coverage) and in its best chunk (`_HITS`).
     per_pair = con.execute(
         f"""WITH {_HITS},
@@ -263,7 +263,9 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
     pp = pp.select(
         "qid", "doc_id",
         pl.when(terms > 0).then(pl.col("_n") / terms).otherwise(0.0).alias("coverage"),
-        pl.when(pl.col("_idf_sum") > 0).then(pl.col("_idf_n").fill_null(0.0) / pl.col("_idf_sum")).otherwise(0.0).alias("idf_coverage"),
+        # Rounded: DuckDB's parallel sums add the IDFs in no fixed order, so two computations of one store's features
+        # differed in the last bit (274 of 4,557 CACM pairs), enough to move LightGBM's bins and a retrained model.
+        pl.when(pl.col("_idf_sum") > 0).then(pl.col("_idf_n").fill_null(0.0) / pl.col("_idf_sum")).otherwise(0.0).round(12).alias("idf_coverage"),
         pl.when(terms > 0).then(pl.col("_n_chunk") / terms).otherwise(0.0).alias("chunk_coverage"),
         pl.col("proximity").fill_null(0.0),
         pl.col("doc_len").fill_null(0.0), pl.col("doc_chunks").fill_null(1.0),
