@@ -168,6 +168,8 @@ def test_fit_learns_the_signal_and_beats_rrf_on_held_out_queries():
     assert h["learned"] > h["rrf"] + 0.3 and h["learned"] > 0.8
     assert max(rep.importance, key=rep.importance.get) == "idf_coverage"
     assert rep.calibration_ece_held_out is not None and rep.calibration_ece_held_out < 0.1
+    # The top 10's ECE beside it (what a reader and min_prob see; the easy tail flatters the overall one: trial BX).
+    assert rep.calibration_ece_top10_held_out is not None and "over each query's first 10" in rep.summary()
     # Seeded: the same data and seed give the same model.
     again, _ = fit(data, qrels, seed=1, rounds=60, holdout=0.3, prior=0.0)
     assert again.booster_text == model.booster_text
