@@ -31,6 +31,7 @@ from .features import SYSTEM_NAMES, TECH_ACRONYMS, technical_tokens
 EXACT_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "tokens": pl.List(pl.Utf8), "whole": pl.Boolean}
 FLAG = "exact_token_kept"
 COVER_FLAG = "covers_most_terms"
+COVERAGE_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "terms": pl.Int64}  # ltr_features.term_coverage
 
 
 def identifier_tokens(text: str) -> list[str]:

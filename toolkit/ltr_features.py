@@ -20,6 +20,7 @@ from typing import Any, get_args
 import polars as pl
 
 from .config import Stemmer
+from .guard import COVERAGE_SCHEMA
 from .store import QUERY_TERM_FILTER, IndexSettings
 
 _STEMMERS = frozenset(get_args(Stemmer))
@@ -177,9 +178,6 @@ def _query_terms(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[str
     ).pl()
     _register(con, "ltr_qt", qt)  # a registered frame, not a table: read-only stores work too
     return stemmer, (math.log((n_docs - 1 + 0.5) / 1.5 + 1) if n_docs > 1 else 1.0)
-
-
-COVERAGE_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "terms": pl.Int64}
 
 
 def term_coverage(store, queries: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:

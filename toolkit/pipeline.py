@@ -496,8 +496,9 @@ def _prepare(
              else pl.DataFrame(schema=guard_stage.EXACT_SCHEMA))
     t["exact"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    coverage = (_coverage(store, queries, cands) if not one_shot or cfg.guard.coverage_first
-                else pl.DataFrame(schema=_coverage_schema()))
+    acts = cfg.guard.coverage_first and cfg.retrieval.dense.enabled and not _reranker_blends(cfg)  # else a no-op
+    coverage = (_coverage(store, queries, cands) if not one_shot or acts
+                else pl.DataFrame(schema=guard_stage.COVERAGE_SCHEMA))
     t["coverage"] = time.perf_counter() - t0
     return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr_frame,
                     exact=exact, coverage=coverage, timings=t, doc_values=doc_vals, query_values=q_vals, embed_status=embed_status,
@@ -510,10 +511,11 @@ def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
     return store.doc_values(ids)
 
 
-def _coverage_schema() -> dict:
-    from .ltr_features import COVERAGE_SCHEMA
-
-    return COVERAGE_SCHEMA
+def _reranker_blends(cfg: PipelineConfig) -> bool:
+    """Whether a reranker's scores shape the order. `guard.coverage_first` then stands aside: it counts words, the
+    reranker has read the query and the documents whole, and the rule was measured without one (the exact-token guard
+    does not stand aside: an identifier is exact)."""
+    return cfg.rerank.provider != "none" and cfg.rerank.blend != "none"
 
 
 def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame) -> pl.DataFrame:
@@ -649,7 +651,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    ranked = guard_stage.coverage_first(ranked, cands, prep.coverage, cfg.guard.coverage_first)
+    # The coverage rule counts words; a reranker that blends has read the query and the documents whole, and the rule
+    # was measured without one: it stands aside then (the exact-token guard does not: an identifier is exact).
+    ranked = guard_stage.coverage_first(ranked, cands, prep.coverage, cfg.guard.coverage_first and not _reranker_blends(cfg))
     ranked, guard_status = guard_stage.keep_exact(ranked, cands, prep.exact, cfg.guard)
     t["guard"] = time.perf_counter() - t0
 
