@@ -171,13 +171,13 @@ def test_bm25s_top_document_goes_first_when_it_covers_more_query_words_than_any_
 
 def test_the_coverage_rule_leaves_a_tie_alone():
     """Two candidates holding as many of the query's words: BM25's choice is not lifted over the fused order."""
-    from toolkit.guard import coverage_first
+    from toolkit.guard import coverage_first, coverage_targets
 
     ranked = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["b", "c", "a"], "rank": [1, 2, 3], "score": [0.3, 0.2, 0.1],
                            "flags": [[], [], []]}, schema_overrides={"flags": pl.List(pl.Utf8)})
     lex = pl.DataFrame({"qid": ["q"] * 3, "list_id": ["orig:lex"] * 3, "doc_id": ["a", "b", "c"], "rank": [1, 2, 3]})
     cov = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["a", "b", "c"], "terms": [3, 3, 1]})
-    assert coverage_first(ranked, lex, cov, True).equals(ranked)
-    lifted = coverage_first(ranked, lex, cov.with_columns(pl.Series("terms", [3, 2, 1])), True)
-    assert lifted.sort("rank")["doc_id"].to_list() == ["a", "b", "c"]
-    assert coverage_first(ranked, lex, cov.with_columns(pl.Series("terms", [3, 2, 1])), False).equals(ranked)
+    assert coverage_targets(lex, cov).is_empty() and coverage_first(ranked, coverage_targets(lex, cov), True).equals(ranked)
+    more = coverage_targets(lex, cov.with_columns(pl.Series("terms", [3, 2, 1])))
+    assert coverage_first(ranked, more, True).sort("rank")["doc_id"].to_list() == ["a", "b", "c"]
+    assert coverage_first(ranked, more, False).equals(ranked)

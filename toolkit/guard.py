@@ -215,9 +215,10 @@ def keep_exact(
     return _lift(ranked, chosen.filter(~pl.col("_in")).select("qid", "doc_id", "_m"), FLAG), status
 
 
-def coverage_first(ranked: pl.DataFrame, candidates: pl.DataFrame, coverage: pl.DataFrame | None, on: bool) -> pl.DataFrame:
+def coverage_first(ranked: pl.DataFrame, targets: pl.DataFrame | None, on: bool) -> pl.DataFrame:
     """`ranked` with BM25's first document moved first (flag `covers_most_terms`) in every query where it holds more
-    of the query's index terms than any other candidate of any list (`coverage`: `ltr_features.term_coverage`).
+    of the query's index terms than any other candidate of any list (`targets`: `coverage_targets`, which depends on
+    the prepared frames only, so `rescore` computes it once per `Prepared`).
 
     The label-free signal of the exact-token guard's `sole_first`, for every query: no other candidate matches the
     query as fully as BM25's choice. Measured on ten collections (nDCG@10 of `default`, dev then test): LoCoMo
@@ -225,15 +226,22 @@ def coverage_first(ranked: pl.DataFrame, candidates: pl.DataFrame, coverage: pl.
     0.004), every other collection +0.001 to +0.021 or equal, except MS MARCO dev -0.0035 (one query). Rules measured
     beside it and not taken: only a document holding every term (half the LoCoMo gain), IDF-weighted coverage
     (pyapi -0.006 and Vaswani -0.004 on dev)."""
-    if not on or coverage is None or not len(coverage) or not len(ranked):
+    if not on or targets is None or not len(targets) or not len(ranked):
         return ranked
+    return _lift(ranked, targets, COVER_FLAG)
+
+
+def coverage_targets(candidates: pl.DataFrame, coverage: pl.DataFrame | None) -> pl.DataFrame:
+    """[qid, doc_id, _m = 1]: per query, BM25's first document when it holds more of the query's index terms than
+    any other candidate (`coverage`: `ltr_features.term_coverage`)."""
+    if coverage is None or not len(coverage):
+        return pl.DataFrame(schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "_m": pl.Int64})
     first = (candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1))
              .select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique("qid", keep="first"))
     top = first.join(coverage, on=["qid", "doc_id"]).rename({"terms": "_t1"})
     rest = coverage.join(first, on=["qid", "doc_id"], how="anti").group_by("qid").agg(pl.col("terms").max().alias("_t2"))
-    sole = (top.join(rest, on="qid", how="left").filter((pl.col("_t1") > 0) & (pl.col("_t1") > pl.col("_t2").fill_null(-1)))
+    return (top.join(rest, on="qid", how="left").filter((pl.col("_t1") > 0) & (pl.col("_t1") > pl.col("_t2").fill_null(-1)))
             .select("qid", "doc_id", pl.lit(1, pl.Int64).alias("_m")))
-    return _lift(ranked, sole, COVER_FLAG)
 
 
 def _lift(ranked: pl.DataFrame, targets: pl.DataFrame, flag: str) -> pl.DataFrame:
@@ -241,13 +249,17 @@ def _lift(ranked: pl.DataFrame, targets: pl.DataFrame, flag: str) -> pl.DataFram
     `flag`; nothing else moves. A moved document takes the place with a score between its new neighbours', so the
     order stays the order of the scores."""
     m = pl.col("_m")
-    hit = (ranked.join(targets.select("qid", "doc_id", pl.lit(True).alias("_g")), on=["qid", "doc_id"], how="left")
-           .join(targets.select("qid", "_m"), on="qid", how="left")  # every row of a query knows its place
-           .with_columns(pl.col("_g").fill_null(False), pl.col("_m").fill_null(1)))
-    move = pl.col("_g") & (pl.col("rank") > m)
-    if not hit.select(move.any()).item():
+    # Only the queries whose target sits below its place are rebuilt (a rescore of 1,535 LoCoMo queries re-sorted all
+    # 230k rows for the few dozen that move).
+    below = ranked.select("qid", "doc_id", "rank").join(targets, on=["qid", "doc_id"]).filter(pl.col("rank") > m)
+    if not len(below):
         return ranked
-    moving = move.any().over("qid")
+    which = pl.col("qid").is_in(below["qid"].implode())
+    part, rest = ranked.filter(which), ranked.filter(~which)
+    hit = (part.join(below.select("qid", "doc_id", pl.lit(True).alias("_g")), on=["qid", "doc_id"], how="left")
+           .join(below.select("qid", "_m"), on="qid", how="left")  # every row of a query knows its place
+           .with_columns(pl.col("_g").fill_null(False)))
+    move = pl.col("_g")
     # The new score sits between the scores now at places m-1 and m (just above the one at m for m = 1).
     s_m = pl.col("score").filter(pl.col("rank") == m).first().over("qid")
     s_up = pl.col("score").filter(pl.col("rank") == m - 1).first().over("qid")
@@ -262,12 +274,7 @@ def _lift(ranked: pl.DataFrame, targets: pl.DataFrame, flag: str) -> pl.DataFram
             .alias("flags"),
         )
         .sort("qid", "_place")
-        .with_columns(
-            pl.when(moving)
-            .then(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid"))
-            .otherwise(pl.col("rank"))
-            .alias("rank")
-        )
+        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
         .drop("_g", "_place", "_m")
     )
-    return out
+    return pl.concat([rest, out.select(rest.columns)]).sort("qid", "rank", maintain_order=True)

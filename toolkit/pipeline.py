@@ -653,7 +653,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     t0 = time.perf_counter()
     # The coverage rule counts words; a reranker that blends has read the query and the documents whole, and the rule
     # was measured without one: it stands aside then (the exact-token guard does not: an identifier is exact).
-    ranked = guard_stage.coverage_first(ranked, cands, prep.coverage, cfg.guard.coverage_first and not _reranker_blends(cfg))
+    if cfg.guard.coverage_first and not _reranker_blends(cfg):
+        targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
+        ranked = guard_stage.coverage_first(ranked, targets, True)
     ranked, guard_status = guard_stage.keep_exact(ranked, cands, prep.exact, cfg.guard)
     t["guard"] = time.perf_counter() - t0
 
