@@ -30,12 +30,14 @@ QUERIES = [
     "ERR_IMPORT_LOCK-Meldung beim Start", "--no-cache-dir ignored", "/etc/nginx/nginx.conf reload", "`get_terminal_size`",
     "REQUESTS_CA_BUNDLE", "gpt-4-turbo context", "@acme/retry-utils", "node-jquery 3.5.1+dfsg+~3.5.5-7",
     "Kubernetes-Cluster Speicherdruck", "東京の会議メモ", "Zugriffsberechtigungen für Datenbankbenutzer", "0x7fff5fbff8c8 segfault",
+    "PR #24375 regression", "which commit fixed issue 16075", "pull request 17125", "HTTP 404 on login", "runner ubuntu-24.04-arm",
 ]
 TEXTS = ["git 2.39.1 fixes CVE-2022-41903.", "Set retryBackoffMs=200; max_pool_size: 10 in config.yaml",
          "libassuan (2.5.5-5) unstable", "CC=gcc-4.9 make", "see /etc/nginx/nginx.conf and /etc/nginx-proxy",
-         "Closes GH#56 and dbus!403", "the __init__ method", "v2.14.30 released"]
-# PREPARE_VERSION -> the fingerprint of the rules it computes with.
-RECORDED = {12: "a6dfe3213aebfd15", 13: "a6dfe3213aebfd15"}  # 13 moved learned features only
+         "Closes GH#56 and dbus!403", "the __init__ method", "v2.14.30 released", "Merge (#24375)",
+         "Closes https://github.com/duckdb/duckdb/issues/16075", "runs-on: ubuntu-24.04-arm"]
+# (PREPARE_VERSION, the fingerprint of the rules it computes with, over the samples above as they are now).
+RECORDED = (14, "228afa332aa5ab30")
 
 
 def fingerprint() -> str:
@@ -50,6 +52,7 @@ def fingerprint() -> str:
 
 def test_the_query_rules_moved_only_with_a_prepare_version_bump():
     got = fingerprint()
-    assert RECORDED.get(PREPARE_VERSION) == got, (
+    assert (PREPARE_VERSION, got) == RECORDED, (
         f"the query-side rules that prepare caches give fingerprint {got} under PREPARE_VERSION {PREPARE_VERSION}, "
-        f"recorded {RECORDED.get(PREPARE_VERSION)}: if they changed on purpose, bump PREPARE_VERSION and record {got}")
+        f"recorded {RECORDED}: if the rules changed on purpose, bump PREPARE_VERSION and record both (after adding a "
+        "sample here, record the new fingerprint under the same version)")

@@ -94,12 +94,29 @@ def _contains_word(text: str, tok: str) -> bool:
 
 
 _V_VERSION = re.compile(r"^v\d+(?:\.\d+)+$")
+_REFERENCE = re.compile(r"^#\d+$")
+# Where a forge's web address names an issue or a pull request: "Closes https://github.com/duckdb/duckdb/issues/23623".
+_REFERENCE_PATHS = ("/issues/", "/pull/", "/pulls/", "/merge_requests/")
 
 
 def _holds(low: str, tok: str) -> bool:
     """`_contains_word`, and a `v`-prefixed version is held by its bare form too (`v2.34.2` by `2.34.2`, as BM25
-    now searches it: `analysis.query_lexical_text`)."""
-    return _contains_word(low, tok) or (_V_VERSION.match(tok) is not None and _contains_word(low, tok[1:]))
+    now searches it: `analysis.query_lexical_text`), and a reference `#23623` by a web address that names it
+    (".../issues/23623", ".../pull/23623": user trial BW)."""
+    if _contains_word(low, tok) or (_V_VERSION.match(tok) is not None and _contains_word(low, tok[1:])):
+        return True
+    return _REFERENCE.match(tok) is not None and any(_names_number(low, path + tok[1:]) for path in _REFERENCE_PATHS)
+
+
+def _names_number(low: str, needle: str) -> bool:
+    """Whether `needle` (a path ending in a number) occurs with no digit or word character after it."""
+    i = low.find(needle)
+    while i != -1:
+        j = i + len(needle)
+        if j == len(low) or not _is_word_char(low[j]):
+            return True
+        i = low.find(needle, i + 1)
+    return False
 
 
 def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:

@@ -209,7 +209,10 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # `FEATURE_CHANGES` for 11's reason. `tests/test_prepare_version.py` now fails when the rules move without a bump.
 # 13: idf_coverage and the mean query IDF rounded to 12 decimals (DuckDB summed them in no fixed order, and two
 # computations of one store's features trained two different models); within 5e-13 of 12's, so no FEATURE_CHANGES.
-PREPARE_VERSION = 13  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
+# 14: an issue or pull request named with its word is the reference "#24375" ("PR #24375", "issue 16075", "pull
+# request 17125"), held by a forge address that names it too, and a platform stays on a name's version
+# ("ubuntu-24.04-arm"): user trial BW. The shared collections' 1,789 queries keep their tokens; no FEATURE_CHANGES.
+PREPARE_VERSION = 14  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,

@@ -1,0 +1,60 @@
+"""User trial BW: agent memory over a project's git history (3,000 duckdb commits, 372 judged queries). "PR #24375" and
+"issue 16075" were one token each, which no commit holds (they write "(#24375)", "Fixes #16075" or the issue's web
+address), so the exact-token guard never fired and the pull request's commit, BM25's clear first, ended 23rd."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from toolkit.config import load_config
+from toolkit.guard import _holds, identifier_tokens
+from toolkit.loaders import load_corpus
+from toolkit.pipeline import prepare, rescore
+from toolkit.store import Store
+
+
+@pytest.mark.parametrize(("text", "tokens"), [
+    ("PR #24375", ["#24375"]),
+    ("PR 24277", ["#24277"]),
+    ("what changed in pull request 17125", ["#17125"]),
+    ("which commit fixed issue 16075", ["#16075"]),
+    ("Issue 42 and issue #43", ["#42", "#43"]),
+    ("#24375 fix", ["#24375"]),
+    ("HTTP 404 on login", ["HTTP 404"]),  # a status code stays with its word: documents write it so
+    ("runner ubuntu-24.04-arm", ["ubuntu-24.04-arm"]),  # cut at "-arm", the query's own token was found nowhere
+    ("python-3.11-slim image", ["python-3.11-slim"]),
+    ("gcc-4.9-based build", ["gcc-4.9"]),  # a word after the version is not part of the name
+])
+def test_references_and_platforms_are_the_tokens_documents_write(text, tokens):
+    assert identifier_tokens(text) == tokens
+
+
+def test_a_reference_is_held_by_the_forge_address_that_names_it():
+    assert _holds("closes https://github.com/duckdb/duckdb/issues/23623.", "#23623")
+    assert _holds("see https://gitlab.com/a/b/-/merge_requests/403 for details", "#403")
+    assert not _holds("see https://github.com/duckdb/duckdb/issues/236230", "#23623")
+    assert _holds("merge window fixes (#24375)", "#24375")
+
+
+COMMITS = [
+    ("c0", "Fix segment tree crash in window functions (#24375)", "The segment tree reused a freed buffer.\nFiles changed: src/function/window/segment_tree.cpp"),
+    *[(f"c{i}", f"Merge PR review feedback on {w}", f"Addresses PR review comments on the {w}; reviewers asked for smaller PRs.")
+      for i, w in enumerate(["parquet reader", "CSV sniffer", "JSON extension", "catalog", "optimizer", "storage"], start=1)],
+]
+
+
+def test_a_pull_request_named_with_its_word_finds_its_commit_first(tmp_path, embedder):
+    p = tmp_path / "commits.jsonl"
+    p.write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in COMMITS))
+    q = pl.DataFrame({"qid": ["q"], "text": ["PR #24375"]})
+    with Store(tmp_path / "c.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(p))
+        cfg = load_config("default")
+        prep = prepare(st, q, cfg)
+    assert prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1))["doc_id"][0] == "c0"
+    res = rescore(prep, cfg)
+    assert res.final.sort("rank")["doc_id"][0] == "c0"
+    assert res.per_query["exact_tokens"][0].to_list() == ["#24375"]
