@@ -58,3 +58,26 @@ def test_a_pull_request_named_with_its_word_finds_its_commit_first(tmp_path, emb
     res = rescore(prep, cfg)
     assert res.final.sort("rank")["doc_id"][0] == "c0"
     assert res.per_query["exact_tokens"][0].to_list() == ["#24375"]
+
+
+def test_hrt_show_prints_a_document_by_its_id(tmp_path):
+    """A commit's SHA was its document id, and nothing fetched a document by id (`hrt search` of the SHA found an
+    unrelated commit): `hrt show` prints documents whole, in the order asked, as text or JSON."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    sha = "044a04a7cd39e6e8235f756597ae42dde084e5e5"
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps({"_id": sha, "title": COMMITS[0][1], "text": COMMITS[0][2], "metadata": {"pr": 24375}}) + "\n"
+                 + json.dumps({"_id": "other", "text": "Another commit."}) + "\n")
+    store = str(tmp_path / "s.duckdb")
+    run = CliRunner().invoke
+    assert run(main, ["ingest", str(p), "--store", store, "--no-embed"]).exit_code == 0
+    r = run(main, ["show", sha, "--store", store])
+    assert r.exit_code == 0 and r.output.startswith(f"doc_id: {sha}\ntitle: Fix segment tree crash") and "freed buffer" in r.output
+    r = run(main, ["show", "other", sha, "nope", "--store", store, "--format", "json", "--missing-ok"])
+    got = json.loads(r.stdout)
+    assert [d["doc_id"] for d in got] == ["other", sha] and got[1]["metadata"] == {"pr": 24375}
+    r = run(main, ["show", "-", "--store", store], input=f"{sha}\n\nnope\n")
+    assert r.exit_code != 0 and "no document with id 'nope'" in r.output

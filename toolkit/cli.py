@@ -2164,6 +2164,49 @@ def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
 
 
 @main.command()
+@click.argument("doc_ids", nargs=-1, required=True)
+@click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per document (doc_id, title, source, scope, metadata as an object, text).")
+@click.option("--missing-ok", is_flag=True, help="Skip ids the store does not hold (default: an error naming them).")
+@click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds to keep trying while another process writes the store.")
+def show(doc_ids, store_path, fmt, missing_ok, wait_s) -> None:
+    """Print stored documents whole, by id (DOC_ID... or - to read ids from stdin, one per line): what a search
+    result points to, and a memory an agent already knows the id of (user trial BW: a commit's SHA was its id, and
+    nothing fetched it). Ids are exact; in the order asked."""
+    from .store import Store, no_such_store
+
+    if doc_ids == ("-",):
+        if sys.stdin is None:
+            raise ToolkitError("the ids are '-' (read them from stdin), but stdin is closed")
+        doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
+    if not Path(store_path).expanduser().exists():
+        raise no_such_store(store_path)
+    with Store(store_path, read_only=True, wait_s=wait_s) as st:
+        docs = st.documents(list(dict.fromkeys(doc_ids)))
+    found = {r["doc_id"]: r for r in docs.iter_rows(named=True)}
+    missing = [d for d in dict.fromkeys(doc_ids) if d not in found]
+    if missing and not missing_ok:
+        shown = ", ".join(repr(d) for d in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ToolkitError(f"{store_path}: no document with id {shown} (ids are exact; `hrt search` finds documents by "
+                           "their words; --missing-ok skips them)")
+    rows = [found[d] for d in dict.fromkeys(doc_ids) if d in found]
+    for r in rows:
+        r["metadata"] = json.loads(r["metadata"]) if r["metadata"] else {}
+    if fmt == "json":
+        click.echo(json.dumps([{k: r[k] for k in ("doc_id", "title", "source", "scope", "metadata", "text")} for r in rows],
+                              ensure_ascii=False, indent=2))
+        return
+    for i, r in enumerate(rows):
+        head = [f"doc_id: {r['doc_id']}"] + [f"{k}: {r[k]}" for k in ("title", "source", "scope") if r[k]]
+        head += [f"metadata: {json.dumps(r['metadata'], ensure_ascii=False)}"] if r["metadata"] else []
+        click.echo(("\n" if i else "") + "\n".join(head) + "\n\n" + (r["text"] or ""))
+    if missing:
+        click.echo(f"note: {len(missing)} id(s) not in the store: {', '.join(missing[:5])}", err=True)
+
+
+@main.command()
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
 @_WAIT_OPTION
 def compact(store_path, wait_s) -> None:
