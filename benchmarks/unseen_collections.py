@@ -1,4 +1,4 @@
-"""Five known-item collections built from this machine's own files, for judging a preset on text nobody tuned on.
+"""Known-item collections built from this machine's own files and a git history, for judging a preset on new text.
 
 The shared collections have been looked at by every earlier choice of `default`; these five are new text of a
 kind the toolkit's users search (technical reference prose, identifier-heavy notes), built from files every
@@ -61,13 +61,46 @@ query stay as distractors; byte-identical documents (as above) are kept once; te
   bm25-only, the best list: NL 0.138, identifier 0.987), so report the two types apart and do not read the
   collection's mean as a measure of prose search.
 
+- `commits` (user trial BW, its builder moved here unchanged in its rules; persona: agent memory over git
+  history): duckdb/duckdb's git history, read only from a bare mirror with `git --git-dir` (`--git-dir`, default
+  /work/.mirror/duckdb+duckdb/repo; fetched, not on a clean machine, hence not built unless `--only` names it).
+  The CM_N=3000 most recent first-parent commits of its `main` (squash / merge commits of pull requests), so
+  the collection follows the mirror's snapshot (trial BW's: 77d99b2b2c 2025-02-12 .. 044a04a7cd 2026-08-20).
+  Document: id the full SHA, title the subject, text the subject, a blank line, the body (first 4000
+  characters) and "Files changed:" with the changed paths (diff against the first parent, first 50, then
+  "(+K more files)"); metadata date (author date, ISO), pr (the "(#N)" at the end of the subject, or "") and
+  files (how many). `commits_hdr` is the same collection with each text starting "commit SHA\nDate: DATE\n\n"
+  the way `git log` prints it (same queries and judgements, made on the header-less text).
+  Seven query types, relevance judged mechanically on the header-less text (lower-cased; "held" as above);
+  a query may have several relevant documents, with grades:
+  `nl` hand-written paraphrases (benchmarks/commit_paraphrases.py, keyed by SHA prefix; none a verbatim piece
+  of its commit): relevant the commit and every commit whose subject without "(#N)" refs is the same
+  (backports). `sha` a 7-10 hex prefix of the SHA, bare or in a phrase: that commit only (prefixes unique in
+  the corpus; commits whose 7-prefix any other text mentions are not used). `pr` "PR #N" etc. for N of a
+  subject's "(#N)": every commit whose text references N (#N, /pull/N, /issues/N or the bare number), grade 2
+  when its subject carries "(#N)", else 1; only N with at most 3 referencing commits. `issue` a duckdb/duckdb
+  issue number (>= 15000, no PR merged in the corpus) that a commit fixes / closes / resolves or names in
+  "Issue #N:": every commit referencing N (as above), grade 1, at most 3. `ident` an identifier-shaped token
+  (snake_case, CamelCase, A::B, dotted, CONST_NAME; >= 6 characters) of a subject or body held by that
+  document alone, bare or with a word of the subject / in a phrase. `path` a changed path listed in that
+  document alone (its basename too, for basename forms): full path, basename or a phrase. `error` the first
+  4-9 words of an error message quoted in a body ("Binder Error: ..." and the line after "X Error:"),
+  optionally with its "X Error:" prefix: every document holding the fragment (whitespace collapsed), at most
+  3. Counts 72 / 50 / 60 / 40 / 60 / 50 / 40 (one random.Random(13) drawn in that order); a query text
+  (lower-cased, whitespace collapsed) seen in an earlier type is dropped; each type shuffled with
+  random.Random(13) and split in half (dev first); ids bw + nl|sh|pr|is|id|pa|er + 4 digits; metadata qtype,
+  form, split, token (and n_rel, status); qtype.tsv lists qid, qtype, form, split, token, n_rel.
+
 Output, in BEIR layout: OUT/NAME/corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv (and qtype.tsv for
-pyapi and changelogs). The collections are derived from the machine's installed files, so their content
-depends on what is installed: rebuild them where you measure, and never copy them into this repository
-(nothing is written under it unless you point OUT there). pyapi depends on the `--venv` Python's version.
+pyapi, changelogs and the commits pair). The first five collections are derived from the machine's installed
+files, so their content depends on what is installed, and the commits pair on the mirror's snapshot: rebuild
+them where you measure, and never copy them into this repository (nothing is written under it unless you point
+OUT there). pyapi depends on the `--venv` Python's version.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen [--only manpages,debpkg]
     PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen --only pyapi,changelogs
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen --only commits,commits_hdr \
+        [--git-dir /work/.mirror/duckdb+duckdb/repo]
     hrt ingest /tmp/unseen/manpages --store /tmp/unseen/stores/manpages.duckdb
 """
 
@@ -131,23 +164,32 @@ def write_corpus(out: Path, docs: list[dict]) -> None:
             fc.write(json.dumps({"_id": d["_id"], "title": d["title"], "text": d["text"], "metadata": d["metadata"]}) + "\n")
 
 
+def graded(rel: str | dict[str, int]) -> dict[str, int]:
+    """A query's relevant documents as {doc id: grade}: a lone doc id is grade 1."""
+    return rel if isinstance(rel, dict) else {rel: 1}
+
+
 def write_queries(out: Path, rows: list[tuple], side_columns: tuple[str, ...] = ()) -> None:
-    """queries.jsonl and qrels/{dev,test}.tsv from rows (query id, relevant doc id, text, metadata or None,
-    split), grade 1. With `side_columns`, also qtype.tsv: the query id and those metadata fields, per query."""
+    """queries.jsonl and qrels/{dev,test}.tsv from rows (query id, relevant doc id or {doc id: grade}, text,
+    metadata or None, split); a lone doc id is grade 1, several are written in doc id order. With
+    `side_columns`, also qtype.tsv: the query id and those metadata fields, per query (`n_rel`: the number of
+    relevant documents)."""
     with open(out / "queries.jsonl", "w") as fq, open(out / "qrels/dev.tsv", "w") as fd, open(out / "qrels/test.tsv", "w") as ft:
         for f in (fd, ft):
             f.write("query-id\tcorpus-id\tscore\n")
-        for qid, did, text, meta, split in rows:
+        for qid, rel, text, meta, split in rows:
             q = {"_id": qid, "text": text}
             if meta is not None:
                 q["metadata"] = meta
             fq.write(json.dumps(q) + "\n")
-            (fd if split == "dev" else ft).write(f"{qid}\t{did}\t1\n")
+            for did, grade in sorted(graded(rel).items()):
+                (fd if split == "dev" else ft).write(f"{qid}\t{did}\t{grade}\n")
     if side_columns:
         with open(out / "qtype.tsv", "w") as fm:
             fm.write("\t".join(("qid", *side_columns)) + "\n")
-            for qid, _, _, meta, _ in rows:
-                fm.write("\t".join((qid, *(str(meta.get(c, "")) for c in side_columns))) + "\n")
+            for qid, rel, _, meta, _ in rows:
+                side = {**meta, "n_rel": len(graded(rel))}
+                fm.write("\t".join((qid, *(str(side.get(c, "")) for c in side_columns))) + "\n")
 
 
 def write_beir(out: Path, docs: list[dict], qid_format: str, stats: collections.Counter,
@@ -180,9 +222,10 @@ def write_beir(out: Path, docs: list[dict], qid_format: str, stats: collections.
 
 def write_typed(out: Path, docs: list[dict], typed: list[tuple[str, list]], qid_prefix: str,
                 side_columns: tuple[str, ...], stats: collections.Counter) -> None:
-    """pyapi and changelogs: corpus.jsonl, then each query type (tag, [(doc id, text, metadata)]) shuffled with
-    SEED, cut to N_PER_TYPE and split in half (dev first), ids QID_PREFIX + tag + 4 digits; metadata gets the
-    split, and qtype.tsv lists `side_columns` per query."""
+    """pyapi, changelogs and commits: corpus.jsonl, then each query type (tag, [(doc id or {doc id: grade}, text,
+    metadata)]) shuffled with SEED, cut to N_PER_TYPE and split in half (dev first), ids QID_PREFIX + tag + 4
+    digits; metadata gets the split (last, or in place of a "split" key it already has), and qtype.tsv lists
+    `side_columns` per query."""
     write_corpus(out, docs)
     rows = []
     for tag, qs in typed:
@@ -731,22 +774,362 @@ def build_changelogs(out: Path, doc_root: Path = Path("/usr/share/doc")) -> None
     write_typed(out, docs, [("i", ident), ("n", nl)], "c", ("qtype", "subtype", "split", "token"), stats)
 
 
+# --- commits: duckdb/duckdb's git history (user trial BW) -------------------------------------------------------
+
+GIT_DIR = Path("/work/.mirror/duckdb+duckdb/repo")
+CM_N = 3000
+CM_BODY_CAP = 4000
+CM_FILES_CAP = 50
+CM_COUNTS = {"sha": 50, "pr": 60, "issue": 40, "ident": 60, "path": 50, "error": 40}
+CM_TAG = {"nl": "nl", "sha": "sh", "pr": "pr", "issue": "is", "ident": "id", "path": "pa", "error": "er"}
+CM_STOP = {"a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "with", "without", "from", "by", "into", "as",
+           "at", "is", "are", "be", "not", "no", "only", "when", "that", "this", "it", "its", "use", "using", "add",
+           "adds", "fix", "fixes", "fixed", "make", "support", "allow", "remove", "move", "more", "some", "via",
+           "per", "all"}  # words of a subject not used beside an identifier
+CM_PR = re.compile(r"\(#(\d+)\)\s*$")
+CM_ISSUE = re.compile(r"(?i)\b(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?|issue)\s*:?\s+"
+                      r"(?:#|https://github\.com/duckdb/duckdb/issues/)(\d{5})\b")
+CM_IDENT = re.compile(r"(?<![\w./:-])("
+                      r"[A-Za-z_]\w*::\w+(?:::\w+)*"            # A::B
+                      r"|[a-z][a-z0-9]*(?:_[a-z0-9]+)+"         # snake_case
+                      r"|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"         # CONST_NAME
+                      r"|[A-Z]?[a-z]+(?:[A-Z][a-z0-9]+)+"       # camelCase / PascalCase
+                      r"|[a-z_]\w*\.[a-z_]\w*(?:\.\w+)*"        # dotted
+                      r")(?![\w/-])")
+CM_FILE_EXT = re.compile(r"\.(cpp|hpp|h|c|py|test|md|txt|json|yml|yaml|cmake|sh|csv|parquet|db)$", re.I)
+CM_ERROR = re.compile(r"\b((?:[A-Z][A-Za-z]+ )?Error):[ \t]*\n?[ \t]*(?:-- )?([^\n]{12,})")
+
+
+def check_git_dir(git_dir: Path) -> None:
+    """Exit with a message naming `git_dir` unless it is a git directory with a `main` branch."""
+    ok = git_dir.is_dir() and subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "--verify", "-q", "main"],
+                                             capture_output=True).returncode == 0
+    if not ok:
+        sys.exit(f"commits: no git directory with a `main` branch at {git_dir} (duckdb/duckdb's history is a "
+                 "fetched mirror, not part of a clean machine; pass --git-dir DIR, e.g. a `git clone --mirror "
+                 "https://github.com/duckdb/duckdb` DIR, whose newer history gives a different collection)")
+
+
+def commit_log(git_dir: Path) -> list[dict]:
+    """The CM_N most recent first-parent commits of `main`, newest first: sha, date (author, ISO), subject, body,
+    files [(status, path)] against the first parent."""
+    raw = subprocess.run(["git", "--git-dir", str(git_dir), "log", "--first-parent", "main", f"-{CM_N}",
+                          "--format=%x1e%H%x1f%aI%x1f%s%x1f%b%x1f", "--diff-merges=first-parent", "--name-status",
+                          "--no-renames"], capture_output=True, text=True, check=True).stdout
+    out = []
+    for rec in raw.split("\x1e")[1:]:
+        sha, date, subj, body, rest = rec.split("\x1f")
+        files = [ln.split("\t", 1) for ln in rest.strip().splitlines() if ln.strip()]
+        out.append({"sha": sha, "date": date, "subject": subj.strip(), "body": body.strip(),
+                    "files": [(s, p) for s, p in files]})
+    return out
+
+
+def commit_text(c: dict, header: bool = False) -> str:
+    """Subject, body (CM_BODY_CAP characters) and "Files changed:" (CM_FILES_CAP paths), blank-line separated;
+    with `header`, "commit SHA" and "Date: DATE" first, as `git log` prints them."""
+    paths = [p for _, p in c["files"][:CM_FILES_CAP]]
+    more = len(c["files"]) - len(paths)
+    parts = [c["subject"], *([c["body"][:CM_BODY_CAP]] if c["body"] else [])]
+    if paths:
+        parts.append("Files changed:\n" + "\n".join(paths) + (f"\n(+{more} more files)" if more > 0 else ""))
+    text = "\n\n".join(parts)
+    return f"commit {c['sha']}\nDate: {c['date']}\n\n{text}" if header else text
+
+
+def collapse(s: str) -> str:
+    """Lower-cased, whitespace collapsed (commits: how error fragments and paraphrases are compared)."""
+    return re.sub(r"\s+", " ", s.lower()).strip()
+
+
+class CommitSet:
+    """The commits with their header-less texts, and which of them hold a token.
+
+    `holding` reads tokens the way Holders does, through an index of the texts' words instead of a scan of
+    them all (some 40k tokens over 5 MB): at each place a text holds a token with no word character on either
+    side, every word (maximal run of word characters) of the token is a whole word of the text."""
+
+    def __init__(self, commits: list[dict]):
+        self.commits = commits
+        self.shas = [c["sha"] for c in commits]
+        self.by_sha = {c["sha"]: c for c in commits}
+        self.lows = {c["sha"]: commit_text(c).lower() for c in commits}
+        self.flat = {s: collapse(t) for s, t in self.lows.items()}
+        self.word_docs: dict[str, set[str]] = collections.defaultdict(set)
+        self.hex7_docs: dict[str, set[str]] = collections.defaultdict(set)  # every 7 characters of a hex run
+        for s, low in self.lows.items():
+            for w in set(re.findall(r"\w+", low)):
+                self.word_docs[w].add(s)
+            for run in re.findall(r"[0-9a-f]{7,}", low):
+                for k in range(len(run) - 6):
+                    self.hex7_docs[run[k:k + 7]].add(s)
+        self.num_re: dict[str, re.Pattern] = {}
+
+    def holding(self, tok: str) -> list[str]:
+        """Commits holding tok case-insensitively, no word character on either side, in corpus order."""
+        t = tok.lower()
+        words = re.findall(r"\w+", t)
+        cand = set.intersection(*(self.word_docs.get(w, set()) for w in words)) if words else set(self.shas)
+        return [s for s in self.shas if s in cand and holds(self.lows[s], t)]
+
+    def mentioning(self, sha7: str) -> list[str]:
+        """Commits whose text holds the 7 hex digits sha7 anywhere (inside a longer hex run too)."""
+        return [s for s in self.shas if s in self.hex7_docs.get(sha7, ())]
+
+    def refs(self, n: str) -> list[str]:
+        """Commits whose text references number n: #n, /pull/n, /issues/n, or n as a bare word."""
+        pat = self.num_re.setdefault(n, re.compile(r"(?<![\w.])" + n + r"(?![\w.])"))
+        return [s for s, low in self.lows.items() if n in low and pat.search(low)]
+
+
+def holds(low: str, t: str) -> bool:
+    """Whether `low` holds `t` with no word character on either side (as Holders.count reads it)."""
+    i = low.find(t)
+    while i >= 0:
+        if not (i and WORD.match(low, i - 1)) and not WORD.match(low, i + len(t)):
+            return True
+        i = low.find(t, i + 1)
+    return False
+
+
+def commit_pr(subject: str) -> str:
+    """The N of a subject's trailing "(#N)", or ""."""
+    m = CM_PR.search(subject)
+    return m.group(1) if m else ""
+
+
+# Each query maker returns [(text, form, {sha: grade}, extra metadata)]; they share one random.Random(SEED),
+# called in the order of CM_TAG.
+
+def cm_nl(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
+    from commit_paraphrases import NL
+
+    def core(subj: str) -> str:
+        return collapse(re.sub(r"\(#\d+\)", " ", subj))
+    cores = collections.defaultdict(list)
+    for c in cs.commits:
+        cores[core(c["subject"])].append(c["sha"])
+    out = []
+    for pre, q in NL.items():
+        m = [s for s in cs.shas if s.startswith(pre)]
+        assert len(m) == 1, f"paraphrase key {pre} names {len(m)} commits"
+        assert collapse(q) not in cs.flat[m[0]], f"paraphrase {pre} copies the commit's text"
+        out.append((q, "paraphrase", {s: 1 for s in cores[core(cs.by_sha[m[0]]["subject"])]}, {"token": ""}))
+    return out
+
+
+def cm_sha(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
+    cands = []
+    for s in cs.shas:
+        if cs.mentioning(s[:7]) not in ([], [s]):  # some other text mentions this commit: skip
+            stats["sha-mentioned-elsewhere"] += 1
+            continue
+        cands.append(s)
+    rng.shuffle(cands)
+    forms = ["{p7}", "{p10}", "commit {p8}", "the commit {p7}", "what changed in {p9}", "{p7} commit details"]
+    out = []
+    for i, s in enumerate(cands[:CM_COUNTS["sha"]]):
+        f = forms[i % len(forms)]
+        p = {f"p{k}": s[:k] for k in (7, 8, 9, 10)}
+        tok = next(v for k, v in p.items() if "{" + k + "}" in f)
+        assert sum(o.startswith(tok) for o in cs.shas) == 1
+        # the form of a "{pK} ..." query is "{pK}" (as trial BW recorded it)
+        form = f.split(" ")[0] if f.startswith("{") else f.replace("{", "<").replace("}", ">")
+        out.append((f.format(**p), form, {s: 1}, {"token": tok}))
+    return out
+
+
+def cm_pr(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
+    prs = sorted({commit_pr(c["subject"]) for c in cs.commits} - {""})
+    rng.shuffle(prs)
+    forms = ["PR #{n}", "#{n}", "what changed in PR #{n}", "pull request {n}", "#{n} fix", "PR {n}"]
+    out = []
+    for n in prs:
+        if len(out) >= CM_COUNTS["pr"]:
+            break
+        r = cs.refs(n)
+        if not r or len(r) > 3:
+            stats["pr-too-many-refs"] += 1
+            continue
+        rel = {s: (2 if re.search(r"\(#" + n + r"\)", cs.by_sha[s]["subject"]) else 1) for s in r}
+        f = forms[len(out) % len(forms)]
+        out.append((f.format(n=n), f.replace("{n}", "N"), rel, {"token": n, "n_rel": len(rel)}))
+    return out
+
+
+def cm_issue(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
+    merged = {commit_pr(c["subject"]) for c in cs.commits} - {""}
+    iss = set()
+    for c in cs.commits:
+        for m in CM_ISSUE.finditer(c["subject"] + "\n" + c["body"]):
+            if int(m.group(1)) >= 15000 and m.group(1) not in merged:
+                iss.add(m.group(1))
+    iss = sorted(iss)
+    rng.shuffle(iss)
+    forms = ["issue #{n}", "fixes #{n}", "#{n}", "which commit fixed issue {n}", "#{n} fix", "GH issue {n}"]
+    out = []
+    for n in iss:
+        if len(out) >= CM_COUNTS["issue"]:
+            break
+        r = cs.refs(n)
+        if not r or len(r) > 3:
+            stats["issue-too-many-refs"] += 1
+            continue
+        f = forms[len(out) % len(forms)]
+        out.append((f.format(n=n), f.replace("{n}", "N"), {s: 1 for s in r}, {"token": n, "n_rel": len(r)}))
+    return out
+
+
+def cm_ident(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
+    seen_tok, cand = set(), []
+    for c in cs.commits:
+        toks = []
+        for m in CM_IDENT.finditer(c["subject"] + "\n" + c["body"][:CM_BODY_CAP]):
+            tok = m.group(1).rstrip(".")
+            if len(tok) < 6 or tok.lower() in seen_tok or CM_FILE_EXT.search(tok) or tok.startswith(("http", "www.")):
+                continue
+            seen_tok.add(tok.lower())
+            toks.append(tok)
+        cand += [(c["sha"], tok) for tok in toks if cs.holding(tok) == [c["sha"]]]
+    rng.shuffle(cand)
+    used_docs = set()
+    forms = ["{tok}", "{tok} {word}", "when did we change {tok}", "{word} {tok}", "commit that touched {tok}"]
+    out = []
+    for sha, tok in cand:
+        if len(out) >= CM_COUNTS["ident"]:
+            break
+        if sha in used_docs:
+            continue
+        words = [w for w in re.findall(r"[A-Za-z]{4,}", cs.by_sha[sha]["subject"])
+                 if w.lower() not in CM_STOP and w.lower() not in tok.lower()]
+        f = forms[len(out) % len(forms)]
+        if "{word}" in f and not words:
+            f = "{tok}"
+        word = words[rng.randrange(len(words))].lower() if words else ""
+        used_docs.add(sha)
+        out.append((f.format(tok=tok, word=word), f.replace("{tok}", "T").replace("{word}", "W"), {sha: 1},
+                    {"token": tok}))
+    return out
+
+
+def cm_path(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
+    cand = []
+    for c in cs.commits:
+        for status, p in c["files"][:CM_FILES_CAP]:
+            base = p.rsplit("/", 1)[-1]
+            if len(base) < 8 or "." not in base or cs.holding(p) != [c["sha"]]:
+                continue
+            cand.append((c["sha"], p, base, status, cs.holding(base) == [c["sha"]]))
+    rng.shuffle(cand)
+    used_docs = set()
+    forms = ["{path}", "{base}", "commit that added {path}", "changes to {base}", "{path} change"]
+    out = []
+    for sha, p, base, status, base_unique in cand:
+        if len(out) >= CM_COUNTS["path"]:
+            break
+        if sha in used_docs:
+            continue
+        f = forms[len(out) % len(forms)]
+        if "{base}" in f and not base_unique or "added" in f and status != "A":
+            f = "{path}"
+        used_docs.add(sha)
+        out.append((f.format(path=p, base=base), f.replace("{path}", "P").replace("{base}", "B"), {sha: 1},
+                    {"token": base if "{base}" in f else p, "status": status}))
+    return out
+
+
+def cm_error(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
+    cand, seen_frag = [], set()
+    for c in cs.commits:
+        for m in CM_ERROR.finditer(c["body"][:CM_BODY_CAP]):
+            etype, msg = m.group(1), m.group(2).strip().strip("`").strip()
+            words = msg.split()
+            if len(words) < 4 or not re.match(r"[A-Za-z\"']", msg):
+                continue
+            k = min(len(words), 4 + rng.randrange(6))
+            frag = " ".join(words[:k]).rstrip(".,:;")
+            if len(frag) < 20 or collapse(frag) in seen_frag:
+                continue
+            seen_frag.add(collapse(frag))
+            h = [s for s, t in cs.flat.items() if collapse(frag) in t]
+            if not h or len(h) > 3:
+                stats["error-too-many"] += 1
+                continue
+            cand.append((etype, frag, h))
+    rng.shuffle(cand)
+    out = []
+    for etype, frag, h in cand[:CM_COUNTS["error"]]:
+        with_type = len(out) % 2 == 1
+        q = f"{etype}: {frag}" if with_type else frag
+        if with_type and sorted(s for s in h if collapse(q) in cs.flat[s]) != sorted(h):
+            q, with_type = frag, False  # the typed form must still be held by the same documents
+        out.append((q, "type+message" if with_type else "message", {s: 1 for s in h},
+                    {"token": frag, "n_rel": len(h)}))
+    return out
+
+
+CM_MAKERS = {"nl": cm_nl, "sha": cm_sha, "pr": cm_pr, "issue": cm_issue, "ident": cm_ident, "path": cm_path,
+             "error": cm_error}
+
+
+def build_commits(out: Path, git_dir: Path = GIT_DIR, header: bool = False) -> None:
+    check_git_dir(git_dir)
+    commits = commit_log(git_dir)
+    cs = CommitSet(commits)
+    stats: collections.Counter = collections.Counter()
+    rng = random.Random(SEED)
+    typed, seen_q = [], set()
+    for qt, make in CM_MAKERS.items():
+        qs = []
+        for text, form, rel, extra in make(cs, rng, stats):
+            if collapse(text) in seen_q:  # the same query (whitespace and case aside) as an earlier one
+                stats["dup-query"] += 1
+                continue
+            seen_q.add(collapse(text))
+            # "split" here only for the key order (qtype, form, split, ...); write_typed fills it in
+            qs.append((rel, text, {"qtype": qt, "form": form, "split": "", **extra}))
+        typed.append((CM_TAG[qt], qs))
+    docs = [{"_id": c["sha"], "title": c["subject"], "text": commit_text(c, header),
+             "metadata": {"date": c["date"], "pr": commit_pr(c["subject"]), "files": len(c["files"])}}
+            for c in commits]
+    print(f"{out.name}: commits {len(commits)} ({commits[-1]['sha'][:10]} {commits[-1]['date']} .. "
+          f"{commits[0]['sha'][:10]} {commits[0]['date']})", file=sys.stderr)
+    write_typed(out, docs, typed, "bw", ("qtype", "form", "split", "token", "n_rel"), stats)
+
+
+def build_commits_hdr(out: Path, git_dir: Path = GIT_DIR) -> None:
+    build_commits(out, git_dir, header=True)
+
+
 BUILDERS = {"manpages": build_manpages, "debpkg": build_debpkg, "pkgsummary": build_pkgsummary, "pyapi": build_pyapi,
-            "changelogs": build_changelogs}
+            "changelogs": build_changelogs, "commits": build_commits, "commits_hdr": build_commits_hdr}
+FROM_GIT = ("commits", "commits_hdr")  # read --git-dir, a fetched mirror: built only when --only names them
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="Folder to write OUT/NAME/ into (outside the repository).")
-    ap.add_argument("--only", default=",".join(BUILDERS), help="Comma-separated: " + ", ".join(BUILDERS))
+    ap.add_argument("--only", default=",".join(n for n in BUILDERS if n not in FROM_GIT),
+                    help="Comma-separated: " + ", ".join(BUILDERS) + " (default: all but " + ", ".join(FROM_GIT)
+                    + ", which need --git-dir).")
     ap.add_argument("--venv", type=Path, default=Path("/work/main/.venv"),
                     help="The venv whose packages pkgsummary reads and whose Python's standard library pyapi reads.")
+    ap.add_argument("--git-dir", type=Path, default=GIT_DIR,
+                    help="duckdb/duckdb's git directory (a bare mirror) that commits and commits_hdr read.")
     args = ap.parse_args()
-    for name in args.only.split(","):
+    names = args.only.split(",")
+    unknown = [n for n in names if n not in BUILDERS]
+    if unknown:
+        ap.error(f"unknown collection(s) {', '.join(unknown)}; known: {', '.join(BUILDERS)}")
+    if any(n in FROM_GIT for n in names):
+        check_git_dir(args.git_dir)  # before anything is built
+    for name in names:
         if name == "pkgsummary":
             build_pkgsummary(args.out / name, args.venv)
         elif name == "pyapi":
             build_pyapi(args.out / name, args.venv / "bin" / "python")
+        elif name in FROM_GIT:
+            BUILDERS[name](args.out / name, args.git_dir)
         else:
             BUILDERS[name](args.out / name)
 
