@@ -6,10 +6,10 @@ release notes, plain hybrid RRF put the only file naming a CVE at rank 6 while B
 rule: the best-ranked of BM25's first `guard.depth` documents for the original query that contains one of
 the query's identifier tokens verbatim ends in the top `guard.max_rank` of the final list (moved up just
 above the result at that place, flag `exact_token_kept`), first when the query is only that identifier (a
-lookup); nothing else moves. Not only BM25's first document: stemming ranks a near-miss
-(`ERR_STREAM_PREMATURE_CLOSED` for `..._CLOSE`, `enable_cache` for `enable_caching`) and a stopword inside a
-flag (`--no-cache` searched as `cache`) blurs BM25 too, and then its first document does not hold the
-identifier (user trial Q).
+lookup) or, with `sole_first`, when no other candidate holds the rarest identifier it holds; nothing else moves.
+Not only BM25's first document: stemming ranks a near-miss (`ERR_STREAM_PREMATURE_CLOSED` for `..._CLOSE`,
+`enable_cache` for `enable_caching`) and a stopword inside a flag (`--no-cache` searched as `cache`) blurs BM25
+too, and then its first document does not hold the identifier (user trial Q).
 
 Its input is computed once in `prepare` (`exact_matches`: which candidates contain which query token as a
 whole identifier, case-insensitive, in the document's title or text: see `_contains_word`), so switching the
@@ -17,6 +17,9 @@ guard on or off, or moving `max_rank` or `depth`, is a live re-score. BM25's fir
 an identifier, is always the one kept on top; otherwise, when a deeper hit is already in the top `max_rank`,
 nothing moves ("held"), and beyond BM25's first document a bare short version or number (`3.11`, `#12`) does
 not count (`strong`).
+
+`coverage_first` is the same kind of label-free rule for any query: BM25's first document goes first when it holds
+more of the query's words than any other candidate (flag `covers_most_terms`; its input, `coverage`, is prepared too).
 """
 
 from __future__ import annotations

@@ -654,8 +654,6 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    # The coverage rule counts words; a reranker that blends has read the query and the documents whole, and the rule
-    # was measured without one: it stands aside then (the exact-token guard does not: an identifier is exact).
     if cfg.guard.coverage_first and not _reranker_blends(cfg):
         targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
         ranked = guard_stage.coverage_first(ranked, targets, True)
