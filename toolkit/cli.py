@@ -2119,6 +2119,20 @@ def info(store_path) -> None:
                        "searches go exact until the store's next write (`hrt ingest`, `hrt delete`) rebuilds it", err=True)
 
 
+def _ids_from_args(doc_ids: tuple[str, ...], store_path: str) -> tuple[str, ...]:
+    """`hrt delete`'s and `hrt show`'s ids: as given, or ("-") one per line from stdin, as written (an id may have
+    spaces at its ends; blank lines are skipped); the store must exist."""
+    from .store import no_such_store
+
+    if doc_ids == ("-",):
+        if sys.stdin is None:
+            raise ToolkitError("the ids are '-' (read them from stdin), but stdin is closed")
+        doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
+    if not Path(store_path).expanduser().exists():
+        raise no_such_store(store_path)
+    return doc_ids
+
+
 @main.command()
 @click.argument("doc_ids", nargs=-1)
 @click.option("--store", "store_path", required=True, type=click.Path(dir_okay=False), help="Store file made by `hrt ingest`.")
@@ -2132,20 +2146,14 @@ def delete(doc_ids, store_path, where, missing_ok, wait_s) -> None:
     """Delete documents by id (DOC_ID... or - to read ids from stdin, one per line), or by metadata (--where
     user=dara), with their chunks, vectors and index entries, in one transaction. An id the store does not hold
     stops it before anything is deleted. The file keeps the deleted text in its freed space until `hrt compact`."""
-    from .store import Store, no_such_store
+    from .store import Store
 
     if bool(doc_ids) == bool(where):
         raise click.UsageError("give the ids to delete (DOC_ID... or -) or --where FIELD=VALUE, not both" if where else
                                "give the ids to delete (DOC_ID... or - for stdin), or --where FIELD=VALUE")
     if where and missing_ok:
         raise click.UsageError("--missing-ok is for ids; --where deletes what matches, which may be nothing")
-    if doc_ids == ("-",):
-        if sys.stdin is None:
-            raise ToolkitError("the ids are '-' (read them from stdin), but stdin is closed")
-        # One id per line, as written (an id may have spaces at its ends); blank lines are skipped.
-        doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
-    if not Path(store_path).expanduser().exists():
-        raise no_such_store(store_path)
+    doc_ids = _ids_from_args(doc_ids, store_path)
     with Store(store_path, wait_s=wait_s) as st:
         gen = st.generation()
         try:
@@ -2175,14 +2183,9 @@ def show(doc_ids, store_path, fmt, missing_ok, wait_s) -> None:
     """Print stored documents whole, by id (DOC_ID... or - to read ids from stdin, one per line): what a search
     result points to, and a memory an agent already knows the id of (user trial BW: a commit's SHA was its id, and
     nothing fetched it). Ids are exact; in the order asked."""
-    from .store import Store, no_such_store
+    from .store import Store
 
-    if doc_ids == ("-",):
-        if sys.stdin is None:
-            raise ToolkitError("the ids are '-' (read them from stdin), but stdin is closed")
-        doc_ids = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
-    if not Path(store_path).expanduser().exists():
-        raise no_such_store(store_path)
+    doc_ids = _ids_from_args(doc_ids, store_path)
     with Store(store_path, read_only=True, wait_s=wait_s) as st:
         docs = st.documents(list(dict.fromkeys(doc_ids)))
     found = {r["doc_id"]: r for r in docs.iter_rows(named=True)}
