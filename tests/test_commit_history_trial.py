@@ -81,3 +81,15 @@ def test_hrt_show_prints_a_document_by_its_id(tmp_path):
     assert [d["doc_id"] for d in got] == ["other", sha] and got[1]["metadata"] == {"pr": 24375}
     r = run(main, ["show", "-", "--store", store], input=f"{sha}\n\nnope\n")
     assert r.exit_code != 0 and "no document with id 'nope'" in r.output
+
+
+def test_the_api_warns_of_query_scopes_no_stored_document_has(tmp_path):
+    """User trial BX: a collection's queries run against another store came back empty through the API, in silence
+    (only `hrt run` said why). `prepare` now warns, as `hrt run` did."""
+    p = tmp_path / "c.jsonl"
+    p.write_text("".join(json.dumps({"_id": f"ops/{i}.md", "text": t}) + "\n" for i, t in enumerate(["deploy notes", "backup notes"])))
+    with Store(tmp_path / "s.duckdb") as st:
+        st.ingest(load_corpus(p), embed=False)
+        q = pl.DataFrame({"qid": ["a", "b", "c"], "text": ["deploy", "backup", "deploy"], "scope": ["nobody", "nobody", None]})
+        with pytest.warns(UserWarning, match=r"2 queries ask for scope\(s\) no stored document has \(e.g. 'nobody'\)"):
+            prepare(st, q, "bm25-only")

@@ -843,24 +843,16 @@ def _warn_judged_skipped(ds, split: str, corpus) -> str | None:
     return msg
 
 
-def _note_store_as_corpus(st, ds, split: str, queries: pl.DataFrame) -> None:
-    """With no corpus file the store is the corpus: say which judged documents it lacks (no run can find them) and
-    which query scopes none of its documents has (those queries get no results: `hrt run` printed "20/33 queries"
-    and nothing else, user trial BB)."""
+def _note_store_as_corpus(st, ds, split: str) -> None:
+    """With no corpus file the store is the corpus: say which judged documents it lacks (no run can find them). Query
+    scopes none of its documents has (`hrt run` printed "20/33 queries" and nothing else, user trial BB) are warned
+    of by `prepare`, for every caller."""
     stored = st.doc_sources()
     judged = ds.qrels(split)
     missing = judged.join(stored.select("doc_id"), on="doc_id", how="anti")["doc_id"].unique().sort()
     if len(missing):
         click.echo(f"warning: {len(missing)} judged document(s) of the {split} qrels are not in {st.path} (e.g. "
                    f"{', '.join(map(repr, missing[:3]))}): no run can retrieve them, so they count as misses", err=True)
-    if "scope" in queries.columns and queries["scope"].drop_nulls().len():
-        have = set(stored["scope"].drop_nulls().to_list())
-        lost = sorted(q for q in set(queries["scope"].drop_nulls().to_list()) if st.stored_form("scope", q) not in have)
-        if lost:
-            n = queries.filter(pl.col("scope").is_in(lost)).height
-            click.echo(f"warning: {n} quer{'y asks' if n == 1 else 'ies ask'} for scope(s) no stored document has (e.g. "
-                       f"{', '.join(map(repr, lost[:3]))}): they get no results; the store's scopes are the folders "
-                       f"under the ingested folder (`hrt info --store {st.path}`)", err=True)
 
 
 def _echo_skipped(docs, verbose: bool = False) -> None:
@@ -1358,7 +1350,7 @@ def run(dataset, split, mode, config, store_path, prune, out, depth, tag, as_of,
     with _closing_embedder(_auto_ingest_embedder([cfg], store_path)) as emb, \
             Store(store_path, embedder=emb, wait_s=_wait(wait_s, cache)) as st:
         if corpus is None:  # a store ingested from a folder, judged queries beside it (user trial BB)
-            _note_store_as_corpus(st, ds, split, queries)
+            _note_store_as_corpus(st, ds, split)
         elif not prune:  # never delete a user's documents unasked, nor retrieve them as the dataset's
             extra = sorted(set(st.doc_sources()["doc_id"].to_list()) - {d["doc_id"] for d in corpus})
             if extra:

@@ -338,6 +338,8 @@ def prepare(
     # queries under one id, merged silently, and an empty text got past a test for a `text` column).
     queries = queries_frame(queries)
     check_store(store, cfg)
+    if not one_shot and cfg.retrieval.scope_filter:  # `hrt search --scope` says it its own way (with the scopes there are)
+        _warn_lost_scopes(store, queries)
     if cfg.retrieval.lexical.enabled and (note := store.stale_text_once()):
         import warnings
 
@@ -512,6 +514,21 @@ def _doc_values(store: Store, cands: pl.DataFrame | None) -> pl.DataFrame:
     """Typed metadata of the candidate documents (every field: which one a prior reads is a live setting)."""
     ids = cands["doc_id"].unique().to_list() if cands is not None and len(cands) else []
     return store.doc_values(ids)
+
+
+def _warn_lost_scopes(store: Store, queries: pl.DataFrame) -> None:
+    """Warn when queries ask for scopes no stored document has: they get no result, which read like a bad retriever
+    (user trial BX: LoCoMo's queries against another store came back empty through the API; only `hrt run` said why)."""
+    if "scope" not in queries.columns or not queries["scope"].drop_nulls().len():
+        return
+    lost = store.lost_scopes(queries["scope"].drop_nulls().unique().to_list())
+    if lost:
+        import warnings
+
+        n = queries.filter(pl.col("scope").is_in(lost)).height
+        warnings.warn(f"{n} quer{'y asks' if n == 1 else 'ies ask'} for scope(s) no stored document has (e.g. "
+                      f"{', '.join(map(repr, lost[:3]))}): they get no results; the store's scopes are the folders under "
+                      f"the ingested folder (`hrt info --store {store.path}`)", UserWarning, stacklevel=3)
 
 
 def _reranker_blends(cfg: PipelineConfig) -> bool:

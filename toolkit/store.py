@@ -2084,6 +2084,11 @@ class Store:
                                 f"LIMIT 2", [value]).fetchall()
         return rows[0][0] if len(rows) == 1 else value
 
+    def lost_scopes(self, scopes: Sequence[str]) -> list[str]:
+        """The scopes of `scopes` no stored document has (compared in the store's spelling: `stored_form`)."""
+        have = {r[0] for r in self.con.execute("SELECT DISTINCT scope FROM documents WHERE scope IS NOT NULL").fetchall()}
+        return sorted(q for q in set(scopes) if self.stored_form("scope", q) not in have)
+
     def _stored_scopes(self, queries: pl.DataFrame) -> pl.DataFrame:
         """`queries` with each scope in the store's spelling (`stored_form`), for every search path (the CLI mapped
         `--scope` alone, and the API's scopes stayed unmatched). ASCII scopes cost nothing."""
