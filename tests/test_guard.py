@@ -158,6 +158,10 @@ def test_bm25s_top_document_goes_first_when_it_covers_more_query_words_than_any_
         st.ingest(load_corpus(p))
         base = load_config("default").with_updates({"fusion.lexical_weight": 0.01, "adapt.dense_gap": False})  # dense leads
         prep = prepare(st, q, base)
+        # Read back from the learned features (computed here), the counts equal a pass over the FTS tables.
+        from toolkit.ltr_features import term_coverage
+
+        assert prep.ltr_features is not None and prep.coverage.equals(term_coverage(st, q, prep.candidates))
     assert prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1))["doc_id"][0] == "m0"
     terms = dict(zip(prep.coverage["doc_id"], prep.coverage["terms"], strict=True))
     assert terms["m0"] > max(v for d, v in terms.items() if d != "m0")
