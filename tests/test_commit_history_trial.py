@@ -27,12 +27,20 @@ from toolkit.store import Store
     ("runner ubuntu-24.04-arm", ["ubuntu-24.04-arm"]),  # cut at "-arm", the query's own token was found nowhere
     ("python-3.11-slim image", ["python-3.11-slim"]),
     ("gcc-4.9-based build", ["gcc-4.9"]),  # a word after the version is not part of the name
+    ("PR#24375 broke it", ["#24375"]), ("MR 403 merged", ["#403"]),
+    ("FROM python-3.11-slim-bookworm", ["python-3.11-slim-bookworm"]), ("node-18.2-alpine3.18", ["node-18.2-alpine3.18"]),
+    # Not references (review BZ): plurals, "Mrs", dates, ranges, amounts and durations after the word.
+    ("did Caroline buy the 3 tickets 45 minutes before the show", []), ("how many bugs 12 hours after the launch", []),
+    ("the PRs 2023 roadmap meeting", []), ("what did Mrs 25 year old Jones say", []), ("bug 2023-10-12 report", []),
+    ("the bugs 20% rate", []), ("ticket 45 minutes late", []), ("mr 12 said", []),
 ])
 def test_references_and_platforms_are_the_tokens_documents_write(text, tokens):
     assert identifier_tokens(text) == tokens
 
 
 def test_a_reference_is_held_by_the_forge_address_that_names_it():
+    assert _holds("fixed issue 16075 in the parser", "#16075") and _holds("gh#16075 closed", "#16075")  # review BZ
+    assert not _holds("tissue 16075", "#16075") and not _holds("version 16075 released", "#16075")
     assert _holds("closes https://github.com/duckdb/duckdb/issues/23623.", "#23623")
     assert _holds("see https://gitlab.com/a/b/-/merge_requests/403 for details", "#403")
     assert not _holds("see https://github.com/duckdb/duckdb/issues/236230", "#23623")
@@ -93,3 +101,21 @@ def test_the_api_warns_of_query_scopes_no_stored_document_has(tmp_path):
         q = pl.DataFrame({"qid": ["a", "b", "c"], "text": ["deploy", "backup", "deploy"], "scope": ["nobody", "nobody", None]})
         with pytest.warns(UserWarning, match=r"2 queries ask for scope\(s\) no stored document has \(e.g. 'nobody'\)"):
             prepare(st, q, "bm25-only")
+
+
+def test_hrt_show_json_survives_a_narrow_output_encoding(tmp_path):
+    """`hrt show` writes through `hrt search`'s stdout path (review BZ: a latin-1 stdout failed on the first "…")."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps({"_id": "c1", "text": "Café notes… with an ellipsis"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        st.ingest(load_corpus(p), embed=False)
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "toolkit", "show", "c1", "--store", str(store), "--format", "json"],
+                       capture_output=True, env={**os.environ, "PYTHONIOENCODING": "latin-1"})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.decode("latin-1"))[0]["text"] == "Café notes… with an ellipsis"

@@ -167,10 +167,16 @@ def test_bm25s_top_document_goes_first_when_it_covers_more_query_words_than_any_
     assert terms["m0"] > max(v for d, v in terms.items() if d != "m0")
     off = rescore(prep, base.with_updates({"guard.coverage_first": False})).final.sort("rank")
     assert off["doc_id"][0] != "m0"
-    on = rescore(prep, base).final.sort("rank")
+    res = rescore(prep, base)
+    on = res.final.sort("rank")
     row = on.row(0, named=True)
     assert row["doc_id"] == "m0" and "covers_most_terms" in row["flags"] and on["score"].is_sorted(descending=True)
     assert on["doc_id"].sort().to_list() == off["doc_id"].sort().to_list()  # nothing lost or doubled
+    # The lab's failure panel names the guard as what pushed the next document down, not dedup (review BZ).
+    from toolkit.panels import failure_cases
+
+    qrels = pl.DataFrame({"qid": ["q"], "doc_id": [on["doc_id"][1]], "rel": [1]})
+    assert failure_cases(res.trace, qrels, res.removed, k=1, per_query=res.per_query)["culprit"].to_list() == ["guard"]
 
 
 def test_the_coverage_rule_leaves_a_tie_alone():
@@ -185,3 +191,26 @@ def test_the_coverage_rule_leaves_a_tie_alone():
     more = coverage_targets(lex, cov.with_columns(pl.Series("terms", [3, 2, 1])))
     assert coverage_first(ranked, more, True).sort("rank")["doc_id"].to_list() == ["a", "b", "c"]
     assert coverage_first(ranked, more, False).equals(ranked)
+
+
+def test_the_coverage_rule_stands_aside_for_priors_and_a_one_shot_search_agrees(tmp_path):
+    """Review BZ: with dense off and a recency prior, a one-shot search (`hrt search`) left BM25's first where the
+    prior put it while a prepared run lifted it. The rule now stands aside while priors re-weight (measured without
+    them), and where it acts a one-shot search computes its input as a prepared run does."""
+    from toolkit.pipeline import _coverage_acts
+
+    notes = [("m0", "deploy rollback checklist for the payments service", "2020-01-01"),
+             *[(f"m{i}", f"deploy notes {i} for the payments team", "2026-05-01") for i in range(1, 4)]]
+    p = tmp_path / "c.jsonl"
+    p.write_text("".join(json.dumps({"_id": i, "text": t, "metadata": {"date": d}}) + "\n" for i, t, d in notes))
+    q = pl.DataFrame({"qid": ["q"], "text": ["deploy rollback checklist payments service"]})
+    base = load_config("default").with_updates({"retrieval.dense.enabled": False})
+    prior = base.with_updates({"priors.recency_field": "date", "priors.as_of": "2026-06-01"})
+    assert _coverage_acts(base) and not _coverage_acts(prior)
+    with Store(tmp_path / "m.duckdb") as st:
+        st.ingest(load_corpus(p), embed=False)
+        for cfg in (base, prior):
+            ranks = [rescore(prepare(st, q, cfg, one_shot=one), cfg).final.sort("rank")["doc_id"].to_list() for one in (True, False)]
+            assert ranks[0] == ranks[1], (cfg.priors.recency_field, ranks)
+        shown = rescore(prepare(st, q, prior), prior).final.sort("rank")
+    assert "covers_most_terms" not in shown.explode("flags")["flags"].to_list()

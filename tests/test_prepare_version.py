@@ -31,13 +31,15 @@ QUERIES = [
     "REQUESTS_CA_BUNDLE", "gpt-4-turbo context", "@acme/retry-utils", "node-jquery 3.5.1+dfsg+~3.5.5-7",
     "Kubernetes-Cluster Speicherdruck", "東京の会議メモ", "Zugriffsberechtigungen für Datenbankbenutzer", "0x7fff5fbff8c8 segfault",
     "PR #24375 regression", "which commit fixed issue 16075", "pull request 17125", "HTTP 404 on login", "runner ubuntu-24.04-arm",
+    "did Caroline buy the 3 tickets 45 minutes early", "FROM python-3.11-slim-bookworm", "PR#2899 and MR 403",
 ]
 TEXTS = ["git 2.39.1 fixes CVE-2022-41903.", "Set retryBackoffMs=200; max_pool_size: 10 in config.yaml",
          "libassuan (2.5.5-5) unstable", "CC=gcc-4.9 make", "see /etc/nginx/nginx.conf and /etc/nginx-proxy",
          "Closes GH#56 and dbus!403", "the __init__ method", "v2.14.30 released", "Merge (#24375)",
-         "Closes https://github.com/duckdb/duckdb/issues/16075", "runs-on: ubuntu-24.04-arm"]
+         "Closes https://github.com/duckdb/duckdb/issues/16075", "runs-on: ubuntu-24.04-arm", "Fixed issue 16075 here",
+         "gh#2899 merged", "image python-3.11-slim-bookworm"]
 # (PREPARE_VERSION, the fingerprint of the rules it computes with, over the samples above as they are now).
-RECORDED = (14, "228afa332aa5ab30")
+RECORDED = (15, "4774a56fb8cf8d4f")
 
 
 def fingerprint() -> str:

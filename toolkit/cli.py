@@ -2178,6 +2178,8 @@ def show(doc_ids, store_path, fmt, missing_ok, wait_s) -> None:
     from .store import Store
 
     doc_ids = _ids_from_args(doc_ids, store_path)
+    if not doc_ids:
+        raise click.UsageError("no ids given (stdin held none)")
     with Store(store_path, read_only=True, wait_s=wait_s) as st:
         docs = st.documents(list(dict.fromkeys(doc_ids)))
     found = {r["doc_id"]: r for r in docs.iter_rows(named=True)}
@@ -2189,14 +2191,19 @@ def show(doc_ids, store_path, fmt, missing_ok, wait_s) -> None:
     rows = [found[d] for d in dict.fromkeys(doc_ids) if d in found]
     for r in rows:
         r["metadata"] = json.loads(r["metadata"]) if r["metadata"] else {}
+    # Through `hrt search`'s stdout path: whole or a broken pipe, JSON escaped for a narrow encoding (review BZ).
     if fmt == "json":
-        click.echo(json.dumps([{k: r[k] for k in ("doc_id", "title", "source", "scope", "metadata", "text")} for r in rows],
-                              ensure_ascii=False, indent=2))
-        return
-    for i, r in enumerate(rows):
-        head = [f"doc_id: {r['doc_id']}"] + [f"{k}: {r[k]}" for k in ("title", "source", "scope") if r[k]]
-        head += [f"metadata: {json.dumps(r['metadata'], ensure_ascii=False)}"] if r["metadata"] else []
-        click.echo(("\n" if i else "") + "\n".join(head) + "\n\n" + (r["text"] or ""))
+        _echo_whole(_json_for_stdout(json.dumps(
+            [{k: r[k] for k in ("doc_id", "title", "source", "scope", "metadata", "text")} for r in rows], ensure_ascii=False, indent=2),
+            indent=2))
+    else:
+        blocks = []
+        for r in rows:
+            head = [f"doc_id: {r['doc_id']}"] + [f"{k}: {r[k]}" for k in ("title", "source", "scope") if r[k]]
+            head += [f"metadata: {json.dumps(r['metadata'], ensure_ascii=False)}"] if r["metadata"] else []
+            blocks.append("\n".join(head) + "\n\n" + (r["text"] or ""))
+        if blocks:
+            _echo_whole("\n\n".join(blocks))
     if missing:
         click.echo(f"note: {len(missing)} id(s) not in the store: {', '.join(missing[:5])}", err=True)
 

@@ -691,7 +691,7 @@ class GuardConfig(_Model):
                                       "goes first, not only into the top max_rank.")
     # Not an identifier rule: any query. Measured on ten collections' dev splits (guard.coverage_first).
     coverage_first: Rescore[bool] = Field(False, description="BM25's first document goes first when it holds more of the "
-                                          "query's words than any other candidate (not while a reranker blends).")
+                                          "query's words than any other candidate (not while a reranker blends or priors re-weight).")
 
 
 # ------------------------------------------------------------------ dedup, threshold, output

@@ -67,6 +67,10 @@ _DOTTED_DATE = re.compile(r"^(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.(?:19
 # is the version 2.14.3, and "2.14.3-2.15.0" or "v2.14.3-v2.15.0" are two versions).
 _VERSION_SUFFIX = r"(?:-(?:alpha|beta|rc|pre|preview|dev|snapshot|nightly|final|ga|lts|post)\d*(?:\.[0-9A-Za-z]+)*\b)?"
 
+# Words that join a versioned name as an English compound ("gcc-4.9-based", "3.11-compatible"), not as a platform.
+_COMPOUND_SUFFIX = (r"(?:based|compatible|related|specific|only|style|like|free|aware|friendly|ready|enabled|dependent|"
+                    r"powered|series|compliant|capable|safe|bit|era|style)")
+
 # (kind, pattern). Longer/more specific patterns first: overlapping shorter matches are dropped.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
@@ -123,19 +127,20 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     # A name and its version joined by a hyphen ("gcc-4.9", "automake-1.14", "OpenSSL-1.1.1b", "gnome-shell-42.1"): cut
     # at the dot, "gcc-4" and "4.9" were found in no document that writes the whole (user trial BT).
-    # A platform after it stays on ("ubuntu-24.04-arm", "python-3.11-slim", "node-18.2-x64"; user trial BW: cut, the
-    # query's own token was not found in the text it came from); a word after it does not ("gcc-4.9-based").
+    # A platform after it stays on ("ubuntu-24.04-arm", "python-3.11-slim-bookworm", "node-18.2-alpine3.18"; user trial
+    # BW: cut, the query's own token was not found in the text it came from); a compound word does not ("gcc-4.9-based").
     ("version", re.compile(r"(?<![\w.-])[A-Za-z][\w+]*(?:-[A-Za-z][\w+]*)*-v?\d+(?:\.\d+)+(?:[a-z]+\d*)?"
-                           r"(?:-(?:[a-z]{1,4}|[a-z]*\d\w*)(?![\w-]))*\b(?!\.\d)")),
+                           rf"(?:-(?!{_COMPOUND_SUFFIX}(?![\w.]))[a-z][a-z\d]*(?:\.\d+)*)*\b(?!\.\d)")),
     ("code", re.compile(r"\b[A-Za-z]+\d*(?:-[A-Za-z\d]+)+\b")),
+    # An issue, pull request or bug named with its word ("PR #24375", "issue 16075", "pull request 17125", "PR#24375"):
+    # the token is the reference as the fixing commit or changelog writes it, "#24375" (`technical_tokens` rewrites it).
+    # Kept whole ("PR #24375"), the guard never fired: commits write "(#24375)" or "Fixes #16075" (user trial BW). Not
+    # a plural ("tickets 45 minutes"), "Mr"/"Mrs", a date, range or amount ("bug 2023-10-12", "ticket 45 minutes").
+    ("reference", re.compile(r"\b(?:(?i:issue|ticket|PR|bug|pull\s+request|merge\s+request)|MR)\s*#?\s*(?P<n>\d{2,})"
+                             rf"(?![\w%]|[-./:,]\d|\s*{_UNITS})")),
     # A reference to an issue or merge request of a named project ("GH#56", "dbus!403", "freedesktop/freedesktop#540",
     # "PKCS#12"): nothing was found in them (user trial BT).
     ("ref", re.compile(r"(?<![\w/.#!-])[A-Za-z][\w.-]*(?:/[\w.-]+)?[#!]\d+\b")),
-    # An issue, pull request or bug named with its word ("PR #24375", "issue 16075", "pull request 17125"): the token
-    # is the reference as the fixing commit or changelog writes it, "#24375" (`technical_tokens` rewrites it). Kept
-    # whole ("PR #24375"), the guard never fired: commits write "(#24375)" or "Fixes #16075" (user trial BW).
-    ("reference", re.compile(r"\b(?:issues?|tickets?|PRs?|bugs?|pull\s+requests?|merge\s+requests?|MRs?)\s*#?\s*(?P<n>\d{2,})\b",
-                             re.I)),
     (
         "status",
         re.compile(

@@ -102,21 +102,32 @@ _REFERENCE = re.compile(r"^#\d+$")
 _REFERENCE_PATHS = ("/issues/", "/pull/", "/pulls/", "/merge_requests/")
 
 
+# A reference written with its word in a text ("Fixed issue 16075", "see PR 24375"): the word just before the number.
+_REFERENCE_WORD = re.compile(r"(?<![a-z])(?:issue|ticket|pr|bug|pull request|merge request|mr)\s*#?\s*$")
+
+
 def _holds(low: str, tok: str) -> bool:
     """`_contains_word`, and a `v`-prefixed version is held by its bare form too (`v2.34.2` by `2.34.2`, as BM25
-    now searches it: `analysis.query_lexical_text`), and a reference `#23623` by a web address that names it
-    (".../issues/23623", ".../pull/23623": user trial BW)."""
+    now searches it: `analysis.query_lexical_text`), and a reference `#23623` also by "gh#23623" or "pr#23623", by
+    a web address that names it (".../issues/23623", ".../pull/23623") and by its word ("fixed issue 23623"): user
+    trial BW and its review."""
     if _contains_word(low, tok) or (_V_VERSION.match(tok) is not None and _contains_word(low, tok[1:])):
         return True
-    return _REFERENCE.match(tok) is not None and any(_names_number(low, path + tok[1:]) for path in _REFERENCE_PATHS)
+    if _REFERENCE.match(tok) is None:
+        return False
+    n = tok[1:]
+    return (_names_number(low, tok) or any(_names_number(low, path + n) for path in _REFERENCE_PATHS)
+            or _names_number(low, n, lambda i: _REFERENCE_WORD.search(low, max(0, i - 20), i) is not None))
 
 
-def _names_number(low: str, needle: str) -> bool:
-    """Whether `needle` (a path ending in a number) occurs with no digit or word character after it."""
+def _names_number(low: str, needle: str, before=None) -> bool:
+    """Whether `needle` (ending in a number) occurs with no digit or word character after it, and, when `before` is
+    given, `before(start)` holds (the bare number: no digit or word character before it either)."""
     i = low.find(needle)
     while i != -1:
         j = i + len(needle)
-        if j == len(low) or not _is_word_char(low[j]):
+        if (j == len(low) or not _is_word_char(low[j])) and (
+                before is None or ((i == 0 or not _is_word_char(low[i - 1])) and before(i))):
             return True
         i = low.find(needle, i + 1)
     return False
@@ -158,7 +169,7 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
 
 # A bare short version or number ("3.11", "2.0", "#12", "404") also names chapters, prices and scores: it counts
 # only in BM25's first document (the issue's rule), not deeper, where it would carry an incidental match up.
-_WEAK = re.compile(r"^(?:v?\d+(?:\.\d+){0,2}|#\d+)$", re.I)
+_WEAK = re.compile(r"^(?:v?\d+(?:\.\d+){0,2}|#\d{1,3})$", re.I)  # "#24375" names one pull request (review BZ)
 
 
 def strong(token: str) -> bool:
@@ -269,8 +280,8 @@ def _lift(ranked: pl.DataFrame, targets: pl.DataFrame, flag: str) -> pl.DataFram
     `flag`; nothing else moves. A moved document takes the place with a score between its new neighbours', so the
     order stays the order of the scores."""
     m = pl.col("_m")
-    # Only the queries whose target sits below its place are rebuilt (a rescore of 1,535 LoCoMo queries re-sorted all
-    # 230k rows for the few dozen that move).
+    # Only the queries whose target sits below its place are rebuilt; the whole frame is then sorted once (by query,
+    # as a lift always left it).
     below = ranked.select("qid", "doc_id", "rank").join(targets, on=["qid", "doc_id"]).filter(pl.col("rank") > m)
     if not len(below):
         return ranked

@@ -560,8 +560,8 @@ def failure_cases(
     One row per (query, document), FAILURE_SCHEMA. `culprit` is the stage right after the last one that
     had the document in its top k: "fuse" (some retrieval list had it in the top k, fusion did not),
     "blend" (fused top k, pushed out by the reranker blend), "priors" (blended top k, pushed out by the memory
-    priors: the trace's `priors` stage), "guard" (one place down because the exact-token guard moved a
-    document up: `per_query`'s exact_token "kept"), "dedup" (removed as a near duplicate / by the source limit
+    priors: the trace's `priors` stage), "guard" (one place down because the exact-token guard or the coverage rule moved a
+    document up: `per_query`'s exact_token "kept" or covers_most_terms), "dedup" (removed as a near duplicate / by the source limit
     (see `removed`) or moved down by the source fill), or "threshold" (gone from the final list without a
     dedup record: its own score below min_score, or its probability below min_prob; the threshold judges a
     source-filled result by its own score, not its place-holding one). Without `per_query` the guard is not
@@ -597,9 +597,11 @@ def _failures(rel: pl.DataFrame, t: pl.DataFrame, removed: pl.DataFrame | None, 
         pl.col("rank").filter(pl.col("stage") == s).min().alias(f"{s}_rank") for s in stages
     )
     out = rel.join(t.select("qid").unique(), on="qid", how="semi")
-    # Queries whose exact-token guard moved a document up.
+    # Queries whose guard moved a document up: the exact-token guard ("kept"), or the coverage rule (its flag).
     kept = (per_query.filter(pl.col("exact_token") == "kept")["qid"].cast(pl.Utf8)
             if per_query is not None and "exact_token" in per_query.columns else pl.Series([], dtype=pl.Utf8))
+    if per_query is not None and "covers_most_terms" in per_query.columns:
+        kept = pl.concat([kept, per_query.filter(pl.col("covers_most_terms"))["qid"].cast(pl.Utf8)]).unique()
     out = out.with_columns(pl.col("qid").is_in(kept.implode()).alias("_guard"))
     out = out.join(lists, on=["qid", "doc_id"], how="left").join(later, on=["qid", "doc_id"], how="left")
     if removed is not None and len(removed):

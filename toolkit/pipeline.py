@@ -212,7 +212,9 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # 14: an issue or pull request named with its word is the reference "#24375" ("PR #24375", "issue 16075", "pull
 # request 17125"), held by a forge address that names it too, and a platform stays on a name's version
 # ("ubuntu-24.04-arm"): user trial BW. The shared collections' 1,789 queries keep their tokens; no FEATURE_CHANGES.
-PREPARE_VERSION = 14  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
+# 15: the review of 14 (BZ): no plurals, "Mrs", dates or durations as references, "PR#2899" one too, a reference held
+# by its word in a text ("fixed issue 16075"), a four-digit one strong, any platform word after a version.
+PREPARE_VERSION = 15  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,
@@ -501,8 +503,9 @@ def _prepare(
              else pl.DataFrame(schema=guard_stage.EXACT_SCHEMA))
     t["exact"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    acts = cfg.guard.coverage_first and cfg.retrieval.dense.enabled and not _reranker_blends(cfg)  # else a no-op
-    coverage = (_coverage(store, queries, cands, ltr_frame) if not one_shot or acts
+    # Needed only where the rule can act: BM25's list exists (a one-shot search: and the rule is on, `_coverage_acts`).
+    wanted = cfg.retrieval.lexical.enabled and (not one_shot or _coverage_acts(cfg))
+    coverage = (_coverage(store, queries, cands, ltr_frame) if wanted
                 else pl.DataFrame(schema=guard_stage.COVERAGE_SCHEMA))
     t["coverage"] = time.perf_counter() - t0
     return Prepared(queries, feats, variants, exp_status, cands, rr_scores, rr_status, doc_source, vectors, ltr_frame,
@@ -531,11 +534,13 @@ def _warn_lost_scopes(store: Store, queries: pl.DataFrame) -> None:
                       f"the ingested folder (`hrt info --store {store.path}`)", UserWarning, stacklevel=3)
 
 
-def _reranker_blends(cfg: PipelineConfig) -> bool:
-    """Whether a reranker's scores shape the order. `guard.coverage_first` then stands aside: it counts words, the
-    reranker has read the query and the documents whole, and the rule was measured without one (the exact-token guard
-    does not stand aside: an identifier is exact)."""
-    return cfg.rerank.provider != "none" and cfg.rerank.blend != "none"
+def _coverage_acts(cfg: PipelineConfig) -> bool:
+    """Whether `guard.coverage_first` acts. It stands aside while a reranker's scores shape the order (it counts words,
+    the reranker has read the query and the documents whole) and while priors re-weight (a recency or priority
+    demotion is the user's say), as it was measured without either; the exact-token guard does not stand aside: an
+    identifier is exact."""
+    reranks = cfg.rerank.provider != "none" and cfg.rerank.blend != "none"
+    return cfg.guard.coverage_first and not reranks and not priors_stage.active(cfg.priors)
 
 
 def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame, ltr: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -677,7 +682,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    if cfg.guard.coverage_first and not _reranker_blends(cfg):
+    if _coverage_acts(cfg):
         targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
         ranked = guard_stage.coverage_first(ranked, targets, True)
     ranked, guard_status = guard_stage.keep_exact(ranked, cands, prep.exact, cfg.guard)
@@ -702,6 +707,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
                                                  rank_only=cfg.fusion.method == "rrf", low_spread=low_spread(cfg))
     final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
+    if _coverage_acts(cfg):  # which queries the coverage rule changed (the lab's failure panel credits it)
+        lifted = final.filter(pl.col("flags").list.contains(guard_stage.COVER_FLAG))["qid"].cast(pl.Utf8).unique()
+        per_query = per_query.with_columns(pl.col("qid").cast(pl.Utf8).is_in(lifted.implode()).alias("covers_most_terms"))
     if route is not None:  # "bm25-led" said of a query BM25 found nothing for would mislead: it went by dense alone
         per_query = per_query.join(route, on="qid", how="left").with_columns(
             pl.when(pl.col("no_term_match")).then(pl.lit("dense-only")).otherwise(pl.col("route")).alias("route"))
@@ -746,7 +754,7 @@ def _blend_keep(cfg: PipelineConfig, n: int) -> int | None:
     d = cfg.dedup
     if d.source_enabled or d.near_duplicate_enabled or d.identical_enabled:
         return None
-    if cfg.guard.exact_token or cfg.guard.coverage_first:  # the guard can lift a document from any place (BM25's
+    if cfg.guard.exact_token or _coverage_acts(cfg):  # the guard can lift a document from any place (BM25's
         return None  # first `depth`, or its first document, are not the fused list's first)
     if priors_stage.active(cfg.priors):
         return max(n, cfg.priors.top_n) if cfg.priors.top_n is not None else None
