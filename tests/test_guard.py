@@ -197,7 +197,7 @@ def test_the_coverage_rule_stands_aside_for_priors_and_a_one_shot_search_agrees(
     """Review BZ: with dense off and a recency prior, a one-shot search (`hrt search`) left BM25's first where the
     prior put it while a prepared run lifted it. The rule now stands aside while priors re-weight (measured without
     them), and where it acts a one-shot search computes its input as a prepared run does."""
-    from toolkit.pipeline import _coverage_acts
+    from toolkit.pipeline import coverage_acts
 
     notes = [("m0", "deploy rollback checklist for the payments service", "2020-01-01"),
              *[(f"m{i}", f"deploy notes {i} for the payments team", "2026-05-01") for i in range(1, 4)]]
@@ -206,7 +206,7 @@ def test_the_coverage_rule_stands_aside_for_priors_and_a_one_shot_search_agrees(
     q = pl.DataFrame({"qid": ["q"], "text": ["deploy rollback checklist payments service"]})
     base = load_config("default").with_updates({"retrieval.dense.enabled": False})
     prior = base.with_updates({"priors.recency_field": "date", "priors.as_of": "2026-06-01"})
-    assert _coverage_acts(base) and not _coverage_acts(prior)
+    assert coverage_acts(base) and not coverage_acts(prior)
     with Store(tmp_path / "m.duckdb") as st:
         st.ingest(load_corpus(p), embed=False)
         for cfg in (base, prior):

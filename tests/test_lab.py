@@ -366,4 +366,13 @@ def test_guardrail_controls_act_live_without_new_retrieval(store):
     assert moved != fused and "route" in lab.result.per_query.columns
     assert lab.set("adapt.dense_gap", False) and lab.controls["adapt.gap_scale"].disabled
     assert lab.set("guard.exact_token", False) and lab.controls["guard.max_rank"].disabled and lab.controls["guard.sole_first"].disabled
+    assert not lab.controls["guard.coverage_first"].disabled  # the coverage rule acts without the identifier guard
+    # ... and stands aside while priors re-weight (review BZ: its box stayed enabled while it did nothing).
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the store has no date field for the prior to read
+        dated = Lab(store, QUERIES, QRELS, config=load_config("default").with_updates({"priors.recency_field": "date"}),
+                    measures=MEASURES, debounce_s=30.0, debounce_leading=False)
+    assert dated.controls["guard.coverage_first"].disabled
     assert len(lab.history) == n_msgs  # all live: nothing re-retrieved

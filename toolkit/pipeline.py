@@ -504,7 +504,7 @@ def _prepare(
     t["exact"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # Needed only where the rule can act: BM25's list exists (a one-shot search: and the rule is on, `_coverage_acts`).
-    wanted = cfg.retrieval.lexical.enabled and (not one_shot or _coverage_acts(cfg))
+    wanted = cfg.retrieval.lexical.enabled and (not one_shot or coverage_acts(cfg))
     coverage = (_coverage(store, queries, cands, ltr_frame) if wanted
                 else pl.DataFrame(schema=guard_stage.COVERAGE_SCHEMA))
     t["coverage"] = time.perf_counter() - t0
@@ -534,7 +534,7 @@ def _warn_lost_scopes(store: Store, queries: pl.DataFrame) -> None:
                       f"the ingested folder (`hrt info --store {store.path}`)", UserWarning, stacklevel=3)
 
 
-def _coverage_acts(cfg: PipelineConfig) -> bool:
+def coverage_acts(cfg: PipelineConfig) -> bool:
     """Whether `guard.coverage_first` acts. It stands aside while a reranker's scores shape the order (it counts words,
     the reranker has read the query and the documents whole) and while priors re-weight (a recency or priority
     demotion is the user's say), as it was measured without either; the exact-token guard does not stand aside: an
@@ -682,7 +682,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    if _coverage_acts(cfg):
+    if coverage_acts(cfg):
         targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
         ranked = guard_stage.coverage_first(ranked, targets, True)
     ranked, guard_status = guard_stage.keep_exact(ranked, cands, prep.exact, cfg.guard)
@@ -707,7 +707,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
                                                  rank_only=cfg.fusion.method == "rrf", low_spread=low_spread(cfg))
     final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
-    if _coverage_acts(cfg):  # which queries the coverage rule changed (the lab's failure panel credits it)
+    if coverage_acts(cfg):  # which queries the coverage rule changed (the lab's failure panel credits it)
         lifted = final.filter(pl.col("flags").list.contains(guard_stage.COVER_FLAG))["qid"].cast(pl.Utf8).unique()
         per_query = per_query.with_columns(pl.col("qid").cast(pl.Utf8).is_in(lifted.implode()).alias("covers_most_terms"))
     if route is not None:  # "bm25-led" said of a query BM25 found nothing for would mislead: it went by dense alone
@@ -754,7 +754,7 @@ def _blend_keep(cfg: PipelineConfig, n: int) -> int | None:
     d = cfg.dedup
     if d.source_enabled or d.near_duplicate_enabled or d.identical_enabled:
         return None
-    if cfg.guard.exact_token or _coverage_acts(cfg):  # the guard can lift a document from any place (BM25's
+    if cfg.guard.exact_token or coverage_acts(cfg):  # the guard can lift a document from any place (BM25's
         return None  # first `depth`, or its first document, are not the fused list's first)
     if priors_stage.active(cfg.priors):
         return max(n, cfg.priors.top_n) if cfg.priors.top_n is not None else None
