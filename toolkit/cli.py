@@ -2180,15 +2180,16 @@ def show(doc_ids, store_path, fmt, missing_ok, wait_s) -> None:
     doc_ids = _ids_from_args(doc_ids, store_path)
     if not doc_ids:
         raise click.UsageError("no ids given (stdin held none)")
+    asked = list(dict.fromkeys(doc_ids))  # in the order asked, each once
     with Store(store_path, read_only=True, wait_s=wait_s) as st:
-        docs = st.documents(list(dict.fromkeys(doc_ids)))
+        docs = st.documents(asked)
     found = {r["doc_id"]: r for r in docs.iter_rows(named=True)}
-    missing = [d for d in dict.fromkeys(doc_ids) if d not in found]
+    missing = [d for d in asked if d not in found]
     if missing and not missing_ok:
         shown = ", ".join(repr(d) for d in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ToolkitError(f"{store_path}: no document with id {shown} (ids are exact; `hrt search` finds documents by "
                            "their words; --missing-ok skips them)")
-    rows = [found[d] for d in dict.fromkeys(doc_ids) if d in found]
+    rows = [found[d] for d in asked if d in found]
     for r in rows:
         r["metadata"] = json.loads(r["metadata"]) if r["metadata"] else {}
     # Through `hrt search`'s stdout path: whole or a broken pipe, JSON escaped for a narrow encoding (review BZ).

@@ -43,7 +43,7 @@ from . import panels
 from .config import FIELD_HELP, PipelineConfig, low_spread
 from .errors import ToolkitError
 from .panel_text import figure_text
-from .pipeline import coverage_acts
+from .pipeline import coverage_stands_aside
 from .progress import in_kernel
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
@@ -888,8 +888,7 @@ class Lab:
         ctl["priors.use_weight"].disabled = c.priors.use_field is None
         ctl["priors.add_weight"].disabled = c.priors.combine != "add"
         ctl["guard.max_rank"].disabled = ctl["guard.sole_first"].disabled = not c.guard.exact_token
-        # The coverage rule stands aside while a reranker blends or priors re-weight (pipeline.coverage_acts).
-        ctl["guard.coverage_first"].disabled = not coverage_acts(c.with_updates({"guard.coverage_first": True}))
+        ctl["guard.coverage_first"].disabled = coverage_stands_aside(c)  # a blending reranker or priors
         for key in ("adapt.gap_scale", "adapt.min_weight", "adapt.max_weight"):
             ctl[key].disabled = not c.adapt.dense_gap
         self._fusion_note.value = f"<small>{escape(panels.fusion_formula(c.fusion))}</small>"

@@ -503,7 +503,7 @@ def _prepare(
              else pl.DataFrame(schema=guard_stage.EXACT_SCHEMA))
     t["exact"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    # Needed only where the rule can act: BM25's list exists (a one-shot search: and the rule is on, `_coverage_acts`).
+    # Needed only where the rule can act: BM25's list exists (a one-shot search: and the rule acts, `coverage_acts`).
     wanted = cfg.retrieval.lexical.enabled and (not one_shot or coverage_acts(cfg))
     coverage = (_coverage(store, queries, cands, ltr_frame) if wanted
                 else pl.DataFrame(schema=guard_stage.COVERAGE_SCHEMA))
@@ -534,13 +534,17 @@ def _warn_lost_scopes(store: Store, queries: pl.DataFrame) -> None:
                       f"the ingested folder (`hrt info --store {store.path}`)", UserWarning, stacklevel=3)
 
 
-def coverage_acts(cfg: PipelineConfig) -> bool:
-    """Whether `guard.coverage_first` acts. It stands aside while a reranker's scores shape the order (it counts words,
-    the reranker has read the query and the documents whole) and while priors re-weight (a recency or priority
+def coverage_stands_aside(cfg: PipelineConfig) -> bool:
+    """Whether `guard.coverage_first` stands aside, on or off: while a reranker's scores shape the order (it counts
+    words, the reranker has read the query and the documents whole) and while priors re-weight (a recency or priority
     demotion is the user's say), as it was measured without either; the exact-token guard does not stand aside: an
     identifier is exact."""
-    reranks = cfg.rerank.provider != "none" and cfg.rerank.blend != "none"
-    return cfg.guard.coverage_first and not reranks and not priors_stage.active(cfg.priors)
+    return (cfg.rerank.provider != "none" and cfg.rerank.blend != "none") or priors_stage.active(cfg.priors)
+
+
+def coverage_acts(cfg: PipelineConfig) -> bool:
+    """Whether `guard.coverage_first` is on and acts (`coverage_stands_aside`)."""
+    return cfg.guard.coverage_first and not coverage_stands_aside(cfg)
 
 
 def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame, ltr: pl.DataFrame | None = None) -> pl.DataFrame:
