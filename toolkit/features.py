@@ -67,9 +67,13 @@ _DOTTED_DATE = re.compile(r"^(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.(?:19
 # is the version 2.14.3, and "2.14.3-2.15.0" or "v2.14.3-v2.15.0" are two versions).
 _VERSION_SUFFIX = r"(?:-(?:alpha|beta|rc|pre|preview|dev|snapshot|nightly|final|ga|lts|post)\d*(?:\.[0-9A-Za-z]+)*\b)?"
 
+# The words that name an issue or a pull request before its number (features' "reference" kind; guard._holds reads
+# them in a document's text). "MR" only in capitals: "Mr 25" is a name.
+REFERENCE_WORDS = r"issue|ticket|PR|bug|pull\s+request|merge\s+request"
+
 # Words that join a versioned name as an English compound ("gcc-4.9-based", "3.11-compatible"), not as a platform.
 _COMPOUND_SUFFIX = (r"(?:based|compatible|related|specific|only|style|like|free|aware|friendly|ready|enabled|dependent|"
-                    r"powered|series|compliant|capable|safe|bit|era|style)")
+                    r"powered|series|compliant|capable|safe|bit|era)")
 
 # (kind, pattern). Longer/more specific patterns first: overlapping shorter matches are dropped.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -136,7 +140,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # the token is the reference as the fixing commit or changelog writes it, "#24375" (`technical_tokens` rewrites it).
     # Kept whole ("PR #24375"), the guard never fired: commits write "(#24375)" or "Fixes #16075" (user trial BW). Not
     # a plural ("tickets 45 minutes"), "Mr"/"Mrs", a date, range or amount ("bug 2023-10-12", "ticket 45 minutes").
-    ("reference", re.compile(r"\b(?:(?i:issue|ticket|PR|bug|pull\s+request|merge\s+request)|MR)\s*#?\s*(?P<n>\d{2,})"
+    ("reference", re.compile(rf"\b(?:(?i:{REFERENCE_WORDS})|MR)\s*#?\s*(?P<n>\d{{2,}})"
                              rf"(?![\w%]|[-./:,]\d|\s*{_UNITS})")),
     # A reference to an issue or merge request of a named project ("GH#56", "dbus!403", "freedesktop/freedesktop#540",
     # "PKCS#12"): nothing was found in them (user trial BT).

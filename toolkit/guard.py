@@ -29,7 +29,7 @@ import re
 import polars as pl
 
 from .config import GuardConfig
-from .features import SYSTEM_NAMES, TECH_ACRONYMS, technical_tokens
+from .features import REFERENCE_WORDS, SYSTEM_NAMES, TECH_ACRONYMS, technical_tokens
 
 EXACT_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "tokens": pl.List(pl.Utf8), "whole": pl.Boolean}
 FLAG = "exact_token_kept"
@@ -103,7 +103,7 @@ _REFERENCE_PATHS = ("/issues/", "/pull/", "/pulls/", "/merge_requests/")
 
 
 # A reference written with its word in a text ("Fixed issue 16075", "see PR 24375"): the word just before the number.
-_REFERENCE_WORD = re.compile(r"(?<![a-z])(?:issue|ticket|pr|bug|pull request|merge request|mr)\s*#?\s*$")
+_REFERENCE_WORD = re.compile(rf"(?<![a-z])(?:{REFERENCE_WORDS}|mr)\s*#?\s*$", re.I)
 
 
 def _holds(low: str, tok: str) -> bool:
