@@ -281,7 +281,9 @@ def shoot_page(page, notebook: str, artifacts: Path) -> PanelShots:
     figure or a table (`<stem>-panel-NN.png`), and run `CLIPPED_JS` on the page."""
     artifacts.mkdir(parents=True, exist_ok=True)
     got = PanelShots()
-    page.wait_for_timeout(1000)  # plotly lays out after the data arrive
+    # Plotly lays out after the data arrive: wait until every figure has drawn its SVG layers.
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].every(p => p._fullLayout && p.querySelector('.main-svg'))",
+                           timeout=30_000, polling=100)
     err = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
     if err.count():
         got.errors.append("cell error: " + err.first.inner_text()[:2000])
@@ -293,8 +295,6 @@ def shoot_page(page, notebook: str, artifacts: Path) -> PanelShots:
     stem = Path(notebook).stem
     for i in range(outputs.count()):
         o = outputs.nth(i)
-        o.scroll_into_view_if_needed()
-        page.wait_for_timeout(150)
         shot = artifacts / f"{stem}-panel-{i:02d}.png"
         o.screenshot(path=str(shot))
         got.screenshots.append(shot)
