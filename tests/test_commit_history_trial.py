@@ -119,3 +119,66 @@ def test_hrt_show_json_survives_a_narrow_output_encoding(tmp_path):
                        capture_output=True, env={**os.environ, "PYTHONIOENCODING": "latin-1"})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.decode("latin-1"))[0]["text"] == "Café notes… with an ellipsis"
+
+
+SHAS = ["044a04a7cd39e6e8235f756597ae42dde084e5e5", "d1434e02ce600258cbd6f1c8e44c3825fdb6830d",
+        "d1434e0f9a0c1b2d3e4f5a6b7c8d9e0f1a2b3c4d", "7e14bd24e03f5b5c30b8f3af79a8fbb15dce8320"]
+UUID = "3f2a9c1e-8b7d-4e5f-9a0b-1c2d3e4f5a6b"
+
+
+def _memory(tmp_path, embedder):
+    """Commits whose ids are their hashes (two share the short hash d1434e0), one that reverts another by its full hash,
+    and a memory whose id is a UUID."""
+    rows = [(SHAS[0], "Fix segment tree crash in window functions", "The segment tree reused a freed buffer.", "core"),
+            (SHAS[1], "Speed up the CSV sniffer", "Sniff fewer rows when the header is clear.", "core"),
+            (SHAS[2], "Update the JSON extension", "New JSON functions.", "ext"),
+            (SHAS[3], "Revert the segment tree fix", f"This reverts commit {SHAS[0]}: window functions crash again.", "core"),
+            (UUID, "User prefers dark mode", "The user asked for dark mode in every editor.", "prefs"),
+            *[(f"{i:040x}", f"Refactor window function {w}", f"Window function {w} cleanup in the segment tree.", "core")
+              for i, w in enumerate(["rank", "lead", "lag", "ntile"], start=11)]]
+    p = tmp_path / "commits.jsonl"
+    p.write_text("".join(json.dumps({"_id": i, "title": t, "text": x, "metadata": {"area": a}}) + "\n" for i, t, x, a in rows))
+    st = Store(tmp_path / "m.duckdb", embedder=embedder)
+    st.ingest(load_corpus(p))
+    return st
+
+
+def test_a_commit_named_by_its_short_hash_or_a_memory_by_its_id_comes_first(tmp_path, embedder):
+    """User trial BW: 25 queries naming a commit by its short hash ("commit 101ff9df", "what changed in 0c75ac2b3")
+    scored 0 under every config: the hash is the document's id, not its text, so BM25 never found it, and the
+    reverting commit that writes the full hash does not hold the short one as a word. A short hash (seven hex digits
+    and up) names the only stored id it starts; any identifier equal to an id names that document."""
+    queries = {"lookup": SHAS[0][:7], "prefix": f"what changed in commit {SHAS[0][:9]}",
+               "words": f"{SHAS[0][:8]} segment tree crash details", "uuid": f"what does memory {UUID} say",
+               "ambiguous": "commit d1434e0", "full": SHAS[1]}
+    with _memory(tmp_path, embedder) as st:
+        cfg = load_config("default")
+        prep = prepare(st, pl.DataFrame({"qid": list(queries), "text": list(queries.values())}), cfg)
+        first = rescore(prep, cfg).final.filter(pl.col("rank") == 1)
+        got = dict(zip(first["qid"], first["doc_id"], strict=True))
+        assert got["lookup"] == got["prefix"] == got["words"] == SHAS[0] and got["uuid"] == UUID and got["full"] == SHAS[1]
+        assert prep.exact.filter(pl.col("qid") == "ambiguous").is_empty()  # two ids start so: it names neither
+        lex1 = prep.candidates.filter((pl.col("list_id") == "orig:lex") & (pl.col("rank") == 1))
+        assert dict(zip(lex1["qid"], lex1["doc_id"], strict=True))["lookup"] == SHAS[0]  # BM25 alone finds it too
+        assert prep.exact.filter((pl.col("qid") == "lookup") & (pl.col("doc_id") == SHAS[0]))["tokens"].to_list() == [[SHAS[0][:7]]]
+        assert SHAS[3] not in prep.exact.filter(pl.col("qid") == "prefix")["doc_id"].to_list()  # the full hash is not the short one
+        # Named only within the query's scope and filters, and never in a list routing took BM25 away from.
+        with pytest.warns(UserWarning, match="no stored document has"):
+            scoped = prepare(st, pl.DataFrame({"qid": ["s"], "text": [SHAS[0][:7]], "scope": ["nowhere"]}), "bm25-only")
+        assert scoped.candidates.is_empty()
+        ask = pl.DataFrame({"qid": ["f"], "token": [SHAS[0][:7]], "scope": [None], "short": [True]},
+                           schema={"qid": pl.Utf8, "token": pl.Utf8, "scope": pl.Utf8, "short": pl.Boolean})
+        assert st.named_documents(ask, {"area": "ext"}).is_empty()
+        assert st.named_documents(ask, {"area": "core"})["doc_id"].to_list() == [SHAS[0]]
+
+
+def test_hrt_search_finds_a_commit_by_its_short_hash(tmp_path, embedder):
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    _memory(tmp_path, embedder).close()
+    for args in ([], ["--config", "bm25-only"]):
+        r = CliRunner().invoke(main, ["search", SHAS[0][:7], "--store", str(tmp_path / "m.duckdb"), "-n", "1", "--format", "json", *args])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["results"][0]["doc_id"] == SHAS[0]

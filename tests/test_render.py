@@ -117,7 +117,7 @@ def test_provenance_and_flags_in_words():
     out = render(rows)
     head = out.splitlines()[0]
     assert head == "1. score 1.0000 (bm25 #1 12.4 · dense #13 0.612) · incident-1 · Deploy failure report number 1 [d1]"
-    assert "flags: exact token kept (moved up: it holds the query's identifier verbatim), stands for 5 more copies, also in 5 sources: a/README, b/README, c/README, …" in out
+    assert "flags: exact token kept (moved up: it holds the query's identifier verbatim or as its id), stands for 5 more copies, also in 5 sources: a/README, b/README, c/README, …" in out
     assert "raw" not in out
 
 

@@ -133,9 +133,11 @@ def _names_number(low: str, needle: str, before=None) -> bool:
     return False
 
 
-def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:
+def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.DataFrame,
+                  named: pl.DataFrame | None = None) -> pl.DataFrame:
     """[qid, doc_id, tokens]: the candidates of each query whose title or text contains one of the query's
-    identifier tokens verbatim (only pairs with at least one). `texts` = [doc_id, title, text]."""
+    identifier tokens verbatim (only pairs with at least one). `texts` = [doc_id, title, text]; `named` = [qid,
+    token, doc_id]: a document whose id a token names holds that token too (`Store.named_documents`)."""
     toks = {q: identifier_tokens(t) for q, t in zip(queries["qid"].cast(pl.Utf8), queries["text"], strict=True)}
     toks = {q: t for q, t in toks.items() if t}
     if not toks or not len(candidates):
@@ -155,12 +157,13 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
     # full (its lookbehind defeats the literal-prefix search): a pasted log excerpt of 100 identifier-like
     # words took 31 s against a 20 MB log among the candidates.
     lowered: dict[str, str] = {}
+    by_id = set() if named is None else set(zip(named["qid"].to_list(), named["doc_id"].to_list(), named["token"].to_list(), strict=True))
     found = []
     for q, d, b in zip(pairs["qid"].to_list(), pairs["doc_id"].to_list(), pairs["body"].to_list(), strict=True):
         low = lowered.get(d)
         if low is None:
             low = lowered[d] = b.lower()
-        found.append([t for t in toks[q] if _holds(low, t.lower())])
+        found.append([t for t in toks[q] if _holds(low, t.lower()) or (q, d, t) in by_id])
     whole = {q for q, t in zip(queries["qid"].cast(pl.Utf8), queries["text"], strict=True) if q in toks and whole_identifier(t, toks[q])}
     out = pairs.select("qid", "doc_id").with_columns(pl.Series("tokens", found, dtype=pl.List(pl.Utf8)),
                                                      pl.col("qid").is_in(list(whole)).alias("whole"))

@@ -12,6 +12,7 @@ other, so its cache key is just those fields' values (`config.prepare_settings`)
 from __future__ import annotations
 
 import json
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -45,7 +46,7 @@ from .errors import InputError, StoreError, count_arg
 from .files import path_stamp
 from .metatypes import query_values, values_frame
 from .rerank import Reranker
-from .retrieve import empty_candidates, retrieve
+from .retrieve import empty_candidates, name_first, retrieve
 from .store import Store, sha1
 
 TRACE_SCHEMA = {
@@ -214,7 +215,9 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # ("ubuntu-24.04-arm"): user trial BW. The shared collections' 1,789 queries keep their tokens; no FEATURE_CHANGES.
 # 15: the review of 14 (BZ): no plurals, "Mrs", dates or durations as references, "PR#2899" one too, a reference held
 # by its word in a text ("fixed issue 16075"), a four-digit one strong, any platform word after a version.
-PREPARE_VERSION = 15  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
+# 16: a document named by its id ("commit d1434e0", a memory's UUID) is in BM25's list (`retrieve.name_first`) and
+# holds the token (user trial BW). No query of the shared collections names an id; no FEATURE_CHANGES.
+PREPARE_VERSION = 16  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,
@@ -472,6 +475,10 @@ def _prepare(
             raise
         cands = retrieve(store, queries, variants, lexical=lex_args, dense=None, **kw)
         embed_status = queries.select("qid", pl.lit("fallback").alias("status"), pl.lit(str(e)).alias("error"))
+    named = None
+    if lex_args is not None:  # routing never skips BM25 for a query with an identifier (not conversational)
+        named = _named(store, queries if scope_filter else queries.with_columns(pl.lit(None, pl.Utf8).alias("scope")), filters)
+        cands = name_first(cands, named, lex_args["top_k"]) if len(named) else cands
     t["retrieve"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -499,7 +506,7 @@ def _prepare(
     q_vals = query_values(queries)
     t["prior_inputs"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    exact = (_exact(store, queries, cands) if not one_shot or cfg.guard.exact_token
+    exact = (_exact(store, queries, cands, named) if not one_shot or cfg.guard.exact_token
              else pl.DataFrame(schema=guard_stage.EXACT_SCHEMA))
     t["exact"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -560,13 +567,26 @@ def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame, ltr: pl.
     return term_coverage(store, queries, cands)
 
 
-def _exact(store: Store, queries: pl.DataFrame, cands: pl.DataFrame) -> pl.DataFrame:
-    """The exact-token guard's input, for the candidates of queries that carry an identifier."""
+# A hash written short (git's seven hex digits and up, docker's twelve): it may name a stored id by its start.
+_SHORT_HASH = re.compile(r"(?=[0-9a-f]*\d)(?=\d*[a-f])[0-9a-f]{7,64}", re.I)
+
+
+def _named(store: Store, queries: pl.DataFrame, filters: dict | None) -> pl.DataFrame:
+    """Which document each query's identifiers name by its id (`Store.named_documents`)."""
+    rows = [(q, t, sc, _SHORT_HASH.fullmatch(t) is not None)
+            for q, text, sc in zip(queries["qid"].cast(pl.Utf8), queries["text"], queries["scope"], strict=True)
+            for t in guard_stage.identifier_tokens(text)]
+    schema = {"qid": pl.Utf8, "token": pl.Utf8, "scope": pl.Utf8, "short": pl.Boolean}
+    return store.named_documents(pl.DataFrame(rows, schema=schema, orient="row"), filters)
+
+
+def _exact(store: Store, queries: pl.DataFrame, cands: pl.DataFrame, named: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The exact-token guard's input, for the candidates of queries that carry an identifier (`named`: see `_named`)."""
     qs = queries.filter(pl.Series([bool(guard_stage.identifier_tokens(t)) for t in queries["text"].to_list()], dtype=pl.Boolean))
     if not len(qs) or not len(cands):
         return pl.DataFrame(schema=guard_stage.EXACT_SCHEMA)
     mine = cands.join(qs.select("qid"), on="qid", how="semi")
-    return guard_stage.exact_matches(qs, mine, store.documents(mine["doc_id"].unique().to_list()))
+    return guard_stage.exact_matches(qs, mine, store.documents(mine["doc_id"].unique().to_list()), named)
 
 
 def _expansion_kwargs(cfg: PipelineConfig) -> dict:

@@ -74,7 +74,7 @@ def _flags(r: Mapping[str, Any]) -> list[str]:
 
 # Flags in words for the compact and detailed views (JSON keeps the identifiers).
 _FLAG_WORDS = {
-    "exact_token_kept": "exact token kept (moved up: it holds the query's identifier verbatim)",
+    "exact_token_kept": "exact token kept (moved up: it holds the query's identifier verbatim or as its id)",
     "covers_most_terms": "moved first: BM25's top result, holding more of the query's words than any other",
     "reranked": "reranked",
     "extra_from_source": "extra result from a source already shown",
@@ -354,7 +354,7 @@ def note_lines(notes: Mapping[str, Any] | None) -> list[str]:
                    "indexed): any result here comes from dense search alone, by meaning")
     if notes.get("exact_token") == "kept" and notes.get("exact_tokens"):  # which token the flag is about
         toks = ", ".join(clean(str(t)) for t in notes["exact_tokens"])
-        out.append(f"note: exact token {toks}: BM25's best-ranked document holding it verbatim was moved up (flag "
+        out.append(f"note: exact token {toks}: BM25's best-ranked document holding it verbatim or as its id was moved up (flag "
                    "'exact token kept')")
     if notes.get("low_differentiation"):
         spread = notes.get("spread")

@@ -90,3 +90,38 @@ def empty_candidates() -> pl.DataFrame:
             "score": pl.Float64,
         }
     )
+
+
+def name_first(candidates: pl.DataFrame, named: pl.DataFrame, top_k: int) -> pl.DataFrame:
+    """BM25's list for each query whose identifier names a document by its id (`Store.named_documents`: "commit d1434e0"
+    in memory whose ids are commit hashes, a memory's UUID): that document scores as if its id were a term of it that
+    no other document holds, its BM25 score plus that term's IDF (the highest any term can have), and the list is
+    ranked again and cut to `top_k`. An id is not text, so BM25 alone never found it (user trial BW: 25 queries by a
+    commit's short hash scored 0 under every config). At chunk level the document's best chunk in the list, else its
+    first, carries it. The exact-token guard then treats the id as held by that document (`guard.exact_matches`)."""
+    if not len(named) or not len(candidates):
+        return candidates if not len(named) else _named_only(named, top_k)
+    bonus = named.group_by("qid", "doc_id").agg(pl.col("chunk_id").first(), pl.col("idf").first())
+    mine = (pl.col("list_id") == "orig:lex") & pl.col("qid").is_in(bonus["qid"].unique().implode())
+    lex, rest = candidates.filter(mine), candidates.filter(~mine)
+    held = lex.join(bonus.select("qid", "doc_id", "idf"), on=["qid", "doc_id"], how="left").with_columns(
+        pl.when(pl.col("rank") == pl.col("rank").min().over("qid", "doc_id")).then(pl.col("idf")).otherwise(0.0)
+        .fill_null(0.0).alias("idf"))
+    new = _named_only(bonus.join(lex, on=["qid", "doc_id"], how="anti"), None)
+    both = pl.concat([held.with_columns((pl.col("score") + pl.col("idf")).alias("score")).drop("idf"), new])
+    return pl.concat([rest, _ranked(both, top_k)]).sort("qid", "list_id", "rank")
+
+
+def _named_only(named: pl.DataFrame, top_k: int | None) -> pl.DataFrame:
+    rows = named.unique(["qid", "doc_id"]).select(
+        pl.col("qid"), pl.lit("orig:lex").alias("list_id"), pl.lit("orig").alias("variant"), pl.lit("lex").alias("retriever"),
+        "doc_id", "chunk_id", pl.lit(None, pl.Int64).alias("rank"), pl.col("idf").alias("score")).cast(empty_candidates().schema)
+    return rows if top_k is None else _ranked(rows, top_k)
+
+
+def _ranked(lists: pl.DataFrame, top_k: int) -> pl.DataFrame:
+    """Ranks by score (rounded to 1e-9, as the BM25 paths order), ties in the former order, a new document after them."""
+    return (lists.with_columns(pl.col("score").round(9))
+            .sort("qid", "score", "rank", descending=[False, True, False], nulls_last=True)
+            .with_columns(pl.int_range(1, pl.len() + 1).over("qid").cast(pl.Int64).alias("rank"))
+            .filter(pl.col("rank") <= top_k).select(CANDIDATE_COLUMNS))

@@ -2089,6 +2089,36 @@ class Store:
         have = {r[0] for r in self.con.execute("SELECT DISTINCT scope FROM documents WHERE scope IS NOT NULL").fetchall()}
         return sorted(q for q in set(scopes) if self.stored_form("scope", q) not in have)
 
+    def named_documents(self, asks: pl.DataFrame, filters: dict[str, Any] | None = None) -> pl.DataFrame:
+        """[qid, token, doc_id, chunk_id, idf] for `asks` [qid, token, scope, short]: the document a query's identifier
+        names by its id - the id itself, or, for a `short` token (a hash written short: seven or more hex digits, as git
+        and docker print them), the only stored id that starts with it. Within the query's scope and the filters; `chunk_id`
+        is the document's first chunk, `idf` BM25's IDF of a term only that document holds (`retrieve.name_first`)."""
+        out = {"qid": pl.Utf8, "token": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "idf": pl.Float64}
+        if not len(asks) or not self.has_lexical_index() or self._emptied():
+            return pl.DataFrame(schema=out)
+        asks = self._stored_scopes(asks)
+        fsql, fparams = self._filter_sql(filters)
+        # fsql: filter keys checked by `_filter_terms`, values bound. An id equal to the token wins over ids it starts.
+        rows = self.con.execute(
+            f"""WITH a AS (SELECT unnest(?::VARCHAR[]) AS qid, unnest(?::VARCHAR[]) AS tok, unnest(?::VARCHAR[]) AS scope,
+                        unnest(?::BOOLEAN[]) AS short),
+            docs AS (SELECT doc_id, scope FROM documents d WHERE true {fsql}),
+            m AS (SELECT a.qid, a.tok, d.doc_id, true AS exact FROM a JOIN docs d ON d.doc_id = a.tok
+                    WHERE a.scope IS NULL OR d.scope = a.scope
+                  UNION ALL  -- apart: an OR in the join condition compares every token with every id
+                  SELECT a.qid, a.tok, d.doc_id, false FROM (FROM a WHERE short) a JOIN docs d
+                    ON starts_with(lower(d.doc_id), lower(a.tok)) AND length(d.doc_id) > length(a.tok)
+                    WHERE a.scope IS NULL OR d.scope = a.scope),
+            u AS (SELECT qid, tok, CASE WHEN bool_or(exact) THEN min(doc_id) FILTER (WHERE exact) ELSE min(doc_id) END AS doc_id
+                  FROM m GROUP BY qid, tok HAVING bool_or(exact) OR count(*) = 1)
+            SELECT u.qid, u.tok, u.doc_id, first(c.chunk_id ORDER BY c.ord) AS chunk_id,
+                   ln(((any_value(s.num_docs) - 1 + 0.5) / (1 + 0.5)) + 1) AS idf
+            FROM u JOIN chunks c ON c.doc_id = u.doc_id, fts_main_chunks.stats s GROUP BY u.qid, u.tok, u.doc_id ORDER BY ALL""",
+            [asks["qid"].to_list(), asks["token"].to_list(), asks["scope"].to_list(), asks["short"].to_list(), *fparams],
+        ).fetchall()
+        return pl.DataFrame(rows, schema=out, orient="row")
+
     def _stored_scopes(self, queries: pl.DataFrame) -> pl.DataFrame:
         """`queries` with each scope in the store's spelling (`stored_form`), for every search path (the CLI mapped
         `--scope` alone, and the API's scopes stayed unmatched). ASCII scopes cost nothing."""
