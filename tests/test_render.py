@@ -212,3 +212,22 @@ def test_the_detailed_format_says_which_way_the_query_went_and_why():
                                         "stands 0.045 above its 10th)")
     assert "route:" not in render(rows, notes=notes, fmt="compact")  # the compact budget is the results'
     assert "route:" not in render(rows, notes={}, fmt="detailed")  # a config without the adapt rule has no route
+
+
+def test_detailed_output_too_long_for_its_budget_keeps_the_route_and_the_budget_is_a_search_option(demo_store):
+    """User trial CA: `--format detailed -n 3` fell back to compact above output.max_chars (2,000) and dropped the route
+    line, the one reason to ask for detail; no search option moved the budget."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    rows = [{"rank": i, "score": 0.03, "doc_id": f"d{i}", "source": "a.md", "text": "deploy notes " * 200} for i in (1, 2, 3)]
+    notes = {"route": "bm25-led", "dense_weight": 0.28, "dense_gap": 0.045}
+    fell_back = render(rows, notes=notes, fmt="detailed", max_chars=600)
+    assert "showing compact" in fell_back and "route: bm25-led (dense list weighted 0.28" in fell_back
+    store, q = str(demo_store.path), "console getting HTTP 429 from /v1/console"
+    short = CliRunner().invoke(main, ["search", q, "--store", store, "--format", "detailed", "-n", "8", "--max-chars", "300"])
+    full = CliRunner().invoke(main, ["search", q, "--store", store, "--format", "detailed", "-n", "8", "--max-chars", "100000"])
+    assert short.exit_code == 0 and full.exit_code == 0, (short.output, full.output)
+    assert "showing compact" in short.stdout and "route:" in short.stdout
+    assert "showing compact" not in full.stdout and full.stdout.startswith("route:") and len(full.stdout) > 2000

@@ -927,6 +927,9 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
                    "Unicode NFC, or the same number for a field stored as a JSON number; a dot names a nested field "
                    "(ctx.app). Adds to the config's retrieval.filters.")
 @click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
+@click.option("--max-chars", "max_chars", type=click.IntRange(200, 1_000_000), default=None,
+              help="Characters the output may take (default from config: output.max_chars, 2,000): compact shortens its "
+                   "excerpts to fit, detailed falls back to compact above it.")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default=None,
               help="Query embedding runtime (default from config: auto = ONNX Runtime when installed, else torch).")
 @click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),
@@ -940,7 +943,7 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
                    "\"qid\", \"where\", \"scope\", \"as_of\", \"n\"}), each answered by one line of JSON on stdout as it "
                    "is read (docs/output.md).")
 @_cycle_collector_paused()
-def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of, verbose, wait_s, batch) -> None:
+def search(query, store_path, mode, config, n, scope, where, fmt, max_chars, backend, as_of, verbose, wait_s, batch) -> None:
     """Search the store with one query and print the results (compact: 5 results in at most 2,000 chars).
 
     Each result shows its final score and where it came from (each list's rank and score), the memory
@@ -979,6 +982,8 @@ def search(query, store_path, mode, config, n, scope, where, fmt, backend, as_of
     cfg, rr_source = resolve_rerank(_load_cfg(config, mode).with_updates({"output.n": n}))
     if backend:
         cfg = cfg.with_updates({"retrieval.dense.backend": backend})
+    if max_chars:
+        cfg = cfg.with_updates({"output.max_chars": max_chars})
     if where:
         cfg = _with_where(cfg, where)
     if not cfg.retrieval.dense.enabled:  # the config first: it decides how numpy is imported

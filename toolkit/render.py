@@ -619,10 +619,9 @@ def render(
         out = _detailed(rows, route_lines(notes) + lines)
         if len(out) <= max_chars:
             return out
-        lines = [
-            f"note: detailed output ({len(out):,} chars) exceeds max_chars={max_chars:,}; showing compact",
-            *lines,
-        ]
+        # The route stays: it is the query's, one line, and the reason to ask for detail (user trial CA).
+        lines = [f"note: detailed output ({len(out):,} chars) exceeds max_chars={max_chars:,} (--max-chars); showing compact",
+                 *route_lines(notes), *lines]
         return _compact(rows, lines, max_chars, excerpt_chars, query)
     if fmt == "compact":
         return _compact(rows, lines, max_chars, excerpt_chars, query)
