@@ -1,7 +1,7 @@
 """Known-item collections built from this machine's own files and a git history, for judging a preset on new text.
 
-The shared collections have been looked at by every earlier choice of `default`; these five are new text of a
-kind the toolkit's users search (technical reference prose, identifier-heavy notes), built from files every
+The shared collections have been looked at by every earlier choice of `default`; these are new text of a
+kind the toolkit's users search (technical reference prose, identifier-heavy notes, help questions), built from files every
 Debian/Ubuntu machine with the project's virtual environment has. Each is a known-item task with one relevant
 document per query (grade 1). In the first three (user trial BQ), a one-line summary that a document's author
 wrote is the query, and the document it summarises, with that line removed, is the one relevant document:
@@ -27,6 +27,14 @@ lower-casing and collapsing whitespace) only the first is kept. A document gets 
 fewer than 3 words or is shared with another document (it would have two right answers), but stays in the
 corpus as a distractor. Queries are shuffled with random.Random(13) and split in half: the first half is dev,
 the rest test (ids m00000.., d0000.., p0000.. in shuffled order).
+
+- `manhelp` (user trial CA; persona: help search where users describe a need and rarely know the tool's name): the
+  same man pages, gcloud's left out, each whole (its NAME line, a blank line, its DESCRIPTION; 1500 characters),
+  with 312 queries written and judged by hand before any retrieval (benchmarks/manhelp_queries.tsv: id, type
+  keyword / phrase / question, text, relevant page ids, 1 to 10 each, grade 1), worded to avoid the pages' names
+  and their distinctive words ("how big is this folder" for du): vocabulary mismatch, the case dense search is
+  for. Split by the first hex digit of sha1(id): even dev, odd test. A query whose page this machine lacks is
+  left out. qtype.tsv lists qid, qtype, split, n_rel.
 
 The last two (user trial BT, its builders moved here unchanged in their rules) have two query types each: an
 identifier one (a token found in the relevant document and in no other) and a natural-language one (a
@@ -97,7 +105,7 @@ files, so their content depends on what is installed, and the commits pair on th
 them where you measure, and never copy them into this repository (nothing is written under it unless you point
 OUT there). pyapi depends on the `--venv` Python's version.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen [--only manpages,debpkg]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen [--only manpages,manhelp,debpkg]
     PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen --only pyapi,changelogs
     PYTHONPATH=$PWD .venv/bin/python benchmarks/unseen_collections.py /tmp/unseen --only commits,commits_hdr \
         [--git-dir /work/.mirror/duckdb+duckdb/repo]
@@ -123,6 +131,7 @@ import tempfile
 from pathlib import Path
 
 SEED = 13
+HERE = Path(__file__).resolve().parent
 MAXLEN = 1500
 GCLOUD_CAP = 600
 N_PER_TYPE = 300  # pyapi, changelogs: queries per type
@@ -357,10 +366,10 @@ def parse_roff(text: str) -> dict[str, str]:
     return out
 
 
-def build_manpages(out: Path, man_root: Path = Path("/usr/share/man")) -> None:
+def man_pages(man_root: Path, stats: collections.Counter):
+    """(file, sections, NAME line, its summary, DESCRIPTION) of each English page of sections 1 and 8 that has a NAME
+    summary and a DESCRIPTION of 40 characters or more (symlinks, unreadable files and `.so` redirects counted in `stats`)."""
     files = sorted((man_root / "man1").glob("*.gz")) + sorted((man_root / "man8").glob("*.gz"))
-    stats: collections.Counter = collections.Counter()
-    pages = []
     for f in files:
         if f.is_symlink():
             stats["symlink"] += 1
@@ -380,11 +389,17 @@ def build_manpages(out: Path, man_root: Path = Path("/usr/share/man")) -> None:
         if not m:
             stats["no-name-summary"] += 1
             continue
-        summary = name[m.end():].strip()
         desc = secs.get("DESCRIPTION", "")
         if len(desc) < 40:
             stats["no-description"] += 1
             continue
+        yield f, secs, name, name[m.end():].strip(), desc
+
+
+def build_manpages(out: Path, man_root: Path = Path("/usr/share/man")) -> None:
+    stats: collections.Counter = collections.Counter()
+    pages = []
+    for f, secs, _, summary, desc in man_pages(man_root, stats):
         extra = [v for k, v in secs.items() if k != "DESCRIPTION" and re.search(r"OPTION|FLAGS|ARGUMENTS", k)]
         doc, n = without("\n\n".join([desc, *extra]), summary)
         stats["summary-removed-from-doc"] += bool(n)
@@ -397,6 +412,34 @@ def build_manpages(out: Path, man_root: Path = Path("/usr/share/man")) -> None:
     random.Random(SEED).shuffle(gcloud)
     pages = [p for p in pages if p["metadata"]["group"] != "gcloud"] + gcloud[:GCLOUD_CAP]
     write_beir(out, unique_docs(pages, stats), "m{:05d}", stats, split_in_metadata=True)
+
+
+def build_manhelp(out: Path, man_root: Path = Path("/usr/share/man"), queries: Path = HERE / "manhelp_queries.tsv") -> None:
+    """The same man pages, whole (NAME line, a blank line, DESCRIPTION) and gcloud's left out, with trial CA's
+    hand-written queries (benchmarks/manhelp_queries.tsv: id, type, text, relevant page ids)."""
+    stats: collections.Counter = collections.Counter()
+    docs = []
+    for f, _, name, _, desc in man_pages(man_root, stats):
+        page = f.name[: -len(".gz")]
+        if page.startswith("gcloud"):
+            stats["gcloud"] += 1
+            continue
+        did = f"{f.parent.name}/{page}"
+        docs.append({"_id": did, "title": page, "text": re.sub(r"[ \t]+", " ", name + "\n\n" + desc).strip()[:MAXLEN],
+                     "metadata": {"source": did}})
+    docs = unique_docs(docs, stats)
+    write_corpus(out, docs)
+    ids, rows = {d["_id"] for d in docs}, []
+    for line in queries.read_text(encoding="utf-8").splitlines():
+        qid, qtype, text, rels = line.split("\t")
+        rel = sorted(set(rels.split(",")))
+        if not set(rel) <= ids:  # a page this machine lacks: the query is not judged here
+            stats["query-page-missing"] += 1
+            continue
+        split = "dev" if int(hashlib.sha1(qid.encode()).hexdigest()[0], 16) % 2 == 0 else "test"
+        rows.append((qid, dict.fromkeys(rel, 1), text, {"qtype": qtype, "split": split}, split))
+    write_queries(out, rows, ("qtype", "split", "n_rel"))
+    print(f"{out.name}: {dict(stats)}; docs {len(docs)}, queries {len(rows)}", file=sys.stderr)
 
 
 def build_debpkg(out: Path) -> None:
@@ -1101,7 +1144,7 @@ def build_commits_hdr(out: Path, git_dir: Path = GIT_DIR) -> None:
     build_commits(out, git_dir, header=True)
 
 
-BUILDERS = {"manpages": build_manpages, "debpkg": build_debpkg, "pkgsummary": build_pkgsummary, "pyapi": build_pyapi,
+BUILDERS = {"manpages": build_manpages, "manhelp": build_manhelp, "debpkg": build_debpkg, "pkgsummary": build_pkgsummary, "pyapi": build_pyapi,
             "changelogs": build_changelogs, "commits": build_commits, "commits_hdr": build_commits_hdr}
 FROM_GIT = ("commits", "commits_hdr")  # read --git-dir, a fetched mirror: built only when --only names them
 
