@@ -2099,24 +2099,36 @@ class Store:
             return pl.DataFrame(schema=out)
         asks = self._stored_scopes(asks)
         fsql, fparams = self._filter_sql(filters)
-        # fsql: filter keys checked by `_filter_terms`, values bound. An id equal to the token wins over ids it starts.
-        rows = self.con.execute(
-            f"""WITH a AS (SELECT unnest(?::VARCHAR[]) AS qid, unnest(?::VARCHAR[]) AS tok, unnest(?::VARCHAR[]) AS scope,
-                        unnest(?::BOOLEAN[]) AS short),
-            docs AS (SELECT doc_id, scope FROM documents d WHERE true {fsql}),
-            m AS (SELECT a.qid, a.tok, d.doc_id, true AS exact FROM a JOIN docs d ON d.doc_id = a.tok
-                    WHERE a.scope IS NULL OR d.scope = a.scope
-                  UNION ALL  -- apart: an OR in the join condition compares every token with every id
-                  SELECT a.qid, a.tok, d.doc_id, false FROM (FROM a WHERE short) a JOIN docs d
-                    ON starts_with(lower(d.doc_id), lower(a.tok)) AND length(d.doc_id) > length(a.tok)
-                    WHERE a.scope IS NULL OR d.scope = a.scope),
-            u AS (SELECT qid, tok, CASE WHEN bool_or(exact) THEN min(doc_id) FILTER (WHERE exact) ELSE min(doc_id) END AS doc_id
-                  FROM m GROUP BY qid, tok HAVING bool_or(exact) OR count(*) = 1)
-            SELECT u.qid, u.tok, u.doc_id, first(c.chunk_id ORDER BY c.ord) AS chunk_id,
-                   ln(((any_value(s.num_docs) - 1 + 0.5) / (1 + 0.5)) + 1) AS idf
-            FROM u JOIN chunks c ON c.doc_id = u.doc_id, fts_main_chunks.stats s GROUP BY u.qid, u.tok, u.doc_id ORDER BY ALL""",
-            [asks["qid"].to_list(), asks["token"].to_list(), asks["scope"].to_list(), asks["short"].to_list(), *fparams],
+        short = asks.filter(pl.col("short"))
+        # fsql: filter keys checked by `_filter_terms`, values bound. The prefix join only for short hashes (usually
+        # none): an OR in one join condition compared every token with every id.
+        prefix = ("""UNION ALL SELECT a.qid, a.tok, d.doc_id, false FROM (SELECT unnest(?::VARCHAR[]) AS qid,
+                     unnest(?::VARCHAR[]) AS tok, unnest(?::VARCHAR[]) AS scope) a JOIN documents d
+                   ON starts_with(lower(d.doc_id), lower(a.tok)) AND length(d.doc_id) > length(a.tok)
+                   WHERE (a.scope IS NULL OR d.scope = a.scope)""" + fsql) if len(short) else ""
+        found = self.con.execute(
+            f"""SELECT a.qid, a.tok, d.doc_id, true FROM (SELECT unnest(?::VARCHAR[]) AS qid, unnest(?::VARCHAR[]) AS tok,
+                    unnest(?::VARCHAR[]) AS scope) a JOIN documents d ON d.doc_id = a.tok
+                WHERE (a.scope IS NULL OR d.scope = a.scope) {fsql} {prefix}""",
+            [asks["qid"].to_list(), asks["token"].to_list(), asks["scope"].to_list(), *fparams,
+             *([short["qid"].to_list(), short["token"].to_list(), short["scope"].to_list(), *fparams] if len(short) else [])],
         ).fetchall()
+        if not found:  # the usual answer, in one cheap statement
+            return pl.DataFrame(schema=out)
+        # An id equal to the token wins over the ids it starts; a short hash that starts two ids names neither.
+        by: dict[tuple[str, str], list[tuple[str, bool]]] = {}
+        for q, tok, doc, exact in found:
+            by.setdefault((q, tok), []).append((doc, exact))
+        named = {k: next((d for d, e in v if e), v[0][0] if len(v) == 1 else None) for k, v in by.items()}
+        named = {k: d for k, d in named.items() if d is not None}
+        if not named:
+            return pl.DataFrame(schema=out)
+        docs = sorted(set(named.values()))
+        first = dict(self.con.execute("SELECT doc_id, first(chunk_id ORDER BY ord) FROM chunks WHERE doc_id IN "
+                                      "(SELECT unnest(?::VARCHAR[])) GROUP BY doc_id", [docs]).fetchall())
+        n = self.con.execute("SELECT num_docs FROM fts_main_chunks.stats").fetchone()[0]
+        idf = math.log((n - 1 + 0.5) / (1 + 0.5) + 1)  # BM25's IDF (docs/bm25.md) of a term one chunk holds
+        rows = sorted((q, tok, d, first[d], idf) for (q, tok), d in named.items() if d in first)
         return pl.DataFrame(rows, schema=out, orient="row")
 
     def _stored_scopes(self, queries: pl.DataFrame) -> pl.DataFrame:
