@@ -231,3 +231,5 @@ def test_detailed_output_too_long_for_its_budget_keeps_the_route_and_the_budget_
     assert short.exit_code == 0 and full.exit_code == 0, (short.output, full.output)
     assert "showing compact" in short.stdout and "route:" in short.stdout
     assert "showing compact" not in full.stdout and full.stdout.startswith("route:") and len(full.stdout) > 2000
+    said = CliRunner().invoke(main, ["search", q, "--store", store, "-v"])  # compact, the route on stderr
+    assert said.exit_code == 0 and "route:" in said.stderr and "route:" not in said.stdout

@@ -935,7 +935,8 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
 @click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),
               help="The query's date (ISO: 2024-05-01, 2024-05-01T09:30:00Z): recency priors measure age from it, "
                    "not from now (sets the query field named by the config's priors.recency_query_field).")
-@click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or HRT_RERANK_* environment).")
+@click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or "
+              "HRT_RERANK_* environment), and which way the query went (its route and dense weight, under `default`).")
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to keep trying while another process writes to the store.")
 @click.option("--batch", is_flag=True,
@@ -1046,6 +1047,11 @@ def search(query, store_path, mode, config, n, scope, where, fmt, max_chars, bac
                 .sort("rank")
             )
             notes = res.per_query.to_dicts()[0] if len(res.per_query) else {}
+            if verbose and not batch:  # the route, whatever the format prints (user trial CA looked for it under -v)
+                from .render import route_lines
+
+                for line in route_lines(notes):
+                    click.echo(line, err=True)
             if filter_note:  # the filter left nothing, not the query's words (user trial BR: no_term_match said so)
                 notes["messages"] = [*(notes.get("messages") or []), filter_note]
                 notes["no_term_match"] = False
