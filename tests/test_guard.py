@@ -214,3 +214,36 @@ def test_the_coverage_rule_stands_aside_for_priors_and_a_one_shot_search_agrees(
             assert ranks[0] == ranks[1], (cfg.priors.recency_field, ranks)
         shown = rescore(prepare(st, q, prior), prior).final.sort("rank")
     assert "covers_most_terms" not in shown.explode("flags")["flags"].to_list()
+
+
+def test_dense_searchs_first_document_stays_in_the_top_3_and_the_word_rules_keep_the_last_say(demo_store):
+    """User trial CA (help questions worded without the documents' words): dense search's first document was relevant on
+    112 of 312 queries, and `default` put it below rank 3 on 32, under documents both lists found. `guard.dense_max_rank`
+    (3 in `default`) lifts it, before the exact-token guard and the coverage rule, so their promises still hold."""
+    from pathlib import Path
+
+    from toolkit.guard import DENSE_FLAG, guarded
+
+    root = Path(__file__).resolve().parents[1] / "data" / "demo"
+    q = pl.read_ndjson(root / "queries.jsonl").select(pl.col("_id").cast(pl.Utf8).alias("qid"), "text")
+    cfg = load_config("default")
+    assert cfg.guard.dense_max_rank == 3
+    prep = prepare(demo_store, q, cfg)
+    on, off = rescore(prep, cfg), rescore(prep, cfg.with_updates({"guard.dense_max_rank": 0}))
+    first = dict(prep.candidates.filter((pl.col("list_id") == "orig:vec") & (pl.col("rank") == 1)).select("qid", "doc_id").iter_rows())
+    top3 = on.final.filter(pl.col("rank") <= 3).group_by("qid").agg("doc_id")
+    # Every query's dense first is in its top 3, unless a word rule acted after it (they have the last say).
+    worded = set(on.per_query.filter((pl.col("exact_token") == "kept") | pl.col("covers_most_terms"))["qid"].to_list())
+    out = {k for k, v in top3.iter_rows() if first[k] not in v}
+    assert out <= worded, out - worded
+    below = off.final.join(pl.DataFrame({"qid": list(first), "doc_id": list(first.values())}), on=["qid", "doc_id"]).filter(pl.col("rank") > 3)
+    assert len(below) >= 3  # the demo has such queries: the rule is tested, not vacuous
+    moved = on.final.filter(pl.col("flags").list.contains(DENSE_FLAG))
+    assert set(moved["qid"].to_list()) == set(below["qid"].to_list())
+    assert set(on.per_query.filter(pl.col(DENSE_FLAG))["qid"].to_list()) == set(below["qid"].to_list())
+    # The exact-token guard's hit and the coverage rule's first place are where they were without the rule.
+    g = guarded(prep.candidates, prep.exact, cfg.guard.depth).unique("qid", keep="first").select("qid", "doc_id")
+    for res in (on, off):
+        assert res.final.join(g, on=["qid", "doc_id"]).filter(pl.col("rank") > 3).is_empty()
+    cover = lambda r: r.final.filter(pl.col("flags").list.contains("covers_most_terms")).select("qid", "doc_id", "rank").sort("qid")  # noqa: E731
+    assert cover(on).equals(cover(off)) and cover(on)["rank"].to_list() == [1] * len(cover(on))

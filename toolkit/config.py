@@ -692,6 +692,9 @@ class GuardConfig(_Model):
     # Not an identifier rule: any query. Measured on ten collections' dev splits (guard.coverage_first).
     coverage_first: Rescore[bool] = Field(False, description="BM25's first document goes first when it holds more of the "
                                           "query's words than any other candidate (not while a reranker blends or priors re-weight).")
+    # The mirror of the exact-token guard, for a match by meaning (guard.keep_dense; user trial CA).
+    dense_max_rank: Rescore[int] = Field(0, ge=0, le=100, description="Dense search's first document ends at or above this "
+                                         "place (0: off; not while a reranker blends or priors re-weight).")
 
 
 # ------------------------------------------------------------------ dedup, threshold, output

@@ -119,6 +119,8 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
                    + (", first when no other candidate holds the identifier)" if cfg.guard.sole_first else ")"))
     if hybrid and cfg.guard.coverage_first:
         out.append("coverage rule (BM25's first document first when it holds more of the query's words than any other candidate)")
+    if hybrid and cfg.guard.dense_max_rank:
+        out.append(f"dense rule (dense search's first document kept in the top {cfg.guard.dense_max_rank})")
     if cfg.dedup.identical_enabled:
         out.append("byte-identical documents collapsed into one result (also_in): the engine returns every copy")
     if cfg.threshold.min_prob > 0:

@@ -729,6 +729,7 @@ class Lab:
             "guard.max_rank": _control("int", c.guard.max_rank, min=1, max=20, description="exact hit at or above rank"),
             "guard.sole_first": _control("check", c.guard.sole_first, description="exact hit first when no other candidate holds it"),
             "guard.coverage_first": _control("check", c.guard.coverage_first, description="BM25's top first when it covers the most query words"),
+            "guard.dense_max_rank": _control("int", c.guard.dense_max_rank, min=0, max=20, description="dense's top at or above rank (0: off)"),
             "adapt.dense_gap": _control("check", c.adapt.dense_gap, description="dense weight per query from its score gap"),
             "adapt.gap_scale": _control("float", c.adapt.gap_scale, min=0.02, max=0.5, step=0.01, description="gap scale (gap = weight 1)"),
             "adapt.min_weight": _control("float", c.adapt.min_weight, min=0.0, max=1.0, step=0.05, description="min dense weight"),
@@ -811,7 +812,7 @@ class Lab:
             section("threshold.min_score", "threshold.low_spread"),
             section("routing.enabled", "routing.technical_lexical_boost", "routing.conversational_skip_lexical", "routing.conversational_skip_expansion"),
             section(*(k for k in self.controls if k.startswith("priors."))),
-            section("guard.exact_token", "guard.max_rank", "guard.sole_first", "guard.coverage_first", "adapt.dense_gap", "adapt.gap_scale", "adapt.min_weight",
+            section("guard.exact_token", "guard.max_rank", "guard.sole_first", "guard.coverage_first", "guard.dense_max_rank", "adapt.dense_gap", "adapt.gap_scale", "adapt.min_weight",
                     "adapt.max_weight", "dedup.identical_enabled"),
             W.VBox([self._export_kind, self._export_path, export_btn, self._export_msg]),
         ]
@@ -888,7 +889,7 @@ class Lab:
         ctl["priors.use_weight"].disabled = c.priors.use_field is None
         ctl["priors.add_weight"].disabled = c.priors.combine != "add"
         ctl["guard.max_rank"].disabled = ctl["guard.sole_first"].disabled = not c.guard.exact_token
-        ctl["guard.coverage_first"].disabled = coverage_stands_aside(c)  # a blending reranker or priors
+        ctl["guard.coverage_first"].disabled = ctl["guard.dense_max_rank"].disabled = coverage_stands_aside(c)  # a blending reranker or priors
         for key in ("adapt.gap_scale", "adapt.min_weight", "adapt.max_weight"):
             ctl[key].disabled = not c.adapt.dense_gap
         self._fusion_note.value = f"<small>{escape(panels.fusion_formula(c.fusion))}</small>"

@@ -597,11 +597,12 @@ def _failures(rel: pl.DataFrame, t: pl.DataFrame, removed: pl.DataFrame | None, 
         pl.col("rank").filter(pl.col("stage") == s).min().alias(f"{s}_rank") for s in stages
     )
     out = rel.join(t.select("qid").unique(), on="qid", how="semi")
-    # Queries whose guard moved a document up: the exact-token guard ("kept"), or the coverage rule (its flag).
+    # Queries whose guard moved a document up: the exact-token guard ("kept"), or the coverage or dense rule (their flags).
     kept = (per_query.filter(pl.col("exact_token") == "kept")["qid"].cast(pl.Utf8)
             if per_query is not None and "exact_token" in per_query.columns else pl.Series([], dtype=pl.Utf8))
-    if per_query is not None and "covers_most_terms" in per_query.columns:
-        kept = pl.concat([kept, per_query.filter(pl.col("covers_most_terms"))["qid"].cast(pl.Utf8)]).unique()
+    for col in ("covers_most_terms", "dense_top_kept"):
+        if per_query is not None and col in per_query.columns:
+            kept = pl.concat([kept, per_query.filter(pl.col(col))["qid"].cast(pl.Utf8)]).unique()
     out = out.with_columns(pl.col("qid").is_in(kept.implode()).alias("_guard"))
     out = out.join(lists, on=["qid", "doc_id"], how="left").join(later, on=["qid", "doc_id"], how="left")
     if removed is not None and len(removed):

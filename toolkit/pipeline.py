@@ -542,7 +542,7 @@ def _warn_lost_scopes(store: Store, queries: pl.DataFrame) -> None:
 
 
 def coverage_stands_aside(cfg: PipelineConfig) -> bool:
-    """Whether `guard.coverage_first` stands aside, on or off: while a reranker's scores shape the order (it counts
+    """Whether `guard.coverage_first` (and `guard.dense_max_rank`, measured likewise) stands aside, on or off: while a reranker's scores shape the order (it counts
     words, the reranker has read the query and the documents whole) and while priors re-weight (a recency or priority
     demotion is the user's say), as it was measured without either; the exact-token guard does not stand aside: an
     identifier is exact."""
@@ -552,6 +552,11 @@ def coverage_stands_aside(cfg: PipelineConfig) -> bool:
 def coverage_acts(cfg: PipelineConfig) -> bool:
     """Whether `guard.coverage_first` is on and acts (`coverage_stands_aside`)."""
     return cfg.guard.coverage_first and not coverage_stands_aside(cfg)
+
+
+def dense_acts(cfg: PipelineConfig) -> bool:
+    """Whether `guard.dense_max_rank` is set and acts (`coverage_stands_aside`)."""
+    return cfg.guard.dense_max_rank > 0 and not coverage_stands_aside(cfg)
 
 
 def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame, ltr: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -706,6 +711,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    if dense_acts(cfg):  # first: the word rules below have the last say
+        ranked = guard_stage.keep_dense(ranked, cands, cfg.guard.dense_max_rank)
     if coverage_acts(cfg):
         targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
         ranked = guard_stage.coverage_first(ranked, targets, True)
@@ -731,9 +738,11 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
                                                  rank_only=cfg.fusion.method == "rrf", low_spread=low_spread(cfg))
     final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
-    if coverage_acts(cfg):  # which queries the coverage rule changed (the lab's failure panel credits it)
-        lifted = final.filter(pl.col("flags").list.contains(guard_stage.COVER_FLAG))["qid"].cast(pl.Utf8).unique()
-        per_query = per_query.with_columns(pl.col("qid").cast(pl.Utf8).is_in(lifted.implode()).alias("covers_most_terms"))
+    # Which queries the coverage and dense rules changed (the lab's failure panel credits them).
+    for acts, flag in ((coverage_acts(cfg), guard_stage.COVER_FLAG), (dense_acts(cfg), guard_stage.DENSE_FLAG)):
+        if acts:
+            lifted = final.filter(pl.col("flags").list.contains(flag))["qid"].cast(pl.Utf8).unique()
+            per_query = per_query.with_columns(pl.col("qid").cast(pl.Utf8).is_in(lifted.implode()).alias(flag))
     if route is not None:  # "bm25-led" said of a query BM25 found nothing for would mislead: it went by dense alone
         per_query = per_query.join(route, on="qid", how="left").with_columns(
             pl.when(pl.col("no_term_match")).then(pl.lit("dense-only")).otherwise(pl.col("route")).alias("route"))

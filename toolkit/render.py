@@ -76,6 +76,7 @@ def _flags(r: Mapping[str, Any]) -> list[str]:
 _FLAG_WORDS = {
     "exact_token_kept": "exact token kept (moved up: it holds the query's identifier verbatim or as its id)",
     "covers_most_terms": "moved first: BM25's top result, holding more of the query's words than any other",
+    "dense_top_kept": "dense top kept (moved up: dense search's first result)",
     "reranked": "reranked",
     "extra_from_source": "extra result from a source already shown",
     "low_confidence": "low confidence",
