@@ -223,13 +223,16 @@ def test_detailed_output_too_long_for_its_budget_keeps_the_route_and_the_budget_
 
     rows = [{"rank": i, "score": 0.03, "doc_id": f"d{i}", "source": "a.md", "text": "deploy notes " * 200} for i in (1, 2, 3)]
     notes = {"route": "bm25-led", "dense_weight": 0.28, "dense_gap": 0.045}
-    fell_back = render(rows, notes=notes, fmt="detailed", max_chars=600)
+    fell_back = render(rows, notes=notes, fmt="detailed", max_chars=900)
     assert "showing compact" in fell_back and "route: bm25-led (dense list weighted 0.28" in fell_back
     store, q = str(demo_store.path), "console getting HTTP 429 from /v1/console"
-    short = CliRunner().invoke(main, ["search", q, "--store", store, "--format", "detailed", "-n", "8", "--max-chars", "300"])
+    short = CliRunner().invoke(main, ["search", q, "--store", store, "--format", "detailed", "-n", "8", "--max-chars", "900"])
+    tiny = CliRunner().invoke(main, ["search", q, "--store", store, "--format", "detailed", "-n", "8", "--max-chars", "200"])
     full = CliRunner().invoke(main, ["search", q, "--store", store, "--format", "detailed", "-n", "8", "--max-chars", "100000"])
     assert short.exit_code == 0 and full.exit_code == 0, (short.output, full.output)
-    assert "showing compact" in short.stdout and "route:" in short.stdout
+    assert "showing compact" in short.stdout and "route:" in short.stdout and len(short.stdout) <= 901
+    # A budget too small for the notes keeps a result, not the notes (review CB: 300 printed notes and no result).
+    assert tiny.exit_code == 0 and "\n1. score" in tiny.stdout and len(tiny.stdout) <= 201, tiny.stdout
     assert "showing compact" not in full.stdout and full.stdout.startswith("route:") and len(full.stdout) > 2000
     said = CliRunner().invoke(main, ["search", q, "--store", store, "-v"])  # compact, the route on stderr
     assert said.exit_code == 0 and "route:" in said.stderr and "route:" not in said.stdout

@@ -928,8 +928,9 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
                    "(ctx.app). Adds to the config's retrieval.filters.")
 @click.option("--format", "fmt", type=click.Choice(["compact", "detailed", "json"]), default=None, help="Output format (default from config: compact).")
 @click.option("--max-chars", "max_chars", type=click.IntRange(200, 1_000_000), default=None,
-              help="Characters the output may take (default from config: output.max_chars, 2,000): compact shortens its "
-                   "excerpts to fit, detailed falls back to compact above it.")
+              help="Characters the compact or detailed output may take (default from config: output.max_chars, 2,000): "
+                   "compact shortens its excerpts and shows fewer results to fit, detailed falls back to compact above it; "
+                   "JSON and --batch are not cut.")
 @click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default=None,
               help="Query embedding runtime (default from config: auto = ONNX Runtime when installed, else torch).")
 @click.option("--as-of", "as_of", default=None, metavar="DATE", callback=lambda ctx, param, v: _iso_date(v),

@@ -273,7 +273,7 @@ def keep_dense(ranked: pl.DataFrame, candidates: pl.DataFrame, max_rank: int) ->
     relevant on 112 of 312 queries and `default` put it below rank 3 on 32, under documents both lists found. Measured
     at 3 on twelve collections (nDCG@10 of `default`, dev / test): manhelp +0.030 / +0.026, the demo +0.012 / +0.011,
     manpages and pkgsummary +0.002 to +0.006, LoCoMo -0.0014 / -0.0015, changelogs -0.0026 / -0.0028 (p < 0.05), the rest
-    within 0.005; place 1 lost on nine of them, 2 lost more on LoCoMo and CACM."""
+    within 0.005; place 1 lost on ten of them, 2 lost more on LoCoMo and CACM."""
     if not max_rank or not len(ranked) or not len(candidates):
         return ranked
     first = (candidates.filter((pl.col("list_id") == "orig:vec") & (pl.col("rank") == 1))

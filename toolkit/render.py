@@ -459,13 +459,22 @@ def _compact(rows: list[dict[str, Any]], notes: list[str], max_chars: int, excer
     long paths filled 2,000 characters with no snippet, the fifth cut mid-header, and nothing said so)."""
     if not rows:
         return _visible("\n".join([*notes, "no results"]))[:max_chars]
+    # The notes take at most half the budget, whole lines in their order: with a small budget they left no room for a
+    # single result (review CB: --max-chars 300 printed a fallback note, the route and "4 more results not shown").
+    kept, room = [], max_chars // 2
+    for line in notes:
+        if len(line) + 1 <= room:
+            kept.append(line)
+            room -= len(line) + 1
+    notes = kept
     shown, lead = rows, list(notes)
     heads, flags, limit = _layout(shown, lead, max_chars, excerpt_chars)
     while limit < MIN_SNIPPET and len(shown) > 1:
         shown = shown[:-1]
         more = len(rows) - len(shown)
         lead = [*notes, f"note: {more} more result{'s' if more > 1 else ''} not shown: the compact view keeps to "
-                        f"{max_chars:,} characters (ask for fewer with -n, or --format json for all)"]
+                        f"{max_chars:,} characters (ask for fewer with -n, or --format json for all)" if max_chars >= 600
+                else f"note: {more} more not shown (-n, --format json)"]
         heads, flags, limit = _layout(shown, lead, max_chars, excerpt_chars)
     lines = list(lead)
     for r, h, f in zip(shown, heads, flags, strict=True):
@@ -621,7 +630,7 @@ def render(
         if len(out) <= max_chars:
             return out
         # The route stays: it is the query's, one line, and the reason to ask for detail (user trial CA).
-        lines = [f"note: detailed output ({len(out):,} chars) exceeds max_chars={max_chars:,} (--max-chars); showing compact",
+        lines = [f"note: detailed output ({len(out):,} chars) exceeds max_chars={max_chars:,}; showing compact",
                  *route_lines(notes), *lines]
         return _compact(rows, lines, max_chars, excerpt_chars, query)
     if fmt == "compact":
