@@ -182,3 +182,21 @@ def test_hrt_search_finds_a_commit_by_its_short_hash(tmp_path, embedder):
         r = CliRunner().invoke(main, ["search", SHAS[0][:7], "--store", str(tmp_path / "m.duckdb"), "-n", "1", "--format", "json", *args])
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["results"][0]["doc_id"] == SHAS[0]
+
+
+def test_the_named_document_comes_before_a_text_quoting_its_id_in_every_list_and_in_any_case(tmp_path, embedder):
+    """Review CB: a revert quoting a commit's full hash came first for a search of that hash (dense search lifted it,
+    and the guard took any holder first as done); `bm25-only` put "d7fa0d5 commit details" 5th behind commits holding
+    "commit details"; an upper-case SHA or UUID named nothing."""
+    queries = {"quoted": SHAS[0], "words": f"{SHAS[0][:7]} window functions segment tree crash",
+               "upper": SHAS[1].upper(), "upper_uuid": UUID.upper()}
+    q = pl.DataFrame({"qid": list(queries), "text": list(queries.values())})
+    want = {"quoted": SHAS[0], "words": SHAS[0], "upper": SHAS[1], "upper_uuid": UUID}
+    with _memory(tmp_path, embedder) as st:
+        for name in ("default", "bm25-only", "learned"):
+            cfg = load_config(name)
+            first = rescore(prepare(st, q, cfg), cfg).final.filter(pl.col("rank") == 1)
+            assert dict(zip(first["qid"], first["doc_id"], strict=True)) == want, name
+        prep = prepare(st, q, "default")
+        quoted = prep.exact.filter(pl.col("qid") == "quoted").sort("doc_id")
+        assert quoted.select("doc_id", "named").rows() == [(SHAS[0], True), (SHAS[3], False)]  # both hold it; one is named

@@ -97,6 +97,9 @@ def _not_carried(cfg: PipelineConfig, engine: str) -> list[str]:
     hybrid = _hybrid(cfg)
     if f.method == "learned":
         out.append("learned fusion (LightGBM model over toolkit features): exported as plain RRF")
+    if _searched(cfg)[0]:
+        out.append("a document named by its id in the query (the id, or a short hash that starts it) put first in BM25's "
+                   "list: the engine searches the text only")
     if getattr(f, "router", False):
         out.append("learned per-query router weights (BM25 vs dense): exported as the fixed weights")
     if hybrid and f.method == "rrf" and any(b > 0 for _, b in f.rank_bonus):

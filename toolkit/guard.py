@@ -31,7 +31,7 @@ import polars as pl
 from .config import GuardConfig
 from .features import REFERENCE_WORDS, SYSTEM_NAMES, TECH_ACRONYMS, technical_tokens
 
-EXACT_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "tokens": pl.List(pl.Utf8), "whole": pl.Boolean}
+EXACT_SCHEMA = {"qid": pl.Utf8, "doc_id": pl.Utf8, "tokens": pl.List(pl.Utf8), "whole": pl.Boolean, "named": pl.Boolean}
 FLAG = "exact_token_kept"
 COVER_FLAG = "covers_most_terms"
 DENSE_FLAG = "dense_top_kept"
@@ -166,8 +166,11 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
             low = lowered[d] = b.lower()
         found.append([t for t in toks[q] if _holds(low, t.lower()) or (q, d, t) in by_id])
     whole = {q for q, t in zip(queries["qid"].cast(pl.Utf8), queries["text"], strict=True) if q in toks and whole_identifier(t, toks[q])}
-    out = pairs.select("qid", "doc_id").with_columns(pl.Series("tokens", found, dtype=pl.List(pl.Utf8)),
-                                                     pl.col("qid").is_in(list(whole)).alias("whole"))
+    named_pairs = {(q, d) for q, d, _ in by_id}
+    out = pairs.select("qid", "doc_id").with_columns(
+        pl.Series("tokens", found, dtype=pl.List(pl.Utf8)), pl.col("qid").is_in(list(whole)).alias("whole"),
+        pl.Series("named", [(q, d) in named_pairs for q, d in zip(pairs["qid"].to_list(), pairs["doc_id"].to_list(), strict=True)],
+                  dtype=pl.Boolean))
     return out.filter(pl.col("tokens").list.len() > 0).sort("qid", "doc_id")
 
 
@@ -182,7 +185,7 @@ def strong(token: str) -> bool:
 
 
 def guarded(candidates: pl.DataFrame, exact: pl.DataFrame | None, depth: int = 1) -> pl.DataFrame:
-    """[qid, doc_id, tokens, whole, bm25_rank]: every one of BM25's first `depth` documents (of each query's
+    """[qid, doc_id, tokens, whole, named, bm25_rank]: every one of BM25's first `depth` documents (of each query's
     original BM25 list) that contains a query identifier verbatim, with the identifiers it contains (`whole`: the
     query is only that identifier); beyond BM25's first document only `strong` identifiers count. Sorted by
     (qid, bm25_rank)."""
@@ -193,7 +196,8 @@ def guarded(candidates: pl.DataFrame, exact: pl.DataFrame | None, depth: int = 1
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rank").cast(pl.Int64).alias("bm25_rank")
     )
     whole = pl.col("whole") if "whole" in exact.columns else pl.lit(False)  # frames built before the column
-    hits = top.join(exact.select("qid", "doc_id", "tokens", whole.alias("whole")), on=["qid", "doc_id"], how="inner")
+    named = pl.col("named") if "named" in exact.columns else pl.lit(False)
+    hits = top.join(exact.select("qid", "doc_id", "tokens", whole.alias("whole"), named.alias("named")), on=["qid", "doc_id"], how="inner")
     tokens = [t if r == 1 else [x for x in t if strong(x)] for t, r in zip(hits["tokens"].to_list(), hits["bm25_rank"].to_list(), strict=True)]
     hits = hits.with_columns(pl.Series("tokens", tokens, dtype=pl.List(pl.Utf8))).filter(pl.col("tokens").list.len() > 0)
     return hits.sort("qid", "bm25_rank").select(*schema)
@@ -234,13 +238,14 @@ def keep_exact(
     # BM25-ranked hit in the list (moved up: "kept"). A hit the list does not hold cannot be moved.
     m = pl.col("_m")
     present = g.join(ranked.select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "rank"), on=["qid", "doc_id"])
-    first = pl.col("whole") | (pl.lit(cfg.sole_first) & (_holders(present, exact) == 1))
+    # A document named by its id goes first, before any holder of the id in text (a revert quoting a hash: review CB).
+    first = pl.col("whole") | pl.col("named") | (pl.lit(cfg.sole_first) & (_holders(present, exact) == 1))
     present = present.with_columns(pl.when(first).then(1).otherwise(cfg.max_rank).cast(pl.Int64).alias("_m"))
     # For a lookup (m = 1) any holder already first will do: BM25's first is not moved above it (the review).
     chosen = (
         present.with_columns((pl.col("rank") <= m).alias("_in"), (pl.col("bm25_rank") == 1).alias("_first"))
         .with_columns((pl.col("_in") & (m == 1)).alias("_done"))
-        .sort("qid", "_done", "_first", "_in", "bm25_rank", descending=[False, True, True, True, False])
+        .sort("qid", "named", "_done", "_first", "_in", "bm25_rank", descending=[False, True, True, True, True, False])
         .unique("qid", keep="first", maintain_order=True)
     )
     status = chosen.select(

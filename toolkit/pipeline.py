@@ -216,8 +216,9 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # 15: the review of 14 (BZ): no plurals, "Mrs", dates or durations as references, "PR#2899" one too, a reference held
 # by its word in a text ("fixed issue 16075"), a four-digit one strong, any platform word after a version.
 # 16: a document named by its id ("commit d1434e0", a memory's UUID) is in BM25's list (`retrieve.name_first`) and
-# holds the token (user trial BW). No query of the shared collections names an id; no FEATURE_CHANGES.
-PREPARE_VERSION = 16  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
+# holds the token (user trial BW). No query of the shared collections names an id; no FEATURE_CHANGES. 17: its review
+# (CB): the named document first in BM25's list, `exact`'s `named` (before a text quoting the id), ids in any case.
+PREPARE_VERSION = 17  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,

@@ -94,21 +94,25 @@ def empty_candidates() -> pl.DataFrame:
 
 def name_first(candidates: pl.DataFrame, named: pl.DataFrame, top_k: int) -> pl.DataFrame:
     """BM25's list for each query whose identifier names a document by its id (`Store.named_documents`: "commit d1434e0"
-    in memory whose ids are commit hashes, a memory's UUID): that document scores as if its id were a term of it that
-    no other document holds, its BM25 score plus that term's IDF (the highest any term can have), and the list is
-    ranked again and cut to `top_k`. An id is not text, so BM25 alone never found it (user trial BW: 25 queries by a
-    commit's short hash scored 0 under every config). At chunk level the document's best chunk in the list, else its
-    first, carries it. The exact-token guard then treats the id as held by that document (`guard.exact_matches`)."""
+    in memory whose ids are commit hashes, a memory's UUID): that document goes first, scored the list's top score plus
+    the IDF of a term only it holds (the highest any term can have), and the list is cut to `top_k`. An id is not text,
+    so BM25 alone never found it (user trial BW: 25 queries by a commit's short hash scored 0 under every config); with
+    its own score plus that IDF, a short revert that quotes the hash, or one that holds the query's other words, still
+    outranked it (review CB: bm25-only put "d7fa0d5 commit details" 5th). At chunk level the document's best chunk in
+    the list, else its first, carries it. The exact-token guard then treats the id as held by that document, before any
+    text that quotes it (`guard.exact_matches`, `named`)."""
     if not len(named) or not len(candidates):
         return candidates if not len(named) else _named_only(named, top_k)
     bonus = named.group_by("qid", "doc_id").agg(pl.col("chunk_id").first(), pl.col("idf").first())
     mine = (pl.col("list_id") == "orig:lex") & pl.col("qid").is_in(bonus["qid"].unique().implode())
     lex, rest = candidates.filter(mine), candidates.filter(~mine)
+    top = lex.group_by("qid").agg(pl.col("score").max().alias("_top"))
+    bonus = bonus.join(top, on="qid", how="left").with_columns((pl.col("_top").fill_null(0.0) + pl.col("idf")).alias("idf")).drop("_top")
+    best = pl.col("rank") == pl.col("rank").min().over("qid", "doc_id")  # the document's best chunk carries it
     held = lex.join(bonus.select("qid", "doc_id", "idf"), on=["qid", "doc_id"], how="left").with_columns(
-        pl.when(pl.col("rank") == pl.col("rank").min().over("qid", "doc_id")).then(pl.col("idf")).otherwise(0.0)
-        .fill_null(0.0).alias("idf"))
+        pl.when(best & pl.col("idf").is_not_null()).then(pl.col("idf")).otherwise(pl.col("score")).alias("score")).drop("idf")
     new = _named_only(bonus.join(lex, on=["qid", "doc_id"], how="anti"), None)
-    both = pl.concat([held.with_columns((pl.col("score") + pl.col("idf")).alias("score")).drop("idf"), new])
+    both = pl.concat([held, new])
     return pl.concat([rest, _ranked(both, top_k)]).sort("qid", "list_id", "rank")
 
 

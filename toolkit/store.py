@@ -2102,25 +2102,26 @@ class Store:
         short = asks.filter(pl.col("short"))
         # fsql: filter keys checked by `_filter_terms`, values bound. The prefix join only for short hashes (usually
         # none): an OR in one join condition compared every token with every id.
-        prefix = ("""UNION ALL SELECT a.qid, a.tok, d.doc_id, false FROM (SELECT unnest(?::VARCHAR[]) AS qid,
+        prefix = ("""UNION ALL SELECT a.qid, a.tok, d.doc_id, 2 FROM (SELECT unnest(?::VARCHAR[]) AS qid,
                      unnest(?::VARCHAR[]) AS tok, unnest(?::VARCHAR[]) AS scope) a JOIN documents d
                    ON starts_with(lower(d.doc_id), lower(a.tok)) AND length(d.doc_id) > length(a.tok)
                    WHERE (a.scope IS NULL OR d.scope = a.scope)""" + fsql) if len(short) else ""
         found = self.con.execute(
-            f"""SELECT a.qid, a.tok, d.doc_id, true FROM (SELECT unnest(?::VARCHAR[]) AS qid, unnest(?::VARCHAR[]) AS tok,
-                    unnest(?::VARCHAR[]) AS scope) a JOIN documents d ON d.doc_id = a.tok
+            f"""SELECT a.qid, a.tok, d.doc_id, CASE WHEN d.doc_id = a.tok THEN 0 ELSE 1 END FROM (SELECT unnest(?::VARCHAR[]) AS qid,
+                    unnest(?::VARCHAR[]) AS tok, unnest(?::VARCHAR[]) AS scope) a JOIN documents d ON lower(d.doc_id) = lower(a.tok)
                 WHERE (a.scope IS NULL OR d.scope = a.scope) {fsql} {prefix}""",
             [asks["qid"].to_list(), asks["token"].to_list(), asks["scope"].to_list(), *fparams,
              *([short["qid"].to_list(), short["token"].to_list(), short["scope"].to_list(), *fparams] if len(short) else [])],
         ).fetchall()
         if not found:  # the usual answer, in one cheap statement
             return pl.DataFrame(schema=out)
-        # An id equal to the token wins over the ids it starts; a short hash that starts two ids names neither.
-        by: dict[tuple[str, str], list[tuple[str, bool]]] = {}
-        for q, tok, doc, exact in found:
-            by.setdefault((q, tok), []).append((doc, exact))
-        named = {k: next((d for d, e in v if e), v[0][0] if len(v) == 1 else None) for k, v in by.items()}
-        named = {k: d for k, d in named.items() if d is not None}
+        # The id the token is (as typed, then in any case: an upper-case SHA or UUID) wins over the ids it starts; two
+        # candidates of the best kind (ids equal but for case, or two ids a short hash starts) name neither.
+        by: dict[tuple[str, str], dict[int, set[str]]] = {}
+        for q, tok, doc, kind in found:
+            by.setdefault((q, tok), {}).setdefault(kind, set()).add(doc)
+        best = {k: v[min(v)] for k, v in by.items()}
+        named = {k: next(iter(d)) for k, d in best.items() if len(d) == 1}
         if not named:
             return pl.DataFrame(schema=out)
         docs = sorted(set(named.values()))
