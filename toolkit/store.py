@@ -2091,9 +2091,10 @@ class Store:
 
     def named_documents(self, asks: pl.DataFrame, filters: dict[str, Any] | None = None) -> pl.DataFrame:
         """[qid, token, doc_id, chunk_id, idf] for `asks` [qid, token, scope, short]: the document a query's identifier
-        names by its id - the id itself, or, for a `short` token (a hash written short: seven or more hex digits, as git
-        and docker print them), the only stored id that starts with it. Within the query's scope and the filters; `chunk_id`
-        is the document's first chunk, `idf` BM25's IDF of a term only that document holds (`retrieve.name_first`)."""
+        names by its id - the id itself (as typed, else the only id equal to it but for case), or, for a `short` token (a
+        hash written short: seven or more hex digits, as git and docker print them), the only stored id that starts with
+        it. Within the query's scope and the filters; `chunk_id` is the document's first chunk, `idf` BM25's IDF of a term
+        only that document holds (`retrieve.name_first`)."""
         out = {"qid": pl.Utf8, "token": pl.Utf8, "doc_id": pl.Utf8, "chunk_id": pl.Utf8, "idf": pl.Float64}
         if not len(asks) or not self.has_lexical_index() or self._emptied():
             return pl.DataFrame(schema=out)
