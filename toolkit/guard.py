@@ -136,9 +136,10 @@ def _names_number(low: str, needle: str, before=None) -> bool:
 
 def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.DataFrame,
                   named: pl.DataFrame | None = None) -> pl.DataFrame:
-    """[qid, doc_id, tokens]: the candidates of each query whose title or text contains one of the query's
-    identifier tokens verbatim (only pairs with at least one). `texts` = [doc_id, title, text]; `named` = [qid,
-    token, doc_id]: a document whose id a token names holds that token too (`Store.named_documents`)."""
+    """[qid, doc_id, tokens, whole, named]: the candidates of each query whose title or text contains one of the query's
+    identifier tokens verbatim (only pairs with at least one; `whole`: the query is only that identifier). `texts` =
+    [doc_id, title, text]; `named` = [qid, token, doc_id]: a document whose id a token names holds that token too
+    (`Store.named_documents`), and is marked `named`."""
     toks = {q: identifier_tokens(t) for q, t in zip(queries["qid"].cast(pl.Utf8), queries["text"], strict=True)}
     toks = {q: t for q, t in toks.items() if t}
     if not toks or not len(candidates):
