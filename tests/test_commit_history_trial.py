@@ -189,9 +189,10 @@ def test_the_named_document_comes_before_a_text_quoting_its_id_in_every_list_and
     and the guard took any holder first as done); `bm25-only` put "d7fa0d5 commit details" 5th behind commits holding
     "commit details"; an upper-case SHA or UUID named nothing."""
     queries = {"quoted": SHAS[0], "words": f"{SHAS[0][:7]} window functions segment tree crash",
-               "upper": SHAS[1].upper(), "upper_uuid": UUID.upper()}
+               "upper": SHAS[1].upper(), "upper_uuid": UUID.upper(),
+               "link": f"what did https://github.com/duckdb/duckdb/commit/{SHAS[1][:12]} change"}
     q = pl.DataFrame({"qid": list(queries), "text": list(queries.values())})
-    want = {"quoted": SHAS[0], "words": SHAS[0], "upper": SHAS[1], "upper_uuid": UUID}
+    want = {"quoted": SHAS[0], "words": SHAS[0], "upper": SHAS[1], "upper_uuid": UUID, "link": SHAS[1]}
     with _memory(tmp_path, embedder) as st:
         for name in ("default", "bm25-only", "learned"):
             cfg = load_config(name)

@@ -159,15 +159,18 @@ def exact_matches(queries: pl.DataFrame, candidates: pl.DataFrame, texts: pl.Dat
     # full (its lookbehind defeats the literal-prefix search): a pasted log excerpt of 100 identifier-like
     # words took 31 s against a 20 MB log among the candidates.
     lowered: dict[str, str] = {}
-    by_id = set() if named is None else set(zip(named["qid"].to_list(), named["doc_id"].to_list(), named["token"].to_list(), strict=True))
+    by_id: dict[tuple[str, str], list[str]] = {}  # (qid, doc_id) -> the tokens that name it (a commit URL's hash too)
+    for q, d, t in () if named is None else zip(named["qid"].to_list(), named["doc_id"].to_list(), named["token"].to_list(), strict=True):
+        by_id.setdefault((q, d), []).append(t)
     found = []
     for q, d, b in zip(pairs["qid"].to_list(), pairs["doc_id"].to_list(), pairs["body"].to_list(), strict=True):
         low = lowered.get(d)
         if low is None:
             low = lowered[d] = b.lower()
-        found.append([t for t in toks[q] if _holds(low, t.lower()) or (q, d, t) in by_id])
+        held = [t for t in toks[q] if _holds(low, t.lower())]
+        found.append(held + [t for t in by_id.get((q, d), []) if t not in held])
     whole = {q for q, t in zip(queries["qid"].cast(pl.Utf8), queries["text"], strict=True) if q in toks and whole_identifier(t, toks[q])}
-    named_pairs = {(q, d) for q, d, _ in by_id}
+    named_pairs = set(by_id)
     out = pairs.select("qid", "doc_id").with_columns(
         pl.Series("tokens", found, dtype=pl.List(pl.Utf8)), pl.col("qid").is_in(list(whole)).alias("whole"),
         pl.Series("named", [(q, d) in named_pairs for q, d in zip(pairs["qid"].to_list(), pairs["doc_id"].to_list(), strict=True)],

@@ -218,7 +218,8 @@ _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "cand
 # 16: a document named by its id ("commit d1434e0", a memory's UUID) is in BM25's list (`retrieve.name_first`) and
 # holds the token (user trial BW). No query of the shared collections names an id; no FEATURE_CHANGES. 17: its review
 # (CB): the named document first in BM25's list, `exact`'s `named` (before a text quoting the id), ids in any case.
-PREPARE_VERSION = 17  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
+# 18: a commit's web address names its hash (".../commit/daa81697e31a").
+PREPARE_VERSION = 18  # a bump that changes the learned model's features goes into `learned_fusion.FEATURE_CHANGES` too
 
 
 def prepare_key(store: Store, queries: pl.DataFrame, cfg: PipelineConfig, rerank_pool: int | None = None,
@@ -575,13 +576,22 @@ def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame, ltr: pl.
 
 # A hash written short (git's seven hex digits and up, docker's twelve): it may name a stored id by its start.
 _SHORT_HASH = re.compile(r"(?=[0-9a-f]*\d)(?=\d*[a-f])[0-9a-f]{7,64}", re.I)
+# A forge's web address of a commit ("https://github.com/duckdb/duckdb/commit/daa81697e31a"): the hash after /commit/.
+_COMMIT_URL = re.compile(r"/commits?/([0-9a-f]{7,64})(?![0-9a-z])", re.I)
+
+
+def _id_tokens(text: str) -> list[str]:
+    """The query's identifiers that may name a stored id: each one, and the hash of a commit's web address (review CB:
+    the whole address was one token and named nothing)."""
+    toks = guard_stage.identifier_tokens(text)
+    return toks + [m.group(1) for t in toks if "/" in t for m in _COMMIT_URL.finditer(t)]
 
 
 def _named(store: Store, queries: pl.DataFrame, filters: dict | None) -> pl.DataFrame:
     """Which document each query's identifiers name by its id (`Store.named_documents`)."""
     rows = [(q, t, sc, _SHORT_HASH.fullmatch(t) is not None)
             for q, text, sc in zip(queries["qid"].cast(pl.Utf8), queries["text"], queries["scope"], strict=True)
-            for t in guard_stage.identifier_tokens(text)]
+            for t in dict.fromkeys(_id_tokens(text))]
     schema = {"qid": pl.Utf8, "token": pl.Utf8, "scope": pl.Utf8, "short": pl.Boolean}
     return store.named_documents(pl.DataFrame(rows, schema=schema, orient="row"), filters)
 
