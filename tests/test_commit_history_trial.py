@@ -182,6 +182,10 @@ def test_hrt_search_finds_a_commit_by_its_short_hash(tmp_path, embedder):
         r = CliRunner().invoke(main, ["search", SHAS[0][:7], "--store", str(tmp_path / "m.duckdb"), "-n", "1", "--format", "json", *args])
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["results"][0]["doc_id"] == SHAS[0]
+        assert "stored ids" not in r.stderr
+    # Review CB: a short hash two ids start named nothing, in silence.
+    r = CliRunner().invoke(main, ["search", "commit d1434e0", "--store", str(tmp_path / "m.duckdb"), "-n", "1"])
+    assert r.exit_code == 0 and f"note: d1434e0 starts two stored ids ({SHAS[1]}, {SHAS[2]}), so it names none" in r.stderr
 
 
 def test_the_named_document_comes_before_a_text_quoting_its_id_in_every_list_and_in_any_case(tmp_path, embedder):

@@ -1038,6 +1038,8 @@ def search(query, store_path, mode, config, n, scope, where, fmt, max_chars, bac
                                "symbols are not indexed)", err=True)
             _note_short_lists(cfg, n, len(top))
             if cfg.retrieval.lexical.enabled:
+                _note_ambiguous_hashes(st, query, scope)
+            if cfg.retrieval.lexical.enabled:
                 _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
             docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
             chunks = st.chunks(top["chunk_id"].to_list()).select("chunk_id", "start_char", pl.col("text").alias("excerpt"))
@@ -1137,6 +1139,19 @@ def _iso_date_or_error(value: object) -> None:
         _iso_date(value)
     except click.BadParameter as e:
         raise ToolkitError(f"\"as_of\": {e.message}") from None
+
+
+def _note_ambiguous_hashes(st, query: str, scope: str | None) -> None:
+    """A short hash in the query that starts several stored ids names none of them (`Store.named_documents`): say so and
+    which, rather than leave a search for "commit abc1234" to read as a bad retriever (review CB)."""
+    from .pipeline import _SHORT_HASH, _id_tokens
+
+    for tok in dict.fromkeys(t for t in _id_tokens(query) if _SHORT_HASH.fullmatch(t)):
+        ids = st.ids_starting(tok, scope=scope, limit=3)
+        if len(ids) > 1:
+            more = ", ".join(ids[:2]) + (", ..." if len(ids) > 2 else "")
+            click.echo(f"note: {tok} starts {'3 or more' if len(ids) > 2 else 'two'} stored ids ({more}), so it names "
+                       "none of them: give more of the hash", err=True)
 
 
 def _note_short_lists(cfg, n: int, got: int) -> None:
