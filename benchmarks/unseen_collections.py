@@ -982,22 +982,27 @@ def cm_sha(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> lis
     return out
 
 
+def cm_refs(cs: CommitSet, numbers: list[str], forms: list[str], qtype: str, grade, stats: collections.Counter) -> list[tuple]:
+    """Queries for the first CM_COUNTS[qtype] of `numbers` (shuffled) that at most 3 commits reference, in `forms` by
+    turns; `grade(sha, n)` is a referencing commit's grade."""
+    out = []
+    for n in numbers:
+        if len(out) >= CM_COUNTS[qtype]:
+            break
+        r = cs.refs(n)
+        if not r or len(r) > 3:
+            stats[f"{qtype}-too-many-refs"] += 1
+            continue
+        f = forms[len(out) % len(forms)]
+        out.append((f.format(n=n), f.replace("{n}", "N"), {s: grade(s, n) for s in r}, {"token": n, "n_rel": len(r)}))
+    return out
+
+
 def cm_pr(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
     prs = sorted({commit_pr(c["subject"]) for c in cs.commits} - {""})
     rng.shuffle(prs)
     forms = ["PR #{n}", "#{n}", "what changed in PR #{n}", "pull request {n}", "#{n} fix", "PR {n}"]
-    out = []
-    for n in prs:
-        if len(out) >= CM_COUNTS["pr"]:
-            break
-        r = cs.refs(n)
-        if not r or len(r) > 3:
-            stats["pr-too-many-refs"] += 1
-            continue
-        rel = {s: (2 if re.search(r"\(#" + n + r"\)", cs.by_sha[s]["subject"]) else 1) for s in r}
-        f = forms[len(out) % len(forms)]
-        out.append((f.format(n=n), f.replace("{n}", "N"), rel, {"token": n, "n_rel": len(rel)}))
-    return out
+    return cm_refs(cs, prs, forms, "pr", lambda s, n: 2 if re.search(r"\(#" + n + r"\)", cs.by_sha[s]["subject"]) else 1, stats)
 
 
 def cm_issue(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
@@ -1010,17 +1015,7 @@ def cm_issue(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> l
     iss = sorted(iss)
     rng.shuffle(iss)
     forms = ["issue #{n}", "fixes #{n}", "#{n}", "which commit fixed issue {n}", "#{n} fix", "GH issue {n}"]
-    out = []
-    for n in iss:
-        if len(out) >= CM_COUNTS["issue"]:
-            break
-        r = cs.refs(n)
-        if not r or len(r) > 3:
-            stats["issue-too-many-refs"] += 1
-            continue
-        f = forms[len(out) % len(forms)]
-        out.append((f.format(n=n), f.replace("{n}", "N"), {s: 1 for s in r}, {"token": n, "n_rel": len(r)}))
-    return out
+    return cm_refs(cs, iss, forms, "issue", lambda s, n: 1, stats)
 
 
 def cm_ident(cs: CommitSet, rng: random.Random, stats: collections.Counter) -> list[tuple]:
