@@ -1144,9 +1144,9 @@ def _iso_date_or_error(value: object) -> None:
 def _note_ambiguous_hashes(st, query: str, scope: str | None) -> None:
     """A short hash in the query that starts several stored ids names none of them (`Store.named_documents`): say so and
     which, rather than leave a search for "commit abc1234" to read as a bad retriever (review CB)."""
-    from .pipeline import _SHORT_HASH, _id_tokens
+    from .guard import id_tokens, short_hash
 
-    for tok in dict.fromkeys(t for t in _id_tokens(query) if _SHORT_HASH.fullmatch(t)):
+    for tok in filter(short_hash, id_tokens(query)):
         ids = st.ids_starting(tok, scope=scope, limit=3)
         if len(ids) > 1:
             more = ", ".join(ids[:2]) + (", ..." if len(ids) > 2 else "")

@@ -55,6 +55,24 @@ def identifier_tokens(text: str) -> list[str]:
     return out
 
 
+# A hash written short (git's seven hex digits and up, docker's twelve): it may name a stored id by its start.
+_SHORT_HASH = re.compile(r"(?=[0-9a-f]*\d)(?=\d*[a-f])[0-9a-f]{7,64}", re.I)
+# A forge's web address of a commit ("https://github.com/duckdb/duckdb/commit/daa81697e31a"): the hash after /commit/.
+_COMMIT_URL = re.compile(r"/commits?/([0-9a-f]{7,64})(?![0-9a-z])", re.I)
+
+
+def short_hash(token: str) -> bool:
+    """Whether `token` may be a hash written short, naming the stored id it starts (`Store.named_documents`)."""
+    return _SHORT_HASH.fullmatch(token) is not None
+
+
+def id_tokens(text: str) -> list[str]:
+    """The query's identifiers that may name a stored id, once each: its identifier tokens, and the hash of a commit's
+    web address (review CB: the whole address was one token and named nothing)."""
+    toks = identifier_tokens(text)
+    return list(dict.fromkeys(toks + [m.group(1) for t in toks if "/" in t for m in _COMMIT_URL.finditer(t)]))
+
+
 def whole_identifier(text: str, tokens: list[str]) -> bool:
     """Whether the query is nothing but one identifier (`REQUESTS_CA_BUNDLE`, `2.34.2`, a quoted `get_terminal_size`):
     a lookup, whose verbatim holder belongs first, not only in the top `max_rank` (user trial BD: a file that does not
@@ -275,20 +293,24 @@ def coverage_first(ranked: pl.DataFrame, targets: pl.DataFrame | None, on: bool)
     return _lift(ranked, targets, COVER_FLAG)
 
 
-def keep_dense(ranked: pl.DataFrame, candidates: pl.DataFrame, max_rank: int) -> pl.DataFrame:
-    """`ranked` with dense search's first document (of each query's original dense list) moved up to place `max_rank`
-    when it sits below (flag `dense_top_kept`); 0 leaves `ranked` as it is. The exact-token guard's mirror for a match
+def dense_firsts(candidates: pl.DataFrame) -> pl.DataFrame:
+    """[qid, doc_id]: each query's first document of its original dense list (`keep_dense`'s targets)."""
+    return (candidates.filter((pl.col("list_id") == "orig:vec") & (pl.col("rank") == 1))
+            .select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique("qid", keep="first"))
+
+
+def keep_dense(ranked: pl.DataFrame, firsts: pl.DataFrame, max_rank: int) -> pl.DataFrame:
+    """`ranked` with dense search's first document (`firsts`: `dense_firsts`, which depends on the prepared frames only,
+    so `rescore` computes it once per `Prepared`) moved up to place `max_rank` when it sits below (flag
+    `dense_top_kept`); 0 leaves `ranked` as it is. The exact-token guard's mirror for a match
     by meaning: on help questions worded without the documents' words (user trial CA's `manhelp`), dense's first was
     relevant on 112 of 312 queries and `default` put it below rank 3 on 32, under documents both lists found. Measured
     at 3 on twelve collections (nDCG@10 of `default`, dev / test): manhelp +0.030 / +0.026, the demo +0.012 / +0.011,
     manpages and pkgsummary +0.002 to +0.006, LoCoMo -0.0014 / -0.0015, changelogs -0.0026 / -0.0028 (p < 0.05), the rest
     within 0.005; place 1 lost on ten of them, 2 lost more on LoCoMo and CACM."""
-    if not max_rank or not len(ranked) or not len(candidates):
+    if not max_rank or not len(ranked) or not len(firsts):
         return ranked
-    first = (candidates.filter((pl.col("list_id") == "orig:vec") & (pl.col("rank") == 1))
-             .select(pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.lit(max_rank, pl.Int64).alias("_m"))
-             .unique("qid", keep="first"))
-    return _lift(ranked, first, DENSE_FLAG)
+    return _lift(ranked, firsts.with_columns(pl.lit(max_rank, pl.Int64).alias("_m")), DENSE_FLAG)
 
 
 def coverage_targets(candidates: pl.DataFrame, coverage: pl.DataFrame | None) -> pl.DataFrame:

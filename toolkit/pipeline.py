@@ -12,7 +12,6 @@ other, so its cache key is just those fields' values (`config.prepare_settings`)
 from __future__ import annotations
 
 import json
-import re
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -574,24 +573,11 @@ def _coverage(store: Store, queries: pl.DataFrame, cands: pl.DataFrame, ltr: pl.
     return term_coverage(store, queries, cands)
 
 
-# A hash written short (git's seven hex digits and up, docker's twelve): it may name a stored id by its start.
-_SHORT_HASH = re.compile(r"(?=[0-9a-f]*\d)(?=\d*[a-f])[0-9a-f]{7,64}", re.I)
-# A forge's web address of a commit ("https://github.com/duckdb/duckdb/commit/daa81697e31a"): the hash after /commit/.
-_COMMIT_URL = re.compile(r"/commits?/([0-9a-f]{7,64})(?![0-9a-z])", re.I)
-
-
-def _id_tokens(text: str) -> list[str]:
-    """The query's identifiers that may name a stored id: each one, and the hash of a commit's web address (review CB:
-    the whole address was one token and named nothing)."""
-    toks = guard_stage.identifier_tokens(text)
-    return toks + [m.group(1) for t in toks if "/" in t for m in _COMMIT_URL.finditer(t)]
-
-
 def _named(store: Store, queries: pl.DataFrame, filters: dict | None) -> pl.DataFrame:
     """Which document each query's identifiers name by its id (`Store.named_documents`)."""
-    rows = [(q, t, sc, _SHORT_HASH.fullmatch(t) is not None)
+    rows = [(q, t, sc, guard_stage.short_hash(t))
             for q, text, sc in zip(queries["qid"].cast(pl.Utf8), queries["text"], queries["scope"], strict=True)
-            for t in dict.fromkeys(_id_tokens(text))]
+            for t in guard_stage.id_tokens(text)]
     schema = {"qid": pl.Utf8, "token": pl.Utf8, "scope": pl.Utf8, "short": pl.Boolean}
     return store.named_documents(pl.DataFrame(rows, schema=schema, orient="row"), filters)
 
@@ -723,7 +709,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
 
     t0 = time.perf_counter()
     if dense_acts(cfg):  # first: the word rules below have the last say
-        ranked = guard_stage.keep_dense(ranked, cands, cfg.guard.dense_max_rank)
+        firsts = prep.derived("dense_firsts", (cands,), lambda: guard_stage.dense_firsts(cands))
+        ranked = guard_stage.keep_dense(ranked, firsts, cfg.guard.dense_max_rank)
     if coverage_acts(cfg):
         targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
         ranked = guard_stage.coverage_first(ranked, targets, True)
