@@ -208,6 +208,32 @@ def test_learned_errors_are_clear(tmp_path):
         FusionModel.load(tmp_path / "missing.json")
 
 
+def test_the_c_library_scores_exactly_as_lightgbms_python_package(monkeypatch):
+    """`toolkit/booster.py` scores through LightGBM's C API without `import lightgbm` (which imports scikit-learn
+    and pandas): every score equals the package's, missing values and zeros included; without the library file
+    the package's own Booster is used, and text LightGBM refuses is an error either way."""
+    import lightgbm
+
+    from toolkit import booster
+
+    model = FusionModel.load(None)
+    assert isinstance(model.booster, booster.CBooster)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, len(model.features))) * rng.choice([0.01, 1.0, 100.0], size=(3000, len(model.features)))
+    x[rng.random(x.shape) < 0.2], x[rng.random(x.shape) < 0.05] = np.nan, 0.0
+    ref = lightgbm.Booster(model_str=model.booster_text)
+    assert np.array_equal(model.booster.predict(x), ref.predict(x, num_threads=1))
+    assert (model.booster.num_trees(), model.booster.num_feature()) == (ref.num_trees(), ref.num_feature())
+    assert model.booster.predict(np.zeros((0, len(model.features)))).shape == (0,)
+    with pytest.raises(booster.BoosterError, match="nonsense_obj"):
+        booster.load(model.booster_text.replace("objective=lambdarank", "objective=nonsense_obj", 1))
+    monkeypatch.setattr(booster, "_LIB", [None])  # no library file beside the package
+    fallback = booster.load(model.booster_text)
+    assert isinstance(fallback, lightgbm.Booster) and np.array_equal(fallback.predict(x, num_threads=1), ref.predict(x, num_threads=1))
+    with pytest.raises(booster.BoosterError, match="nonsense_obj"):
+        booster.load(model.booster_text.replace("objective=lambdarank", "objective=nonsense_obj", 1))
+
+
 def test_calibration_ece_and_reliability():
     rng = np.random.default_rng(0)
     p = rng.random(20_000)

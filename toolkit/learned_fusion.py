@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from . import booster as booster_mod
 from . import calibration, ltr_features
 from . import router as router_mod
 from .errors import InputError
@@ -63,7 +64,7 @@ class FusionModel:
     @property
     def booster(self):
         if self._booster is None:
-            self._booster = _lightgbm().Booster(model_str=self.booster_text)
+            self._booster = booster_mod.load(self.booster_text)
         return self._booster
 
     def predict(self, feats: pl.DataFrame) -> np.ndarray:
@@ -118,11 +119,10 @@ class FusionModel:
         if not isinstance(info, dict):
             raise InputError(f"{p}: field 'info' must be an object")
         model = cls(feats, doc["booster"], doc.get("calibration"), doc.get("router"), info, doc.get("prior"))
-        lgb = _lightgbm()
         try:
-            model._booster = lgb.Booster(model_str=model.booster_text)
+            model._booster = booster_mod.load(model.booster_text)
             n = model._booster.num_feature()
-        except (lgb.basic.LightGBMError, ValueError) as e:
+        except ValueError as e:  # booster_mod.BoosterError among them
             raise InputError(f"{p}: field 'booster' is not a valid LightGBM model ({str(e).strip()})") from None
         if n != len(feats):
             raise InputError(f"{p}: field 'booster' reads {n} features but field 'features' lists {len(feats)}")
