@@ -3,7 +3,8 @@
 The model file is one JSON document: the feature names it reads, LightGBM's text dump of the booster, the
 calibrator (`calibration.py`) that turns its scores into P(relevant), and what it was trained on. The
 package ships one (`toolkit/models/learned-fusion.json`, trained by `hrt train-fusion` on the pooled dev
-splits of the shared collections and the demo); `fusion.model` names another.
+splits of twelve collections: the shared four, the demo and seven built by `benchmarks/unseen_collections.py`);
+`fusion.model` names another. Scores come from LightGBM's C library (`booster.py`).
 
 The scores depend on the cached features and the model only, not on any slider, so `rescore` computes the
 fused lists once per (Prepared, model file) and every later slider change reuses them: blend buckets,
