@@ -10,10 +10,11 @@ that a burst of load on the (shared) machine hits every command alike. Commands:
 - lexical: hrt search QUERY --store STORE --mode lexical
 - hybrid:  hrt search QUERY --store STORE --mode hybrid (query embedded by the default backend)
 - hybrid-torch: the same with --backend torch (the old path)
+- learned: hrt search QUERY --store STORE --config learned (LambdaMART fusion; held to the hybrid target)
 
-`--before DIR` adds the help/lexical/hybrid rows run from another source tree (e.g. a `git archive` of the
+`--before DIR` adds the help/lexical/hybrid/learned rows run from another source tree (e.g. a `git archive` of the
 previous main), so before and after come from one run. Targets: lexical <= 2x floor, hybrid <= 5x floor,
-help <= 1.5x floor.
+help <= 1.5x floor; learned as hybrid.
 
     python benchmarks/cold_start.py --store /tmp/demo.duckdb --runs 7 [--before /tmp/old-tree]
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY = "why does the deploy fail with ECONNREFUSED?"
-TARGETS = {"help": 1.5, "lexical": 2.0, "hybrid": 5.0}
+TARGETS = {"help": 1.5, "lexical": 2.0, "hybrid": 5.0, "learned": 5.0}
 
 
 def commands(store: str) -> dict[str, list[str]]:
@@ -47,6 +48,7 @@ def commands(store: str) -> dict[str, list[str]]:
         "lexical": [*hrt, "search", QUERY, "--store", store, "--mode", "lexical"],
         "hybrid": [*hrt, "search", QUERY, "--store", store, "--mode", "hybrid"],
         "hybrid-torch": [*hrt, "search", QUERY, "--store", store, "--mode", "hybrid", "--backend", "torch"],
+        "learned": [*hrt, "search", QUERY, "--store", store, "--config", "learned"],
     }
 
 
@@ -81,7 +83,7 @@ def main() -> None:
     if args.before:
         env_before = base_env | {"PYTHONPATH": str(Path(args.before).resolve())}
         old = commands(args.store)
-        for k in ("help", "lexical", "hybrid"):
+        for k in ("help", "lexical", "hybrid", "learned"):
             jobs[f"{k} (before)"] = (old[k], env_before)
     times: dict[str, list[float]] = {k: [] for k in jobs}
     cpu: dict[str, list[float]] = {k: [] for k in jobs}
