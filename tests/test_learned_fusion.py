@@ -225,6 +225,12 @@ def test_the_c_library_scores_exactly_as_lightgbms_python_package(monkeypatch):
     assert np.array_equal(model.booster.predict(x), ref.predict(x, num_threads=1))
     assert (model.booster.num_trees(), model.booster.num_feature()) == (ref.num_trees(), ref.num_feature())
     assert model.booster.predict(np.zeros((0, len(model.features)))).shape == (0,)
+    import copy
+    import pickle
+
+    for twin in (copy.deepcopy(model.booster), pickle.loads(pickle.dumps(model.booster))):  # own handles, freed once each
+        assert twin._handle.value != model.booster._handle.value and np.array_equal(twin.predict(x), ref.predict(x, num_threads=1))
+        del twin
     with pytest.raises(booster.BoosterError, match="nonsense_obj"):
         booster.load(model.booster_text.replace("objective=lambdarank", "objective=nonsense_obj", 1))
     monkeypatch.setattr(booster, "_LIB", [None])  # no library file beside the package

@@ -60,10 +60,14 @@ class CBooster:
     """A booster held by the C library: `predict`, `num_feature` and `num_trees`, as `lightgbm.Booster` has them."""
 
     def __init__(self, lib: Any, model_text: str):
-        self._lib, self._handle = lib, ctypes.c_void_p()
+        self._lib, self._handle, self._text = lib, ctypes.c_void_p(), model_text
         iterations = ctypes.c_int(0)
         _check(lib, lib.LGBM_BoosterLoadModelFromString(model_text.encode("utf-8"), ctypes.byref(iterations),
                                                          ctypes.byref(self._handle)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copies and pickles load the text again: a copied handle would be freed twice."""
+        return (load, (self._text,))
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
