@@ -238,6 +238,9 @@ def test_the_c_library_scores_exactly_as_lightgbms_python_package(monkeypatch):
     assert isinstance(fallback, lightgbm.Booster) and np.array_equal(fallback.predict(x, num_threads=1), ref.predict(x, num_threads=1))
     with pytest.raises(booster.BoosterError, match="nonsense_obj"):
         booster.load(model.booster_text.replace("objective=lambdarank", "objective=nonsense_obj", 1))
+    monkeypatch.setitem(__import__("sys").modules, "lightgbm", None)  # neither the library nor the package
+    with pytest.raises(InputError, match="needs the lightgbm package: pip install lightgbm"):
+        booster.load(model.booster_text)
 
 
 def test_calibration_ece_and_reliability():

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InputError
+
 _DTYPE_FLOAT64 = 1  # C_API_DTYPE_FLOAT64
 _PREDICT_NORMAL = 0  # C_API_PREDICT_NORMAL
 _LIB: list[Any] = []  # the loaded library, once per process (None when it cannot be found)
@@ -51,6 +53,15 @@ def _library() -> Any:
     return _LIB[0]
 
 
+def lightgbm_package() -> Any:
+    """The `lightgbm` package (training, and scoring where its library file is not found), or an InputError."""
+    try:
+        import lightgbm
+    except ImportError as e:  # pragma: no cover - lightgbm is a core dependency
+        raise InputError("fusion.method 'learned' needs the lightgbm package: pip install lightgbm") from e
+    return lightgbm
+
+
 def _check(lib: Any, code: int) -> None:
     if code != 0:
         raise BoosterError(lib.LGBM_GetLastError().decode("utf-8", "replace"))
@@ -70,10 +81,9 @@ class CBooster:
         return (load, (self._text,))
 
     def __del__(self) -> None:
-        handle = getattr(self, "_handle", None)
-        if handle is not None and handle.value:
-            self._handle = ctypes.c_void_p()
-            with contextlib.suppress(Exception):  # at interpreter exit ctypes may already be torn down
+        with contextlib.suppress(Exception):  # at interpreter exit ctypes may already be torn down
+            handle, self._handle = self._handle, None
+            if handle is not None and handle.value:
                 self._lib.LGBM_BoosterFree(handle)
 
     def num_feature(self) -> int:
@@ -110,8 +120,7 @@ def load(model_text: str) -> Any:
     lib = _library()
     if lib is not None:
         return CBooster(lib, model_text)
-    import lightgbm
-
+    lightgbm = lightgbm_package()
     try:
         return lightgbm.Booster(model_str=model_text)
     except lightgbm.basic.LightGBMError as e:

@@ -40,14 +40,6 @@ SCORED_SCHEMA = {
 }  # fmt: skip
 
 
-def _lightgbm():
-    try:
-        import lightgbm
-    except ImportError as e:  # pragma: no cover - lightgbm is a core dependency
-        raise InputError("fusion.method 'learned' needs the lightgbm package: pip install lightgbm") from e
-    return lightgbm
-
-
 @dataclass
 class FusionModel:
     """A trained LambdaMART fusion model, its calibrator and its provenance."""

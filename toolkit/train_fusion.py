@@ -37,11 +37,12 @@ import numpy as np
 import polars as pl
 
 from . import calibration, ltr_features, router
+from .booster import lightgbm_package
 from .compare import MIN_QUERIES
 from .config import PipelineConfig, load_config, prepare_settings
 from .errors import InputError
 from .files import write_text_atomic
-from .learned_fusion import FusionModel, _lightgbm, feature_settings, prior_score
+from .learned_fusion import FusionModel, feature_settings, prior_score
 from .loaders import Dataset, check_split
 from .metrics import evaluate
 from .pipeline import PREPARE_VERSION, prepare
@@ -266,7 +267,7 @@ def fit(
     params: dict[str, Any] | None = None, progress: bool = False,
 ) -> tuple[FusionModel, FusionTrainReport]:
     """Train on `data` (from `collect`, one or several collections concatenated); see the module doc."""
-    lgb = _lightgbm()
+    lgb = lightgbm_package()
     features = features or list(DEFAULT_FEATURES)
     rel_threshold = rel_threshold or {}
     if not 0.0 <= holdout < 1.0:
