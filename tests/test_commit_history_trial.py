@@ -186,6 +186,14 @@ def test_hrt_search_finds_a_commit_by_its_short_hash(tmp_path, embedder):
     # Review CB: a short hash two ids start named nothing, in silence.
     r = CliRunner().invoke(main, ["search", "commit d1434e0", "--store", str(tmp_path / "m.duckdb"), "-n", "1"])
     assert r.exit_code == 0 and f"note: d1434e0 starts two stored ids ({SHAS[1]}, {SHAS[2]}), so it names none" in r.stderr
+    # An id that is the token itself is what it names (`Store.named_documents`): no note, and that document first.
+    from toolkit.store import Store
+
+    with Store(tmp_path / "m.duckdb", embedder=embedder) as st:
+        st.ingest([{"doc_id": "d1434e0", "text": "a memory whose id happens to be seven hex digits"}])
+    r = CliRunner().invoke(main, ["search", "commit d1434e0", "--store", str(tmp_path / "m.duckdb"), "-n", "1", "--format", "json"])
+    assert r.exit_code == 0 and "stored ids" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["results"][0]["doc_id"] == "d1434e0"
 
 
 def test_the_named_document_comes_before_a_text_quoting_its_id_in_every_list_and_in_any_case(tmp_path, embedder):

@@ -233,7 +233,7 @@ def test_the_c_library_scores_exactly_as_lightgbms_python_package(monkeypatch):
         del twin
     with pytest.raises(booster.BoosterError, match="nonsense_obj"):
         booster.load(model.booster_text.replace("objective=lambdarank", "objective=nonsense_obj", 1))
-    monkeypatch.setattr(booster, "_LIB", [None])  # no library file beside the package
+    monkeypatch.setattr(booster, "_library", lambda: None)  # no library file beside the package
     fallback = booster.load(model.booster_text)
     assert isinstance(fallback, lightgbm.Booster) and np.array_equal(fallback.predict(x, num_threads=1), ref.predict(x, num_threads=1))
     with pytest.raises(booster.BoosterError, match="nonsense_obj"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -22,35 +23,30 @@ from .errors import InputError
 
 _DTYPE_FLOAT64 = 1  # C_API_DTYPE_FLOAT64
 _PREDICT_NORMAL = 0  # C_API_PREDICT_NORMAL
-_LIB: list[Any] = []  # the loaded library, once per process (None when it cannot be found)
 
 
 class BoosterError(ValueError):
     """LightGBM refused the model text (its own message)."""
 
 
+@functools.cache  # once per process
 def _library() -> Any:
     """LightGBM's shared library, found where the `lightgbm` package keeps it (as its `libpath` looks), without
     importing the package; None when there is none."""
-    if not _LIB:
-        spec = importlib.util.find_spec("lightgbm")
-        found = None
-        if spec is not None and spec.origin:
-            pkg = Path(spec.origin).resolve().parent
-            name = {"win32": "lib_lightgbm.dll", "darwin": "lib_lightgbm.dylib"}.get(sys.platform, "lib_lightgbm.so")
-            for d in (pkg.parent, pkg / "bin", pkg / "lib"):
-                if (d / name).is_file():
-                    found = d / name
-                    break
-        lib = None
-        if found is not None:
+    spec = importlib.util.find_spec("lightgbm")
+    if spec is None or not spec.origin:
+        return None
+    pkg = Path(spec.origin).resolve().parent
+    name = {"win32": "lib_lightgbm.dll", "darwin": "lib_lightgbm.dylib"}.get(sys.platform, "lib_lightgbm.so")
+    for path in (d / name for d in (pkg.parent, pkg / "bin", pkg / "lib")):
+        if path.is_file():
             try:
-                lib = ctypes.cdll.LoadLibrary(str(found))
-                lib.LGBM_GetLastError.restype = ctypes.c_char_p
+                lib = ctypes.cdll.LoadLibrary(str(path))
             except OSError:
-                lib = None
-        _LIB.append(lib)
-    return _LIB[0]
+                return None
+            lib.LGBM_GetLastError.restype = ctypes.c_char_p
+            return lib
+    return None
 
 
 def lightgbm_package() -> Any:

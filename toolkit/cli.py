@@ -1038,7 +1038,7 @@ def search(query, store_path, mode, config, n, scope, where, fmt, max_chars, bac
                                "symbols are not indexed)", err=True)
             _note_short_lists(cfg, n, len(top))
             if cfg.retrieval.lexical.enabled:
-                _note_ambiguous_hashes(st, query, scope)
+                _note_ambiguous_hashes(st, query, scope, cfg.retrieval.filters)
             if cfg.retrieval.lexical.enabled:
                 _note_old_analysis(query, prep, st, lexical_only=not cfg.retrieval.dense.enabled)
             docs = st.documents(top["doc_id"].to_list()).select("doc_id", "title", "text", "metadata")
@@ -1141,12 +1141,20 @@ def _iso_date_or_error(value: object) -> None:
         raise ToolkitError(f"\"as_of\": {e.message}") from None
 
 
-def _note_ambiguous_hashes(st, query: str, scope: str | None) -> None:
+def _note_ambiguous_hashes(st, query: str, scope: str | None, filters: dict | None) -> None:
     """A short hash in the query that starts several stored ids names none of them (`Store.named_documents`): say so and
-    which, rather than leave a search for "commit abc1234" to read as a bad retriever (review CB)."""
+    which, rather than leave a search for "commit abc1234" to read as a bad retriever (review CB). Only for tokens
+    `named_documents` itself named nothing for (an id equal to the token is what it names)."""
     from .guard import id_tokens, short_hash
 
-    for tok in filter(short_hash, id_tokens(query)):
+    toks = [t for t in id_tokens(query) if short_hash(t)]
+    if not toks:
+        return
+    stored = st.stored_form("scope", scope) if scope is not None else None
+    asks = pl.DataFrame({"qid": toks, "token": toks, "scope": [stored] * len(toks), "short": [True] * len(toks)},
+                        schema={"qid": pl.Utf8, "token": pl.Utf8, "scope": pl.Utf8, "short": pl.Boolean})
+    named = set(st.named_documents(asks, filters)["token"].to_list())
+    for tok in (t for t in toks if t not in named):
         ids = st.ids_starting(tok, scope=scope, limit=3)
         if len(ids) > 1:
             more = ", ".join(ids[:2]) + (", ..." if len(ids) > 2 else "")

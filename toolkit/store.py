@@ -2134,11 +2134,12 @@ class Store:
         return pl.DataFrame(rows, schema=out, orient="row")
 
     def ids_starting(self, prefix: str, *, scope: str | None = None, limit: int = 3) -> list[str]:
-        """Up to `limit` stored ids that start with `prefix` in any case (within `scope`): why a short hash named nothing."""
-        sql = ("SELECT doc_id FROM documents WHERE starts_with(lower(doc_id), lower(?)) AND (?::VARCHAR IS NULL OR scope = ?) "
-               "ORDER BY doc_id LIMIT ?")
+        """Up to `limit` stored ids longer than `prefix` that start with it in any case (within `scope`), as
+        `named_documents` matches a short hash: why one named nothing."""
+        sql = ("SELECT doc_id FROM documents WHERE starts_with(lower(doc_id), lower(?)) AND length(doc_id) > length(?) "
+               "AND (?::VARCHAR IS NULL OR scope = ?) ORDER BY doc_id LIMIT ?")
         scope = self.stored_form("scope", scope) if scope is not None else None
-        return [r[0] for r in self.con.execute(sql, [prefix, scope, scope, int(limit)]).fetchall()]
+        return [r[0] for r in self.con.execute(sql, [prefix, prefix, scope, scope, int(limit)]).fetchall()]
 
     def _stored_scopes(self, queries: pl.DataFrame) -> pl.DataFrame:
         """`queries` with each scope in the store's spelling (`stored_form`), for every search path (the CLI mapped
