@@ -1150,8 +1150,7 @@ def _note_ambiguous_hashes(st, query: str, scope: str | None, filters: dict | No
     toks = [t for t in id_tokens(query) if short_hash(t)]
     if not toks:
         return
-    stored = st.stored_form("scope", scope) if scope is not None else None
-    asks = pl.DataFrame({"qid": toks, "token": toks, "scope": [stored] * len(toks), "short": [True] * len(toks)},
+    asks = pl.DataFrame({"qid": toks, "token": toks, "scope": [scope] * len(toks), "short": [True] * len(toks)},
                         schema={"qid": pl.Utf8, "token": pl.Utf8, "scope": pl.Utf8, "short": pl.Boolean})
     named = set(st.named_documents(asks, filters)["token"].to_list())
     for tok in (t for t in toks if t not in named):
