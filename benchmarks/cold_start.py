@@ -8,7 +8,8 @@ that a burst of load on the (shared) machine hits every command alike. Commands:
   Python value to a parameter, i.e. in every search: the part of the lexical path no toolkit code can drop)
 - help:    hrt --help
 - lexical: hrt search QUERY --store STORE --mode lexical
-- hybrid:  hrt search QUERY --store STORE --mode hybrid (query embedded by the default backend)
+- hybrid:  hrt search QUERY --store STORE --mode hybrid (the `default` preset, the learned fusion since the twenty-fifth
+           session; query embedded by the default backend)
 - hybrid-torch: the same with --backend torch (the old path)
 - learned: hrt search QUERY --store STORE --config learned (LambdaMART fusion; held to the hybrid target)
 

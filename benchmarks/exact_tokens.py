@@ -5,8 +5,8 @@ head of changelog.Debian.gz: CVE ids, versions, package and function names), ing
 toolkit, and asks queries built from identifiers that occur in at most `--max-df` files: the identifier
 and a few words of the line it appears on ("fix heap overflow CVE-2022-41903"). For every query where
 BM25's top document contains the identifier verbatim, it counts how often that document is in the top 3
-of the final list, and how often it is first: hybrid RRF without the guard (before) and the `default` preset (after), plus qmd
-and `default` with the guard switched off.
+of the final list, and how often it is first: hybrid RRF without the guard (before) and the `default` preset (after), plus qmd,
+`guarded-rrf` (the default before the learned fusion) and `default` with the guard switched off.
 
 The identifiers are found by a reader's rule of this file (`raw_identifiers`: a word with a digit and a letter or
 separator, an underscore, an inner capital, or a bug number), not by the toolkit's own: counted through the guard's
@@ -166,6 +166,7 @@ def main() -> None:
     configs = {
         "hybrid-rrf (before)": load_config("hybrid-rrf"),
         "qmd": load_config("qmd"),
+        "guarded-rrf": load_config("guarded-rrf"),
         "default, guard off": base.with_updates({"guard.exact_token": False}),
         "default (after)": base,
     }

@@ -22,6 +22,7 @@ from toolkit.errors import InputError
 
 EXPECTED_PRESETS = {
     "default",
+    "guarded-rrf",
     "bm25-only",
     "vector-only",
     "qmd",

@@ -88,7 +88,8 @@ def test_a_custom_rrf_config_does_not_say_scores_barely_differ_for_every_query(t
     assert low_spread(cfg.with_updates({"fusion.original_weight": 2.0})) == 2 * low_spread(cfg)
     assert low_spread(config_from_dict({"fusion": {"method": "rrf"}})) == 0.01  # the rank bonus spreads the top: qmd's
     assert low_spread(config_from_dict({"threshold": {"low_spread": 0.3}})) == 0.3
-    assert low_spread(load_config("learned")) == 0.1 and low_spread(load_config("default")) == 0.001  # presets' own
+    assert low_spread(load_config("learned")) == 0.1 == low_spread(load_config("default"))  # presets' own
+    assert low_spread(load_config("guarded-rrf")) == 0.001
 
 
 def test_near_copies_from_the_same_source_leave_a_count(tmp_path):

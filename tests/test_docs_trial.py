@@ -31,10 +31,11 @@ def test_a_config_file_extends_a_preset_and_lists_only_its_changes(tmp_path):
     """A file with only `output: {max_chars: 1500}` scored a query 0.1156 where `hrt search` without a config
     scored it 0.0357: fields left out took the schema's (QMD-like) defaults, not the `default` preset's.
     `extends` names the config to start from; the file's own fields are all that changes, and only they are
-    checked for settings that do nothing."""
-    (tmp_path / "short.yaml").write_text("extends: default\noutput: {max_chars: 1500}\n")
+    checked for settings that do nothing. (`guarded-rrf`, the RRF default until the learned fusion replaced it:
+    its fusion fields are the ones a chain can change.)"""
+    (tmp_path / "short.yaml").write_text("extends: guarded-rrf\noutput: {max_chars: 1500}\n")
     cfg = load_config(tmp_path / "short.yaml")
-    assert cfg.diff(load_config("default")).keys() == {"name", "description", "output.max_chars"}
+    assert cfg.diff(load_config("guarded-rrf")).keys() == {"name", "description", "output.max_chars"}
     assert cfg.name == "short" and cfg.adapt.dense_gap and cfg.guard.exact_token and cfg.fusion.rank_bonus == []
     # A chain, relative to the file; a section merges field by field.
     (tmp_path / "more.yaml").write_text("extends: short.yaml\nname: mine\nfusion: {rrf_k: 30}\n")
@@ -47,7 +48,7 @@ def test_a_config_file_extends_a_preset_and_lists_only_its_changes(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", InertSettingWarning)
         load_config(tmp_path / "short.yaml")
-    (tmp_path / "odd.yaml").write_text("extends: default\nfusion: {alpha: 0.3}\n")
+    (tmp_path / "odd.yaml").write_text("extends: guarded-rrf\nfusion: {alpha: 0.3}\n")
     with pytest.warns(InertSettingWarning, match="fusion.alpha is set but"):
         load_config(tmp_path / "odd.yaml")
     (tmp_path / "loop.yaml").write_text("extends: loop.yaml\n")

@@ -79,8 +79,11 @@ def test_the_default_presets_own_stages_are_named_when_an_engine_cannot_run_them
     """A user trial: exporting `default` said "everything carried over" while no engine payload applies its
     per-query dense weight, its exact-token guard or its collapse of identical copies."""
     for engine in ("opensearch", "elasticsearch", "weaviate", "lancedb"):
-        lost = " | ".join(export_config("default", engine).not_carried)  # a preset name is accepted too
+        lost = " | ".join(export_config("guarded-rrf", engine).not_carried)  # a preset name is accepted too
         for stage in ("per-query dense weight", "exact-token guard", "byte-identical documents collapsed"):
+            assert stage in lost, (engine, stage)
+        lost = " | ".join(export_config("default", engine).not_carried)  # the learned default: its model too
+        for stage in ("learned fusion", "exact-token guard", "byte-identical documents collapsed"):
             assert stage in lost, (engine, stage)
     assert not any("guard" in x for x in export_config("hybrid-rrf", "lancedb").not_carried)
     # The pipeline id goes into a URL path: a config name with spaces becomes a slug.

@@ -72,14 +72,27 @@ def test_guard_leaves_queries_without_identifiers_alone(store):
     assert a.select("doc_id", "rank", "score").equals(b.select("doc_id", "rank", "score"))
 
 
-def test_default_preset_reports_the_route_of_every_query(store):
-    """`default` adapts the dense weight per query and says which route each query took."""
+@pytest.mark.parametrize("preset", ["default", "guarded-rrf"])
+def test_default_preset_reports_the_route_of_every_query(store, preset):
+    """`guarded-rrf` adapts the dense weight per query and says which route each query took; the learned `default`
+    weighs no list, and says which list its first 10 results follow (counted from the lists it was given)."""
     q = pl.DataFrame({"qid": ["a", "b"], "text": ["heap overflow CVE-2022-41903", "security release of a tool"]})
-    cfg = load_config("default")
-    res = rescore(prepare(store, q, cfg), cfg)
+    cfg = load_config(preset)
+    prep = prepare(store, q, cfg)
+    res = rescore(prep, cfg)
     pq = res.per_query.sort("qid")
     assert set(pq["route"].to_list()) <= {"dense-led", "balanced", "bm25-led"} and pq["route"].null_count() == 0
     assert pq["exact_token"].to_list()[0] in ("kept", "held") and pq["exact_token"].to_list()[1] is None
+    if preset == "default":
+        def first10(frame: pl.DataFrame, qid: str) -> set[str]:
+            return set(frame.filter((pl.col("qid") == qid) & (pl.col("rank") <= 10))["doc_id"])
+
+        for row in pq.iter_rows(named=True):
+            top, lists = first10(res.final, row["qid"]), prep.candidates
+            counts = tuple(len(top & first10(lists.filter(pl.col("list_id") == lst), row["qid"])) for lst in ("orig:lex", "orig:vec"))
+            assert (row["bm25_top10"], row["dense_top10"]) == counts
+            lead = counts[0] - counts[1]
+            assert row["route"] == ("bm25-led" if lead >= 3 else "dense-led" if lead <= -3 else "balanced")
 
 
 @settings(max_examples=300, deadline=None)
@@ -144,7 +157,7 @@ def test_the_rarest_identifier_decides_whether_the_hit_is_the_only_holder():
 
 
 def test_bm25s_top_document_goes_first_when_it_covers_more_query_words_than_any_other(tmp_path, embedder):
-    """`guard.coverage_first` (on in `default`): a conversational memory query whose words only one note holds all of
+    """`guard.coverage_first` (on in `default` and `guarded-rrf`): a conversational memory query whose words only one note holds all of
     ("when did Caroline go to the LGBTQ support group") lost that note under fused ranks to notes close in meaning.
     BM25's first document now goes first when no other candidate holds as many of the query's words; live."""
     notes = [("m0", "Busy Sunday: Caroline painted the fence, baked bread, phoned her grandmother, made time to go to the "
@@ -156,7 +169,7 @@ def test_bm25s_top_document_goes_first_when_it_covers_more_query_words_than_any_
     q = pl.DataFrame({"qid": ["q"], "text": ["when did Caroline go to the LGBTQ support group"]})
     with Store(tmp_path / "m.duckdb", embedder=embedder) as st:
         st.ingest(load_corpus(p))
-        base = load_config("default").with_updates({"fusion.lexical_weight": 0.01, "adapt.dense_gap": False})  # dense leads
+        base = load_config("guarded-rrf").with_updates({"fusion.lexical_weight": 0.01, "adapt.dense_gap": False})  # dense leads
         prep = prepare(st, q, base)
         # Read back from the learned features (computed here), the counts equal a pass over the FTS tables.
         from toolkit.ltr_features import term_coverage
@@ -218,15 +231,15 @@ def test_the_coverage_rule_stands_aside_for_priors_and_a_one_shot_search_agrees(
 
 def test_dense_searchs_first_document_stays_in_the_top_3_and_the_word_rules_keep_the_last_say(demo_store):
     """User trial CA (help questions worded without the documents' words): dense search's first document was relevant on
-    112 of 312 queries, and `default` put it below rank 3 on 32, under documents both lists found. `guard.dense_max_rank`
-    (3 in `default`) lifts it, before the exact-token guard and the coverage rule, so their promises still hold."""
+    112 of 312 queries, and `default` (RRF then, `guarded-rrf` now) put it below rank 3 on 32, under documents both lists
+    found. `guard.dense_max_rank` (3 in `guarded-rrf`) lifts it, before the exact-token guard and the coverage rule, so their promises still hold."""
     from pathlib import Path
 
     from toolkit.guard import DENSE_FLAG, guarded
 
     root = Path(__file__).resolve().parents[1] / "data" / "demo"
     q = pl.read_ndjson(root / "queries.jsonl").select(pl.col("_id").cast(pl.Utf8).alias("qid"), "text")
-    cfg = load_config("default")
+    cfg = load_config("guarded-rrf")
     assert cfg.guard.dense_max_rank == 3
     prep = prepare(demo_store, q, cfg)
     on, off = rescore(prep, cfg), rescore(prep, cfg.with_updates({"guard.dense_max_rank": 0}))

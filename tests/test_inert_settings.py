@@ -154,7 +154,7 @@ def test_a_presets_dormant_settings_are_news_where_it_does_not_switch_them_off()
 def test_a_saved_config_is_a_snapshot_and_loads_silently(tmp_path):
     """`save_config` writes every field, the ones a slider moved while switched off too (the lab's export):
     such a file is not a list of choices. Take a section out and it is one again."""
-    cfg = load_config("default").with_updates({"name": "mine", "fusion.alpha": 0.9})
+    cfg = load_config("guarded-rrf").with_updates({"name": "mine", "fusion.alpha": 0.9})
     saved = save_config(cfg, tmp_path / "saved.yaml")
     assert _inert_warnings(load_config, saved) == []
     d = yaml.safe_load(saved.read_text())

@@ -110,19 +110,20 @@ def test_a_threshold_nothing_reaches_is_said_by_run_and_report(tiny, tmp_path):
 
 def test_tuning_refuses_one_query_and_judgements_without_a_relevant_document(store):
     q = pl.DataFrame({"qid": ["q1", "q2"], "text": ["deploy fails with ECONNREFUSED", "which SDK version is pinned"]})
+    # (a base that reads fusion.rrf_k: the learned `default` does not, and says so first)
     with pytest.raises(InputError, match=r"^1 judged dev query: tuning cross-validates over folds of queries and needs at least 2"):
-        tune(store, q, pl.DataFrame({"qid": ["q1"], "doc_id": ["d1"], "rel": [1]}), space={"fusion.rrf_k": [30, 60]},
+        tune(store, q, pl.DataFrame({"qid": ["q1"], "doc_id": ["d1"], "rel": [1]}), space={"fusion.rrf_k": [30, 60]}, base="guarded-rrf",
              method="grid")
     with pytest.raises(InputError, match=r"folds=5: need 2 <= folds <= 2 .*e\.g\. folds=2"):
         tune(store, q, pl.DataFrame({"qid": ["q1", "q2"], "doc_id": ["d1", "d5"], "rel": [1, 1]}),
-             space={"fusion.rrf_k": [30, 60]}, method="grid")
+             space={"fusion.rrf_k": [30, 60]}, base="guarded-rrf", method="grid")
     zero = pl.DataFrame({"qid": ["q1", "q2"], "doc_id": ["d1", "d5"], "rel": [0, 0]})
     with pytest.raises(InputError, match=r"no judged dev query has a document graded >= 1 .*nothing to tune on"):
-        tune(store, q, zero, space={"fusion.rrf_k": [30, 60]}, method="grid", folds=2)
+        tune(store, q, zero, space={"fusion.rrf_k": [30, 60]}, base="guarded-rrf", method="grid", folds=2)
     # Graded 1 while binary measures count from 2: R@5 is 0 everywhere; nDCG still sees the grade.
     ones = zero.with_columns(pl.lit(1).alias("rel"))
     with pytest.raises(InputError, match=r"graded >= 2"):
-        tune(store, q, ones, space={"fusion.rrf_k": [30, 60]}, method="grid", folds=2, measure="R@5", rel_threshold=2)
+        tune(store, q, ones, space={"fusion.rrf_k": [30, 60]}, base="guarded-rrf", method="grid", folds=2, measure="R@5", rel_threshold=2)
 
 
 def _search(store_path, *args):

@@ -24,11 +24,15 @@ def test_an_english_model_does_not_lead_a_query_in_another_script(tmp_path, embe
     with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
         st.ingest(JA)
         q = pl.DataFrame({"qid": ["ja", "en"], "text": ["ロードバランサー", "load balancer health check"]})
-        res = run_pipeline(st, q, "default")
+        res = run_pipeline(st, q, "guarded-rrf")
+        learned = run_pipeline(st, q, "default")
     per = {r["qid"]: r for r in res.per_query.iter_rows(named=True)}
     assert per["ja"]["route"] == "bm25-led" and per["ja"]["dense_weight"] == 0.25
     assert res.final.filter((pl.col("qid") == "ja") & (pl.col("rank") == 1))["doc_id"].item() == "ja/lb"
     assert per["en"]["dense_weight"] > 0.25  # English queries keep the rule
+    # The learned `default` weighs no list by a gap: BM25's only match is first there too, and the most likely relevant.
+    ja = learned.final.filter(pl.col("qid") == "ja").sort("rank")
+    assert ja["doc_id"][0] == "ja/lb" and ja["score_prob"][0] > 0.5 > ja["score_prob"][1]
 
 
 def test_bm25_finds_a_thai_word_inside_a_sentence(tmp_path):

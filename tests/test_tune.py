@@ -277,8 +277,9 @@ def test_other_refusals(tmp_path, store, dataset):
 
 def test_without_a_base_tuning_starts_from_the_default_preset(tmp_path, store, dataset):
     """`tune` and `hrt tune` without a base start from `default`, the preset search, run and the lab use,
-    so a tuned file is judged against what a user gets out of the box (not against qmd)."""
-    space = {"fusion.rrf_k": [30, 60]}
+    so a tuned file is judged against what a user gets out of the box (not against qmd). (A space the learned
+    `default` reads: its fusion fields are the model's.)"""
+    space = {"guard.max_rank": [2, 3]}
     best, rep = tune(store, dataset, space=space, method="grid", folds=2, progress=False, out=tmp_path / "t.yaml")
     assert rep.base == "default" and rep.chosen == "base"
     assert best.adapt == load_config("default").adapt and best.guard == load_config("default").guard
@@ -287,13 +288,29 @@ def test_without_a_base_tuning_starts_from_the_default_preset(tmp_path, store, d
 
     from toolkit.cli import main
 
-    (tmp_path / "space.yaml").write_text("fusion.rrf_k: [30, 60]\n")
+    (tmp_path / "space.yaml").write_text("guard.max_rank: [2, 3]\n")
     r = CliRunner().invoke(main, ["tune", "--dataset", str(dataset), "--store", str(tmp_path / "cli.duckdb"),
                                   "--out", str(tmp_path / "cli.yaml"), "--space", str(tmp_path / "space.yaml"),
                                   "--method", "grid", "--folds", "2"])
     assert r.exit_code == 0, r.output
     assert "the search's held-out gain over default (not shipped):" in r.output  # the base was kept
     assert json.loads((tmp_path / "cli.report.json").read_text())["base"] == "default"
+
+
+def test_on_queries_the_default_model_learned_from_tuning_starts_from_the_model_free_default(demo_store):
+    """The shipped model behind `default` was trained on the demo's dev split: tuned from it there, every held-out
+    score would be in-sample. Without a base named, `tune` says so and starts from `guarded-rrf` instead; a learned
+    base named otherwise is still refused."""
+    from pathlib import Path
+
+    from toolkit.provenance import InSampleWarning
+
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    with pytest.warns(InSampleWarning, match=r"default's learned model was trained on 32 of the 32 dev queries .*'guarded-rrf'"):
+        _, rep = tune(demo_store, demo, split="dev", space={"fusion.rrf_k": [30, 60]}, method="grid", folds=2)
+    assert rep.base == "guarded-rrf" and "tuned from 'guarded-rrf'" in rep.notes[0]
+    with pytest.raises(InputError, match="the base's fusion.model was trained on 32 of the 32 dev queries"):
+        tune(demo_store, demo, split="dev", base="learned", space={"guard.max_rank": [2, 3]}, method="grid", folds=2)
 
 
 def test_a_dev_split_sharing_queries_with_test_is_refused(tmp_path, store, dataset):

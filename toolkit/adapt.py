@@ -10,6 +10,8 @@ dense list's weight is `clip(gap / adapt.gap_scale, min_weight, max_weight)` for
 list (no document stands out) counts less, a dense list with a clear winner counts more.
 
 Routes (per_query column `route`): "dense-led" (weight above 1.25), "bm25-led" (below 0.8), "balanced".
+Under the learned model, which weighs no list per query, the route says which list its first results follow
+(`followed_routes`).
 
 A query the dense model cannot read gets the lowest weight: mostly letters outside the Latin script while the
 store's vectors come from an English-only model (`embed.ENGLISH_ONLY_MODELS`). Its gap is noise there: for a
@@ -26,6 +28,8 @@ import polars as pl
 from .config import AdaptConfig
 
 ROUTE_SCHEMA = {"qid": pl.Utf8, "dense_gap": pl.Float64, "dense_weight": pl.Float64, "route": pl.Utf8}
+FOLLOW_SCHEMA = {"qid": pl.Utf8, "bm25_top10": pl.Int64, "dense_top10": pl.Int64, "route": pl.Utf8}
+FOLLOW_MARGIN = 3  # first-10 documents one list must hold beyond the other's for the query to count as led by it
 
 
 def dense_gap(candidates: pl.DataFrame, depth: int = 10) -> pl.DataFrame:
@@ -84,4 +88,32 @@ def adapt_weights(weights: pl.DataFrame, route: pl.DataFrame) -> pl.DataFrame:
             .alias("weight")
         )
         .drop("dense_weight")
+    )
+
+
+def list_firsts(candidates: pl.DataFrame) -> pl.DataFrame:
+    """[qid, doc_id, list_id] of the original BM25 and dense lists' first 10 (what `followed_routes` counts)."""
+    firsts = candidates.filter(pl.col("list_id").is_in(["orig:lex", "orig:vec"]) & (pl.col("rank") <= 10))
+    return firsts.select(pl.col("qid").cast(pl.Utf8), "doc_id", "list_id").unique()
+
+
+def followed_routes(final: pl.DataFrame, firsts: pl.DataFrame, qids: pl.Series) -> pl.DataFrame:
+    """[qid, bm25_top10, dense_top10, route] for each of `qids`: how many of the final first 10 results are in
+    BM25's first 10 and in dense search's (`firsts`: `list_firsts`), and the route that reads: "bm25-led" when BM25's
+    count is larger by `FOLLOW_MARGIN` or more, "dense-led" the other way, else "balanced". For a fusion that weighs
+    no list per query (the learned model) this says which way a query went after the fact: a description, not a
+    setting."""
+    top = final.filter(pl.col("rank") <= 10).select(pl.col("qid").cast(pl.Utf8), "doc_id")
+    hits = top.join(firsts, on=["qid", "doc_id"]).group_by("qid").agg(
+        (pl.col("list_id") == "orig:lex").sum().cast(pl.Int64).alias("bm25_top10"),
+        (pl.col("list_id") == "orig:vec").sum().cast(pl.Int64).alias("dense_top10"))
+    lead = pl.col("bm25_top10") - pl.col("dense_top10")
+    return (
+        pl.DataFrame({"qid": qids.cast(pl.Utf8).unique(maintain_order=True)})
+        .join(hits, on="qid", how="left", maintain_order="left")
+        .with_columns(pl.col("bm25_top10", "dense_top10").fill_null(0))
+        .with_columns(pl.when(lead >= FOLLOW_MARGIN).then(pl.lit("bm25-led"))
+                      .when(lead <= -FOLLOW_MARGIN).then(pl.lit("dense-led"))
+                      .otherwise(pl.lit("balanced")).alias("route"))
+        .select(list(FOLLOW_SCHEMA))
     )

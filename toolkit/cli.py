@@ -937,7 +937,7 @@ def embed(source, out, engine, ray_address, actors, model, backend, chunk_size, 
               help="The query's date (ISO: 2024-05-01, 2024-05-01T09:30:00Z): recency priors measure age from it, "
                    "not from now (sets the query field named by the config's priors.recency_query_field).")
 @click.option("-v", "--verbose", is_flag=True, help="Say on stderr where the reranker settings came from (config file or "
-              "HRT_RERANK_* environment), and which way the query went (its route and dense weight, under `default`).")
+              "HRT_RERANK_* environment), and which way the query went (its route: which list the results follow under `default`, the dense weight under `guarded-rrf`).")
 @click.option("--wait", "wait_s", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to keep trying while another process writes to the store.")
 @click.option("--batch", is_flag=True,

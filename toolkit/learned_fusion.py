@@ -470,7 +470,7 @@ def warn_other_store(model: FusionModel, path: Path, index: dict[str, Any] | Non
         _warn_once(f"store:{path}:{diff}",
                    f"learned fusion model {path} learned from stores built otherwise ({'; '.join(diff)}): its features "
                    "here come from another scale, so its ranking and score_prob may not hold (re-train it with "
-                   "`hrt train-fusion` on stores like this one)")
+                   "`hrt train-fusion` on stores like this one, or use the model-free `guarded-rrf` config)")
 
 
 def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:

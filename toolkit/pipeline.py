@@ -662,14 +662,14 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
 
         weights = router.routed_weights(weights, lists, router.p_for(prep, cfg.fusion.model))
     route = None
-    if cfg.adapt.dense_gap:
+    learned = cfg.fusion.method == "learned"
+    if cfg.adapt.dense_gap and not learned:  # (the learned model weighs no list: its route is read after the fact)
         gaps = prep.derived("dense_gap", (cands,), lambda: adapt_stage.dense_gap(cands))
         model = (prep.index or {}).get("embedding_model")
         unread = prep.derived(f"unread:{model}", (prep.queries,), lambda: adapt_stage.unread_queries(prep.queries, model))
         route = adapt_stage.routes(gaps, cfg.adapt, unread)
         weights = adapt_stage.adapt_weights(weights, route)
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
-    learned = cfg.fusion.method == "learned"
     if learned:
         from . import learned_fusion
     keep = _blend_keep(cfg, n)
@@ -741,6 +741,9 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         if acts:
             lifted = final.filter(pl.col("flags").list.contains(flag))["qid"].cast(pl.Utf8).unique()
             per_query = per_query.with_columns(pl.col("qid").cast(pl.Utf8).is_in(lifted.implode()).alias(flag))
+    if learned and cfg.retrieval.lexical.enabled and cfg.retrieval.dense.enabled:
+        firsts = prep.derived("list_firsts", (cands,), lambda: adapt_stage.list_firsts(cands))
+        route = adapt_stage.followed_routes(final, firsts, per_query["qid"])
     if route is not None:  # "bm25-led" said of a query BM25 found nothing for would mislead: it went by dense alone
         per_query = per_query.join(route, on="qid", how="left").with_columns(
             pl.when(pl.col("no_term_match")).then(pl.lit("dense-only")).otherwise(pl.col("route")).alias("route"))

@@ -370,8 +370,12 @@ JSON_SCHEMA_VERSION = 1  # `schema_version` of `--format json` (docs/search-outp
 
 def route_lines(notes: Mapping[str, Any] | None) -> list[str]:
     """Which way the query went, for the detailed format (`--format json` has it under notes.route): the per-query
-    dense weight of `adapt` and why (user trial BQ read it only from JSON)."""
+    dense weight of `adapt` and why (user trial BQ read it only from JSON), or under the learned model, which weighs
+    no list, which list its first 10 results follow (`adapt.followed_routes`)."""
     route, weight = (notes or {}).get("route"), (notes or {}).get("dense_weight")
+    lex, vec = (notes or {}).get("bm25_top10"), (notes or {}).get("dense_top10")
+    if isinstance(route, str) and isinstance(lex, int) and isinstance(vec, int):
+        return [f"route: {route} (the first 10 results hold {lex} of BM25's first 10 and {vec} of dense search's)"]
     if not isinstance(route, str) or not isinstance(weight, int | float):
         return []
     gap = (notes or {}).get("dense_gap")

@@ -47,9 +47,12 @@ from .loaders import Dataset
 from .metrics import cutoff_depth, evaluate, no_relevant, parse_measures
 from .pipeline import Prepared, prepare, rescore
 from .progress import progress_bar
-from .provenance import query_keys
+from .provenance import InSampleWarning, query_keys
 from .store import Store
 
+# The base `tune` takes instead of `default` on queries the default's shipped model was trained on (the shared
+# collections' and the demo's dev splits): `default` without the model, whose held-out scores are honest there.
+FALLBACK_BASE = "guarded-rrf"
 DEFAULT_SPACE: dict[str, Any] = {
     "fusion.method": {"choice": ["rrf", "convex"]},
     "fusion.rrf_k": {"int": [5, 120]},
@@ -539,6 +542,27 @@ def tune(
     t_all = time.perf_counter()
     keep_freed_memory()  # every trial re-scores all queries: freed numpy blocks are reused, not faulted in again
     base_cfg = load_config(base)
+    if isinstance(queries, str | Path):
+        ds = Dataset.open(queries)
+        queries, qrels, source = ds.queries(split), ds.qrels(split), ds.name
+        if not force:
+            ds.check_apart_from_test(split)
+    queries, qrels = queries_frame(queries), qrels_frame(qrels)
+    swapped = None
+    if base_cfg.fusion.method == "learned" and source:
+        from .learned_fusion import training_overlap
+
+        n, where = training_overlap(base_cfg.fusion.model, source, split, queries["qid"].to_list(), queries["text"].to_list())
+        if n and not force and base == DEFAULT_PRESET:  # the base a user gets without asking: tune from the model-free one
+            swapped = (f"the default's learned model was trained on {n} of the {len(queries)} {split} queries ({where}): "
+                       f"tuned from {FALLBACK_BASE!r} (the default without a model) instead, whose held-out scores are "
+                       "not in-sample")
+            warnings.warn(swapped, InSampleWarning, stacklevel=2)
+            base_cfg = load_config(FALLBACK_BASE)
+        elif n and not force:  # its cross-validated scores would be in-sample, and "win" against honest trials
+            raise InputError(f"the base's fusion.model was trained on {n} of the {len(queries)} {split} queries "
+                             f"({where}): its held-out scores would be in-sample; tune on queries it did not see, "
+                             "or pass force=True (hrt tune: --force)")
     sp = load_space(space)
     origin = str(space) if isinstance(space, (str, Path)) else "space"
     _validate(sp, base_cfg, origin)
@@ -551,20 +575,6 @@ def tune(
             raise InputError(f"{origin}: nothing in it can change the base's ranking ({said}): nothing to tune")
         warnings.warn(f"{origin}: left out of the search, they change nothing for this base: {said}", InertSettingWarning, stacklevel=2)
         sp = {k: d for k, d in sp.items() if k not in inert}
-    if isinstance(queries, str | Path):
-        ds = Dataset.open(queries)
-        queries, qrels, source = ds.queries(split), ds.qrels(split), ds.name
-        if not force:
-            ds.check_apart_from_test(split)
-    queries, qrels = queries_frame(queries), qrels_frame(qrels)
-    if base_cfg.fusion.method == "learned" and source:
-        from .learned_fusion import training_overlap
-
-        n, where = training_overlap(base_cfg.fusion.model, source, split, queries["qid"].to_list(), queries["text"].to_list())
-        if n and not force:  # its cross-validated scores would be in-sample, and "win" against honest trials
-            raise InputError(f"the base's fusion.model was trained on {n} of the {len(queries)} {split} queries "
-                             f"({where}): its held-out scores would be in-sample; tune on queries it did not see, "
-                             "or pass force=True (hrt tune: --force)")
     # Only judged queries count: an unjudged query has no score to tune on.
     judged = queries.filter(pl.col("qid").is_in(qrels["qid"].unique().implode()))
     qids = judged["qid"].to_list()
@@ -745,7 +755,7 @@ def tune(
             "total": time.perf_counter() - t_all,
         },
         seed=seed,
-        notes=_verdict_notes(d.p_value, d.ci, alpha if gate else None, len(qids)),
+        notes=[*([swapped] if swapped else []), *_verdict_notes(d.p_value, d.ci, alpha if gate else None, len(qids))],
     )
     if out is not None:
         save_config(best_cfg, out)
