@@ -215,3 +215,13 @@ def test_hrt_prints_the_warning_once_on_stderr(tmp_path, beir):
     assert r.stderr.count(want) == 1, r.stderr
     r = CliRunner().invoke(main, ["export", "--config", "bm25-only", "--engine", "toolkit", "--out", str(tmp_path / "y.yaml")])
     assert r.exit_code == 0 and "warning:" not in r.stderr, r.stderr
+
+
+def test_the_dense_gap_rule_is_named_as_doing_nothing_under_the_learned_default(tmp_path):
+    """`default` became the learned model, which weighs no list per query: a file extending it that tunes the dense-gap
+    rule (as one written for the RRF default did) loads with a warning that says why; under `guarded-rrf` it acts."""
+    (tmp_path / "gap.yaml").write_text("extends: default\nadapt: {dense_gap: true, gap_scale: 0.2}\n")
+    assert "adapt.gap_scale is set but" in _one(load_config, tmp_path / "gap.yaml")
+    assert "the learned model weighs no list per query" in _one(load_config, tmp_path / "gap.yaml")
+    (tmp_path / "rrf.yaml").write_text("extends: guarded-rrf\nadapt: {gap_scale: 0.2}\n")
+    assert _inert_warnings(load_config, tmp_path / "rrf.yaml") == []

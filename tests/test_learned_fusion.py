@@ -309,7 +309,9 @@ def test_lab_switches_to_learned_live(store):
     assert lab.set("fusion.method", "learned") is True
     assert lab.config.fusion.method == "learned" and "score_prob" in lab.result.final.columns
     assert lab.controls["fusion.lexical_weight"].disabled and not lab.controls["rerank.buckets"].disabled
+    assert lab.controls["adapt.dense_gap"].disabled and lab.controls["adapt.gap_scale"].disabled  # no list weighed per query
     assert lab.set("fusion.method", "rrf") and "score_prob" not in lab.result.final.columns
+    assert not lab.controls["adapt.dense_gap"].disabled
 
 
 def test_reliability_panel_and_compact_output(store):

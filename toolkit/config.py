@@ -1078,6 +1078,8 @@ _SWITCHED_OFF: tuple[_Off, ...] = (
     _Off(("rerank.blend",), _is("none"), ("top_n", "score_normalization")),
     _Off(("fusion.method", "fusion.router"), lambda m, r: not _reads("fusion.model", {"method": m, "router": r}), ("model",)),
     _Off(("adapt.dense_gap",), _is(False)),
+    _Off(("adapt.dense_gap", "fusion.method"), lambda on, method: on is True and method == "learned",
+         note="the learned model weighs no list per query"),
     _Off(("guard.exact_token",), _is(False), but=("coverage_first",)),
     _Off(("dedup.source_enabled",), _is(False), ("max_per_source", "fill")),
     _Off(("dedup.near_duplicate_enabled",), _is(False), ("near_duplicate_threshold",)),

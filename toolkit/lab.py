@@ -890,8 +890,9 @@ class Lab:
         ctl["priors.add_weight"].disabled = c.priors.combine != "add"
         ctl["guard.max_rank"].disabled = ctl["guard.sole_first"].disabled = not c.guard.exact_token
         ctl["guard.coverage_first"].disabled = ctl["guard.dense_max_rank"].disabled = coverage_stands_aside(c)  # a blending reranker or priors
+        ctl["adapt.dense_gap"].disabled = learned  # the learned model weighs no list per query
         for key in ("adapt.gap_scale", "adapt.min_weight", "adapt.max_weight"):
-            ctl[key].disabled = not c.adapt.dense_gap
+            ctl[key].disabled = learned or not c.adapt.dense_gap
         self._fusion_note.value = f"<small>{escape(panels.fusion_formula(c.fusion))}</small>"
         self._rerank_note.value = (
             "<i>rerank.provider is none: blend settings take effect once a reranker is configured</i>"
