@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from . import panels
-from .config import FIELD_HELP, PipelineConfig, low_spread
+from .config import FIELD_HELP, PipelineConfig, inert_settings, low_spread
 from .errors import ToolkitError
 from .panel_text import figure_text
 from .pipeline import coverage_stands_aside
@@ -890,9 +890,11 @@ class Lab:
         ctl["priors.add_weight"].disabled = c.priors.combine != "add"
         ctl["guard.max_rank"].disabled = ctl["guard.sole_first"].disabled = not c.guard.exact_token
         ctl["guard.coverage_first"].disabled = ctl["guard.dense_max_rank"].disabled = coverage_stands_aside(c)  # a blending reranker or priors
-        ctl["adapt.dense_gap"].disabled = learned  # the learned model weighs no list per query
-        for key in ("adapt.gap_scale", "adapt.min_weight", "adapt.max_weight"):
-            ctl[key].disabled = learned or not c.adapt.dense_gap
+        ctl["adapt.dense_gap"].disabled = learned  # the learned model weighs no list per query (a switch: no rule names it)
+        gap = ("adapt.gap_scale", "adapt.min_weight", "adapt.max_weight")
+        off = inert_settings(c, gap)  # the config's own rules: dense_gap off, or the learned model
+        for key in gap:
+            ctl[key].disabled = key in off
         self._fusion_note.value = f"<small>{escape(panels.fusion_formula(c.fusion))}</small>"
         self._rerank_note.value = (
             "<i>rerank.provider is none: blend settings take effect once a reranker is configured</i>"
