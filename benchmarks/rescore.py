@@ -189,7 +189,8 @@ def main() -> None:
     print(f"naive {dict((k, round(v, 4)) for k, v in nv.items())}")
     print(f"target: <= 50 ms median -> {'met' if t_ours <= 0.05 else 'MISSED'} (100 places kept); "
           f"{'met' if t_depth <= 0.05 else 'MISSED'} ({depth} places kept)")
-    print(f"command: .venv/bin/python benchmarks/rescore.py --dataset {args.dataset} --store {args.store} --repeats {args.repeats} --heap {args.heap}")
+    print(f"command: .venv/bin/python benchmarks/rescore.py --dataset {args.dataset} --store {args.store} --config {args.config} "
+          f"--repeats {args.repeats} --heap {args.heap}" + ("" if args.rerank else " --no-rerank"))
     load = os.getloadavg()
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

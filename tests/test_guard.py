@@ -260,3 +260,45 @@ def test_dense_searchs_first_document_stays_in_the_top_3_and_the_word_rules_keep
         assert res.final.join(g, on=["qid", "doc_id"]).filter(pl.col("rank") > 3).is_empty()
     cover = lambda r: r.final.filter(pl.col("flags").list.contains("covers_most_terms")).select("qid", "doc_id", "rank").sort("qid")  # noqa: E731
     assert cover(on).equals(cover(off)) and cover(on)["rank"].to_list() == [1] * len(cover(on))
+
+
+def _lift_by_sorting(ranked: pl.DataFrame, targets: pl.DataFrame, flag: str) -> pl.DataFrame:
+    """The rule `_lift` implements, written the plain way (as it was before the permutation, less one fault: that code
+    also moved and flagged a row of the target already in place when a chunk-level list held the document twice):
+    every row of a target below its place `_m` goes to place `_m - 0.5` with the score between its new neighbours',
+    then each query is re-ranked."""
+    m = pl.col("_m")
+    hit = ranked.join(targets, on=["qid", "doc_id"], how="left").with_columns(
+        (pl.col("_m").is_not_null() & (pl.col("rank") > m)).alias("_g"), m.max().over("qid").alias("_m"))
+    s_m = pl.col("score").filter(pl.col("rank") == m).first().over("qid")
+    s_up = pl.col("score").filter(pl.col("rank") == m - 1).first().over("qid")
+    new = pl.when(m > 1).then((s_up + s_m) / 2).otherwise(s_m + (s_m.abs() * 1e-6).clip(lower_bound=1e-12))
+    g = pl.col("_g")
+    return (hit.with_columns(pl.when(g).then(m - 0.5).otherwise(pl.col("rank").cast(pl.Float64)).alias("_place"),
+                             pl.when(g).then(new).otherwise(pl.col("score")).alias("score"),
+                             pl.when(g).then(pl.col("flags").list.concat(pl.lit([flag], pl.List(pl.Utf8)))).otherwise(pl.col("flags")).alias("flags"))
+            .sort("qid", "_place", "rank")
+            .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank"))
+            .select(ranked.columns))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=9), st.integers(0, 8),
+                          st.integers(1, 4), st.booleans()), min_size=1, max_size=6))
+def test_moving_a_guarded_hit_permutes_only_its_query_as_the_plain_sort_would(queries):
+    """The guards' move (`_lift`) is a permutation of row positions; it equals re-sorting each query with the moved
+    rows at place m - 0.5 and re-ranking, for any list: repeated documents (a chunk-level list), first place, a
+    target already in place or absent, and queries nothing moves in."""
+    from toolkit.guard import _lift
+
+    rows, targets = [], []
+    for q, (docs, pick, m, has_target) in enumerate(queries):
+        rows += [(f"q{q}", d, r, 10.0 - r + 0.25 * (q % 2), [f"f{r % 2}"] if r % 3 else []) for r, d in enumerate(docs, 1)]
+        if has_target:
+            targets.append((f"q{q}", "abcdefghz"[pick], m))  # z: a target the list lacks
+    ranked = pl.DataFrame(rows, schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "rank": pl.Int64, "score": pl.Float64,
+                                        "flags": pl.List(pl.Utf8)}, orient="row")
+    tg = pl.DataFrame(targets, schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "_m": pl.Int64}, orient="row")
+    got = _lift(ranked, tg, "kept")
+    assert got.equals(_lift_by_sorting(ranked, tg, "kept"))
+    assert got.group_by("qid").agg((pl.col("score").diff().drop_nulls() <= 0).all())["score"].all()  # still by score

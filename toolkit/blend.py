@@ -36,6 +36,9 @@ BLEND_SCHEMA = {
     "raw_score": pl.Float64,
     "flags": pl.List(pl.Utf8),
 }
+# Fused columns the blend passes on when present: `_n` (each query's fused count, for `_blend_block`), fusion's codes
+# `_key` and `_q` (`_out_columns`), and the learned model's `score_prob` (`learned_fusion.attach_prob`).
+CARRIED = ("_n", "_key", "_q", "score_prob")
 
 
 def scores_below(floor: pl.Expr, pos: pl.Expr, count: pl.Expr) -> pl.Expr:
@@ -94,7 +97,7 @@ def blend(
         pl.col("chunk_id").cast(pl.Utf8),
         pl.col("rank").cast(pl.Int64).alias("fused_rank"),
         pl.col("score").cast(pl.Float64).alias("fused_score"),
-        *(c for c in ("_n", "_key", "_q") if c in fused.columns),
+        *(c for c in CARRIED if c in fused.columns),
     )
     if lookup is not None and cfg.blend != "none" and "_key" in fused.columns and len(lookup[0]):
         keys, values, by_group = lookup
@@ -138,8 +141,8 @@ def blend(
 def _out_columns(b: pl.DataFrame) -> list[str]:
     """BLEND_SCHEMA's columns, and fusion's codes when `b` has them: the (query, document) code `_key` (dedup
     then finds each row's source by integer, `dedup.source_codes`, not by a string join) and the query code
-    `_q` (`fusion.query_groups`)."""
-    return [*BLEND_SCHEMA, *(c for c in ("_key", "_q") if c in b.columns)]
+    `_q` (`fusion.query_groups`), and the learned model's `score_prob`."""
+    return [*BLEND_SCHEMA, *(c for c in CARRIED[1:] if c in b.columns)]
 
 
 def _segments(g: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -352,18 +352,22 @@ def _collapse_identical(r: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataF
     (kept, removed rows, [qid, key, other]: the source of each copy collapsed into the kept result `key`).
     Copies come from the query's own rows only, so its scope holds: another scope's copy is not a row."""
     on = copies.columns[0]
-    # One hashing pass marks each (query, text) group's first row; the rest join their group's first. Three window
-    # expressions over every row took 290 ms a slider change on LoCoMo (153k rows), where almost no group has a copy.
-    r = r.join(copies.select(on, "text_hash"), on=on, how="left", maintain_order="left").with_columns(
-        pl.coalesce(pl.col("text_hash"), pl.col(on)).alias("_k"))
-    r = r.with_columns((~pl.struct("qid", "_k").is_first_distinct()).alias("_copy"))
-    firsts = r.filter(~pl.col("_copy")).select("qid", "_k", pl.col("doc_id").alias("_first"), pl.col(on).alias("_first_key"))
-    dup = r.filter("_copy").join(firsts, on=["qid", "_k"], how="left", maintain_order="left")
+    # Only a result whose text another document (or chunk) of the store shares can have a copy: 2 of LoCoMo's
+    # 5,882 documents. So only their rows are grouped; every row was joined and grouped before (a string join
+    # of 153k rows: ~50 ms of each slider change on LoCoMo).
+    shared = copies.filter(pl.col("text_hash").is_not_null() & (pl.len().over("text_hash") > 1)).select(on, "text_hash")
+    hit = r.with_row_index("_i").filter(pl.col(on).is_in(shared[on].implode()))
+    hit = hit.join(shared, on=on, how="left", maintain_order="left").with_columns(
+        (~pl.struct("qid", "text_hash").is_first_distinct()).alias("_copy"))
+    firsts = hit.filter(~pl.col("_copy")).select("qid", "text_hash", pl.col("doc_id").alias("_first"), pl.col(on).alias("_first_key"))
+    dup = hit.filter("_copy").join(firsts, on=["qid", "text_hash"], how="left", maintain_order="left")
     gone = dup.select(
         "qid", "doc_id", "chunk_id", "rank", pl.lit("identical").alias("reason"), pl.col("_first").alias("kept_instead")
     )
     same = dup.select("qid", pl.col("_first_key").alias(on), pl.col("source").alias("other"))
-    return r.filter(~pl.col("_copy")).drop("text_hash", "_k", "_copy"), gone, same
+    if len(dup):
+        r = r.filter(~pl.int_range(pl.len(), dtype=pl.UInt32).is_in(dup["_i"].implode()))
+    return r, gone, same
 
 
 def _also_in(
@@ -374,9 +378,16 @@ def _also_in(
     query, so nothing outside its scope is named), `copies` (how many results it stands for, those of its own
     source included: user trial S, a near-copy removed from the same file left no trace) and flag
     `duplicates_collapsed` where `copies` is not 0."""
-    mine = r.select("qid", *dict.fromkeys(["doc_id", on]), "source")
     parts = []
     near = [x for x in removed if len(x) and (x["reason"] == "near_duplicate").any()]
+    # Only rows something collapsed into are read, found by row number: joining every row by (query, key) strings
+    # cost ~30 ms of a slider change on LoCoMo (153k rows, a handful of copies).
+    into = pl.lit(False)
+    if same is not None and len(same):
+        into = into | pl.col(on).is_in(same[on].unique().implode())
+    if near:
+        into = into | pl.col("doc_id").is_in(pl.concat(near)["kept_instead"].unique().implode())
+    mine = r.with_row_index("_i").filter(into).select("_i", "qid", *dict.fromkeys(["doc_id", on]), "source", "flags")
     if same is not None and len(same) and near:
         # Copies collapsed into a result that was then removed as a near-duplicate belong to the result kept
         # instead (review: X2, identical to X, vanished from the count when X went as Y's near-copy).
@@ -387,7 +398,7 @@ def _also_in(
         same = pl.concat([same.join(gone.select("qid", on), on=["qid", on], how="anti"),
                           moved.select("qid", pl.col("_to").alias(on), "other")])
     if same is not None and len(same):
-        parts.append(same.join(mine, on=["qid", on], how="inner").select("qid", on, "source", "other"))
+        parts.append(same.join(mine, on=["qid", on], how="inner").select("_i", "source", "flags", "other"))
     if near:
         src = (
             doc_source.select(pl.col("doc_id").cast(pl.Utf8), pl.col("source").cast(pl.Utf8))
@@ -396,18 +407,19 @@ def _also_in(
         )
         nd = pl.concat(near).filter(pl.col("reason") == "near_duplicate").join(src, on="doc_id", how="left")
         nd = nd.select("qid", pl.col("kept_instead").alias("doc_id"), pl.coalesce("source", "doc_id").alias("other"))
-        parts.append(nd.join(mine, on=["qid", "doc_id"], how="inner").select("qid", on, "source", "other"))
+        parts.append(nd.join(mine, on=["qid", "doc_id"], how="inner").select("_i", "source", "flags", "other"))
     if not parts:
         return r.with_columns(pl.lit([], pl.List(pl.Utf8)).alias("also_in"), pl.lit(0, pl.Int64).alias("copies"))
     also = (
         pl.concat(parts)
-        .group_by("qid", on)
+        .group_by("_i")
         .agg(
             pl.col("other").filter(pl.col("other") != pl.col("source")).unique().sort().alias("also_in"),
             pl.len().cast(pl.Int64).alias("copies"),
+            pl.col("flags").first().list.concat(pl.lit([COLLAPSED], pl.List(pl.Utf8))).alias("_flags"),
         )
     )
-    r = r.join(also, on=["qid", on], how="left", maintain_order="left").with_columns(
-        pl.col("also_in").fill_null(pl.lit([], pl.List(pl.Utf8))), pl.col("copies").fill_null(0)
-    )
-    return r.with_columns(_add_flag(pl.col("flags"), pl.col("copies") > 0, COLLAPSED).alias("flags"))
+    # The flag is added to the few rows here, not by a condition over every row (a list per row: 15 ms on LoCoMo).
+    r = r.with_row_index("_i").join(also, on="_i", how="left", maintain_order="left")
+    return r.with_columns(pl.col("also_in").fill_null(pl.lit([], pl.List(pl.Utf8))), pl.col("copies").fill_null(0),
+                          pl.coalesce("_flags", "flags").alias("flags")).drop("_i", "_flags")

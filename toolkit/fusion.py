@@ -256,6 +256,26 @@ def pair_lookup(ix: FusionIndex, frame: pl.DataFrame, value: str) -> tuple[np.nd
     return keys[o], known[value].cast(pl.Float64).to_numpy()[o]
 
 
+def coded(frame: pl.DataFrame, ix: FusionIndex) -> pl.DataFrame:
+    """`frame` [qid, doc_id, ...] (a ranking made without `fuse`: the learned model's) with `fuse`'s codes `_key` and
+    `_q`, so the later stages find sources by integer and group queries without string ids, and `_grp`, the row's
+    own place: values aligned with the frame's rows (`aligned_values`) are then found by a gather. As it is when a
+    row names a query or document the candidates lack."""
+    q = frame["qid"].cast(pl.Utf8).cast(pl.Enum(ix.qids), strict=False).to_physical()
+    d = frame["doc_id"].cast(pl.Utf8).cast(pl.Enum(ix.docs), strict=False).to_physical()
+    if q.null_count() or d.null_count():
+        return frame
+    q, d = q.cast(pl.Int64).to_numpy(), d.cast(pl.Int64).to_numpy()
+    return frame.with_columns(pl.Series("_key", q * len(ix.docs) + d), pl.Series("_grp", np.arange(len(frame))),
+                              pl.Series("_q", q))
+
+
+def aligned_values(frame: pl.DataFrame, lookup: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """`pair_lookup` values aligned with the rows of `coded(frame)` (NaN where none): `grouped_values` for a
+    ranking `fuse` did not make."""
+    return lookup_values(lookup, frame["_key"].to_numpy())
+
+
 def grouped_values(ix: FusionIndex, lookup: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """`pair_lookup` values aligned with `ix.grouping`'s documents (NaN where none): fused rows then find
     theirs by their `_grp` place, a gather instead of a binary search per row."""

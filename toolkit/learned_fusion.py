@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from . import booster as booster_mod
-from . import calibration, ltr_features
+from . import calibration, fusion, ltr_features
 from . import router as router_mod
 from .errors import InputError
 from .files import write_text_atomic
@@ -491,11 +491,18 @@ def scored_for(prep: Any, model_path: str | None) -> pl.DataFrame:
     return prep.derived(stamp, (feats,), build)
 
 
-def fuse(prep: Any, model_path: str | None) -> tuple[pl.DataFrame, float]:
-    """(fused [qid, doc_id, chunk_id, score, rank], seconds): the learned ranking in `fusion.fuse`'s shape."""
+def fuse(prep: Any, model_path: str | None, idx: fusion.FusionIndex | None = None) -> tuple[pl.DataFrame, float]:
+    """(fused [qid, doc_id, chunk_id, score, rank, score_prob], seconds): the learned ranking in `fusion.fuse`'s
+    shape, with the model's calibrated probability, which the blend carries to `attach_prob`, and with `idx` (the
+    candidates' `fusion.index`) `fuse`'s integer codes. Cached on `prep` with the scores."""
     t = time.perf_counter()
     s = scored_for(prep, model_path)
-    return s.select("qid", "doc_id", "chunk_id", "score", "rank"), time.perf_counter() - t
+
+    def build() -> pl.DataFrame:
+        out = s.select("qid", "doc_id", "chunk_id", "score", "rank", "score_prob")
+        return fusion.coded(out, idx) if idx is not None else out
+
+    return prep.derived("learned_fused", (s, idx), build), time.perf_counter() - t
 
 
 def attach_prob(ranked: pl.DataFrame, prep: Any, model_path: str | None) -> pl.DataFrame:
@@ -504,8 +511,9 @@ def attach_prob(ranked: pl.DataFrame, prep: Any, model_path: str | None) -> pl.D
     guard, a reranker's blend, priors); it then gets the highest probability of those below it, so the list reads
     top-down and `threshold.min_prob` cannot drop a result while keeping one placed under it. Raised, not lowered:
     a guarded hit the model gave 0.10 would otherwise pull every result under it down to 0.10."""
-    probs = scored_for(prep, model_path).select("qid", "doc_id", "score_prob")
-    if "score_prob" in ranked.columns:
-        ranked = ranked.drop("score_prob")
-    ranked = ranked.join(probs, on=["qid", "doc_id"], how="left", maintain_order="left")
+    if "score_prob" in ranked.columns:  # `fuse`'s column, carried by the stages since: no join of every row
+        ranked = ranked.select(pl.exclude("score_prob"), "score_prob")  # last, as the join puts it
+    else:
+        probs = scored_for(prep, model_path).select("qid", "doc_id", "score_prob")
+        ranked = ranked.join(probs, on=["qid", "doc_id"], how="left", maintain_order="left")
     return ranked.with_columns(pl.col("score_prob").cum_max(reverse=True).over("qid", order_by="rank"))

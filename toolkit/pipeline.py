@@ -682,7 +682,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     if places is not None:
         fused = None
     else:
-        fused = learned_fusion.fuse(prep, cfg.fusion.model)[0] if learned else fusion.fuse(cands, weights, cfg.fusion, idx=idx, depth=depth)
+        fused = (learned_fusion.fuse(prep, cfg.fusion.model, idx)[0] if learned
+                 else fusion.fuse(cands, weights, cfg.fusion, idx=idx, depth=depth))
     t["fuse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -692,7 +693,10 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         rs = prep.derived("rerank_by_doc", (rs,), lambda: blend_stage.rerank_by_doc(prep.rerank_scores))
         if idx is not None:
             pairs = prep.derived("rerank_lookup", (rs, cands), lambda: fusion.pair_lookup(idx, rs, "rerank_score"))
-            lookup = (*pairs, prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
+            by_row = (prep.derived("rerank_by_row", (rs, fused), lambda: fusion.aligned_values(fused, pairs))
+                      if learned and fused is not None and "_grp" in fused.columns
+                      else prep.derived("rerank_grouped", (rs, cands), lambda: fusion.grouped_values(idx, pairs)))
+            lookup = (*pairs, by_row)
     with_priors = priors_stage.active(cfg.priors)
     if places is not None:
         blended = blend_stage.blend_places(places, lookup[2] if lookup is not None else None, cfg.rerank, keep=keep)
