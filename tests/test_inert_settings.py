@@ -225,3 +225,28 @@ def test_the_dense_gap_rule_is_named_as_doing_nothing_under_the_learned_default(
     assert "the learned model weighs no list per query" in _one(load_config, tmp_path / "gap.yaml")
     (tmp_path / "rrf.yaml").write_text("extends: guarded-rrf\nadapt: {gap_scale: 0.2}\n")
     assert _inert_warnings(load_config, tmp_path / "rrf.yaml") == []
+
+
+def test_the_rules_that_stand_aside_for_a_reranker_and_priors_are_named_and_the_dense_rule_outlives_the_guard():
+    """`guard.coverage_first` and `guard.dense_max_rank` stand aside while a reranker blends or priors re-weight: a file
+    setting them then says so, and rescore's own test (`pipeline.coverage_stands_aside`) asks the same rules. The dense
+    rule does not hang on the exact-token guard: with the guard off it still acts, and no warning says otherwise."""
+    from toolkit.pipeline import coverage_stands_aside
+
+    rr = {"rerank": {"provider": "http", "url": "https://h/v1/rerank"}, "guard": {"coverage_first": True}}
+    assert ("guard.coverage_first is set but rerank.provider is 'http' and rerank.blend is 'position' (while a reranker's "
+            "scores shape the order)") in _one(config_from_dict, rr, "my.yaml")
+    pri = {"priors": {"recency_field": "date"}, "guard": {"dense_max_rank": 3}}
+    assert "guard.dense_max_rank is set but priors.recency_field is 'date'" in _one(config_from_dict, pri, "my.yaml")
+    assert "(while priors re-weight the list)" in _one(config_from_dict, pri, "my.yaml")
+    assert coverage_stands_aside(config_from_dict(rr)) and coverage_stands_aside(config_from_dict(pri))
+    blend_off = {"rerank": {**rr["rerank"], "blend": "none"}, "guard": {"coverage_first": True}}
+    assert not coverage_stands_aside(config_from_dict(blend_off)) and not coverage_stands_aside(load_config("default"))
+    assert _inert_warnings(config_from_dict, {"guard": {"exact_token": False, "dense_max_rank": 3}}, "my.yaml") == []
+    assert "guard.dense_max_rank" not in inert_settings(load_config("default").with_updates({"guard.exact_token": False}))
+
+
+def test_the_dense_gap_switch_itself_is_named_under_the_learned_model(tmp_path):
+    (tmp_path / "gap.yaml").write_text("extends: default\nadapt: {dense_gap: true}\n")
+    assert "adapt.dense_gap is set but fusion.method is 'learned'" in _one(load_config, tmp_path / "gap.yaml")
+    assert "adapt.dense_gap" not in inert_settings(load_config("guarded-rrf"))

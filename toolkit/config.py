@@ -1038,7 +1038,8 @@ class InertSettingWarning(ConfigWarning):
 
 class _Off(NamedTuple):
     """While `off(*values of the switches)` holds, `fields` of the first switch's section do nothing: "*" is
-    every field of that section but the switches and `but`, "recency_*" the ones named so."""
+    every field of that section but the switches and `but`, "recency_*" the ones named so; a dotted name
+    ("guard.coverage_first") is that field of any section."""
 
     switches: tuple[str, ...]
     off: Callable[..., bool]
@@ -1060,6 +1061,7 @@ def _is_not(value: Any) -> Callable[..., bool]:
 # rrf, buckets with no reranker) would otherwise load in silence, as a mistyped key no longer does. Which
 # settings each switch silences is declared here, once; a field silenced by several rules is named with the
 # first. The fusion fields each method reads are `fusion.READ_BY` (`inert_settings` asks `fusion.reads`).
+STANDS_ASIDE = ("guard.coverage_first", "guard.dense_max_rank")  # label-free rules that yield to a reranker and priors
 _SWITCHED_OFF: tuple[_Off, ...] = (
     _Off(("retrieval.lexical.enabled",), _is(False)),
     # Near-duplicate dedup checks the store's vectors against the dense model (and backend) even so.
@@ -1080,7 +1082,14 @@ _SWITCHED_OFF: tuple[_Off, ...] = (
     _Off(("adapt.dense_gap",), _is(False)),
     _Off(("adapt.dense_gap", "fusion.method"), lambda on, method: on is True and method == "learned",
          note="the learned model weighs no list per query"),
-    _Off(("guard.exact_token",), _is(False), but=("coverage_first",)),
+    _Off(("fusion.method",), _is("learned"), ("adapt.dense_gap",), note="the learned model weighs no list per query"),
+    _Off(("guard.exact_token",), _is(False), but=("coverage_first", "dense_max_rank")),
+    # The word and dense-first rules were measured without a blending reranker or priors, and stand aside for them
+    # (`pipeline.coverage_stands_aside` asks these two rules).
+    _Off(("rerank.provider", "rerank.blend"), lambda provider, blend: provider != "none" and blend != "none",
+         STANDS_ASIDE, note="while a reranker's scores shape the order"),
+    _Off(("priors.recency_field", "priors.priority_field", "priors.use_field"), lambda *f: any(x is not None for x in f),
+         STANDS_ASIDE, note="while priors re-weight the list"),
     _Off(("dedup.source_enabled",), _is(False), ("max_per_source", "fill")),
     _Off(("dedup.near_duplicate_enabled",), _is(False), ("near_duplicate_threshold",)),
     _Off(("threshold.min_score", "threshold.min_prob"), lambda s, p: s == 0 and p == 0, ("none_pass",)),
@@ -1100,11 +1109,16 @@ def _silenced(rule: _Off) -> tuple[str, ...]:
     if not set(rule.switches) <= FIELD_STAGES.keys():
         raise TypeError(f"inert-settings rule: {', '.join(rule.switches)}: not all config fields")
     for pattern in rule.fields:
+        if "." in pattern:  # a field of another section, by its path
+            if pattern not in FIELD_STAGES:
+                raise TypeError(f"inert-settings rule on {', '.join(rule.switches)}: {pattern!r} is no config field")
+            out.append(pattern)
+            continue
         hit = [n for n in names if fnmatch.fnmatchcase(n, pattern) and f"{section}.{n}" not in rule.switches and n not in rule.but]
         if not hit:
             raise TypeError(f"inert-settings rule on {', '.join(rule.switches)}: {pattern!r} names no field of {section}")
-        out += hit
-    return tuple(f"{section}.{n}" for n in out)
+        out += [f"{section}.{n}" for n in hit]
+    return tuple(out)
 
 
 _INERT_RULES = tuple((rule, _silenced(rule)) for rule in _SWITCHED_OFF)
@@ -1114,10 +1128,13 @@ def _shown(v: Any) -> str:
     return "unset" if v is None else str(v).lower() if isinstance(v, bool) else repr(v)
 
 
-def inert_settings(cfg: PipelineConfig, paths: Iterable[str] | None = None) -> dict[str, str]:
+def inert_settings(cfg: PipelineConfig, paths: Iterable[str] | None = None, *, ignore: Iterable[str] = ()) -> dict[str, str]:
     """{field: why it does nothing} for the fields (of `paths`; default all) that the rest of `cfg` switches
-    off, e.g. {"fusion.alpha": "fusion.method 'rrf' does not read it"}, in schema order."""
+    off, e.g. {"fusion.alpha": "fusion.method 'rrf' does not read it"}, in schema order. `ignore`: switches whose
+    rules of their own (no other switch) are left out: the lab keeps the blend's controls live before a reranker
+    is set (`rerank.provider`), as its note says."""
     flat = cfg.flat()
+    skip = set(ignore)
     todo = set(FIELD_STAGES if paths is None else paths)
     why: dict[str, str] = {}
     if any(p.startswith("fusion.") for p in todo):
@@ -1126,6 +1143,8 @@ def inert_settings(cfg: PipelineConfig, paths: Iterable[str] | None = None) -> d
         method = flat["fusion.method"]
         why |= {p: f"fusion.method {method!r} does not read it" for p in todo if not fusion.reads(method, p)}
     for rule, silenced in _INERT_RULES:
+        if len(rule.switches) == 1 and rule.switches[0] in skip:
+            continue
         values = [flat[s] for s in rule.switches]
         if any(p in todo for p in silenced) and rule.off(*values):
             shown = [_shown(v) for v in values]

@@ -43,7 +43,6 @@ from . import panels
 from .config import FIELD_HELP, PipelineConfig, inert_settings, low_spread
 from .errors import ToolkitError
 from .panel_text import figure_text
-from .pipeline import coverage_stands_aside
 from .progress import in_kernel
 from .session import DEFAULT_MEASURES, LATER, Session, bucket_added, bucket_removal_problem, bucket_removed
 from .store import Store
@@ -871,30 +870,11 @@ class Lab:
     def _sync_disabled(self) -> None:
         """Grey out knobs that have no effect under the current settings."""
         c, ctl = self.config, self.controls
-        rrf, learned = c.fusion.method == "rrf", c.fusion.method == "learned"
-        for key in ("fusion.rrf_k", "fusion.rank_bonus@1", "fusion.rank_bonus@3"):
-            ctl[key].disabled = not rrf
-        for key in ("fusion.alpha", "fusion.normalization"):
-            ctl[key].disabled = rrf or learned
-        for key in ("fusion.lexical_weight", "fusion.dense_weight", "fusion.original_weight", "fusion.expansion_weight"):
-            if key in ctl:  # the learned model reads the lists' features, not their weights
-                ctl[key].disabled = learned
-        ctl["rerank.buckets"].disabled = c.rerank.blend != "position"
-        ctl["rerank.top_n"].disabled = c.rerank.blend == "none"
-        ctl["dedup.max_per_source"].disabled = not c.dedup.source_enabled
-        ctl["dedup.near_duplicate_threshold"].disabled = not c.dedup.near_duplicate_enabled
-        for key in ("routing.technical_lexical_boost", "routing.conversational_skip_lexical", "routing.conversational_skip_expansion"):
-            ctl[key].disabled = not c.routing.enabled
-        ctl["priors.recency_half_life_days"].disabled = ctl["priors.recency_floor"].disabled = c.priors.recency_field is None
-        ctl["priors.use_weight"].disabled = c.priors.use_field is None
-        ctl["priors.add_weight"].disabled = c.priors.combine != "add"
-        ctl["guard.max_rank"].disabled = ctl["guard.sole_first"].disabled = not c.guard.exact_token
-        ctl["guard.coverage_first"].disabled = ctl["guard.dense_max_rank"].disabled = coverage_stands_aside(c)  # a blending reranker or priors
-        ctl["adapt.dense_gap"].disabled = learned  # the learned model weighs no list per query (a switch: no rule names it)
-        gap = ("adapt.gap_scale", "adapt.min_weight", "adapt.max_weight")
-        off = inert_settings(c, gap)  # the config's own rules: dense_gap off, or the learned model
-        for key in gap:
-            ctl[key].disabled = key in off
+        # The config's inert-settings rules decide, as for a file's warning (a second list here drifted); the blend's
+        # controls stay live without a reranker: the note under them says they act once one is set.
+        off = inert_settings(c, {k.partition("@")[0] for k in ctl}, ignore=("rerank.provider",))
+        for key, w in ctl.items():
+            w.disabled = key.partition("@")[0] in off
         self._fusion_note.value = f"<small>{escape(panels.fusion_formula(c.fusion))}</small>"
         self._rerank_note.value = (
             "<i>rerank.provider is none: blend settings take effect once a reranker is configured</i>"

@@ -32,9 +32,11 @@ from . import guard as guard_stage
 from . import priors as priors_stage
 from .config import (
     INPUT_FLAGS,
+    STANDS_ASIDE,
     FusionConfig,
     PipelineConfig,
     Stage,
+    inert_settings,
     load_config,
     low_spread,
     prepare_settings,
@@ -546,8 +548,8 @@ def coverage_stands_aside(cfg: PipelineConfig) -> bool:
     """Whether `guard.coverage_first` (and `guard.dense_max_rank`, measured likewise) stands aside, on or off: while a reranker's scores shape the order (it counts
     words, the reranker has read the query and the documents whole) and while priors re-weight (a recency or priority
     demotion is the user's say), as it was measured without either; the exact-token guard does not stand aside: an
-    identifier is exact."""
-    return (cfg.rerank.provider != "none" and cfg.rerank.blend != "none") or priors_stage.active(cfg.priors)
+    identifier is exact. Asked of the config's inert-settings rules, which declare it."""
+    return STANDS_ASIDE[0] in inert_settings(cfg, STANDS_ASIDE[:1])
 
 
 def coverage_acts(cfg: PipelineConfig) -> bool:
