@@ -152,10 +152,12 @@ class Result:
         Byte-identical copies collapsed into one result are listed right after it (`_with_copies`)."""
         from .runs import float32_strict
 
+        depth = count_arg(depth, "depth")
         run = self.final.select("qid", "doc_id", "rank", "score")
+        if depth is not None:  # listing copies only moves rows down: nothing below `depth` can come up to it
+            run = run.filter(pl.col("rank") <= depth)
         if len(self.removed) and (self.removed["reason"] == "identical").any():
             run = _with_copies(run, self.removed.filter(pl.col("reason") == "identical"))
-        depth = count_arg(depth, "depth")
         return float32_strict(run if depth is None else run.filter(pl.col("rank") <= depth))
 
 
