@@ -262,3 +262,50 @@ def test_also_in_names_only_copies_the_querys_scope_may_see(tmp_path, embedder):
     assert both["doc_id"].is_in(["alice/party.md", "bob/party.md"]).sum() == 1
     other = sorted({"alice/party.md", "bob/party.md"} - {both["doc_id"][0]})
     assert both["also_in"][0].to_list() == other and "duplicates_collapsed" in both["flags"][0].to_list()
+
+
+def _greedy_near_duplicates(r: pl.DataFrame, vec: dict[str, list[float]], threshold: float) -> set[tuple[str, str, str]]:
+    """The rule written plainly: in each query's rank order a result goes when an earlier result still kept has cosine
+    >= threshold with it, naming the most similar such result (the earlier one on a tie)."""
+    import numpy as np
+
+    out = set()
+    for (q,), g in r.sort("rank").group_by("qid", maintain_order=True):
+        kept: list[tuple[str, np.ndarray]] = []
+        for d, c in g.select("doc_id", "chunk_id").iter_rows():
+            v = np.asarray(vec[c], dtype=np.float32)
+            v = v / np.linalg.norm(v)
+            sims = [(float(np.float32(v @ k)), -i, kd) for i, (kd, k) in enumerate(kept)]
+            near = [s for s in sims if s[0] >= threshold]
+            if near:
+                out.add((q, d, max(near)[2]))
+            else:
+                kept.append((d, v))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([0.8, 0.9, 0.95]), st.booleans())
+def test_near_duplicates_from_cached_pairs_equal_the_plain_greedy_rule(seed, threshold, shared):
+    """`near_edges` (computed once per prepared set, at a floor at or below the threshold, over all candidates) gives
+    the removals of the plain greedy rule, whether the queries share their candidates (pairs among all chunks) or not
+    (pairs within each query)."""
+    import numpy as np
+
+    from toolkit.dedup import near_duplicates, near_edges
+
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(6, 8))
+    rows, vec = [], {}
+    for q in range(10):  # ten queries of nine: apart, products per query are cheaper (90 chunks); shared, all pairs of 12
+        docs = [f"d{i}" if shared else f"q{q}d{i}" for i in rng.permutation(12)[:9]]
+        rows.append(ranked(docs, f"q{q}"))
+        for d in docs:  # a few themes, each chunk a small step from one: many near pairs, some not
+            vec.setdefault(f"{d}#0", (base[int(d.split("d")[-1]) % 6] + rng.normal(scale=0.25, size=8)).tolist())
+    r = pl.concat(rows)
+    vectors = pl.DataFrame({"chunk_id": list(vec), "vec": list(vec.values())})
+    want = _greedy_near_duplicates(r, vec, threshold)
+    for floor in (threshold, 0.7):
+        got = near_duplicates(r, vectors, threshold, 50, near_edges(vectors, r, floor))
+        assert set(got.iter_rows()) == want, floor
+    assert set(near_duplicates(r, vectors, threshold, 50).iter_rows()) == want

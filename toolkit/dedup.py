@@ -17,6 +17,8 @@ ranks by score).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -54,81 +56,102 @@ def _unit_matrix(vectors: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     return v.select("chunk_id").with_row_index("vi").select("chunk_id", pl.col("vi").cast(pl.Int64)), mat
 
 
-def _edges_per_query(
-    vi: np.ndarray, bounds: np.ndarray, unit: np.ndarray, threshold: float
-) -> tuple[np.ndarray, ...]:
-    """(row i, row j, cosine) with i < j in the same query block and cosine >= threshold: one small
-    matrix product per query."""
-    out_i, out_j, out_s = [], [], []
-    for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+# Near-identical pairs are kept from this cosine up (or from a lower threshold when one is set), so a threshold
+# slider above it filters cached pairs instead of multiplying vectors again.
+EDGE_FLOOR = 0.9
+
+
+def edge_floor(threshold: float) -> float:
+    """The cosine `near_edges` keeps pairs from for `threshold`: one cache serves every threshold above the floor."""
+    return min(threshold, EDGE_FLOOR)
+
+
+@dataclass(frozen=True)
+class NearEdges:
+    """The near-identical pairs (cosine >= `floor`) among a prepared set's candidate chunks: config-free, so
+    computed once per prepared set and floor, not on every slider change (the products cost ~210 ms a change
+    on LoCoMo). `pairs` [va, vb, sim] hold every ordered pair of distinct chunks (a store whose queries share
+    candidates, like a memory bank), or, with a `qid` column, the pairs within each query's candidates
+    (whichever takes fewer multiply-adds)."""
+
+    index: pl.DataFrame  # [chunk_id, vi]: the row of each chunk's unit vector
+    pairs: pl.DataFrame
+    floor: float
+
+
+def near_edges(vectors: pl.DataFrame, candidates: pl.DataFrame, floor: float) -> NearEdges:
+    """`NearEdges` of `candidates` [qid, chunk_id, ...] from `vectors` [chunk_id, vec]."""
+    index, unit = _unit_matrix(vectors)
+    c = (candidates.select(pl.col("qid").cast(pl.Utf8), pl.col("chunk_id").cast(pl.Utf8)).unique()
+         .join(index, on="chunk_id").sort("qid", "vi"))
+    used = np.unique(c["vi"].to_numpy())
+    sizes = c.group_by("qid", maintain_order=True).len()["len"].to_numpy().astype(np.int64)
+    # Large blocked products run ~10x faster per multiply-add than many small ones (LoCoMo: 0.6 s vs 5.3 s with
+    # 5,877 distinct chunks), hence the factor 8.
+    if len(used) ** 2 < 8 * int((sizes**2).sum()):
+        u = unit[used]
+        pa, pb, ps = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]
+        for s in range(0, len(used), 1024):
+            sim = u[s : s + 1024] @ u.T
+            i, j = np.nonzero(sim >= floor)
+            keep = i + s != j
+            pa.append(used[i[keep] + s])
+            pb.append(used[j[keep]])
+            ps.append(sim[i[keep], j[keep]])
+        pairs = pl.DataFrame({"va": np.concatenate(pa), "vb": np.concatenate(pb), "sim": np.concatenate(ps)})
+        return NearEdges(index, pairs, floor)
+    vi = c["vi"].to_numpy()
+    bounds = np.r_[0, np.cumsum(sizes)]
+    at, pa, pb, ps = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]
+    for s, e in zip(bounds[:-1], bounds[1:], strict=True):  # one small product per query
         if e - s < 2:
             continue
         m = unit[vi[s:e]]
         sim = m @ m.T
-        i, j = np.nonzero(np.triu(sim >= threshold, k=1))
-        out_i.append(i + s)
-        out_j.append(j + s)
-        out_s.append(sim[i, j])
-    if not out_i:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    return np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_s)
-
-
-def _edges_global(
-    vi: np.ndarray, qcode: np.ndarray, unit: np.ndarray, threshold: float
-) -> tuple[np.ndarray, ...]:
-    """The same edges via all near-identical pairs among the distinct chunks present (blocked matrix
-    products): cheaper than per-query products when queries share their candidates (a memory bank)."""
-    used = np.unique(vi)
-    u = unit[used]
-    pa, pb, ps = [], [], []
-    for s in range(0, len(used), 1024):
-        sim = u[s : s + 1024] @ u.T
-        i, j = np.nonzero(sim >= threshold)
-        keep = i + s != j
-        pa.append(used[i[keep] + s])
-        pb.append(used[j[keep]])
+        i, j = np.nonzero(sim >= floor)
+        keep = i != j
+        at.append(np.full(int(keep.sum()), s))
+        pa.append(vi[s:e][i[keep]])
+        pb.append(vi[s:e][j[keep]])
         ps.append(sim[i[keep], j[keep]])
-    pairs = pl.DataFrame({"va": np.concatenate(pa), "vb": np.concatenate(pb), "sim": np.concatenate(ps)})
-    rows = pl.DataFrame({"row": np.arange(len(vi)), "q": qcode, "v": vi})
-    e = (
-        rows.join(pairs, left_on="v", right_on="va")
-        .join(rows.select(pl.col("row").alias("row_b"), "q", pl.col("v").alias("vb")), on=["q", "vb"])
-        .filter(pl.col("row") < pl.col("row_b"))
-    )
-    return e["row"].to_numpy(), e["row_b"].to_numpy(), e["sim"].to_numpy()
+    pairs = pl.DataFrame({"qid": c["qid"].gather(np.concatenate(at)), "va": np.concatenate(pa), "vb": np.concatenate(pb),
+                          "sim": np.concatenate(ps)})
+    return NearEdges(index, pairs, floor)
 
 
 def near_duplicates(
-    ranked: pl.DataFrame, vectors: pl.DataFrame, threshold: float, depth: int
+    ranked: pl.DataFrame, vectors: pl.DataFrame | None, threshold: float, depth: int, edges: NearEdges | None = None
 ) -> pl.DataFrame:
     """[qid, doc_id, kept_instead] of results to drop: cosine >= threshold to a higher-ranked kept result.
 
     Greedy in rank order over each query's top `depth`; a result without a vector is never a duplicate.
-    The kept result named is the most similar one.
+    The kept result named is the most similar one. `edges`: `near_edges` of the candidates `ranked` came
+    from at a floor <= threshold (`Prepared` keeps them); else they are computed here from `vectors`.
     """
     schema = {"qid": pl.Utf8, "doc_id": pl.Utf8, "kept_instead": pl.Utf8}
-    index, unit = _unit_matrix(vectors)
+    if edges is None or edges.floor > threshold:
+        edges = near_edges(vectors, ranked.filter(pl.col("rank") <= depth), threshold)
     top = (
         ranked.filter(pl.col("rank") <= depth)
-        .select("qid", "doc_id", "chunk_id", "rank")
-        .join(index, on="chunk_id", how="inner")
+        .select(pl.col("qid").cast(pl.Utf8), "doc_id", "chunk_id", "rank")
+        .join(edges.index, on="chunk_id", how="inner")
         .sort("qid", "rank")
     )
-    if not len(top):
+    pairs = edges.pairs.filter(pl.col("sim") >= threshold)
+    if not len(top) or not len(pairs):
         return pl.DataFrame(schema=schema)
-    vi = top["vi"].to_numpy()
-    new_q = top.select(pl.col("qid") != pl.col("qid").shift(1)).to_series().fill_null(True).to_numpy()
-    bounds = np.r_[np.flatnonzero(new_q), len(top)]
-    # Whichever is cheaper: per-query products, or all pairs of the distinct chunks. Large blocked
-    # products run ~10x faster per multiply-add than many small ones (measured on LoCoMo: 0.6 s vs 5.3 s
-    # with 5,877 distinct chunks), hence the factor 8.
-    if len(np.unique(vi)) ** 2 < 8 * int((np.diff(bounds) ** 2).sum()):
-        i, j, sim = _edges_global(vi, np.cumsum(new_q), unit, threshold)
-    else:
-        i, j, sim = _edges_per_query(vi, bounds, unit, threshold)
-    if not len(i):
+    # Each two rows of one query whose chunks are a near-identical pair, the earlier row first. Only rows whose
+    # chunk is in some pair take part in the joins (duplicates are the exception).
+    rows = top.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "qid", pl.col("vi").alias("v"))
+    on = ["qid"] if "qid" in pairs.columns else []
+    a = rows.filter(pl.col("v").is_in(pairs["va"].unique().implode()))
+    b = rows.filter(pl.col("v").is_in(pairs["vb"].unique().implode())).select(
+        pl.col("row").alias("row_b"), "qid", pl.col("v").alias("vb"))
+    e = (a.join(pairs, left_on=[*on, "v"], right_on=[*on, "va"]).join(b, on=["qid", "vb"])
+         .filter(pl.col("row") < pl.col("row_b")))
+    if not len(e):
         return pl.DataFrame(schema=schema)
+    i, j, sim = e["row"].to_numpy(), e["row_b"].to_numpy(), e["sim"].to_numpy()
     # Greedy in rank order: a row goes if an earlier row that is still kept is near-identical. Edges are
     # few (duplicates are the exception), so a loop over them is cheap.
     order = np.lexsort((i, j))
@@ -253,6 +276,7 @@ def dedup(
     depth: int | None = None,
     chunk_copies: pl.DataFrame | None = None,
     sources: pl.Series | None = None,
+    edges: NearEdges | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(kept, removed). kept = the input columns plus `source` and `flags`, at most n rows per query,
     ranks renumbered 1..n; removed = [qid, doc_id, chunk_id, rank, reason, kept_instead] with reason
@@ -263,6 +287,7 @@ def dedup(
     (`Store.chunk_copies`) makes results chunks: copies are then identical chunks, not identical documents
     (two chunks of one document are not copies of each other). `sources`: `source_codes(idx.docs,
     doc_source)` for rows that carry fusion's `_key` (query x document code); the same sources, by gather.
+    `edges`: `near_edges` of the candidates, which near-duplicate removal then filters instead of comparing vectors.
     """
     depth = depth or max(3 * n, 50)
     ordered = in_rank_order(ranked)
@@ -291,11 +316,11 @@ def dedup(
         removed.append(gone)
 
     if cfg.near_duplicate_enabled and len(r):
-        if vectors is None:
+        if vectors is None and edges is None:
             raise ToolkitError(
                 "near-duplicate dedup needs the chunk vectors (store.chunk_vectors); ingest with embeddings or disable dedup.near_duplicate_enabled"
             )
-        dups = near_duplicates(r, vectors, cfg.near_duplicate_threshold, depth)
+        dups = near_duplicates(r, vectors, cfg.near_duplicate_threshold, depth, edges)
         if len(dups):
             gone = r.join(dups, on=["qid", "doc_id"], how="inner")
             removed.append(

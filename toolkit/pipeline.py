@@ -728,7 +728,11 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     t0 = time.perf_counter()
     sources = (prep.derived("source_codes", (cands, prep.doc_source), lambda: dedup_stage.source_codes(idx.docs, prep.doc_source))
                if idx is not None else None)
-    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n, sources=sources,
+    edges = None
+    if cfg.dedup.near_duplicate_enabled and prep.vectors is not None:  # the vectors' products: once per prepared set
+        floor = dedup_stage.edge_floor(cfg.dedup.near_duplicate_threshold)
+        edges = prep.derived(f"near_edges:{floor}", (prep.vectors, cands), lambda: dedup_stage.near_edges(prep.vectors, cands, floor))
+    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n, sources=sources, edges=edges,
                                       chunk_copies=prep.chunk_copies if cfg.retrieval.level == "chunk" else None)
     t["dedup"] = time.perf_counter() - t0
 
