@@ -224,7 +224,7 @@ def test_a_judged_copy_still_counts_when_copies_are_collapsed(tmp_path, embedder
     queries = pl.DataFrame({"qid": ["a"], "text": ["ECONNREFUSED deploy"]})
     qrels = pl.DataFrame({"qid": ["a"], "doc_id": ["deploy_copy.md"], "rel": [1]})
     on = load_config("default")
-    off = on.with_updates({"dedup.identical_enabled": False})
+    off = on.with_updates({"dedup.identical_enabled": False, "dedup.near_duplicate_enabled": False})  # no collapse at all
     with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
         st.ingest(load_corpus(tmp_path / "c.jsonl"))
         prep = prepare(st, queries, on)
@@ -309,3 +309,40 @@ def test_near_duplicates_from_cached_pairs_equal_the_plain_greedy_rule(seed, thr
         got = near_duplicates(r, vectors, threshold, 50, near_edges(vectors, r, floor))
         assert set(got.iter_rows()) == want, floor
     assert set(near_duplicates(r, vectors, threshold, 50).iter_rows()) == want
+
+
+def test_default_collapses_a_near_copy_and_a_store_without_vectors_only_says_it_cannot(tmp_path, embedder):
+    """`default` collapses near-copies (cosine >= 0.99: the same note with one phrase reworded) into the better-ranked
+    one, which names the other's source; a text that only shares the topic stays. A lexical `default` over a store
+    ingested without embeddings warns that it cannot compare vectors and removes nothing, instead of failing."""
+    import json
+
+    from toolkit.config import load_config
+    from toolkit.loaders import load_corpus
+    from toolkit.pipeline import prepare, rescore
+    from toolkit.store import Store
+
+    note = ("Connection pool exhaustion in the billing service: when the pool of 20 connections is used up, requests "
+            "wait 30 seconds and then fail with ECONNREFUSED. Raise max_pool_size or release connections after each request.")
+    docs = [{"_id": "wiki/pool.md", "text": note}, {"_id": "runbook/pool.md", "text": note.replace("30 seconds", "thirty seconds")},
+            {"_id": "adr/pool.md", "text": "We size the billing service's connection pool at 20 after load tests in March."}]
+    docs += [{"_id": f"n{i}", "text": f"Lunch moved to day {i}; the team meeting starts at ten."} for i in range(4)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    q = pl.DataFrame({"qid": ["q"], "text": ["billing connection pool ECONNREFUSED"]})
+    cfg = load_config("default")
+    with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
+        st.ingest(load_corpus(tmp_path / "c.jsonl"))
+        res = rescore(prepare(st, q, cfg), cfg)
+    pool = res.final.filter(pl.col("doc_id").str.ends_with("pool.md")).sort("rank")
+    assert pool["doc_id"].to_list()[1:] == ["adr/pool.md"]  # one of the two copies, then the other text
+    other = "runbook/pool.md" if pool["doc_id"][0] == "wiki/pool.md" else "wiki/pool.md"
+    assert pool["also_in"][0].to_list() == [other] and pool["copies"][0] == 1  # a document is its own source here
+    gone = res.removed.row(0, named=True)
+    assert len(res.removed) == 1 and gone["reason"] == "near_duplicate" and gone["kept_instead"] == pool["doc_id"][0]
+    lexical = cfg.with_updates({"retrieval.dense.enabled": False})
+    with Store(tmp_path / "lex.duckdb") as st:
+        st.ingest(load_corpus(tmp_path / "c.jsonl"), embed=False)
+        with pytest.warns(UserWarning, match="holds none for them"):
+            prep = prepare(st, q, lexical)
+        res = rescore(prep, lexical)
+    assert res.final["doc_id"].is_in(["wiki/pool.md", "runbook/pool.md"]).sum() == 2 and res.removed.is_empty()

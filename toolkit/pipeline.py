@@ -495,7 +495,14 @@ def _prepare(
 
     vectors = None
     if cfg.dedup.near_duplicate_enabled and len(cands):
-        vectors = store.chunk_vectors(cands["chunk_id"].unique().to_list())
+        # `default` collapses near-copies; on a store without vectors (a lexical config over a --no-embed ingest) it
+        # says so and removes none, as it would for candidates that have no vector, instead of failing.
+        vectors = (store.chunk_vectors(cands["chunk_id"].unique().to_list()) if store.has_embeddings()
+                   else pl.DataFrame(schema={"chunk_id": pl.Utf8, "vec": pl.List(pl.Float32)}))
+        if not len(vectors):
+            warnings.warn(f"near-duplicate dedup (dedup.near_duplicate_enabled) compares the candidates' vectors, and "
+                          f"{store.path} holds none for them (ingested with --no-embed?): no result is removed as a "
+                          "near-duplicate", UserWarning, stacklevel=3)
     t0 = time.perf_counter()
     ltr_frame = None
     if ltr:

@@ -2493,6 +2493,10 @@ class Store:
         self._register("cids", pl.DataFrame({"chunk_id": list(chunk_ids)}, schema={"chunk_id": pl.Utf8}))
         return self.con.frame(sql + " SEMI JOIN cids USING (chunk_id)")
 
+    def has_embeddings(self) -> bool:
+        """Whether the store holds an embeddings table (`chunk_vectors` reads it)."""
+        return self._has_table("embeddings")
+
     def chunk_vectors(self, chunk_ids: Sequence[str]) -> pl.DataFrame:
         """[chunk_id, vec] for near-duplicate detection."""
         if not self._has_table("embeddings"):
