@@ -333,6 +333,11 @@ def test_default_collapses_a_near_copy_and_a_store_without_vectors_only_says_it_
     with Store(tmp_path / "s.duckdb", embedder=embedder) as st:
         st.ingest(load_corpus(tmp_path / "c.jsonl"))
         res = rescore(prepare(st, q, cfg), cfg)
+        # The stage cache keeps no copy of the vectors (they are the store's rows); a cached set reads them back.
+        cached = {name for (name,) in st.con.execute("SELECT DISTINCT name FROM stage_cache").fetchall()}
+        assert "candidates" in cached and "vectors" not in cached
+        again = rescore(prepare(st, q, cfg), cfg)
+    assert again.removed.equals(res.removed) and again.final.equals(res.final)
     pool = res.final.filter(pl.col("doc_id").str.ends_with("pool.md")).sort("rank")
     assert pool["doc_id"].to_list()[1:] == ["adr/pool.md"]  # one of the two copies, then the other text
     other = "runbook/pool.md" if pool["doc_id"][0] == "wiki/pool.md" else "wiki/pool.md"

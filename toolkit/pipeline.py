@@ -192,6 +192,9 @@ def _retrieval_args(cfg: PipelineConfig) -> tuple[dict | None, dict | None]:
 
 
 _PREPARED_FRAMES = ("queries", "features", "variants", "expansion_status", "candidates", "rerank_scores", "rerank_status", "doc_source", "vectors", "ltr_features", "doc_values", "query_values", "embed_status", "exact", "chunk_copies", "coverage")
+# What the stage cache keeps: not the candidates' vectors, which are the store's own rows (`Store.chunk_vectors` reads
+# them back as fast): a copy per cached set doubled them on disk once `default` collapsed near-copies.
+_CACHED_FRAMES = tuple(name for name in _PREPARED_FRAMES if name != "vectors")
 
 
 # What `prepare` computes from the same store, queries and settings, by version: bump it when a change to the
@@ -386,8 +389,10 @@ def prepare(
             if prep.chunk_copies is None and cfg.retrieval.level == "chunk":  # cached before chunk collapsing
                 prep.chunk_copies = store.chunk_copies()
                 stale = True
+            if prep.vectors is None:
+                prep.vectors = _vectors(store, prep.candidates, cfg)
             if stale and not store.read_only and not one_shot:
-                store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
+                store.put_frames(key, {name: getattr(prep, name) for name in _CACHED_FRAMES})
             prep.settings, prep.index = prepare_settings(cfg), store.index_record()
             return prep
     prep = _prepare(store, queries, cfg, progress=progress, rerank_pool=rerank_pool, ltr=ltr, one_shot=one_shot,
@@ -396,8 +401,23 @@ def prepare(
     providers.warn_fallbacks(prep)
     # A provider outage is not cached: the next run asks again instead of replaying the fallback.
     if use_cache and not one_shot and not store.read_only and not providers.degraded(prep):
-        store.put_frames(key, {name: getattr(prep, name) for name in _PREPARED_FRAMES})
+        store.put_frames(key, {name: getattr(prep, name) for name in _CACHED_FRAMES})
     return prep
+
+
+def _vectors(store: Store, cands: pl.DataFrame | None, cfg: PipelineConfig) -> pl.DataFrame | None:
+    """[chunk_id, vec] of the candidates when near-duplicate dedup is on (None otherwise). `default` collapses
+    near-copies; on a store without vectors (a lexical config over a --no-embed ingest) it says so and removes none,
+    as it would for candidates that have no vector, instead of failing."""
+    if not cfg.dedup.near_duplicate_enabled or cands is None or not len(cands):
+        return None
+    vectors = (store.chunk_vectors(cands["chunk_id"].unique().to_list()) if store.has_embeddings()
+               else pl.DataFrame(schema={"chunk_id": pl.Utf8, "vec": pl.List(pl.Float32)}))
+    if not len(vectors):
+        warnings.warn(f"near-duplicate dedup (dedup.near_duplicate_enabled) compares the candidates' vectors, and "
+                      f"{store.path} holds none for them (ingested with --no-embed?): no result is removed as a "
+                      "near-duplicate", UserWarning, stacklevel=4)
+    return vectors
 
 
 def reads_learned_features(cfg: PipelineConfig) -> bool:
@@ -493,16 +513,7 @@ def _prepare(
     rr_scores, rr_status = _rerank(store, queries, cands, cfg, pool=rerank_pool, progress=progress, reranker=reranker)
     t["rerank"] = time.perf_counter() - t0
 
-    vectors = None
-    if cfg.dedup.near_duplicate_enabled and len(cands):
-        # `default` collapses near-copies; on a store without vectors (a lexical config over a --no-embed ingest) it
-        # says so and removes none, as it would for candidates that have no vector, instead of failing.
-        vectors = (store.chunk_vectors(cands["chunk_id"].unique().to_list()) if store.has_embeddings()
-                   else pl.DataFrame(schema={"chunk_id": pl.Utf8, "vec": pl.List(pl.Float32)}))
-        if not len(vectors):
-            warnings.warn(f"near-duplicate dedup (dedup.near_duplicate_enabled) compares the candidates' vectors, and "
-                          f"{store.path} holds none for them (ingested with --no-embed?): no result is removed as a "
-                          "near-duplicate", UserWarning, stacklevel=3)
+    vectors = _vectors(store, cands, cfg)
     t0 = time.perf_counter()
     ltr_frame = None
     if ltr:
