@@ -205,14 +205,15 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
     con = store.con
     stemmer, idf_max = _query_terms(store, queries, pairs)
     per_query = con.execute(
-        "SELECT qid, count(*)::DOUBLE AS q_terms, avg(idf) AS q_idf_mean, max(idf) AS q_idf_max, "
-        "avg(idf) / ? AS q_idf_mean_norm, max(idf) / ? AS q_idf_max_norm, sum(idf) AS _idf_sum FROM ltr_qt GROUP BY qid",
+        "SELECT qid, count(*)::DOUBLE AS q_terms, avg(idf ORDER BY termid) AS q_idf_mean, max(idf) AS q_idf_max, "
+        "avg(idf ORDER BY termid) / ? AS q_idf_mean_norm, max(idf) / ? AS q_idf_max_norm, sum(idf ORDER BY termid) AS _idf_sum "
+        "FROM ltr_qt GROUP BY qid",
         [idf_max, idf_max],
     ).pl().with_columns(pl.col("q_idf_mean", "q_idf_mean_norm").round(12))  # sums in no fixed order, as idf_coverage
     # Query terms present anywhere in the candidate document (document coverage) and in its best chunk (`_HITS`).
     per_pair = con.execute(
         f"""WITH {_HITS},
-           doc AS (SELECT qid, doc_id, count(*)::DOUBLE AS n, sum(idf) AS idf_n
+           doc AS (SELECT qid, doc_id, count(*)::DOUBLE AS n, sum(idf ORDER BY termid) AS idf_n
                FROM (SELECT DISTINCT qid, doc_id, termid, idf FROM hits) GROUP BY ALL),
            best AS (SELECT h.qid, h.doc_id, count(DISTINCT h.termid)::DOUBLE AS n_chunk
                FROM hits h JOIN ltr_pairs p USING (qid, doc_id, chunk_id) GROUP BY ALL)
@@ -261,8 +262,9 @@ def _text_features(store, queries: pl.DataFrame, pairs: pl.DataFrame) -> tuple[p
     pp = pp.select(
         "qid", "doc_id",
         pl.when(terms > 0).then(pl.col("_n") / terms).otherwise(0.0).alias("coverage"),
-        # Rounded: DuckDB's parallel sums add the IDFs in no fixed order, so two computations of one store's features
-        # differed in the last bit (274 of 4,557 CACM pairs), enough to move LightGBM's bins and a retrained model.
+        # Rounded, and summed in term order (`ORDER BY termid` above): DuckDB's parallel sums added the IDFs in no fixed
+        # order, so two computations of one store's features differed in the last bit (274 of 4,557 CACM pairs), enough
+        # to move LightGBM's bins and a retrained model; rounding alone still let a sum astride a rounding step differ.
         pl.when(pl.col("_idf_sum") > 0).then(pl.col("_idf_n").fill_null(0.0) / pl.col("_idf_sum")).otherwise(0.0).round(12).alias("idf_coverage"),
         pl.when(terms > 0).then(pl.col("_n_chunk") / terms).otherwise(0.0).alias("chunk_coverage"),
         pl.col("proximity").fill_null(0.0),
@@ -341,7 +343,8 @@ def candidate_features(store, queries: pl.DataFrame, candidates: pl.DataFrame, q
     if store.has_lexical_index():
         per_query, per_pair = _text_features(store, queries.filter(pl.col("qid").is_in(pairs["qid"].unique().implode())), pairs)
         out = out.join(per_query, on="qid", how="left").join(per_pair, on=["qid", "doc_id"], how="left")
-    sources = store.doc_sources().select("doc_id", "source")
+    # The candidates' sources only: the whole table, read on every one-shot search, grows with the store.
+    sources = store.doc_sources(pairs["doc_id"].unique().to_list()).select("doc_id", "source")
     src = (
         pairs.join(sources, on="doc_id", how="left")
         .with_columns(pl.col("source").fill_null(pl.col("doc_id")))
@@ -349,9 +352,11 @@ def candidate_features(store, queries: pl.DataFrame, candidates: pl.DataFrame, q
         .select("qid", "doc_id", "source_share")
     )
     out = out.join(src, on=["qid", "doc_id"], how="left").join(_tech_match(store, pairs, qfeat), on=["qid", "doc_id"], how="left")
+    out = out.sort("qid", "doc_id")  # sorted first: window sums in a fixed order, the same floats each time
     if "doc_len" in out.columns:  # length against the query's other candidates: comparable across collections
+        # (after the sort: the joins' row order summed these in another order per run, 2,536 of debpkg's last bits)
         out = out.with_columns((pl.col("doc_len") - pl.col("doc_len").mean().over("qid")).alias("doc_len_rel"))
-    out = _relative(out.sort("qid", "doc_id"))  # sorted first: window sums in a fixed order, the same floats each time
+    out = _relative(out)
     for f in FEATURE_NAMES:
         if f not in out.columns:
             out = out.with_columns(pl.lit(0.0).alias(f))
