@@ -129,7 +129,8 @@ def chromium() -> Iterator:
 
 
 def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexical weight",
-              values: tuple[str, ...] = ("2.5",), run_timeout_s: float = 600.0, prefix: str = "lab") -> LabRun:
+              values: tuple[str, ...] = ("2.5",), run_timeout_s: float = 600.0, prefix: str = "lab",
+              section: str | None = None) -> LabRun:
     """Open `notebook` (path relative to the server root), run all cells, then `move_slider`."""
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1500, "height": 1300})
@@ -137,20 +138,24 @@ def drive_lab(url: str, notebook: str, artifacts: Path, *, slider: str = "lexica
         page.on("pageerror", lambda e: errors.append(str(e)))
         # The same null-safe waits as the panel check: the session can be briefly null while the kernel starts.
         run_all_s = run_notebook_page(page, url, notebook, run_timeout_s, min_plots=3)
-        out = move_slider(page, artifacts, slider=slider, values=values, prefix=prefix)
+        out = move_slider(page, artifacts, slider=slider, values=values, prefix=prefix, section=section)
         out.run_all_s, out.errors = run_all_s, errors + out.errors
     return out
 
 
 def move_slider(page, artifacts: Path, *, slider: str = "lexical weight", values: tuple[str, ...] = ("2.5",),
-                prefix: str = "lab") -> LabRun:
+                prefix: str = "lab", section: str | None = None) -> LabRun:
     """On a page whose notebook ran: for each of `values` type it into the `slider`'s number box and wait until
-    the panels' data changed. Screenshots and timings go to `artifacts`."""
+    the panels' data changed. `section`: the lab's settings section that holds the slider (picked first, as a
+    reader picks it from the "settings" list; the first section, fusion, is open). Screenshots and timings go to
+    `artifacts`."""
     artifacts.mkdir(parents=True, exist_ok=True)
     out = LabRun()
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText:has-text('Traceback'), .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
     if errors.count():
         out.errors.append("cell error: " + errors.first.inner_text()[:2000])
+    if section is not None:
+        page.get_by_label("settings", exact=True).first.select_option(label=section)
     # The value is typed into the slider's number box (`lab.number_box`), found by its label as a screen reader finds it.
     row = page.get_by_role("spinbutton", name=slider, exact=True).first
     row.scroll_into_view_if_needed()

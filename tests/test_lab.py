@@ -83,6 +83,22 @@ def test_slider_change_rescores_and_redraws(store):
     assert lab.result.final.filter((pl.col("qid") == "q3") & (pl.col("rank") == 1))["doc_id"][0] == "d6"
 
 
+def test_the_timing_line_follows_every_update_under_a_standing_note(store):
+    """A note that every update repeats (the learned default's in-sample warning on its own training queries) sits on
+    the status line; the timing line still says each update's time (it stayed at the first one's: the browser
+    benchmark under `default` waited for it in vain). A refused change leaves it as it was."""
+    lab = make_lab(store)
+    lab.session._in_sample = lambda cfg: ["its scores on these queries are in-sample"]
+    assert lab.set("fusion.lexical_weight", 2.0)
+    assert "in-sample" in lab._status.value and lab._timing.value.startswith(f"#{lab.updates}: updated in")
+    first = lab._timing.value
+    assert lab.set("fusion.lexical_weight", 3.0)
+    assert lab._timing.value.startswith(f"#{lab.updates}: updated in") and lab._timing.value != first
+    shown = lab._timing.value
+    assert not lab.set("fusion.rrf_k", -1)  # refused: the error shows, the timing line is the last good update's
+    assert "invalid value" in lab._status.value and lab._timing.value == shown
+
+
 def test_table_panels_are_html_widgets_and_plotly_figures_headless(store):
     lab = make_lab(store)
     assert lab.set("fusion.lexical_weight", 3.0)

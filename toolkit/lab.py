@@ -679,7 +679,8 @@ class Lab:
 
     # -------------------------------------------------------------- widgets
     def _show(self, msg: str, error: bool = False) -> None:
-        """Draw the status line (the session's `on_notice`), and the timing line when all is well."""
+        """Draw the status line (the session's `on_notice`), and the timing line unless the update failed: a standing
+        note (the learned model's in-sample warning on its own training queries) left it at the first update's."""
         if not hasattr(self, "_status"):
             return
         if error:
@@ -688,7 +689,7 @@ class Lab:
             self._status.value = f"<span style='color:#666'>{escape(msg)}</span>"
         else:
             self._status.value = ""
-        if self.last_update_ms is not None and not msg:
+        if self.last_update_ms is not None and not error:
             t = self.timings
             prep = f"candidates recomputed {t['prepare']:.0f}, " if t.get("prepare", 0) > 0 else ""
             self._timing.value = (
