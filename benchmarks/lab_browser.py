@@ -1,7 +1,7 @@
 """Time from a slider move to redrawn panels, in real JupyterLab in headless Chromium, on LoCoMo dev.
 
 Writes a one-cell notebook that opens a LoCoMo store and builds `Lab` over the dev queries (760), runs it
-in JupyterLab, then types several lexical-weight values into the slider readout one after another and
+in JupyterLab, then types several values into a slider's number box (the lexical weight unless told) one after another and
 measures, for each, the wall time from the Enter key to the moment the figures' data in the page changed.
 That includes the re-score in the kernel (a change to an idle lab runs at once; only a burst waits for the
 60 ms debounce), the widget messages and plotly's
