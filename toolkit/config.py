@@ -916,6 +916,15 @@ class PipelineConfig(_Model):
 
     def get(self, path: str) -> Any:
         """Value at a dotted path, e.g. `cfg.get("fusion.rrf_k")`."""
+        if path in FIELD_STAGES:  # that field dumped alone: a lab update read every control's value, each a whole dump
+            parts = path.split(".")
+            include: Any = True
+            for part in reversed(parts):
+                include = {part: include}
+            node = _plain(self.model_dump(include=include))
+            for part in parts:
+                node = node[part]
+            return node
         node, key = _slot(self.to_dict(), path)
         return node[key]
 
