@@ -552,17 +552,15 @@ def test_a_service_reads_the_model_file_once_until_it_changes(store, tmp_path, m
     assert len(loads) == 2 and learned_fusion.FusionModel.read(path).booster_text == other.booster_text
 
 
-def test_score_prob_never_rises_down_the_shown_ranking(store, monkeypatch):
+def test_score_prob_never_rises_down_the_shown_ranking(store):
     """A stage after the model (the exact-token guard, a blend, priors) can place a document above ones the model
     preferred. Its `score_prob` is then raised to the highest below it, so the list reads top-down and min_prob
     cannot drop it while keeping a result under it (a guarded CVE hit at rank 1 showed P 0.101 above rank 2's 0.157)."""
     from toolkit import learned_fusion as lf
 
-    model_probs = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["guarded", "m1", "m2"], "score_prob": [0.101, 0.157, 0.09]})
-    monkeypatch.setattr(lf, "scored_for", lambda prep, path: model_probs)
-    shown = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["guarded", "m1", "m2"], "rank": [1, 2, 3]})
-    assert lf.attach_prob(shown, None, None)["score_prob"].to_list() == [0.157, 0.157, 0.09]
-    monkeypatch.undo()
+    # The model's probabilities, carried from the fused list to the shown one (the guard put "guarded" first).
+    shown = pl.DataFrame({"qid": ["q"] * 3, "doc_id": ["guarded", "m1", "m2"], "rank": [1, 2, 3], "score_prob": [0.101, 0.157, 0.09]})
+    assert lf.attach_prob(shown)["score_prob"].to_list() == [0.157, 0.157, 0.09]
     # The learned preset runs the guard: every query's probabilities fall or stay level down its list.
     cfg = load_config("learned")
     assert cfg.guard.exact_token and cfg.guard.sole_first and cfg.guard.coverage_first

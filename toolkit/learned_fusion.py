@@ -505,15 +505,13 @@ def fuse(prep: Any, model_path: str | None, idx: fusion.FusionIndex | None = Non
     return prep.derived("learned_fused", (s, idx), build), time.perf_counter() - t
 
 
-def attach_prob(ranked: pl.DataFrame, prep: Any, model_path: str | None) -> pl.DataFrame:
-    """`ranked` with `score_prob` (the calibrated P(relevant) of each document under the learned model), never rising
-    down the shown ranking. A later stage can place a document above ones the model preferred (the exact-token
-    guard, a reranker's blend, priors); it then gets the highest probability of those below it, so the list reads
-    top-down and `threshold.min_prob` cannot drop a result while keeping one placed under it. Raised, not lowered:
-    a guarded hit the model gave 0.10 would otherwise pull every result under it down to 0.10."""
-    if "score_prob" in ranked.columns:  # `fuse`'s column, carried by the stages since: no join of every row
-        ranked = ranked.select(pl.exclude("score_prob"), "score_prob")  # last, as the join puts it
-    else:
-        probs = scored_for(prep, model_path).select("qid", "doc_id", "score_prob")
-        ranked = ranked.join(probs, on=["qid", "doc_id"], how="left", maintain_order="left")
+def attach_prob(ranked: pl.DataFrame) -> pl.DataFrame:
+    """`ranked` (carrying `fuse`'s `score_prob`, the calibrated P(relevant) of each document under the learned model,
+    through the stages after it) with `score_prob` last and never rising down the shown ranking. A later stage can
+    place a document above ones the model preferred (the exact-token guard, a reranker's blend, priors); it then gets
+    the highest probability of those below it, so the list reads top-down and `threshold.min_prob` cannot drop a
+    result while keeping one placed under it. Raised, not lowered: a guarded hit the model gave 0.10 would otherwise
+    pull every result under it down to 0.10. An empty list (the blend's empty frame) gets the column, null."""
+    prob = pl.col("score_prob") if "score_prob" in ranked.columns else pl.lit(None, pl.Float64)
+    ranked = ranked.select(pl.exclude("score_prob"), prob.alias("score_prob"))
     return ranked.with_columns(pl.col("score_prob").cum_max(reverse=True).over("qid", order_by="rank"))

@@ -756,7 +756,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
 
     t0 = time.perf_counter()
     if learned:
-        kept = learned_fusion.attach_prob(kept, prep, cfg.fusion.model)
+        kept = learned_fusion.attach_prob(kept)
         if cfg.threshold.min_prob > 0 and len(kept) and kept["score_prob"].null_count() == len(kept):
             learned_fusion.check_min_prob(cfg.fusion.model, cfg.threshold.min_prob)  # the error names the file
     lexical = cfg.retrieval.lexical.enabled
