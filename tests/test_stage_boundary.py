@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import typing
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -52,6 +53,7 @@ DOCS = [
     ("d10", "incident-13", "Connection refused (copy)", "ECONNREFUSED again: the database refused connections during the deploy!"),
     ("d11", "decisions", "Backoff", "Retries back off exponentially; the first wait is 250 ms and doubles."),
     ("d12", "notes", "Upgrade notes", "Upgrading to v2.14.3 changed the default pool size and the retry settings."),
+    ("d13", "runbook-mirror", "Rate limits", "Stripe answers HTTP 429 when we exceed the rate limit; back off and retry."),  # d6's copy
 ]
 QUERIES = pl.DataFrame(
     {
@@ -216,6 +218,60 @@ def test_rescore_of_base_prepared_equals_fresh_prepare_for_every_rescore_field(s
     fresh = prepare(store, QUERIES, cfg, use_cache=False, learned_features=reads_learned_features(cfg))
     now = datetime(2026, 6, 1)  # the recency prior's clock, fixed so both sides see the same time
     _same(rescore(prep, cfg, now=now), rescore(fresh, cfg, now=now))
+
+
+# One slider at a time, as in the lab: each step moves one field and keeps the earlier moves.
+MOVES = st.lists(st.sampled_from(RESCORE).flatmap(lambda p: st.tuples(st.just(p), strategy(p))), min_size=2, max_size=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(moves=MOVES, trace=st.booleans())
+def test_stages_reused_from_the_last_change_equal_a_rescore_from_nothing(setup, moves, trace):
+    """`rescore` keeps each stage's last output (`Prepared.staged`) and reuses it while the stage's inputs and
+    settings are unchanged. After every move the result equals that of a `Prepared` that has kept nothing."""
+    _, base, prep = setup
+    now = datetime(2026, 6, 1)
+    moved: dict = {}
+    for path, value in moves:
+        moved[path] = value
+        cfg = base.with_updates(_coherent(dict(moved)))
+        got = rescore(prep, cfg, now=now, trace=trace)
+        want = rescore(replace(prep, _staged={}), cfg, now=now, trace=trace)
+        for name in ("final", "per_query", "removed", "trace"):
+            assert_frame_equal(getattr(got, name), getattr(want, name)), (name, moved)
+
+
+def test_a_change_reruns_its_own_stage_and_the_later_ones_only(setup, monkeypatch):
+    """What makes a slider cheap: a threshold change re-runs no guard or dedup, a near-duplicate threshold change
+    re-runs dedup's second half only, a guard change re-runs the guard (and what its output changed), and a fusion
+    change everything."""
+    from toolkit import dedup as dedup_stage
+    from toolkit import fusion as fusion_stage
+    from toolkit import guard as guard_stage
+
+    _, base, prep = setup
+    calls: list[str] = []
+    for mod, name in ((fusion_stage, "list_weights"), (guard_stage, "keep_exact"), (dedup_stage, "collapse"), (dedup_stage, "dedup")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _f=real, _n=name, **k: (calls.append(_n), _f(*a, **k))[1])
+    cfg = base.with_updates({"threshold.low_spread": 0.01})
+    rescore(replace(prep, _staged={}), cfg, trace=False)  # a Prepared that has run nothing yet: every stage
+    assert calls == ["list_weights", "keep_exact", "collapse", "dedup"]
+    fresh = replace(prep, _staged={})
+    for upd, runs in [({}, ["list_weights"]),
+                      ({"threshold.low_spread": 0.05}, []),
+                      ({"dedup.near_duplicate_threshold": 0.5}, ["dedup"]),
+                      # (the guard re-runs; it moved no hit at this size, so its output is its input and dedup reuses)
+                      ({"guard.max_rank": 1}, ["keep_exact"]),
+                      ({"dedup.identical_enabled": not base.dedup.identical_enabled}, ["collapse", "dedup"]),
+                      ({"fusion.rrf_k": 7}, ["list_weights", "keep_exact", "collapse", "dedup"])]:
+        cfg = cfg.with_updates(upd)
+        calls.clear()
+        rescore(fresh, cfg, trace=False)
+        if upd:
+            assert calls == runs, upd
+        else:  # the first run on `fresh`: everything
+            assert calls == ["list_weights", "keep_exact", "collapse", "dedup"]
 
 
 def test_every_field_declares_one_stage_and_the_derivations_agree():

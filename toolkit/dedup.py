@@ -128,20 +128,32 @@ def near_duplicates(
     The kept result named is the most similar one. `edges`: `near_edges` of the candidates `ranked` came
     from at a floor <= threshold (`Prepared` keeps them); else they are computed here from `vectors`.
     """
-    schema = {"qid": pl.Utf8, "doc_id": pl.Utf8, "kept_instead": pl.Utf8}
+    drop, kept = _near_rows(ranked, vectors, threshold, depth, edges)
+    doc = ranked["doc_id"].cast(pl.Utf8)
+    return pl.DataFrame({"qid": ranked["qid"].cast(pl.Utf8).gather(drop), "doc_id": doc.gather(drop), "kept_instead": doc.gather(kept)},
+                        schema={"qid": pl.Utf8, "doc_id": pl.Utf8, "kept_instead": pl.Utf8})
+
+
+def _near_rows(
+    ranked: pl.DataFrame, vectors: pl.DataFrame | None, threshold: float, depth: int, edges: NearEdges | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`near_duplicates` as row positions of `ranked`: (the rows to drop, the row each is a near-copy of)."""
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     if edges is None or edges.floor > threshold:
         edges = near_edges(vectors, ranked.filter(pl.col("rank") <= depth), threshold)
+    pairs = edges.pairs.filter(pl.col("sim") >= threshold)
+    if not len(ranked) or not len(pairs):
+        return none
+    # Only rows whose chunk is in some pair take part (duplicates are the exception): they are picked out first, and
+    # only they are joined and sorted (every row was, ~6 ms of a threshold change on LoCoMo's 243k rows).
+    ends = edges.index.filter(pl.col("vi").is_in(pl.concat([pairs["va"], pairs["vb"]]).unique().implode()))
     top = (
-        ranked.filter(pl.col("rank") <= depth)
-        .select(pl.col("qid").cast(pl.Utf8), "doc_id", "chunk_id", "rank")
-        .join(edges.index, on="chunk_id", how="inner")
+        ranked.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_pos"), pl.col("qid").cast(pl.Utf8), "chunk_id", "rank")
+        .filter((pl.col("rank") <= depth) & pl.col("chunk_id").is_in(ends["chunk_id"].implode()))
+        .join(ends, on="chunk_id", how="inner")
         .sort("qid", "rank")
     )
-    pairs = edges.pairs.filter(pl.col("sim") >= threshold)
-    if not len(top) or not len(pairs):
-        return pl.DataFrame(schema=schema)
-    # Each two rows of one query whose chunks are a near-identical pair, the earlier row first. Only rows whose
-    # chunk is in some pair take part in the joins (duplicates are the exception).
+    # Each two rows of one query whose chunks are a near-identical pair, the earlier row first.
     rows = top.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "qid", pl.col("vi").alias("v"))
     on = ["qid"] if "qid" in pairs.columns else []
     a = rows.filter(pl.col("v").is_in(pairs["va"].unique().implode()))
@@ -150,7 +162,7 @@ def near_duplicates(
     e = (a.join(pairs, left_on=[*on, "v"], right_on=[*on, "va"]).join(b, on=["qid", "vb"])
          .filter(pl.col("row") < pl.col("row_b")))
     if not len(e):
-        return pl.DataFrame(schema=schema)
+        return none
     i, j, sim = e["row"].to_numpy(), e["row_b"].to_numpy(), e["sim"].to_numpy()
     # Greedy in rank order: a row goes if an earlier row that is still kept is near-identical. Edges are
     # few (duplicates are the exception), so a loop over them is cheap.
@@ -170,15 +182,8 @@ def near_duplicates(
             cur, cands = b, []
         if a >= 0 and a not in gone:
             cands.append((s, a))
-    qid, doc = top["qid"], top["doc_id"]
-    return pl.DataFrame(
-        {
-            "qid": qid.gather(drop_rows),
-            "doc_id": doc.gather(drop_rows),
-            "kept_instead": doc.gather(kept_rows),
-        },
-        schema=schema,
-    )
+    pos = top["_pos"].to_numpy()
+    return pos[np.asarray(drop_rows, np.int64)], pos[np.asarray(kept_rows, np.int64)]
 
 
 def _runs(key: np.ndarray) -> np.ndarray:
@@ -266,35 +271,41 @@ def _with_source(r: pl.DataFrame, doc_source: pl.DataFrame | None) -> pl.DataFra
     return r.join(src, on="doc_id", how="left", maintain_order="left")
 
 
-def dedup(
+@dataclass(frozen=True)
+class Collapsed:
+    """The first half of `dedup`, which reads none of its thresholds: the rows in (qid, rank) order with `flags` and
+    `source`, identical copies collapsed. `rescore` keeps it while only the near-duplicate threshold or the source
+    limit moves (about half of dedup's time on LoCoMo)."""
+
+    rows: pl.DataFrame
+    gone: pl.DataFrame | None  # the identical copies removed (REMOVED_SCHEMA's columns)
+    same: pl.DataFrame | None  # `_collapse_identical`'s [qid, key, other]
+    copies: pl.DataFrame | None  # `_copy_keys` (None: identical copies are not collapsed)
+    ordered: bool  # the input was in rank order already
+    passthrough: bool  # no rule can remove a row
+
+
+def _others(cfg: DedupConfig) -> bool:
+    """A rule besides identical copies is on: `collapse`'s `others`."""
+    return cfg.near_duplicate_enabled or cfg.source_enabled
+
+
+def collapse(
     ranked: pl.DataFrame,
     doc_source: pl.DataFrame | None,
-    cfg: DedupConfig,
     *,
-    vectors: pl.DataFrame | None = None,
+    identical: bool,
+    others: bool,
     n: int,
-    depth: int | None = None,
     chunk_copies: pl.DataFrame | None = None,
     sources: pl.Series | None = None,
-    edges: NearEdges | None = None,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(kept, removed). kept = the input columns plus `source` and `flags`, at most n rows per query,
-    ranks renumbered 1..n; removed = [qid, doc_id, chunk_id, rank, reason, kept_instead] with reason
-    "near_duplicate" or "source_limit" (a result of the original top n pushed out by the source limit).
-
-    `vectors` [chunk_id, vec] is needed when near-duplicate removal is on; `depth` (default max(3n, 50))
-    is how many top results per query are compared. `chunk_copies` [chunk_id, text_hash, source]
-    (`Store.chunk_copies`) makes results chunks: copies are then identical chunks, not identical documents
-    (two chunks of one document are not copies of each other). `sources`: `source_codes(idx.docs,
-    doc_source)` for rows that carry fusion's `_key` (query x document code); the same sources, by gather.
-    `edges`: `near_edges` of the candidates, which near-duplicate removal then filters instead of comparing vectors.
-    """
-    depth = depth or max(3 * n, 50)
+) -> Collapsed:
+    """`dedup`'s first half (`Collapsed`); its arguments are dedup's (`identical`: `identical_enabled`, `others`:
+    near-duplicate or source dedup on)."""
     ordered = in_rank_order(ranked)
     r = ranked if ordered else ranked.sort("qid", "rank")
-    copies = _copy_keys(doc_source, chunk_copies) if cfg.identical_enabled else None
-    identical = copies is not None
-    passthrough = not (cfg.near_duplicate_enabled or cfg.source_enabled or identical)
+    copies = _copy_keys(doc_source, chunk_copies) if identical else None
+    passthrough = not (others or copies is not None)
     if passthrough and ordered and len(r) and r["rank"].max() > n:  # nothing can be removed: the top n as they are
         r = r.filter(pl.col("rank") <= n)  # (ranks already 1..n: a blend that kept n places left nothing to cut)
     if "flags" not in r.columns:
@@ -308,32 +319,57 @@ def dedup(
         r = _with_source(r, doc_source).with_columns(pl.coalesce(pl.col("source"), pl.col("doc_id")).alias("source"))
     if "_key" in r.columns:
         r = r.drop("_key")
-    removed: list[pl.DataFrame] = []
-
-    same = None
-    if identical and len(r):
+    gone = same = None
+    if copies is not None and len(r):
         r, gone, same = _collapse_identical(r, copies)
-        removed.append(gone)
+    return Collapsed(r, gone, same, copies, ordered, passthrough)
+
+
+def dedup(
+    ranked: pl.DataFrame,
+    doc_source: pl.DataFrame | None,
+    cfg: DedupConfig,
+    *,
+    vectors: pl.DataFrame | None = None,
+    n: int,
+    depth: int | None = None,
+    chunk_copies: pl.DataFrame | None = None,
+    sources: pl.Series | None = None,
+    edges: NearEdges | None = None,
+    collapsed: Collapsed | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(kept, removed). kept = the input columns plus `source` and `flags`, at most n rows per query,
+    ranks renumbered 1..n; removed = [qid, doc_id, chunk_id, rank, reason, kept_instead] with reason
+    "near_duplicate" or "source_limit" (a result of the original top n pushed out by the source limit).
+
+    `vectors` [chunk_id, vec] is needed when near-duplicate removal is on; `depth` (default max(3n, 50))
+    is how many top results per query are compared. `chunk_copies` [chunk_id, text_hash, source]
+    (`Store.chunk_copies`) makes results chunks: copies are then identical chunks, not identical documents
+    (two chunks of one document are not copies of each other). `sources`: `source_codes(idx.docs,
+    doc_source)` for rows that carry fusion's `_key` (query x document code); the same sources, by gather.
+    `edges`: `near_edges` of the candidates, which near-duplicate removal then filters instead of comparing vectors.
+    `collapsed`: `collapse` of these same arguments, when the caller keeps it across settings it does not read.
+    """
+    depth = depth or max(3 * n, 50)
+    if collapsed is None:
+        collapsed = collapse(ranked, doc_source, identical=cfg.identical_enabled, others=_others(cfg), n=n,
+                             chunk_copies=chunk_copies, sources=sources)
+    r, copies, same, ordered = collapsed.rows, collapsed.copies, collapsed.same, collapsed.ordered
+    identical, passthrough = copies is not None, collapsed.passthrough
+    removed: list[pl.DataFrame] = [collapsed.gone] if collapsed.gone is not None else []
 
     if cfg.near_duplicate_enabled and len(r):
         if vectors is None and edges is None:
             raise ToolkitError(
                 "near-duplicate dedup needs the chunk vectors (store.chunk_vectors); ingest with embeddings or disable dedup.near_duplicate_enabled"
             )
-        dups = near_duplicates(r, vectors, cfg.near_duplicate_threshold, depth, edges)
-        if len(dups):
-            gone = r.join(dups, on=["qid", "doc_id"], how="inner")
-            removed.append(
-                gone.select(
-                    "qid",
-                    "doc_id",
-                    "chunk_id",
-                    "rank",
-                    pl.lit("near_duplicate").alias("reason"),
-                    "kept_instead",
-                )
-            )
-            r = r.join(dups.select("qid", "doc_id"), on=["qid", "doc_id"], how="anti", maintain_order="left")
+        drop, near = _near_rows(r, vectors, cfg.near_duplicate_threshold, depth, edges)
+        if len(drop):
+            removed.append(r[drop].select("qid", "doc_id", "chunk_id", "rank", pl.lit("near_duplicate").alias("reason"),
+                                          r["doc_id"].gather(near).alias("kept_instead")))
+            keep = np.ones(len(r), dtype=bool)
+            keep[drop] = False
+            r = r.filter(pl.Series(keep))  # by position: an anti join on (qid, doc_id) strings cost ~6 ms a change
 
     if (identical or cfg.near_duplicate_enabled) and len(r):
         r = _also_in(r, doc_source, removed, same, copies.columns[0] if identical else "doc_id")
@@ -342,18 +378,24 @@ def dedup(
         r, pushed = _source_pass(r, cfg, n)
         removed.append(pushed)
 
-    if passthrough and ordered:
-        kept = r
-    else:
-        kept = r.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("qid").alias("rank")).filter(
-            pl.col("rank") <= n
-        )
+    kept = r if passthrough and ordered else _renumbered(r, n)
     rem = (
         pl.concat([x.cast(REMOVED_SCHEMA) for x in removed])
         if removed
         else pl.DataFrame(schema=REMOVED_SCHEMA)
     )
     return kept, rem
+
+
+def _renumbered(r: pl.DataFrame, n: int) -> pl.DataFrame:
+    """`r` (each query's rows together, in order) ranked 1, 2, ... within its query, cut to the first `n`. Read off the
+    query boundaries: a window over the query ids cost ~7 ms of each change on LoCoMo (243k rows)."""
+    if not len(r):
+        return r.with_columns(pl.col("rank").cast(pl.Int64))
+    g = r["qid"].rle_id().to_numpy()
+    start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    rank = np.arange(len(g), dtype=np.int64) - start[g] + 1
+    return r.with_columns(pl.Series("rank", rank, dtype=pl.Int64)).filter(pl.Series(rank <= n))
 
 
 FILL_FROM = "_fill_from"  # the score a filled result had before the fill placed it below the first pass

@@ -88,6 +88,7 @@ class Prepared:
     doc_values: pl.DataFrame | None = None
     query_values: pl.DataFrame | None = None
     _derived: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
+    _staged: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
     # [qid, status, error] of the query embedder when an http embedder failed and lexical lists stand alone.
     embed_status: pl.DataFrame | None = None
     # Chunk-level runs: the chunks whose content another chunk shares (Store.chunk_copies), for dedup.
@@ -115,6 +116,30 @@ class Prepared:
             hit = (key, build(), sources)  # holding `sources` keeps their ids from being reused
             self._derived[name] = hit
         return hit[1]
+
+    def staged(self, name: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """`fn(*args, **kw)`, or its last output when the arguments are the last call's: frames (immutable) compared
+        by identity, settings by value. A live stage is a pure function of its inputs, and a lab slider moves one
+        stage's settings: the stages before it return the very frames they returned last time, so each stage after
+        them finds its inputs unchanged too, down to the stage the slider is in. One slot per stage (`name`)."""
+        key = _arg_key((args, tuple(sorted(kw.items()))))
+        hit = self._staged.get(name)
+        if hit is None or hit[0] != key:
+            hit = (key, fn(*args, **kw), (args, kw))  # holding the arguments keeps their ids from being reused
+            self._staged[name] = hit
+        return hit[1]
+
+
+def _arg_key(x: Any) -> Any:
+    """What `Prepared.staged` compares of an argument: a hashable value (a config section, a number) itself, a
+    tuple element by element, anything else (a frame, an array, an index) by identity."""
+    if isinstance(x, tuple):
+        return tuple(_arg_key(v) for v in x)
+    try:
+        hash(x)
+    except TypeError:
+        return (_arg_key, id(x))  # (the function as a tag no value can equal)
+    return x
 
 
 @dataclass(frozen=True, eq=False)
@@ -678,19 +703,21 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     t0 = time.perf_counter()
     cands = prep.candidates if len(prep.candidates) else empty_candidates()
     lists = prep.derived("lists", (cands, prep.features), lambda: fusion.list_table(cands, prep.features))
-    weights = fusion.list_weights(cands, prep.features, cfg.fusion, cfg.routing, lists=lists)
+    # Each stage through `prep.staged`: a slider in a later stage reuses the earlier stages' last frames.
+    stage = prep.staged
+    weights = stage("weights", fusion.list_weights, cands, prep.features, cfg.fusion, cfg.routing, lists=lists)
     if cfg.fusion.router:
         from . import router
 
-        weights = router.routed_weights(weights, lists, router.p_for(prep, cfg.fusion.model))
+        weights = stage("routed", router.routed_weights, weights, lists, router.p_for(prep, cfg.fusion.model))
     route = None
     learned = cfg.fusion.method == "learned"
     if cfg.adapt.dense_gap and not learned:  # (the learned model weighs no list: its route is read after the fact)
         gaps = prep.derived("dense_gap", (cands,), lambda: adapt_stage.dense_gap(cands))
         model = (prep.index or {}).get("embedding_model")
         unread = prep.derived(f"unread:{model}", (prep.queries,), lambda: adapt_stage.unread_queries(prep.queries, model))
-        route = adapt_stage.routes(gaps, cfg.adapt, unread)
-        weights = adapt_stage.adapt_weights(weights, route)
+        route = stage("routes", adapt_stage.routes, gaps, cfg.adapt, unread)
+        weights = stage("adapted", adapt_stage.adapt_weights, weights, route)
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
     if learned:
         from . import learned_fusion
@@ -700,12 +727,12 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     places = None
     if not trace and not learned and idx is not None:  # nothing reads the fused frame: the places matrix stands in
         lay = prep.derived("fusion_layout", (cands,), lambda: fusion.layout(idx))
-        places = fusion.places(idx, lay, weights, cfg.fusion, depth)
+        places = stage("places", fusion.places, idx, lay, weights, cfg.fusion, depth)
     if places is not None:
         fused = None
     else:
         fused = (learned_fusion.fuse(prep, cfg.fusion.model, idx)[0] if learned
-                 else fusion.fuse(cands, weights, cfg.fusion, idx=idx, depth=depth))
+                 else stage("fuse", fusion.fuse, cands, weights, cfg.fusion, idx=idx, depth=depth))
     t["fuse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -721,26 +748,28 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
             lookup = (*pairs, by_row)
     with_priors = priors_stage.active(cfg.priors)
     if places is not None:
-        blended = blend_stage.blend_places(places, lookup[2] if lookup is not None else None, cfg.rerank, keep=keep)
+        blended = stage("blend", blend_stage.blend_places, places, lookup[2] if lookup is not None else None, cfg.rerank, keep=keep)
     else:
-        blended = blend_stage.blend(fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
+        blended = stage("blend", blend_stage.blend, fused, rs, cfg.rerank, per_doc=per_doc, lookup=lookup, keep=keep)
     t["blend"] = time.perf_counter() - t0
 
     ranked, prior = blended, None
     if with_priors:
         t0 = time.perf_counter()
-        ranked = prior = priors_stage.apply_priors(blended, prep.doc_values, prep.query_values, cfg.priors, now=now)
+        # (the clock read here, not in the stage: its reference time is one of its inputs)
+        at = now or priors_stage.reference_time(cfg.priors) or priors_stage.utc_now()
+        ranked = prior = stage("priors", priors_stage.apply_priors, blended, prep.doc_values, prep.query_values, cfg.priors, now=at)
         _warn_priors(prep, cfg)
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     if dense_acts(cfg):  # first: the word rules below have the last say
         firsts = prep.derived("dense_firsts", (cands,), lambda: guard_stage.dense_firsts(cands))
-        ranked = guard_stage.keep_dense(ranked, firsts, cfg.guard.dense_max_rank)
+        ranked = stage("keep_dense", guard_stage.keep_dense, ranked, firsts, cfg.guard.dense_max_rank)
     if coverage_acts(cfg):
         targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
-        ranked = guard_stage.coverage_first(ranked, targets, True)
-    ranked, guard_status = guard_stage.keep_exact(ranked, cands, prep.exact, cfg.guard)
+        ranked = stage("coverage_first", guard_stage.coverage_first, ranked, targets, True)
+    ranked, guard_status = stage("keep_exact", guard_stage.keep_exact, ranked, cands, prep.exact, cfg.guard)
     t["guard"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -750,8 +779,12 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     if cfg.dedup.near_duplicate_enabled and prep.vectors is not None:  # the vectors' products: once per prepared set
         floor = dedup_stage.edge_floor(cfg.dedup.near_duplicate_threshold)
         edges = prep.derived(f"near_edges:{floor}", (prep.vectors, cands), lambda: dedup_stage.near_edges(prep.vectors, cands, floor))
-    kept, removed = dedup_stage.dedup(ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n, sources=sources, edges=edges,
-                                      chunk_copies=prep.chunk_copies if cfg.retrieval.level == "chunk" else None)
+    copies = prep.chunk_copies if cfg.retrieval.level == "chunk" else None
+    # Its first half reads no threshold: kept while only the near-duplicate threshold or the source limit moves.
+    collapsed = stage("collapse", dedup_stage.collapse, ranked, prep.doc_source, identical=cfg.dedup.identical_enabled,
+                      others=cfg.dedup.near_duplicate_enabled or cfg.dedup.source_enabled, n=n, chunk_copies=copies, sources=sources)
+    kept, removed = stage("dedup", dedup_stage.dedup, ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n, sources=sources,
+                          edges=edges, chunk_copies=copies, collapsed=collapsed)
     t["dedup"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
