@@ -112,3 +112,28 @@ def test_query_term_frequency_retrieves_again_and_reaches_bm25(store):
     assert lex(s.prepared)["score"].to_list() != pytest.approx(lex(prepared)["score"].to_list())
     ref = run_pipeline(store, q, s.config).final.select("qid", "doc_id", "rank")
     assert s.result.final.select("qid", "doc_id", "rank").equals(ref)
+
+
+def test_panels_read_block_by_block_equal_the_whole_trace_after_every_change(demo_store):
+    """The session re-reads only the trace blocks a change reached (`Result.blocks`); after each of a run of slider
+    moves (each reaching a different stage) its failure cases, misses and one query's rows equal those read off the
+    whole trace afresh."""
+    from polars.testing import assert_frame_equal
+
+    from toolkit import panels
+    from toolkit.loaders import Dataset
+
+    ds = Dataset.open(Path(__file__).resolve().parents[1] / "data" / "demo")
+    s = Session(demo_store, ds.queries("test"), ds.qrels("test"), config="default", baseline=None)
+    qid = s.failures["qid"][0]
+    before = s.query_trace(qid)
+    for path, value in [("threshold.low_spread", 0.3), ("dedup.near_duplicate_threshold", 0.9), ("guard.max_rank", 1),
+                        ("fusion.method", "rrf"), ("fusion.rrf_k", 20), ("dedup.near_duplicate_threshold", 0.95)]:
+        assert s.set(path, value), s.message
+        res = s.result
+        assert set(res.blocks) == {"lists", "fuse", "blend", "final"} and res.trace.equals(pl.concat(list(res.blocks.values())))
+        failures, misses = panels.lost(res.trace, s.qrels, res.removed, k=s.k, per_query=res.per_query)
+        assert_frame_equal(s.failures, failures)
+        assert s.retrieval_misses == misses
+        assert_frame_equal(s.query_trace(qid), res.trace.filter(pl.col("qid") == qid))
+    assert not s.query_trace(qid).equals(before)  # the moves changed what the panels read

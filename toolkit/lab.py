@@ -623,7 +623,9 @@ class Lab:
         t = time.perf_counter()
         self._draw_metrics()
         cfg, res = s.config, s.result
-        self._slots["spread"].set(panels.spread_figure(res.trace, res.per_query, k=s.k, depth=cfg.output.n, low_spread=low_spread(cfg), title_prefix=f"{s.label}: ", raw=True))
+        # (the later stages' blocks: the lists' rows, half the trace, are not scanned for the stages it has not)
+        later = pl.concat([res.blocks[b] for b in panels.LATER_STAGES if b in res.blocks]) if res.blocks else res.trace
+        self._slots["spread"].set(panels.spread_figure(later, res.per_query, k=s.k, depth=cfg.output.n, low_spread=low_spread(cfg), title_prefix=f"{s.label}: ", raw=True))
         self._slots["failures"].set(panels.failures_figure(s.failures, s.queries, raw=True, misses=s.retrieval_misses, k=s.k))
         self._slots["routing"].set(panels.routing_dedup_figure(s.prepared.features, res.removed, routing_enabled=cfg.routing.enabled, raw=True))
         self._refresh_failure_pick()

@@ -466,8 +466,7 @@ def spread_figure(
     A stage identical to the one before it (`folded_stages`: blend without a reranker is fuse) is drawn
     once and named in a note. The histogram's x range and bins come from the data (all of it: outliers
     are marked with a triangle under the axis, not clipped)."""
-    later = trace.filter(pl.col("stage").is_in(LATER_STAGES))
-    parts = _stage_rows(later, LATER_STAGES)
+    parts = _stage_rows(trace, LATER_STAGES)
     if not parts:
         return _out(_empty("Score spread", "no fused results"), raw)
     folded = _folded(parts)
@@ -573,14 +572,23 @@ def failure_cases(
 def _relevant_rows(trace: pl.DataFrame, qrels: pl.DataFrame, rel_threshold: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """([qid, doc_id, rel] of the judged-relevant pairs, the trace's rows of those pairs): the one pass over the
     whole trace that `failure_cases` and `retrieval_misses` share (`lost` makes it once for both)."""
-    rel = qrels.filter(pl.col("rel") >= rel_threshold).select(
+    rel = relevant_pairs(qrels, rel_threshold)
+    return rel, relevant_in(trace, rel)
+
+
+def relevant_pairs(qrels: pl.DataFrame, rel_threshold: int = 1) -> pl.DataFrame:
+    """[qid, doc_id, rel] of the judged-relevant pairs (the best judgement of each pair)."""
+    return qrels.filter(pl.col("rel") >= rel_threshold).select(
         pl.col("qid").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("rel").cast(pl.Int64)
     ).group_by("qid", "doc_id").agg(pl.col("rel").max())
+
+
+def relevant_in(trace: pl.DataFrame, rel: pl.DataFrame) -> pl.DataFrame:
+    """The rows of `trace` (or of one of its blocks, `Result.blocks`) of the pairs in `rel` (`relevant_pairs`), in order."""
     # Only the relevant documents' rows matter: a cheap is_in on doc ids first, then the exact pair join.
-    t = trace.filter(pl.col("doc_id").is_in(rel["doc_id"].unique().implode())).join(
-        rel.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi"
+    return trace.filter(pl.col("doc_id").is_in(rel["doc_id"].unique().implode())).join(
+        rel.select("qid", "doc_id"), on=["qid", "doc_id"], how="semi", maintain_order="left"
     )
-    return rel, t
 
 
 def _failures(rel: pl.DataFrame, t: pl.DataFrame, removed: pl.DataFrame | None, k: int,
@@ -686,10 +694,12 @@ def _misses(rel: pl.DataFrame, t: pl.DataFrame, k: int, qids: pl.Series) -> int:
 
 
 def lost(trace: pl.DataFrame, qrels: pl.DataFrame, removed: pl.DataFrame | None = None, *, k: int = 10,
-         rel_threshold: int = 1, per_query: pl.DataFrame | None = None) -> tuple[pl.DataFrame, int]:
+         rel_threshold: int = 1, per_query: pl.DataFrame | None = None,
+         relevant: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> tuple[pl.DataFrame, int]:
     """(`failure_cases`, `retrieval_misses`) from one pass over the trace: what the lab draws on every change.
-    `per_query` (the result's per-query frame) also names the traced queries."""
-    rel, t = _relevant_rows(trace, qrels, rel_threshold)
+    `per_query` (the result's per-query frame) also names the traced queries. `relevant`: (`relevant_pairs` of
+    `qrels`, `relevant_in` the trace) when the caller has them (the lab keeps each trace block's until it changes)."""
+    rel, t = relevant if relevant is not None else _relevant_rows(trace, qrels, rel_threshold)
     qids = per_query["qid"] if per_query is not None else trace["qid"].unique()
     return _failures(rel, t, removed, k, per_query), _misses(rel, t, k, qids)
 

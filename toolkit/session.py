@@ -206,6 +206,9 @@ class Session:
         self._inspect_state: dict[str, Any] = {"qid": None}
         self._qids = set(self.queries["qid"].to_list())
         self._in_sample_said: dict[tuple, list[str]] = {}
+        # What was read off each trace block last time (`_per_block`): (purpose, block name) -> (block, key, rows).
+        self._block_rows: dict[tuple[str, str], tuple[pl.DataFrame, Any, pl.DataFrame]] = {}
+        self._relevant: tuple[Any, pl.DataFrame] | None = None  # (qrels, rel_threshold) and its `panels.relevant_pairs`
         # `source`: (dataset name, split) of the queries (`Lab.from_dataset`): the `tuned_on` record of an export,
         # and what a model file from before recorded query hashes is matched on (`_in_sample`).
         self.dataset_label, self.split_label = source if source is not None else (None, None)
@@ -427,8 +430,10 @@ class Session:
             deltas = panels.metric_deltas(per_query, base_pq)
             timings["metrics"] = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
+            rel = self._relevant_pairs()
+            relevant = (rel, self._per_block("relevant", res, lambda b: panels.relevant_in(b, rel), id(rel)))
             failures, misses = panels.lost(res.trace, self.qrels, res.removed, k=self.k, rel_threshold=self.rel_threshold,
-                                           per_query=res.per_query)
+                                           per_query=res.per_query, relevant=relevant)
         timings["failures"] = (time.perf_counter() - t) * 1000
         # Commit only once everything is computed: a failure above (or in the inspector) leaves the last state whole.
         keys = ("result", "config", "prepared", "per_query", "deltas", "failures", "retrieval_misses", "inspected", "inspected_title",
@@ -494,7 +499,28 @@ class Session:
 
     def query_trace(self, qid: str) -> pl.DataFrame:
         """The current trace rows of one query."""
-        return self.result.trace.filter(pl.col("qid") == qid)
+        return self._per_block("query", self.result, lambda b: b.filter(pl.col("qid") == qid), qid)
+
+    def _per_block(self, purpose: str, res: Result, read: Callable[[pl.DataFrame], pl.DataFrame], key: Any) -> pl.DataFrame:
+        """`read(res.trace)`, read block by block (`Result.blocks`): a block that is the very frame read last time for
+        this purpose and key gives its last rows. A slider moves one stage, so most blocks are unchanged: the lists'
+        rows are half of LoCoMo's trace, and fusion's and the blend's are the same after a dedup change."""
+        if not res.blocks:
+            return read(res.trace)
+        out = []
+        for name, block in res.blocks.items():
+            hit = self._block_rows.get((purpose, name))
+            if hit is None or hit[0] is not block or hit[1] != key:
+                hit = (block, key, read(block))
+                self._block_rows[(purpose, name)] = hit
+            out.append(hit[2])
+        return pl.concat(out)
+
+    def _relevant_pairs(self) -> pl.DataFrame:
+        """`panels.relevant_pairs` of the session's judgements, kept while they and the grade threshold are the same."""
+        if self._relevant is None or self._relevant[0][0] is not self.qrels or self._relevant[0][1] != self.rel_threshold:
+            self._relevant = ((self.qrels, self.rel_threshold), panels.relevant_pairs(self.qrels, self.rel_threshold))
+        return self._relevant[1]
 
     def stage_lists(self, qid: str, trace: pl.DataFrame | None = None, stages: tuple[str, ...] | None = None) -> pl.DataFrame:
         """Each stage's top k for one query, with excerpts and judgements (`panels.stage_lists`)."""
