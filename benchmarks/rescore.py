@@ -11,7 +11,7 @@ Our path is `toolkit.pipeline.rescore` (fusion, blend, dedup, thresholds, trace 
 A change re-runs the stage its field belongs to and every stage after it; the stages before it return their
 last frames (`Prepared.staged`). So the benchmark moves one slider per stage the config lets act (a field the
 config makes inert, `config.inert_settings`, is skipped: moving it re-runs only the last stage) and reports
-each; the headline row is the earliest stage's, the dearest change. The peers re-run everything on any change.
+each; the headline row is the dearest slider's. The peers re-run everything on any change.
 
     .venv/bin/python benchmarks/rescore.py --dataset ../shared/datasets/locomo --store /tmp/bench_locomo.duckdb [--heap kept]
 
@@ -148,30 +148,37 @@ def main() -> None:
           f"scores, prepare {t_prep:.1f}s")
 
     moved = sliders(cfg)
-    first_stage, first_field, first_val = moved[0]
 
-    def at(i: int, f: str = first_field, val=first_val):
+    def at(i: int, f: str, val):
         return cfg.with_updates({f: val(i)})
 
-    def ours(i: int, f: str = first_field, val=first_val) -> dict:
+    def ours_with(i: int, f: str, val) -> dict:
         return aggregate(evaluate(rescore(prep, at(i, f, val), trace=False).run(cutoff_depth(MEASURES)), qrels, MEASURES))
 
     per_stage = {}
     for stage, f, val in moved:
-        ours(0, f, val)  # the previous change was another stage's: not timed
-        per_stage[(stage, f)] = timed(lambda i, f=f, val=val: ours(i + 1, f, val), args.repeats)[0]
+        ours_with(0, f, val)  # the previous change was another stage's: not timed
+        per_stage[(stage, f)] = timed(lambda i, f=f, val=val: ours_with(i + 1, f, val), args.repeats)[0]
+    # The headline: the dearest of them (a later stage can cost more: a change the guard makes no move on leaves
+    # dedup's input as it was, while a dedup change re-runs dedup).
+    (first_stage, first_field), _ = max(per_stage.items(), key=lambda kv: kv[1])
+    first_val = next(v for st_, f, v in moved if f == first_field)
+    ours_with(0, first_field, first_val)
+
+    def ours(i: int, f: str = first_field, val=first_val) -> dict:
+        return ours_with(i, f, val)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t_ours, agg = timed(ours, args.repeats)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / args.repeats
     depth = cutoff_depth(MEASURES)
 
     def ours_at_depth(i: int) -> dict:  # what the tuner does: keep only the places the measures read
-        c = at(i)
+        c = at(i, first_field, first_val)
         return aggregate(evaluate(rescore(prep, c, trace=False, n=max(depth, c.output.n)).run(depth), qrels, MEASURES))
 
     t_depth, agg_depth = timed(ours_at_depth, args.repeats)
     assert agg_depth == agg, (agg_depth, agg)  # the same values (last repeat's value in both)
-    t_trace, _ = timed(lambda i: rescore(prep, at(i), trace=True), args.repeats)
+    t_trace, _ = timed(lambda i: rescore(prep, at(i, first_field, first_val), trace=True), args.repeats)
 
     from ranx import Qrels, Run
     from ranx import evaluate as rx_eval
@@ -216,7 +223,7 @@ def main() -> None:
         print(f"| {f} ({stage}) | {t * 1000:.1f} |")
     print("\n| path | median ms / config change | ratio vs ours |")
     print("|---|---:|---:|")
-    print(f"| toolkit rescore + metrics, {first_field} moved (the earliest stage that acts: every stage re-runs) | {t_ours * 1000:.1f} | 1.00 |")
+    print(f"| toolkit rescore + metrics, {first_field} moved (the dearest slider above) | {t_ours * 1000:.1f} | 1.00 |")
     print(f"| toolkit rescore + metrics, {depth} places kept per query (as the tuner) | {t_depth * 1000:.1f} | {t_depth / t_ours:.2f} |")
     print(f"| toolkit rescore with full trace (no metrics) | {t_trace * 1000:.1f} | {t_trace / t_ours:.2f} |")
     print(f"| ranx fuse (rrf) + evaluate | {t_ranx * 1000:.1f} | {t_ranx / t_ours:.2f} |")

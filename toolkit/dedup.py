@@ -371,14 +371,18 @@ def dedup(
             keep[drop] = False
             r = r.filter(pl.Series(keep))  # by position: an anti join on (qid, doc_id) strings cost ~6 ms a change
 
-    if (identical or cfg.near_duplicate_enabled) and len(r):
-        r = _also_in(r, doc_source, removed, same, copies.columns[0] if identical else "doc_id")
-
+    annotate = identical or cfg.near_duplicate_enabled
+    on = copies.columns[0] if identical else "doc_id"
     if cfg.source_enabled and len(r):
+        if annotate:
+            r = _also_in(r, doc_source, removed, same, on)
         r, pushed = _source_pass(r, cfg, n)
         removed.append(pushed)
-
-    kept = r if passthrough and ordered else _renumbered(r, n)
+        kept = _renumbered(r, n)
+    else:  # the rows past n are cut first: nothing is said of them (a third of LoCoMo's rows, ~4 ms a change)
+        kept = r if passthrough and ordered else _renumbered(r, n)
+        if annotate and len(kept):
+            kept = _also_in(kept, doc_source, removed, same, on)
     rem = (
         pl.concat([x.cast(REMOVED_SCHEMA) for x in removed])
         if removed

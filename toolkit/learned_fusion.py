@@ -514,4 +514,6 @@ def attach_prob(ranked: pl.DataFrame) -> pl.DataFrame:
     pull every result under it down to 0.10. An empty list (the blend's empty frame) gets the column, null."""
     prob = pl.col("score_prob") if "score_prob" in ranked.columns else pl.lit(None, pl.Float64)
     ranked = ranked.select(pl.exclude("score_prob"), prob.alias("score_prob"))
+    if fusion.in_rank_order(ranked):  # (as dedup returns it) each query's rows are a run, in rank order: half the time
+        return ranked.with_columns(pl.col("score_prob").cum_max(reverse=True).over(pl.col("qid").rle_id()))
     return ranked.with_columns(pl.col("score_prob").cum_max(reverse=True).over("qid", order_by="rank"))

@@ -725,7 +725,8 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     idx = prep.derived("fusion_index", (cands,), lambda: fusion.index(cands)) if len(cands) else None
     if learned:
         from . import learned_fusion
-    keep = _blend_keep(cfg, n)
+    dense_on, cover_on = dense_acts(cfg), coverage_acts(cfg)  # (each asks the inert-settings rules: once a change)
+    keep = _blend_keep(cfg, n, cover_on)
     # Without a trace nothing reads the fused list past the places the blend keeps (reranked rows lie in top_n).
     depth = max(keep, cfg.rerank.top_n) if keep is not None and not trace else None
     places = None
@@ -767,10 +768,10 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
         t["priors"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    if dense_acts(cfg):  # first: the word rules below have the last say
+    if dense_on:  # first: the word rules below have the last say
         firsts = prep.derived("dense_firsts", (cands,), lambda: guard_stage.dense_firsts(cands))
         ranked = stage("keep_dense", guard_stage.keep_dense, ranked, firsts, cfg.guard.dense_max_rank)
-    if coverage_acts(cfg):
+    if cover_on:
         targets = prep.derived("coverage_targets", (cands, prep.coverage), lambda: guard_stage.coverage_targets(cands, prep.coverage))
         ranked = stage("coverage_first", guard_stage.coverage_first, ranked, targets, True)
     ranked, guard_status = stage("keep_exact", guard_stage.keep_exact, ranked, cands, prep.exact, cfg.guard)
@@ -804,7 +805,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     final = final.drop("_q", strict=False)  # fusion's query code: for the stages, not the reader
     per_query = per_query.join(guard_status, on="qid", how="left") if cfg.guard.exact_token else per_query
     # Which queries the coverage and dense rules changed (the lab's failure panel credits them).
-    for acts, flag in ((coverage_acts(cfg), guard_stage.COVER_FLAG), (dense_acts(cfg), guard_stage.DENSE_FLAG)):
+    for acts, flag in ((cover_on, guard_stage.COVER_FLAG), (dense_on, guard_stage.DENSE_FLAG)):
         if acts:
             lifted = final.filter(pl.col("flags").list.contains(flag))["qid"].cast(pl.Utf8).unique()
             per_query = per_query.with_columns(pl.col("qid").cast(pl.Utf8).is_in(lifted.implode()).alias(flag))
@@ -853,14 +854,14 @@ def _warn_priors(prep: Prepared, cfg: PipelineConfig) -> None:
                       f"({', '.join(p.priority_map)}): they count as factor 1", UserWarning, stacklevel=3)
 
 
-def _blend_keep(cfg: PipelineConfig, n: int) -> int | None:
+def _blend_keep(cfg: PipelineConfig, n: int, cover_on: bool) -> int | None:
     """How many places of each query the blend must return (None: all). Without dedup or the exact-token guard
     nothing below place n can reach the final list. Priors can lift any row, unless they re-weight only the blended top_n (then the
     first max(n, top_n) suffice)."""
     d = cfg.dedup
     if d.source_enabled or d.near_duplicate_enabled or d.identical_enabled:
         return None
-    if cfg.guard.exact_token or coverage_acts(cfg):  # the guard can lift a document from any place (BM25's
+    if cfg.guard.exact_token or cover_on:  # (`coverage_acts`) the guard can lift a document from any place (BM25's
         return None  # first `depth`, or its first document, are not the fused list's first)
     if priors_stage.active(cfg.priors):
         return max(n, cfg.priors.top_n) if cfg.priors.top_n is not None else None
