@@ -255,23 +255,19 @@ def test_a_change_reruns_its_own_stage_and_the_later_ones_only(setup, monkeypatc
         real = getattr(mod, name)
         monkeypatch.setattr(mod, name, lambda *a, _f=real, _n=name, **k: (calls.append(_n), _f(*a, **k))[1])
     cfg = base.with_updates({"threshold.low_spread": 0.01})
-    rescore(replace(prep, _staged={}), cfg, trace=False)  # a Prepared that has run nothing yet: every stage
-    assert calls == ["list_weights", "keep_exact", "collapse", "dedup"]
     fresh = replace(prep, _staged={})
-    for upd, runs in [({}, ["list_weights"]),
+    every = ["list_weights", "keep_exact", "collapse", "dedup"]
+    for upd, runs in [({}, every),  # a Prepared that has run nothing yet: every stage
                       ({"threshold.low_spread": 0.05}, []),
                       ({"dedup.near_duplicate_threshold": 0.5}, ["dedup"]),
                       # (the guard re-runs; it moved no hit at this size, so its output is its input and dedup reuses)
                       ({"guard.max_rank": 1}, ["keep_exact"]),
                       ({"dedup.identical_enabled": not base.dedup.identical_enabled}, ["collapse", "dedup"]),
-                      ({"fusion.rrf_k": 7}, ["list_weights", "keep_exact", "collapse", "dedup"])]:
+                      ({"fusion.rrf_k": 7}, every)]:
         cfg = cfg.with_updates(upd)
         calls.clear()
         rescore(fresh, cfg, trace=False)
-        if upd:
-            assert calls == runs, upd
-        else:  # the first run on `fresh`: everything
-            assert calls == ["list_weights", "keep_exact", "collapse", "dedup"]
+        assert calls == runs, upd
 
 
 def test_every_field_declares_one_stage_and_the_derivations_agree():
