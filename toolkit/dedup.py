@@ -24,7 +24,7 @@ import polars as pl
 
 from .config import DedupConfig
 from .errors import ToolkitError
-from .fusion import in_rank_order
+from .fusion import in_rank_order, query_groups
 
 REMOVED_SCHEMA = {
     "qid": pl.Utf8,
@@ -285,7 +285,7 @@ class Collapsed:
     passthrough: bool  # no rule can remove a row
 
 
-def _others(cfg: DedupConfig) -> bool:
+def others_on(cfg: DedupConfig) -> bool:
     """A rule besides identical copies is on: `collapse`'s `others`."""
     return cfg.near_duplicate_enabled or cfg.source_enabled
 
@@ -352,7 +352,7 @@ def dedup(
     """
     depth = depth or max(3 * n, 50)
     if collapsed is None:
-        collapsed = collapse(ranked, doc_source, identical=cfg.identical_enabled, others=_others(cfg), n=n,
+        collapsed = collapse(ranked, doc_source, identical=cfg.identical_enabled, others=others_on(cfg), n=n,
                              chunk_copies=chunk_copies, sources=sources)
     r, copies, same, ordered = collapsed.rows, collapsed.copies, collapsed.same, collapsed.ordered
     identical, passthrough = copies is not None, collapsed.passthrough
@@ -396,9 +396,7 @@ def _renumbered(r: pl.DataFrame, n: int) -> pl.DataFrame:
     query boundaries: a window over the query ids cost ~7 ms of each change on LoCoMo (243k rows)."""
     if not len(r):
         return r.with_columns(pl.col("rank").cast(pl.Int64))
-    g = r["qid"].rle_id().to_numpy()
-    start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    rank = np.arange(len(g), dtype=np.int64) - start[g] + 1
+    rank = np.arange(len(r), dtype=np.int64) - _runs(query_groups(r)) + 1
     return r.with_columns(pl.Series("rank", rank, dtype=pl.Int64)).filter(pl.Series(rank <= n))
 
 

@@ -787,7 +787,7 @@ def rescore(prep: Prepared, cfg: PipelineConfig | str, *, n: int | None = None, 
     copies = prep.chunk_copies if cfg.retrieval.level == "chunk" else None
     # Its first half reads no threshold: kept while only the near-duplicate threshold or the source limit moves.
     collapsed = stage("collapse", dedup_stage.collapse, ranked, prep.doc_source, identical=cfg.dedup.identical_enabled,
-                      others=cfg.dedup.near_duplicate_enabled or cfg.dedup.source_enabled, n=n, chunk_copies=copies, sources=sources)
+                      others=dedup_stage.others_on(cfg.dedup), n=n, chunk_copies=copies, sources=sources)
     kept, removed = stage("dedup", dedup_stage.dedup, ranked, prep.doc_source, cfg.dedup, vectors=prep.vectors, n=n, sources=sources,
                           edges=edges, chunk_copies=copies, collapsed=collapsed)
     t["dedup"] = time.perf_counter() - t0
