@@ -139,6 +139,22 @@ def test_relative_features_are_per_query_and_scale_free(store):
     assert scaled.filter(pl.col("lex_rr") > 0).select("qid", "doc_id", "lex_z").equals(orig)
 
 
+def test_score_spreads_read_each_lists_first_ten_documents():
+    """A list that scores its first ten alike is guessing: q_lex_spread = (best - 10th) / best of BM25's first ten
+    documents (a document's score is its best chunk's; rank 11 is not read), q_vec_spread the cosine difference;
+    one document, or no list at all, gives 0."""
+    rows = [("a", "orig:lex", f"d{r}", f"d{r}#0", r, 20.0 - r) for r in range(1, 10)]  # ranks 1-9: 19 .. 11
+    rows += [("a", "orig:lex", "d1", "d1#1", 10, 10.0),  # rank 10 is another chunk of d1, which keeps its best (19)
+             ("a", "orig:lex", "d11", "d11#0", 11, 9.5),  # past the first ten
+             ("a", "orig:vec", "d3", "d3#0", 1, 0.9), ("a", "orig:vec", "d7", "d7#0", 2, 0.6),
+             ("b", "orig:lex", "d2", "d2#0", 1, 4.0), ("c", "orig:vec", "d5", "d5#0", 1, 0.7)]
+    cands = pl.DataFrame(rows, schema=["qid", "list_id", "doc_id", "chunk_id", "rank", "score"], orient="row")
+    got = {r["qid"]: r for r in ltr_features._query_list_features(cands).iter_rows(named=True)}
+    assert got["a"]["q_lex_spread"] == pytest.approx((19.0 - 11.0) / 19.0) and got["a"]["q_vec_spread"] == pytest.approx(0.3)
+    assert got["b"]["q_lex_spread"] == 0.0 and got["b"]["q_vec_spread"] == 0.0  # one document; no dense list
+    assert got["c"]["q_lex_spread"] == 0.0 and got["c"]["q_vec_spread"] == 0.0
+
+
 def test_default_features_leave_out_collection_identity():
     from toolkit.train_fusion import TRANSFER_FEATURES
 

@@ -45,6 +45,8 @@ FEATURES: list[tuple[str, int]] = [
     ("coverage", 1), ("idf_coverage", 1), ("chunk_coverage", 1), ("proximity", 1), ("tech_match", 1),
     # the same signals relative to the query's other candidates (scale-free: what transfers across collections)
     ("lex_z", 1), ("vec_z", 1), ("vec_gap", -1), ("cov_rel", 1), ("idfcov_rel", 1), ("idfcov_pct", 1), ("prox_rel", 1),
+    # query: how steeply each list's scores fall over its first 10 documents (last: a model's columns keep their order)
+    ("q_lex_spread", 0), ("q_vec_spread", 0),
 ]  # fmt: skip
 FEATURE_NAMES = [f for f, _ in FEATURES]
 RELATIVE_FEATURES = ["lex_z", "vec_z", "vec_gap", "cov_rel", "idfcov_rel", "idfcov_pct", "prox_rel"]
@@ -124,7 +126,11 @@ def _list_features(cands: pl.DataFrame) -> pl.DataFrame:
 
 def _query_list_features(cands: pl.DataFrame) -> pl.DataFrame:
     """Label-free per-query signals of how sure each list is: BM25 top score mapped x/(1+x), top cosine,
-    and the overlap of the two original lists' top 10 (what a router reads)."""
+    the overlap of the two original lists' top 10 (what a router reads), and how far each list's 10th document
+    falls below its first (BM25 as a share of its top score, cosine as a difference): a list that scores its
+    first ten alike is guessing (a help question's words scattered over many pages), one that falls steeply has
+    found something. Leave-one-collection-out on the twelve dev splits, the two spreads lifted the mean nDCG@10
+    over three seeds (benchmarks/RESULTS.md, twenty-eighth session)."""
     lex = cands.filter(pl.col("list_id") == "orig:lex")
     vec = cands.filter(pl.col("list_id") == "orig:vec")
     top = cands.select("qid").unique()
@@ -135,10 +141,20 @@ def _query_list_features(cands: pl.DataFrame) -> pl.DataFrame:
         .join(vec.filter(pl.col("rank") <= 10).select("qid", "doc_id").unique(), on=["qid", "doc_id"])
         .group_by("qid").agg((pl.len() / 10.0).alias("q_overlap10"))
     )  # fmt: skip
-    return (
-        top.join(lt, on="qid", how="left").join(vt, on="qid", how="left").join(both, on="qid", how="left")
-        .with_columns(pl.col("q_lex_top_norm").fill_null(0.0), pl.col("q_vec_top").fill_null(0.0), pl.col("q_overlap10").fill_null(0.0))
-    )  # fmt: skip
+    spreads = [_spread(lex, "q_lex_spread", relative=True), _spread(vec, "q_vec_spread", relative=False)]
+    out = top.join(lt, on="qid", how="left").join(vt, on="qid", how="left").join(both, on="qid", how="left")
+    for s in spreads:
+        out = out.join(s, on="qid", how="left")
+    return out.with_columns(pl.col("q_lex_top_norm", "q_vec_top", "q_overlap10", "q_lex_spread", "q_vec_spread").fill_null(0.0))
+
+
+def _spread(lst: pl.DataFrame, name: str, *, relative: bool) -> pl.DataFrame:
+    """Per query: the best score of the list's first 10 documents minus the 10th's (a document's score is its best
+    chunk's), over the best when `relative`; 0 for a list of one document or a best score of 0."""
+    docs = lst.filter(pl.col("rank") <= 10).group_by("qid", "doc_id").agg(pl.col("score").max())
+    hi, lo = pl.col("score").max(), pl.col("score").min()
+    gap = pl.when(hi > 0).then((hi - lo) / hi).otherwise(0.0) if relative else hi - lo
+    return docs.group_by("qid").agg(gap.cast(pl.Float64).alias(name))
 
 
 def _register(con, name: str, df: pl.DataFrame) -> None:

@@ -49,7 +49,8 @@ from .pipeline import PREPARE_VERSION, prepare
 from .provenance import query_keys
 
 BASELINES = {"rrf": "rrf", "lexical": "lex_rr", "dense": "vec_rr"}  # feature whose order is the baseline
-# The features a model reads by default: the first 38 (every feature but the per-query relative twins).
+# The features a model reads by default: every feature but the per-query relative twins (40: the first 38 and the two
+# lists' score spreads, added in the twenty-eighth session).
 DEFAULT_FEATURES = [f for f in ltr_features.FEATURE_NAMES if f not in ltr_features.RELATIVE_FEATURES]
 # A portable alternative: list ranks, per-query relative scores and text matches, without raw BM25 scores,
 # cosines, IDFs, lengths or query-level features (which tell the trees which collection a query comes
