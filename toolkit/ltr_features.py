@@ -45,7 +45,8 @@ FEATURES: list[tuple[str, int]] = [
     ("coverage", 1), ("idf_coverage", 1), ("chunk_coverage", 1), ("proximity", 1), ("tech_match", 1),
     # the same signals relative to the query's other candidates (scale-free: what transfers across collections)
     ("lex_z", 1), ("vec_z", 1), ("vec_gap", -1), ("cov_rel", 1), ("idfcov_rel", 1), ("idfcov_pct", 1), ("prox_rel", 1),
-    # query: how steeply each list's scores fall over its first 10 documents (last: a model's columns keep their order)
+    # query: how steeply each list's scores fall over its first 10 places (appended: the default recipe's column order,
+    # which LightGBM's feature sampling reads, stays the one the spreads were measured with)
     ("q_lex_spread", 0), ("q_vec_spread", 0),
 ]  # fmt: skip
 FEATURE_NAMES = [f for f, _ in FEATURES]
@@ -149,8 +150,8 @@ def _query_list_features(cands: pl.DataFrame) -> pl.DataFrame:
 
 
 def _spread(lst: pl.DataFrame, name: str, *, relative: bool) -> pl.DataFrame:
-    """Per query: the best score of the list's first 10 documents minus the 10th's (a document's score is its best
-    chunk's), over the best when `relative`; 0 for a list of one document or a best score of 0."""
+    """Per query: the best score among the documents in the list's first 10 places minus the lowest of them (a
+    document's score is its best chunk's), over the best when `relative`; 0 for one document or a best score of 0."""
     docs = lst.filter(pl.col("rank") <= 10).group_by("qid", "doc_id").agg(pl.col("score").max())
     hi, lo = pl.col("score").max(), pl.col("score").min()
     gap = pl.when(hi > 0).then((hi - lo) / hi).otherwise(0.0) if relative else hi - lo
