@@ -131,31 +131,34 @@ def _query_list_features(cands: pl.DataFrame) -> pl.DataFrame:
     falls below its first (BM25 as a share of its top score, cosine as a difference): a list that scores its
     first ten alike is guessing (a help question's words scattered over many pages), one that falls steeply has
     found something. Leave-one-collection-out on the twelve dev splits, the two spreads lifted the mean nDCG@10
-    over three seeds (benchmarks/RESULTS.md, twenty-eighth session)."""
+    at each of five seeds (benchmarks/RESULTS.md, twenty-eighth session)."""
     lex = cands.filter(pl.col("list_id") == "orig:lex")
     vec = cands.filter(pl.col("list_id") == "orig:vec")
-    top = cands.select("qid").unique()
-    lt = lex.group_by("qid").agg((pl.col("score").max() / (1 + pl.col("score").max())).alias("q_lex_top_norm"))
-    vt = vec.group_by("qid").agg(pl.col("score").max().alias("q_vec_top"))
-    both = (
-        lex.filter(pl.col("rank") <= 10).select("qid", "doc_id").unique()
-        .join(vec.filter(pl.col("rank") <= 10).select("qid", "doc_id").unique(), on=["qid", "doc_id"])
-        .group_by("qid").agg((pl.len() / 10.0).alias("q_overlap10"))
-    )  # fmt: skip
-    spreads = [_spread(lex, "q_lex_spread", relative=True), _spread(vec, "q_vec_spread", relative=False)]
-    out = top.join(lt, on="qid", how="left").join(vt, on="qid", how="left").join(both, on="qid", how="left")
-    for s in spreads:
-        out = out.join(s, on="qid", how="left")
+    lex10, vec10 = _first_ten(lex), _first_ten(vec)
+    parts = [
+        lex.group_by("qid").agg((pl.col("score").max() / (1 + pl.col("score").max())).alias("q_lex_top_norm")),
+        vec.group_by("qid").agg(pl.col("score").max().alias("q_vec_top")),
+        lex10.join(vec10, on=["qid", "doc_id"]).group_by("qid").agg((pl.len() / 10.0).alias("q_overlap10")),
+        _spread(lex10, "q_lex_spread", relative=True),
+        _spread(vec10, "q_vec_spread", relative=False),
+    ]
+    out = cands.select("qid").unique()
+    for part in parts:
+        out = out.join(part, on="qid", how="left")
     return out.with_columns(pl.col("q_lex_top_norm", "q_vec_top", "q_overlap10", "q_lex_spread", "q_vec_spread").fill_null(0.0))
 
 
-def _spread(lst: pl.DataFrame, name: str, *, relative: bool) -> pl.DataFrame:
-    """Per query: the best score among the documents in the list's first 10 places minus the lowest of them (a
-    document's score is its best chunk's), over the best when `relative`; 0 for one document or a best score of 0."""
-    docs = lst.filter(pl.col("rank") <= 10).group_by("qid", "doc_id").agg(pl.col("score").max())
+def _first_ten(lst: pl.DataFrame) -> pl.DataFrame:
+    """The documents in a list's first 10 places, each with its best chunk's score."""
+    return lst.filter(pl.col("rank") <= 10).group_by("qid", "doc_id").agg(pl.col("score").max())
+
+
+def _spread(top10: pl.DataFrame, name: str, *, relative: bool) -> pl.DataFrame:
+    """Per query: the best score among a list's first ten documents (`_first_ten`) minus the lowest of them, over
+    the best when `relative`; 0 for one document or a best score of 0."""
     hi, lo = pl.col("score").max(), pl.col("score").min()
     gap = pl.when(hi > 0).then((hi - lo) / hi).otherwise(0.0) if relative else hi - lo
-    return docs.group_by("qid").agg(gap.cast(pl.Float64).alias(name))
+    return top10.group_by("qid").agg(gap.cast(pl.Float64).alias(name))
 
 
 def _register(con, name: str, df: pl.DataFrame) -> None:
