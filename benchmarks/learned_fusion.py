@@ -190,21 +190,21 @@ def main() -> None:
     # One seed's leave-one-out moved a collection's nDCG@10 by up to 0.016 (manhelp; CACM 0.007, as much as its gap to
     # plain RRF): the headline row can average several seeds' models, query by query, so that a win or a loss is the
     # recipe's, not one draw's. The first seed is every other row's.
-    seed_rows = {s: f"learned (LOO, seed {s})" for s in seeds[1:]}
+    seed_row = {s: f"learned (LOO, seed {s})" if i else "learned (LOO)" for i, s in enumerate(seeds)}
     summary, eces, timing, per_seed = [], [], [], []
     targets = [t for t in args.targets.split(",") if t] or names
     if unknown := [t for t in targets if t not in names]:
         ap.error(f"--targets {', '.join(unknown)}: not among the collections ({', '.join(names)})")
     for target in targets:
         others = [n for n in names if n != target]
+        train_d, train_q = pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others])
         t = time.perf_counter()
-        loo, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds, balance=args.balance)
+        loo, _ = fit(train_d, train_q, seed=args.seed, rel_threshold=thresholds, balance=args.balance)
         t_loo = time.perf_counter() - t
         loo_path = loo.save(work / f"loo-{target}.json")
-        more = {s: fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=s, rel_threshold=thresholds,
-                       balance=args.balance)[0].save(work / f"loo-{target}-seed{s}.json") for s in seeds[1:]}  # fmt: skip
-        port, _ = fit(pl.concat([dev[n] for n in others]), pl.concat([dev_q[n] for n in others]), seed=args.seed, rel_threshold=thresholds, balance=args.balance,
-                      features=TRANSFER_FEATURES, prior=0.0)  # fmt: skip
+        more = {s: fit(train_d, train_q, seed=s, rel_threshold=thresholds, balance=args.balance)[0].save(work / f"loo-{target}-seed{s}.json")
+                for s in seeds[1:]}  # fmt: skip
+        port, _ = fit(train_d, train_q, seed=args.seed, rel_threshold=thresholds, balance=args.balance, features=TRANSFER_FEATURES, prior=0.0)
         port_path = port.save(work / f"loo-portable-{target}.json")
         own, _ = fit(dev[target], dev_q[target], seed=args.seed, rel_threshold=thresholds, balance=args.balance)
         own_path = own.save(work / f"own-{target}.json")
@@ -219,7 +219,7 @@ def main() -> None:
             "learned (LOO, portable)": base.with_updates({"fusion.model": str(port_path)}),
             "routed RRF (LOO)": load_config("hybrid-rrf").with_updates({"fusion.router": True, "fusion.model": str(loo_path)}),
             "learned (own dev)": base.with_updates({"fusion.model": str(own_path)}),
-            **{seed_rows[s]: base.with_updates({"fusion.model": str(path)}) for s, path in more.items()},
+            **{seed_row[s]: base.with_updates({"fusion.model": str(path)}) for s, path in more.items()},
         }
         rows = []
         for preset in filter(None, args.presets.split(",")):
@@ -227,8 +227,8 @@ def main() -> None:
         with Store(store_path(target, stores)) as st:
             if args.pseudo:  # label-free adaptation: the target corpus's own pseudo-queries join the training data
                 pd_, pq_ = collect_pseudo(st, args.pseudo, config=base, name=f"{target}~pseudo", seed=args.seed)
-                adapted, _ = fit(pl.concat([dev[n] for n in others] + [pd_.select(dev[target].columns)]),
-                                 pl.concat([dev_q[n] for n in others] + [pq_.select(dev_q[target].columns)]), seed=args.seed, rel_threshold=thresholds, balance=args.balance,
+                adapted, _ = fit(pl.concat([train_d, pd_.select(dev[target].columns)]),
+                                 pl.concat([train_q, pq_.select(dev_q[target].columns)]), seed=args.seed, rel_threshold=thresholds, balance=args.balance,
                                  features=TRANSFER_FEATURES, prior=0.0)  # fmt: skip
                 configs["learned (LOO, portable + pseudo)"] = base.with_updates({"fusion.model": str(adapted.save(work / f"loo-pseudo-{target}.json"))})
             if args.tune_budget:
@@ -263,19 +263,18 @@ def main() -> None:
                 pq = evaluate(res.run(), qrels, MEASURES, rel_threshold=rel_t)
                 rows.append(pq.with_columns(pl.lit(label).alias("system")))
         per = pl.concat(rows)
-        if seed_rows:
-            runs = per.filter(pl.col("system").is_in(["learned (LOO)", *seed_rows.values()]))
-            for (label,), g in runs.filter(pl.col("measure") == "nDCG@10").group_by("system"):
-                per_seed.append({"collection": target, "seed": next((s for s, lab in seed_rows.items() if lab == label), seeds[0]),
-                                 "nDCG@10": g["value"].mean()})  # fmt: skip
+        if len(seeds) > 1:
+            runs = per.filter(pl.col("system").is_in(list(seed_row.values())))
+            per_seed += [{"collection": target, "seed": s, "nDCG@10": runs.filter((pl.col("system") == seed_row[s]) & (pl.col("measure") == "nDCG@10"))["value"].mean()}
+                         for s in seeds]  # fmt: skip
             avg = runs.group_by("qid", "measure").agg(pl.col("value").mean()).with_columns(pl.lit("learned (LOO)").alias("system"))
-            per = pl.concat([per.filter(~pl.col("system").is_in(["learned (LOO)", *seed_rows.values()])), avg.select(per.columns)])
+            per = pl.concat([per.filter(~pl.col("system").is_in(list(seed_row.values()))), avg.select(per.columns)])
         means = per.group_by("system", "measure").agg(pl.col("value").mean()).pivot(on="measure", index="system", values="value")
         single = means.filter(pl.col("system").is_in(["bm25-only", "vector-only"])).sort("nDCG@10", descending=True)["system"][0]
         long = per.select("system", "qid", "measure", "value")
         vs_single = compare(long, single).select("system", "measure", pl.col("p_holm").alias("p_single"))
         vs_rrf = compare(long, "hybrid-rrf").select("system", "measure", pl.col("p_holm").alias("p_rrf"))
-        over = f"; learned (LOO): per-query mean over seeds {', '.join(map(str, seeds))}" if seed_rows else ""
+        over = f"; learned (LOO): per-query mean over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
         say(f"\n### {target} (test, {per['qid'].n_unique()} queries; LOO model trained on {', '.join(others)} dev in {t_loo:.1f}s{over})\n",
             "| system | nDCG@10 | p vs single | p vs RRF | R@5 | p vs single | p vs RRF |", "|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
         presets = [p for p in args.presets.split(",") if p]

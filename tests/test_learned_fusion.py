@@ -140,7 +140,7 @@ def test_relative_features_are_per_query_and_scale_free(store):
 
 
 def test_score_spreads_read_each_lists_first_ten_documents():
-    """A list that scores its first ten alike is guessing: q_lex_spread = (best - 10th) / best of BM25's first ten
+    """A list that scores its first ten alike is guessing: q_lex_spread = (best - lowest) / best over BM25's first ten
     documents (a document's score is its best chunk's; rank 11 is not read), q_vec_spread the cosine difference;
     one document, or no list at all, gives 0."""
     rows = [("a", "orig:lex", f"d{r}", f"d{r}#0", r, 20.0 - r) for r in range(1, 10)]  # ranks 1-9: 19 .. 11

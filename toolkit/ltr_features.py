@@ -127,8 +127,8 @@ def _list_features(cands: pl.DataFrame) -> pl.DataFrame:
 
 def _query_list_features(cands: pl.DataFrame) -> pl.DataFrame:
     """Label-free per-query signals of how sure each list is: BM25 top score mapped x/(1+x), top cosine,
-    the overlap of the two original lists' top 10 (what a router reads), and how far each list's 10th document
-    falls below its first (BM25 as a share of its top score, cosine as a difference): a list that scores its
+    the overlap of the two original lists' top 10 (what a router reads), and how far the lowest-scored of each list's
+    first ten documents falls below the best (BM25 as a share of its top score, cosine as a difference): a list that scores its
     first ten alike is guessing (a help question's words scattered over many pages), one that falls steeply has
     found something. Leave-one-collection-out on the twelve dev splits, the two spreads lifted the mean nDCG@10
     at each of five seeds (benchmarks/RESULTS.md, twenty-eighth session)."""
